@@ -1,0 +1,83 @@
+"""The `tttr` command.
+
+Each area of the product owns one module in `app.commands` with a function
+`register(sub, bench_sub)` that adds its subcommands (and its `tttr bench NAME`
+entries) and sets `func=handler` on each parser. A handler takes the parsed
+arguments and returns an exit code. Command modules import heavy domain code
+(torch, the model) inside their handlers, so `tttr --help` stays fast.
+
+Errors meant for the user are exceptions carrying an `exit_code` attribute (each
+domain package defines its own error class): they print as one line on stderr
+and exit with that code. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Order here is the order in `tttr --help`.
+COMMAND_MODULES = ("store", "generate", "kernels", "sandbox", "agent", "ui")
+
+DESCRIPTION = """\
+TTTR (Tensor-Token-Trace Replay) records every value an agent run could not have
+predicted, at the tensor, token and trace layers; replays it to the same decisions;
+frees one layer to find the culprit; and forks a run at one edited value."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tttr",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run `tttr COMMAND --help` for the options of one command.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    bench = sub.add_parser(
+        "bench",
+        help="measure speed and determinism; prints ratios measured side by side",
+        description="Benchmarks. Each prints its figures; --json prints one JSON object.",
+    )
+    bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
+    bench.set_defaults(func=lambda args: _missing(bench))
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"app.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"app.commands.{name}":
+                continue
+            raise
+        module.register(sub, bench_sub)
+    return parser
+
+
+def _missing(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        print("tttr: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - user errors carry an exit code
+        code = getattr(exc, "exit_code", None)
+        if code is None:
+            raise
+        print(f"tttr: error: {exc}", file=sys.stderr)
+        return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Command-line subcommands, one module per area. Each module exposes register(sub, bench_sub)."""

@@ -1,0 +1,1 @@
+"""Shipped assets: the task suite, styles, fixtures."""

@@ -1,0 +1,1 @@
+"""The inference engine, the agent loop, the oracle, replay/fork/diff."""

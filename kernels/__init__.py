@@ -1,0 +1,1 @@
+"""Batch-invariant kernels (CPU torch, GPU Triton) and the kernel-mode switch."""

@@ -1,0 +1,72 @@
+"""The ops the model calls. Each dispatches on the current kernel mode.
+
+Contract (shapes are for one call; the engine may call per sequence):
+- linear(x [..., K], weight [N, K], bias [N] | None) -> [..., N]
+- rms_norm(x [..., D], weight [D], eps) -> [..., D]
+- softmax(x, dim=-1), log_softmax(x, dim=-1)
+- attention(q [T, H, D], k [S, KVH, D], v [S, KVH, D], positions [T] (int64, absolute
+  positions of the queries), scale) -> [T, H, D]
+  Causal over one sequence: query t attends keys 0..positions[t] of k/v, which already
+  hold the new keys (the cache is written before attention reads it). H % KVH == 0
+  (grouped-query attention).
+
+`fast` is stock PyTorch. `invariant` (kernels.invariant) gives each row a result that
+does not depend on how many rows share the call or where the row sits, and the same
+attention output for a query whether the prompt came in one prefill, in chunks, or
+token by token.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kernels.mode import get_mode
+
+
+def _invariant():
+    from kernels import invariant  # noqa: PLC0415 - the invariant kernels load on first use
+
+    return invariant
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    if get_mode() == "invariant":
+        return _invariant().linear(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    if get_mode() == "invariant":
+        return _invariant().rms_norm(x, weight, eps)
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return x * torch.rsqrt(variance + eps) * weight
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    if get_mode() == "invariant":
+        return _invariant().softmax(x, dim)
+    return torch.softmax(x, dim=dim)
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    if get_mode() == "invariant":
+        return _invariant().log_softmax(x, dim)
+    return torch.log_softmax(x, dim=dim)
+
+
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, scale: float
+) -> torch.Tensor:
+    if get_mode() == "invariant":
+        return _invariant().attention(q, k, v, positions, scale)
+    t, h, d = q.shape
+    kvh = k.shape[1]
+    s = int(positions.max().item()) + 1
+    k = k[:s].repeat_interleave(h // kvh, dim=1)  # [S, H, D]
+    v = v[:s].repeat_interleave(h // kvh, dim=1)
+    mask = torch.arange(s, device=q.device)[None, :] <= positions[:, None]  # [T, S]
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, scale=scale
+    )
+    return out.transpose(0, 1)

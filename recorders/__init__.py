@@ -1,0 +1,1 @@
+"""What captures each layer: tensor/token recorders, the trace recorder and its sandbox."""

@@ -1,0 +1,1 @@
+"""The SQLite session store: runs, events, blobs."""
