@@ -1,0 +1,247 @@
+"""`tttr record`, `tttr replay`, `tttr fork`, `tttr diff`, and `tttr bench replay`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+DEFAULT_DB = "tttr.db"
+
+
+def register(sub, bench_sub) -> None:
+    p = sub.add_parser(
+        "record", help="run the agent on a task and record it at all three layers",
+        description="Run the shell agent on a task from the suite (`tttr tasks` lists them) with the "
+                    "embedded default model or --model, recording every value it could not have "
+                    "predicted. Prints the run id, steps, actions and outcome.",
+    )
+    p.add_argument("--task", required=True, help="task name (see `tttr tasks`)")
+    _model_args(p)
+    p.add_argument("--seed", type=int, help="sampling and sandbox seed (default: random)")
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7; 0 = greedy)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default 1.0)")
+    p.add_argument("--top-k", type=int, default=0, help="top-k sampling (default 0 = off)")
+    p.add_argument("--kernels", choices=("fast", "invariant"), default="invariant",
+                   help="kernel mode (default invariant: replays are the same arithmetic)")
+    p.add_argument("--clock", help="virtual clock at the start, ISO (default: the task's clock, else now)")
+    p.add_argument("--max-steps", type=int, default=6, help="step limit (default 6)")
+    _common(p)
+    p.set_defaults(func=cmd_record)
+
+    p = sub.add_parser(
+        "replay", help="replay a run: faithful, or with one layer freed",
+        description="Replay a recorded run. With nothing freed the replay is faithful: recorded "
+                    "tokens, logits, clock values and tool results are taken as they are (no model "
+                    "compute, no command runs). --free LAYER[,LAYER] computes those layers live. "
+                    "Prints whether the decisions are identical and, if not, the first divergence. "
+                    "The replay is stored as a child run.",
+    )
+    p.add_argument("run", type=int, help="run id (see `tttr runs DB`)")
+    p.add_argument("--free", default="", metavar="LAYERS",
+                   help="comma-separated layers to compute live: tensor, token, trace")
+    p.add_argument("--seed", type=int, help="seed for a freed token layer (default: random)")
+    _model_args(p, kernels=False)
+    _common(p)
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser(
+        "fork", help="change one recorded value and run on from there",
+        description="Fork a run at one site with a new value: everything before the site comes from "
+                    "the record, the rest runs live (values that do not depend on the change, such as "
+                    "later clock readings and the RNG stream, stay pinned). Sites: STEP:clock "
+                    "(ISO time or +/-seconds, +2h, -1d), STEP:tool (stdout text, exit=N, or JSON with "
+                    "stdout/stderr/exit_code), STEP:token:POS (a token id or one token's text).",
+    )
+    p.add_argument("run", type=int, help="run id to fork")
+    p.add_argument("--at", required=True, metavar="SITE", help="e.g. 2:clock, 1:tool, 0:token:3")
+    p.add_argument("--set", required=True, dest="value", metavar="VALUE", help="the new value")
+    _model_args(p, kernels=False)
+    _common(p)
+    p.set_defaults(func=cmd_fork)
+
+    p = sub.add_parser(
+        "diff", help="compare two runs step by step",
+        description="Align two runs step by step (actions aligned by edit distance), report the first "
+                    "divergence per layer, and print both trajectories side by side.",
+    )
+    p.add_argument("run_a", type=int)
+    p.add_argument("run_b", type=int)
+    p.add_argument("--db", default=DEFAULT_DB, help=f"session database (default {DEFAULT_DB})")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_diff)
+
+    b = bench_sub.add_parser(
+        "replay", help="replay fidelity per layer and replay/fork/record speed",
+        description="Records runs over the task suite, then measures: faithful replay fidelity, "
+                    "tensor-freed fidelity (co-batched), token-freed agreement of actions, and the "
+                    "speed of faithful replay and of a late fork against recording, and recording's "
+                    "overhead against the same run unrecorded.",
+    )
+    b.add_argument("--runs", type=int, default=10, help="runs to record (default 10)")
+    b.add_argument("--db", help="database to keep the runs in (default: a temporary file)")
+    _model_args(b, kernels=False)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench_replay)
+
+
+def _model_args(p, kernels: bool = False) -> None:
+    p.add_argument("--model", help="GGUF file or Hugging Face folder (default: TTTR_MODEL, then the embedded SmolLM2)")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="run agent commands without bubblewrap where the machine refuses namespaces (unsafe)")
+
+
+def _common(p) -> None:
+    p.add_argument("--db", default=DEFAULT_DB, help=f"session database (default {DEFAULT_DB})")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return None
+
+    def report(done: int, total: int, message: str) -> None:
+        print(f"  [{done}/{total}] {message}", file=sys.stderr, flush=True)
+
+    return report
+
+
+def _open_store(path: str, create: bool):
+    from sessions.store import Store
+
+    return Store.open(path, create=create)
+
+
+def _runtime(args, kernel_mode: str | None = None):
+    from engine.runtime import Runtime
+
+    return Runtime(args.model, kernel_mode=kernel_mode or "invariant")
+
+
+def cmd_record(args) -> int:
+    from datetime import datetime
+
+    from engine.agent import AgentLimits
+    from engine.replay import ReplayError, record
+
+    clock = None
+    if args.clock:
+        try:
+            clock = datetime.fromisoformat(args.clock).replace(tzinfo=None)
+        except ValueError:
+            raise ReplayError(f"--clock {args.clock!r} does not parse: give an ISO date-time like 2026-03-01T09:00:00") from None
+    limits = AgentLimits(max_steps=args.max_steps)
+    runtime = _runtime(args, args.kernels)
+    runtime.check_sampling(args.temperature, args.top_p, args.top_k, args.seed)
+    from recorders.tasks import load_task
+
+    load_task(args.task)  # an unknown task fails before the database is touched
+    store = _open_store(args.db, create=True)
+    try:
+        if not args.json:
+            print(f"recording task {args.task} into {args.db} …", file=sys.stderr)
+        res = record(store, args.task, runtime=runtime, seed=args.seed, temperature=args.temperature,
+                     top_p=args.top_p, top_k=args.top_k, clock=clock, limits=limits,
+                     unsafe_no_sandbox=args.unsafe_no_sandbox, progress=_progress(not args.json))
+    finally:
+        store.close()
+    _print_result(args, res, "recorded")
+    return 0
+
+
+def cmd_replay(args) -> int:
+    from engine.policy import Policy
+    from engine.replay import replay
+
+    policy = Policy.parse(args.free)
+    store = _open_store(args.db, create=False)
+    try:
+        run = store.run(args.run)
+        runtime = _runtime(args, run.kernel_mode)
+        if not args.json:
+            print(f"replaying run {args.run} ({policy.describe()}) …", file=sys.stderr)
+        res = replay(store, args.run, policy, runtime=runtime, seed=args.seed,
+                     unsafe_no_sandbox=args.unsafe_no_sandbox, progress=_progress(not args.json))
+    finally:
+        store.close()
+    _print_result(args, res, "replayed")
+    return 0
+
+
+def cmd_fork(args) -> int:
+    from engine.replay import fork
+
+    store = _open_store(args.db, create=False)
+    try:
+        run = store.run(args.run)
+        runtime = _runtime(args, run.kernel_mode)
+        if not args.json:
+            print(f"forking run {args.run} at {args.at} …", file=sys.stderr)
+        res = fork(store, args.run, args.at, args.value, runtime=runtime,
+                   unsafe_no_sandbox=args.unsafe_no_sandbox, progress=_progress(not args.json))
+    finally:
+        store.close()
+    _print_result(args, res, "forked")
+    return 0
+
+
+def _print_result(args, res, verb: str) -> None:
+    if args.json:
+        print(json.dumps(res.to_json(), default=str))
+        return
+    outcome = "passed" if res.passed else ("failed" if res.passed is False else res.status)
+    head = f"{verb} run {res.run_id}" + (f" (child of {res.parent})" if res.parent is not None else "")
+    print(f"{head}: {len(res.actions)} steps, outcome {outcome}, status {res.status}")
+    for i, action in enumerate(res.actions):
+        print(f"  step {i}: {action}")
+    if res.identical is not None:
+        print("decisions identical to the recording" if res.identical else "decisions differ from the recording")
+    if res.divergence is not None:
+        print(res.divergence.describe())
+    if res.parent is not None:
+        print(f"  logits computed: {res.logits_computed}, commands run: {res.commands_run}")
+
+
+def cmd_diff(args) -> int:
+    from engine.diff import diff_runs
+
+    store = _open_store(args.db, create=False)
+    try:
+        d = diff_runs(store, args.run_a, args.run_b)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(d.to_json(), default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"run {args.run_a}  vs  run {args.run_b}", show_lines=False)
+    table.add_column("step A", justify="right")
+    table.add_column(f"run {args.run_a}", overflow="fold")
+    table.add_column("step B", justify="right")
+    table.add_column(f"run {args.run_b}", overflow="fold")
+    for r in d.rows:
+        style = None if r.same else "bold red"
+        table.add_row(_s(r.a_step), r.a_action or "", _s(r.b_step), r.b_action or "", style=style)
+    console.print(table)
+    if d.identical:
+        console.print("the runs are identical at every compared site")
+    for layer, div in d.first_divergence.items():
+        console.print(f"first divergence, {layer} layer: {div.describe()}", markup=False, highlight=False)
+    return 0
+
+
+def _s(v) -> str:
+    return "" if v is None else str(v)
+
+
+def cmd_bench_replay(args) -> int:
+    from engine.replay_bench import run_bench
+
+    result = run_bench(runs=args.runs, db=args.db, model=args.model,
+                       unsafe_no_sandbox=args.unsafe_no_sandbox, log=None if args.json else print)
+    if args.json:
+        print(json.dumps(result))
+    return 0

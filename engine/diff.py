@@ -1,0 +1,153 @@
+"""Compare two runs: align their steps by the actions taken, and find, per layer, the
+first site where their values differ.
+
+Steps are aligned by edit distance over the action sequences (rapidfuzz), so an extra or
+a missing command in one run shifts the alignment instead of marking every later step
+as different.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rapidfuzz.distance import Levenshtein
+
+from engine.sites import Site
+
+# What counts as "the value" of an event when comparing two runs, per kind.
+_COMPARED = {
+    "clock": ("t",),
+    "tool": ("stdout", "stderr", "exit_code"),
+    "token": ("id",),
+    "logits": ("digest",),
+    "action": ("cmd", "done"),
+}
+_LAYER_OF = {"clock": "trace", "tool": "trace", "token": "token", "logits": "tensor", "action": "agent"}
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    site: str
+    layer: str
+    a_value: Any
+    b_value: Any
+
+    def describe(self) -> str:
+        return f"{self.site} ({self.layer}): {_short(self.a_value)} != {_short(self.b_value)}"
+
+    def to_json(self) -> dict:
+        return {"site": self.site, "layer": self.layer, "a": self.a_value, "b": self.b_value}
+
+
+@dataclass(frozen=True, slots=True)
+class DiffRow:
+    a_step: int | None
+    b_step: int | None
+    a_action: str | None
+    b_action: str | None
+    same: bool
+
+
+@dataclass(slots=True)
+class RunDiff:
+    run_a: int
+    run_b: int
+    rows: list[DiffRow] = field(default_factory=list)
+    first_divergence: dict[str, Divergence] = field(default_factory=dict)
+
+    @property
+    def identical(self) -> bool:
+        return not self.first_divergence and all(r.same for r in self.rows)
+
+    def to_json(self) -> dict:
+        return {
+            "run_a": self.run_a,
+            "run_b": self.run_b,
+            "identical": self.identical,
+            "first_divergence": {k: v.to_json() for k, v in self.first_divergence.items()},
+            "rows": [
+                {"a_step": r.a_step, "b_step": r.b_step, "a_action": r.a_action,
+                 "b_action": r.b_action, "same": r.same}
+                for r in self.rows
+            ],
+        }
+
+
+def action_text(value: dict) -> str:
+    return "done" if value.get("done") else str(value.get("cmd", ""))
+
+
+def compared_value(kind: str, value: Any) -> Any:
+    keys = _COMPARED.get(kind)
+    if keys is None or not isinstance(value, dict):
+        return value
+    picked = {k: value.get(k) for k in keys if k in value}
+    return picked[keys[0]] if len(keys) == 1 else picked
+
+
+def align(a: list[str], b: list[str]) -> list[DiffRow]:
+    """Pair up two action sequences by edit distance; rows in order of both runs."""
+    rows: list[DiffRow] = []
+    for op in Levenshtein.opcodes(a, b):
+        if op.tag == "equal":
+            for i, j in zip(range(op.src_start, op.src_end), range(op.dest_start, op.dest_end)):
+                rows.append(DiffRow(i, j, a[i], b[j], True))
+        elif op.tag == "replace":
+            ia, ib = list(range(op.src_start, op.src_end)), list(range(op.dest_start, op.dest_end))
+            for k in range(max(len(ia), len(ib))):
+                i = ia[k] if k < len(ia) else None
+                j = ib[k] if k < len(ib) else None
+                rows.append(DiffRow(i, j, a[i] if i is not None else None,
+                                    b[j] if j is not None else None, False))
+        elif op.tag == "delete":
+            for i in range(op.src_start, op.src_end):
+                rows.append(DiffRow(i, None, a[i], None, False))
+        else:  # insert
+            for j in range(op.dest_start, op.dest_end):
+                rows.append(DiffRow(None, j, None, b[j], False))
+    return rows
+
+
+def _site_key(site: str) -> tuple:
+    s = Site.parse(site)
+    return (s.step, s.pos if s.pos is not None else -1)
+
+
+def first_divergences(a_events: list, b_events: list) -> dict[str, Divergence]:
+    """Per layer, the first site (in step/position order) whose compared value differs or
+    that only one run has."""
+    by_layer: dict[str, dict[str, dict[str, Any]]] = {}
+    for side, events in (("a", a_events), ("b", b_events)):
+        for e in events:
+            layer = _LAYER_OF.get(e.kind)
+            if layer is None:
+                continue
+            by_layer.setdefault(layer, {}).setdefault(e.site, {})[side] = compared_value(e.kind, e.value)
+    out: dict[str, Divergence] = {}
+    for layer in ("tensor", "token", "trace", "agent"):
+        sites = by_layer.get(layer, {})
+        for site in sorted(sites, key=_site_key):
+            pair = sites[site]
+            if pair.get("a", _MISSING) != pair.get("b", _MISSING):
+                out[layer] = Divergence(site, layer, pair.get("a"), pair.get("b"))
+                break
+    return out
+
+
+_MISSING = object()
+
+
+def diff_runs(store, run_a: int, run_b: int) -> RunDiff:
+    store.run(run_a), store.run(run_b)  # unknown ids fail here, with the store's message
+    a_events = store.events(run_a)
+    b_events = store.events(run_b)
+    a_actions = [action_text(e.value) for e in a_events if e.kind == "action"]
+    b_actions = [action_text(e.value) for e in b_events if e.kind == "action"]
+    diff = RunDiff(run_a, run_b, align(a_actions, b_actions), first_divergences(a_events, b_events))
+    return diff
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"

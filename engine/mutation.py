@@ -1,0 +1,126 @@
+"""Parse and validate one mutation — a new value for one recorded site — without running
+anything. The app's edit dialog and `tttr fork --set` both come through here, so a bad
+value is refused with the same reason in both places and nothing is written.
+
+Values, by site:
+- `STEP:clock`: an ISO date-time (`2026-03-01T09:00:00`), or a shift of the recorded
+  value: `+90`, `-3600` (seconds), `+2h`, `-1d`, `+15m`.
+- `STEP:tool`: plain text replaces stdout; `exit=N` replaces the exit code; a JSON object
+  may set any of `stdout`, `stderr`, `exit_code`.
+- `STEP:token:POS`: a token id (`1234` or `id:1234`), or text that is exactly one token of
+  the model's vocabulary (`" rm"`; quote it as JSON to force text: `"5"`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta, timezone
+
+from engine.oracle import Mutation
+from engine.sites import MUTABLE, Site, SiteError
+
+
+class MutationError(ValueError):
+    exit_code = 2
+
+
+_SHIFT = re.compile(r"^([+-])(\d+(?:\.\d+)?)([smhd]?)$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_mutation(store, run_id: int, site_text: str, value_text: str, tokenizer=None) -> Mutation:
+    try:
+        site = Site.parse(site_text)
+    except SiteError as exc:
+        raise MutationError(str(exc)) from None
+    if site.name not in MUTABLE:
+        raise MutationError(
+            f"site {site} cannot be edited: edit a clock (STEP:clock), a tool result (STEP:tool) "
+            "or a sampled token (STEP:token:POS)"
+        )
+    event = store.event_at(run_id, str(site))
+    if event is None:
+        steps = store.steps(run_id)
+        raise MutationError(
+            f"site {site} does not exist in run {run_id} (it has steps 0..{max(steps - 1, 0)}); "
+            f"`tttr events DB {run_id} --json` lists its sites"
+        )
+    if site.name == "clock":
+        return Mutation(site, _clock(value_text, event.value), value_text)
+    if site.name == "tool":
+        return Mutation(site, _tool(value_text), value_text)
+    return Mutation(site, _token(value_text, tokenizer), value_text)
+
+
+def _clock(text: str, recorded: dict) -> datetime:
+    text = text.strip()
+    m = _SHIFT.match(text)
+    if m:
+        seconds = float(m.group(2)) * _UNITS[m.group(3)] * (1 if m.group(1) == "+" else -1)
+        return datetime.fromisoformat(recorded["t"]) + timedelta(seconds=seconds)
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise MutationError(
+            f"clock value {text!r} does not parse: give an ISO date-time like 2026-03-01T09:00:00 "
+            "or a shift like +90, -3600, +2h, -1d"
+        ) from None
+    if t.tzinfo is not None:
+        t = t.astimezone(timezone.utc).replace(tzinfo=None)  # the sandbox clock is UTC
+    return t
+
+
+def _tool(text: str) -> dict:
+    stripped = text.strip()
+    m = re.fullmatch(r"exit(?:_code)?\s*=\s*(-?\d+)", stripped)
+    if m:
+        return {"exit_code": int(m.group(1))}
+    if stripped.startswith("{"):
+        try:
+            value = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise MutationError(f"tool result is not valid JSON ({exc.msg} at {exc.pos}): {stripped[:60]!r}") from None
+        unknown = set(value) - {"stdout", "stderr", "exit_code"}
+        if unknown:
+            raise MutationError(
+                f"tool result has unknown field(s) {', '.join(sorted(unknown))}: use stdout, stderr, exit_code"
+            )
+        for key in ("stdout", "stderr"):
+            if key in value and not isinstance(value[key], str):
+                raise MutationError(f"tool result field {key} must be a string, got {type(value[key]).__name__}")
+        if "exit_code" in value and (not isinstance(value["exit_code"], int) or isinstance(value["exit_code"], bool)):
+            raise MutationError(f"tool result field exit_code must be an integer, got {value['exit_code']!r}")
+        if not value:
+            raise MutationError("tool result JSON is empty: set stdout, stderr or exit_code")
+        return value
+    return {"stdout": text}
+
+
+def _token(text: str, tokenizer) -> int:
+    if tokenizer is None:
+        from engine.tokenizer import load_default_tokenizer
+
+        tokenizer = load_default_tokenizer()
+    vocab = tokenizer.vocab_size
+    stripped = text.strip()
+    m = re.fullmatch(r"(?:id:)?(-?\d+)", stripped)
+    if m:
+        token_id = int(m.group(1))
+        if not 0 <= token_id < vocab:
+            raise MutationError(f"token id {token_id} is outside the vocabulary (0..{vocab - 1})")
+        return token_id
+    if stripped.startswith('"'):
+        try:
+            text = json.loads(stripped)
+        except json.JSONDecodeError:
+            raise MutationError(f"token text {stripped!r} is not a valid JSON string") from None
+    if text == "":
+        raise MutationError("token text is empty: give one token's text or its id")
+    ids = tokenizer.encode(text)
+    if len(ids) != 1:
+        pieces = ", ".join(repr(tokenizer.decode([i])) for i in ids[:6])
+        raise MutationError(
+            f"text {text!r} is {len(ids)} tokens ({pieces}), not one: give a single token's text or its id"
+        )
+    return ids[0]

@@ -1,0 +1,229 @@
+"""Record, replay and fork agent runs: each sets up an oracle and drives the one agent loop.
+
+- `record`: every layer free, no source; the run is new.
+- `replay`: the source's values pinned, except for the freed layers; the replay is stored as
+  a child run of the source (`meta.replay.free`), with its own events.
+- `fork`: a faithful replay with one mutation; the child shares the parent's events before
+  the fork site (nothing is copied) and is live after it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable
+
+from engine.agent import AgentLimits, run_agent
+from engine.oracle import Divergence, Mutation, Oracle, Source
+from engine.policy import Policy
+from engine.runtime import Runtime
+
+
+class ReplayError(ValueError):
+    exit_code = 2
+
+
+@dataclass(slots=True)
+class RunResult:
+    run_id: int | None
+    status: str
+    outcome: dict | None
+    actions: list[str]
+    identical: bool | None = None
+    divergence: Divergence | None = None
+    parent: int | None = None
+    logits_computed: int = 0
+    commands_run: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool | None:
+        return None if not self.outcome else self.outcome.get("passed")
+
+    def to_json(self) -> dict:
+        return {
+            "run_id": self.run_id,
+            "parent": self.parent,
+            "status": self.status,
+            "outcome": None if self.outcome is None else {
+                k: self.outcome.get(k) for k in ("passed", "checker_exit", "checker_output", "reason") if k in self.outcome},
+            "actions": self.actions,
+            "steps": len(self.actions),
+            "identical": self.identical,
+            "divergence": None if self.divergence is None else self.divergence.to_json(),
+            "logits_computed": self.logits_computed,
+            "commands_run": self.commands_run,
+            **self.extra,
+        }
+
+
+def _fresh_seed() -> int:
+    return int.from_bytes(os.urandom(4), "little")
+
+
+def _load_task(name: str):
+    from recorders.tasks import load_task
+
+    return load_task(name)
+
+
+def _executor_factory(unsafe_no_sandbox: bool) -> Callable:
+    from recorders.sandbox import Executor
+
+    def make(tree_dir, seed):
+        return Executor(tree_dir, seed=seed, unsafe_no_sandbox=unsafe_no_sandbox)
+
+    return make
+
+
+def _check_model(runtime: Runtime, run) -> None:
+    if run.model_id != runtime.model_id:
+        raise ReplayError(
+            f"run {run.id} was recorded with model {run.model_id}, but the loaded model is "
+            f"{runtime.model_id}: pass the same model with --model (or TTTR_MODEL)"
+        )
+
+
+def _drive(oracle: Oracle, instruction: str, limits: AgentLimits) -> None:
+    try:
+        run_agent(oracle, instruction, limits)
+    except BaseException as exc:
+        # A run that dies half way is kept, marked incomplete, never silently complete.
+        if oracle.status == "recording":
+            try:
+                oracle.abort(f"{type(exc).__name__}: {exc}")
+            except Exception:  # noqa: BLE001 - the original error matters more
+                pass
+        raise
+
+
+def record(
+    store,
+    task_name: str,
+    *,
+    runtime: Runtime,
+    seed: int | None = None,
+    temperature: float = 0.7,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    clock: datetime | None = None,
+    unsafe_no_sandbox: bool = False,
+    limits: AgentLimits = AgentLimits(),
+    progress: Callable | None = None,
+    cancel: threading.Event | None = None,
+    write: bool = True,
+) -> RunResult:
+    """Run the agent on a task with every layer live, recording it (unless write=False,
+    which is the same run with recording switched off: the baseline for its overhead)."""
+    from engine.sampler import SamplingParams
+
+    task = _load_task(task_name)
+    seed = _fresh_seed() if seed is None else seed
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
+    base = clock or getattr(task, "clock", None) or datetime.now(timezone.utc).replace(tzinfo=None)
+    run_id = None
+    if write:
+        run_id = store.begin_run(
+            task=task.name, model_id=runtime.model_id, kernel_mode=runtime.kernel_mode,
+            sampling={"temperature": temperature, "top_p": top_p, "top_k": top_k},
+            seed=seed, fingerprint=runtime.fingerprint(),
+            meta={"clock": base.isoformat(), "limits": _limits_json(limits),
+                  "sandbox": runtime.sandbox_mechanisms(unsafe_no_sandbox)},
+        )
+    oracle = Oracle(
+        store=store, run_id=run_id, task=task, tokenizer=runtime.tokenizer,
+        generate=runtime.generate, make_sequence=runtime.sequence_factory(sampling),
+        policy=Policy.record(), seed=seed, kernel_mode=runtime.kernel_mode, clock_base=base,
+        executor_factory=_executor_factory(unsafe_no_sandbox), write=write,
+        progress=progress, cancel=cancel, max_steps=limits.max_steps,
+    )
+    _drive(oracle, task.instruction, limits)
+    return RunResult(run_id, oracle.status, oracle.outcome, oracle.actions,
+                     logits_computed=oracle.logits_computed, commands_run=oracle.commands_run)
+
+
+def _limits_json(limits: AgentLimits) -> dict:
+    return {k: getattr(limits, k) for k in limits.__slots__}
+
+
+def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation: Mutation | None,
+           progress, cancel, unsafe_no_sandbox: bool, seed: int | None) -> RunResult:
+    run = source.run
+    task = _load_task(run.task)
+    from engine.sampler import SamplingParams
+
+    if policy.pinned("token"):
+        seed = run.seed
+    elif seed is None:
+        seed = _fresh_seed()
+    params = dict(run.sampling)
+    sampling = SamplingParams(temperature=params.get("temperature", 0.0), top_p=params.get("top_p", 1.0),
+                              top_k=params.get("top_k", 0), seed=seed)
+    meta_limits = (run.meta or {}).get("limits") or {}
+    limits = AgentLimits(**{k: v for k, v in meta_limits.items() if k in AgentLimits.__slots__})
+    if policy.pinned("trace"):
+        base = datetime.fromisoformat((run.meta or {}).get("clock") or source.value("-1:clock")["t"])
+    else:
+        base = datetime.now(timezone.utc).replace(tzinfo=None)
+    fork_seq = source.seq_of(str(mutation.site)) if mutation is not None else 0
+    meta = {"clock": base.isoformat(), "limits": _limits_json(limits),
+            "sandbox": runtime.sandbox_mechanisms(unsafe_no_sandbox)}
+    if mutation is None:
+        meta["replay"] = {"free": sorted(policy.free)}
+    kernel_mode = run.kernel_mode
+    child_id = store.begin_run(
+        task=run.task, model_id=run.model_id, kernel_mode=kernel_mode,
+        sampling=run.sampling, seed=seed, fingerprint=runtime.fingerprint(),
+        parent=run.id, fork_seq=fork_seq,
+        fork_site=str(mutation.site) if mutation else None,
+        mutation=mutation.to_json() if mutation else None, meta=meta,
+    )
+    oracle = Oracle(
+        store=store, run_id=child_id, task=task, tokenizer=runtime.tokenizer,
+        generate=runtime.generate_in(kernel_mode), make_sequence=runtime.sequence_factory(sampling),
+        policy=policy, seed=seed, kernel_mode=kernel_mode, clock_base=base,
+        executor_factory=_executor_factory(unsafe_no_sandbox), source=source, mutation=mutation,
+        fork_seq=fork_seq, progress=progress, cancel=cancel, max_steps=limits.max_steps,
+    )
+    _drive(oracle, task.instruction, limits)
+    identical = oracle.divergence is None and oracle.actions == _recorded_actions(source)
+    return RunResult(child_id, oracle.status, oracle.outcome, oracle.actions, identical=identical,
+                     divergence=oracle.divergence, parent=run.id,
+                     logits_computed=oracle.logits_computed, commands_run=oracle.commands_run)
+
+
+def _recorded_actions(source: Source) -> list[str]:
+    from engine.diff import action_text
+
+    return [action_text(e.value) for e in source.events if e.kind == "action"]
+
+
+def replay(store, run_id: int, free=(), *, runtime: Runtime, progress=None, cancel=None,
+           unsafe_no_sandbox: bool = False, seed: int | None = None) -> RunResult:
+    policy = Policy(frozenset(free)) if not isinstance(free, Policy) else free
+    source = Source(store, run_id)
+    _check_source(source)
+    _check_model(runtime, source.run)
+    return _child(store, source, runtime, policy=policy, mutation=None, progress=progress,
+                  cancel=cancel, unsafe_no_sandbox=unsafe_no_sandbox, seed=seed)
+
+
+def fork(store, run_id: int, site: str, value: str, *, runtime: Runtime, progress=None, cancel=None,
+         unsafe_no_sandbox: bool = False) -> RunResult:
+    from engine.mutation import parse_mutation
+
+    source = Source(store, run_id)
+    _check_source(source)
+    _check_model(runtime, source.run)
+    mutation = parse_mutation(store, run_id, site, value, tokenizer=runtime.tokenizer)
+    return _child(store, source, runtime, policy=Policy(), mutation=mutation, progress=progress,
+                  cancel=cancel, unsafe_no_sandbox=unsafe_no_sandbox, seed=None)
+
+
+def _check_source(source: Source) -> None:
+    if source.run.status != "complete":
+        raise ReplayError(
+            f"run {source.run.id} is {source.run.status}: only complete runs can be replayed or forked"
+        )

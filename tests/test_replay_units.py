@@ -1,0 +1,73 @@
+"""Unit tests of the replay machinery's pure parts: policy, sites, step alignment."""
+
+import pytest
+
+from engine.agent import AgentLimits, observation, parse_action
+from engine.diff import align, first_divergences
+from engine.policy import Policy, PolicyError
+from engine.sites import Site, SiteError
+
+
+def test_policy_parse_and_pins():
+    assert Policy.parse("").faithful
+    p = Policy.parse("tensor, trace")
+    assert not p.pinned("tensor") and p.pinned("token") and not p.pinned("trace")
+    assert Policy.record().free == {"tensor", "token", "trace"}
+    with pytest.raises(PolicyError, match="'tokens'"):
+        Policy.parse("tokens")
+
+
+@pytest.mark.parametrize("text,site", [
+    ("3:clock", Site(3, "clock")), ("0:tool", Site(0, "tool")),
+    ("2:token:17", Site(2, "token", 17)), ("-1:setup", Site(-1, "setup")),
+])
+def test_site_round_trip(text, site):
+    assert Site.parse(text) == site
+    assert str(site) == text
+
+
+@pytest.mark.parametrize("bad", ["clock", "3:token", "3:clock:2", "x:tool", "3:banana", ""])
+def test_bad_sites_are_refused(bad):
+    with pytest.raises(SiteError):
+        Site.parse(bad)
+
+
+def test_align_equal_insert_delete():
+    rows = align(["ls", "mkdir a", "done"], ["ls", "echo x", "mkdir a", "done"])
+    assert [(r.a_step, r.b_step, r.same) for r in rows] == [
+        (0, 0, True), (None, 1, False), (1, 2, True), (2, 3, True)]
+    rows = align(["a", "b"], ["a", "c"])
+    assert [(r.a_action, r.b_action, r.same) for r in rows] == [("a", "a", True), ("b", "c", False)]
+
+
+class _E:
+    def __init__(self, site, kind, value):
+        self.site, self.kind, self.value = site, kind, value
+
+
+def test_first_divergence_per_layer_in_site_order():
+    a = [_E("0:token:0", "token", {"id": 1}), _E("0:token:1", "token", {"id": 2}),
+         _E("1:token:0", "token", {"id": 5}), _E("0:clock", "clock", {"t": "x"})]
+    b = [_E("0:token:0", "token", {"id": 1}), _E("0:token:1", "token", {"id": 3}),
+         _E("1:token:0", "token", {"id": 6}), _E("0:clock", "clock", {"t": "x"})]
+    d = first_divergences(a, b)
+    assert set(d) == {"token"}
+    assert d["token"].site == "0:token:1" and (d["token"].a_value, d["token"].b_value) == (2, 3)
+
+
+def test_parse_action():
+    assert parse_action("```bash\nmkdir -p /work/x\n```").cmd == "mkdir -p /work/x"
+    assert parse_action("```bash\ndone\n```").done
+    assert parse_action("```bash\n\n```").done
+    assert parse_action("```bash\nls\nwc -l f\n``` trailing").cmd == "ls\nwc -l f"
+
+
+def test_observation_truncates():
+    text = observation("x" * 1000, "", 0, limit=100)
+    assert text.startswith("exit code 0\nstdout:\n" + "x" * 100)
+    assert "900 more characters" in text
+
+
+def test_agent_limits_validate():
+    with pytest.raises(ValueError, match="max_steps"):
+        AgentLimits(max_steps=0)
