@@ -1,0 +1,79 @@
+"""What is this file? Checked from its first 100 bytes, before SQLite opens it.
+
+Opening a file with SQLite can create `-wal`/`-shm` files beside it and, for a writable
+connection, recover or migrate it. A file that is not ours must be refused before that
+happens, so the SQLite header is read by hand first. When a write-ahead log with frames
+sits beside the file, its header may be stale; then the checks are left to SQLite.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import StoreError
+from .schema import APPLICATION_ID, SCHEMA_VERSION
+
+MAGIC = b"SQLite format 3\x00"
+WAL_HEADER = 32
+
+
+def wal_has_frames(path: Path) -> bool:
+    try:
+        return os.path.getsize(f"{path}-wal") > WAL_HEADER
+    except OSError:
+        return False
+
+
+def newer_error(path: Path, version: int) -> StoreError:
+    return StoreError(
+        f"{path} was written by a newer tttr (schema version {version}; this tttr reads up to "
+        f"{SCHEMA_VERSION}); upgrade tttr to open it"
+    )
+
+
+def check(path: Path, *, may_be_new: bool) -> None:
+    """Raise StoreError unless `path` is (or, with may_be_new, may become) a TTTR database."""
+    if not path.exists():
+        raise StoreError(f"{path} does not exist; check the path (`tttr runs DB` needs an existing session database)")
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory, not a session database; pass the database file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+        size = path.stat().st_size
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc.strerror}; check its permissions") from None
+    wal = wal_has_frames(path)
+    if size == 0:
+        if wal or may_be_new:
+            return
+        raise StoreError(f"{path} is empty, not a TTTR session database; pass a database written by tttr")
+    if len(head) < 100 or not head.startswith(MAGIC):
+        raise StoreError(
+            f"{path} is not a SQLite database (it starts with {head[:16]!r}); "
+            "pass a session database written by tttr"
+        )
+    if wal:
+        return
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    header_size_valid = head[24:28] == head[92:96] and pages > 0
+    if page_size < 512 or size % page_size or (header_size_valid and size < pages * page_size):
+        expected = f"{pages * page_size:,}" if header_size_valid else f"a multiple of {page_size}"
+        raise StoreError(
+            f"{path} is truncated or corrupt ({size:,} bytes; its header expects {expected}); "
+            "restore it from a copy"
+        )
+    app_id = int.from_bytes(head[68:72], "big")
+    version = int.from_bytes(head[60:64], "big")
+    if app_id != APPLICATION_ID:
+        if size <= page_size and may_be_new:
+            return  # one page: SQLite's empty database, nothing in it yet
+        raise StoreError(
+            f"{path} is a SQLite database but not a TTTR session database (application id {app_id:#x}); "
+            "pass a database written by tttr"
+        )
+    if version > SCHEMA_VERSION:
+        raise newer_error(path, version)

@@ -1,0 +1,603 @@
+"""The session store: runs, their events, and content-addressed blobs in one SQLite file.
+
+Writers (the recorders, through the oracle) begin a run, append events, commit once per
+step (one transaction each, so a crash loses at most the step in flight) and finish the
+run. Readers (the app, replay, diff) list runs and read events by window, step, layer,
+kind or site. A fork is a pointer to its parent and a fork seq; reading it resolves the
+parent's prefix without it ever having been copied. See `sessions.schema` for the tables.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+import re
+import sqlite3
+import struct
+import threading
+import zlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from . import codec, header, liveness, schema
+from .errors import StoreError
+
+__all__ = ["Store", "StoreError", "Run", "Event", "LAYERS", "STATUSES"]
+
+LAYERS = ("tensor", "token", "trace", "agent")
+STATUSES = ("recording", "complete", "incomplete", "failed")
+_KIND = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
+_END = 1 << 62  # "no upper bound" for seq ranges
+_BUSY_MS = 5000
+_RUN_COLUMNS = (
+    "id, task, model_id, kernel_mode, sampling, seed, fingerprint, status, outcome, created,"
+    " finished, parent, fork_seq, fork_site, mutation, meta, writer"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    id: int
+    task: str | None
+    model_id: str | None
+    kernel_mode: str | None
+    sampling: dict
+    seed: int | None
+    fingerprint: dict
+    status: str  # a run whose writer died reads as "incomplete"
+    outcome: Any
+    created: str
+    finished: str | None
+    parent: int | None
+    fork_seq: int | None
+    fork_site: str | None
+    mutation: Any
+    meta: dict
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    run: int  # the run that was asked for
+    seq: int
+    step: int
+    layer: str
+    kind: str
+    site: str
+    value: Any
+    origin: int | None = None  # the run that recorded it: `run`, or an ancestor for a fork's prefix
+
+
+class _Recording:
+    """A run this store is writing: its next seq and the events of the step in flight."""
+
+    __slots__ = ("next_seq", "seed", "rows")
+
+    def __init__(self, next_seq: int, seed: int | None):
+        self.next_seq = next_seq
+        self.seed = seed
+        self.rows: list[tuple] = []
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _dumps(value: Any, what: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"{what} is not JSON ({exc}); pass a dict of str/int/float/bool/None") from None
+
+
+def _guarded(method):
+    """Turn SQLite's and the decoder's failures on a damaged file into one-line StoreErrors."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args, **kwargs):
+        with self._lock:
+            try:
+                return method(self, *args, **kwargs)
+            except sqlite3.DatabaseError as exc:
+                raise _database_error(self.path, exc) from None
+            except (struct.error, UnicodeDecodeError, zlib.error, json.JSONDecodeError) as exc:
+                raise StoreError(f"{self.path} holds a value that cannot be decoded ({exc}); the file is damaged, restore it from a copy") from None
+
+    return wrapper
+
+
+def _database_error(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return StoreError(f"{path} is locked by another writer (waited {_BUSY_MS // 1000} s); try again when it is done")
+    if "readonly" in text or "read-only" in text:
+        return StoreError(f"{path} cannot be written ({text}); check the permissions of the file and its folder")
+    return StoreError(f"{path} is corrupt ({text}); restore it from a copy (`tttr info {path}` checks its integrity)")
+
+
+class Store:
+    """One session database. Thread-safe; open with `Store.open`."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, readonly: bool, file_version: int):
+        self._conn = conn
+        self.file_version = file_version  # before migration; a read-only store migrates a copy
+        self.path = path
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        self._codes: dict[tuple[str, str], int] = {}
+        self._kinds: dict[int, tuple[str, str]] = {}
+        self._chains: dict[int, tuple[int | None, int]] = {}  # run -> (parent, first own seq)
+        self._seeds: dict[int, int | None] = {}
+        self._recording: dict[int, _Recording] = {}
+        self._load_kinds()
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, path: str | Path, create: bool = True, readonly: bool = False) -> Store:
+        """Open (with create, make) a session database and bring its schema up to date.
+
+        readonly: never write to the file; an older schema is migrated in a private copy in
+        memory. A file that is missing, not SQLite, truncated, foreign or from a newer tttr
+        raises StoreError before SQLite touches it."""
+        path = Path(path)
+        may_be_new = create and not readonly
+        if may_be_new and not path.exists():
+            if not path.parent.is_dir():
+                raise StoreError(f"cannot create {path}: folder {path.parent} does not exist; create it first")
+        else:
+            header.check(path, may_be_new=may_be_new)
+        conn = None
+        try:
+            if readonly:
+                uri = f"{path.resolve().as_uri()}?mode=ro"
+                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            else:
+                conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+            conn.execute("PRAGMA trusted_schema = OFF")
+            file_version = schema.version(conn)
+            conn = cls._prepare(conn, path, readonly, may_be_new)
+            store = cls(conn, path, readonly, file_version)
+            if not readonly:
+                store._reap()
+            return store
+        except sqlite3.DatabaseError as exc:
+            if conn is not None:
+                conn.close()
+            raise _database_error(path, exc) from None
+        except StoreError:
+            if conn is not None:
+                conn.close()
+            raise
+
+    @staticmethod
+    def _prepare(conn: sqlite3.Connection, path: Path, readonly: bool, may_be_new: bool) -> sqlite3.Connection:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = schema.version(conn)
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if app_id != schema.APPLICATION_ID:
+            if tables:
+                shown = ", ".join(sorted(tables)[:5])
+                raise StoreError(
+                    f"{path} is a SQLite database but not a TTTR session database (tables: {shown}); "
+                    "pass a database written by tttr"
+                )
+            if not may_be_new:
+                raise StoreError(f"{path} is an empty SQLite database, not a TTTR session database; pass a database written by tttr")
+        if version > schema.SCHEMA_VERSION:
+            raise header.newer_error(path, version)
+        if version < schema.SCHEMA_VERSION:
+            if readonly:
+                copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+                conn.backup(copy)
+                conn.close()
+                conn = copy
+            schema.migrate(conn)
+        missing = {"runs", "kinds", "events", "steps", "blobs"} - {
+            r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if missing:
+            raise StoreError(f"{path} is damaged: table(s) {', '.join(sorted(missing))} are missing; restore it from a copy")
+        if not readonly:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash of the process loses nothing committed
+        return conn
+
+    def _reap(self) -> None:
+        """Mark runs whose writer process is gone as incomplete, so the file says so too."""
+        dead = [
+            rid
+            for rid, writer in self._conn.execute("SELECT id, writer FROM runs WHERE status = 'recording'")
+            if not liveness.alive(writer)
+        ]
+        if dead:
+            marks = ",".join("?" * len(dead))
+            self._conn.execute(
+                f"UPDATE runs SET status = 'incomplete', writer = NULL WHERE status = 'recording' AND id IN ({marks})",
+                dead,
+            )
+
+    def _load_kinds(self) -> None:
+        for code, layer, kind in self._conn.execute("SELECT code, layer, kind FROM kinds"):
+            self._kinds[code] = (layer, kind)
+            self._codes[(layer, kind)] = code
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close; a run this store was recording and did not finish is left incomplete."""
+        with self._lock:
+            if self._conn is None:
+                return
+            try:
+                if self._recording and not self.readonly:
+                    ids = list(self._recording)
+                    self._conn.execute(
+                        f"UPDATE runs SET status = 'incomplete', writer = NULL, finished = ?"
+                        f" WHERE status = 'recording' AND id IN ({','.join('?' * len(ids))})",
+                        [_now(), *ids],
+                    )
+            except sqlite3.DatabaseError:
+                pass  # the runs still read as incomplete: their writer is gone once we return
+            finally:
+                self._recording.clear()
+                self._conn.close()
+                self._conn = None
+
+    # ------------------------------------------------------------------ writing
+    def _writable(self) -> None:
+        if self.readonly:
+            raise StoreError(f"{self.path} was opened read-only; open it with Store.open(path) to record")
+
+    @_guarded
+    def begin_run(
+        self, *, task: str | None = None, model_id: str | None = None, kernel_mode: str | None = None,
+        sampling: dict | None = None, seed: int | None = None, fingerprint: dict | None = None,
+        parent: int | None = None, fork_seq: int | None = None, fork_site: str | None = None,
+        mutation: Any = None, meta: dict | None = None,
+    ) -> int:
+        """Start a run (status "recording") and return its id. A child run (fork or replay)
+        names its parent and where it leaves it: fork_seq, or fork_site (its event's seq)."""
+        self._writable()
+        if seed is not None and type(seed) is not int:
+            raise StoreError(f"seed must be an int or None, not {seed!r}")
+        if parent is None:
+            if fork_seq is not None or fork_site is not None:
+                raise StoreError("fork_seq/fork_site need a parent run; pass parent=RUN_ID")
+            first = 0
+        else:
+            self.run(parent)
+            if fork_seq is None:
+                if fork_site is None:
+                    raise StoreError(f"a child of run {parent} needs fork_seq (0 for a replay) or fork_site")
+                event = self.event_at(parent, fork_site)
+                if event is None:
+                    raise StoreError(f"site {fork_site!r} is not in run {parent}; `tttr events DB {parent} --json` lists its sites")
+                fork_seq = event.seq
+            have = self.count_events(parent)
+            if type(fork_seq) is not int or not 0 <= fork_seq <= have:
+                raise StoreError(f"fork_seq {fork_seq!r} is outside run {parent}, which has {have} events; pass 0..{have}")
+            first = fork_seq
+        cur = self._conn.execute(
+            "INSERT INTO runs (task, model_id, kernel_mode, sampling, seed, fingerprint, status, created,"
+            " parent, fork_seq, fork_site, mutation, meta, writer) VALUES (?,?,?,?,?,?,'recording',?,?,?,?,?,?,?)",
+            (
+                task, model_id, kernel_mode, _dumps(sampling or {}, "sampling"), seed,
+                _dumps(fingerprint or {}, "fingerprint"), _now(), parent, fork_seq, fork_site,
+                _dumps(mutation, "mutation"), _dumps(meta or {}, "meta"), liveness.identity(),
+            ),
+        )
+        run_id = cur.lastrowid
+        self._recording[run_id] = _Recording(first, seed)
+        self._chains[run_id] = (parent, first)
+        self._seeds[run_id] = seed
+        return run_id
+
+    def _recorder(self, run_id: int) -> _Recording:
+        rec = self._recording.get(run_id)
+        if rec is None:
+            raise StoreError(f"run {run_id} is not being recorded by this store; append to the id begin_run returned")
+        return rec
+
+    def append(self, run_id: int, step: int, layer: str, kind: str, site: str, value: Any) -> int:
+        """Buffer one event of the step in flight; returns its seq. Written by commit_step."""
+        with self._lock:
+            rec = self._recorder(run_id)
+            code = self._codes.get((layer, kind))
+            if code is None:
+                code = self._new_kind(layer, kind)
+            if type(step) is not int or type(site) is not str:
+                raise StoreError(f"step must be an int and site a str, not {step!r} and {site!r}")
+            pos, verbatim = codec.split_site(site, step, kind)
+            try:
+                stored = codec.encode(kind, value, rec.seed, step, pos)
+            except ValueError as exc:
+                raise StoreError(f"the value at site {site} of run {run_id}: {exc}; values are JSON") from None
+            seq = rec.next_seq
+            rec.next_seq = seq + 1
+            rec.rows.append((run_id, seq, step, code, pos, verbatim, stored))
+            return seq
+
+    @_guarded
+    def _new_kind(self, layer: str, kind: str) -> int:
+        if layer not in LAYERS:
+            raise StoreError(f"unknown layer {layer!r}; use one of {', '.join(LAYERS)}")
+        if type(kind) is not str or not _KIND.match(kind):
+            raise StoreError(f"bad event kind {kind!r}; use a name like token or tool (letters, digits, _ . -)")
+        self._conn.execute("INSERT OR IGNORE INTO kinds (layer, kind) VALUES (?, ?)", (layer, kind))
+        (code,) = self._conn.execute("SELECT code FROM kinds WHERE layer = ? AND kind = ?", (layer, kind)).fetchone()
+        self._codes[(layer, kind)] = code
+        self._kinds[code] = (layer, kind)
+        return code
+
+    @_guarded
+    def commit_step(self, run_id: int) -> None:
+        """Write the buffered events in one transaction."""
+        rec = self._recorder(run_id)
+        rows, rec.rows = rec.rows, []
+        if not rows:
+            return
+        steps = []
+        for step, group in itertools.groupby(rows, key=lambda r: r[2]):
+            group = list(group)
+            steps.append((run_id, step, group[0][1], group[-1][1], len(group)))
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?)", rows)
+            conn.executemany(
+                "INSERT INTO steps VALUES (?,?,?,?,?) ON CONFLICT (run, step) DO UPDATE SET"
+                " first_seq = min(first_seq, excluded.first_seq), last_seq = max(last_seq, excluded.last_seq),"
+                " events = events + excluded.events",
+                steps,
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            rec.next_seq = rows[0][1]  # seqs stay dense: the lost step's seqs are reused
+            raise
+
+    @_guarded
+    def finish_run(self, run_id: int, status: str = "complete", outcome: Any = None) -> None:
+        """Commit what is buffered and set the final status and outcome."""
+        self._writable()
+        if status not in ("complete", "failed", "incomplete"):
+            raise StoreError(f"bad final status {status!r}; use complete, failed or incomplete")
+        if run_id in self._recording:
+            self.commit_step(run_id)
+            del self._recording[run_id]
+        elif self.run(run_id).status == "recording":
+            raise StoreError(f"run {run_id} is being recorded by another process; let that process finish it")
+        self._conn.execute(
+            "UPDATE runs SET status = ?, outcome = ?, finished = ?, writer = NULL WHERE id = ?",
+            (status, _dumps(outcome, "outcome"), _now(), run_id),
+        )
+
+    # ------------------------------------------------------------------ blobs
+    @_guarded
+    def put_blob(self, data: bytes) -> str:
+        """Store bytes once, compressed; returns their sha256 hex digest."""
+        self._writable()
+        data = bytes(data)
+        digest = hashlib.sha256(data).hexdigest()
+        if self._conn.execute("SELECT 1 FROM blobs WHERE digest = ?", (digest,)).fetchone():
+            return digest
+        packed = zlib.compress(data, 6)
+        codec_name, stored = ("zlib", packed) if len(packed) < len(data) else ("raw", data)
+        self._conn.execute(
+            "INSERT OR IGNORE INTO blobs (digest, size, codec, data) VALUES (?,?,?,?)",
+            (digest, len(data), codec_name, stored),
+        )
+        return digest
+
+    @_guarded
+    def get_blob(self, digest: str) -> bytes:
+        row = self._conn.execute("SELECT codec, data FROM blobs WHERE digest = ?", (digest,)).fetchone()
+        if row is None:
+            raise StoreError(f"no blob {digest} in {self.path}; the value refers to content that was never stored")
+        data = zlib.decompress(row[1]) if row[0] == "zlib" else bytes(row[1])
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise StoreError(f"blob {digest} in {self.path} does not match its digest; the file is damaged")
+        return data
+
+    @_guarded
+    def has_blob(self, digest: str) -> bool:
+        return self._conn.execute("SELECT 1 FROM blobs WHERE digest = ?", (digest,)).fetchone() is not None
+
+    # ------------------------------------------------------------------ runs
+    def _to_run(self, row: tuple) -> Run:
+        rid, task, model, mode, sampling, seed, fp, status, outcome, created, finished, parent, fseq, fsite, mut, meta, writer = row
+        if status == "recording" and rid not in self._recording and not liveness.alive(writer):
+            status = "incomplete"
+        loads = lambda text, empty: empty if text is None else json.loads(text)  # noqa: E731
+        return Run(
+            rid, task, model, mode, loads(sampling, {}), seed, loads(fp, {}), status, loads(outcome, None),
+            created, finished, parent, fseq, fsite, loads(mut, None), loads(meta, {}),
+        )
+
+    @_guarded
+    def runs(self) -> list[Run]:
+        return [self._to_run(r) for r in self._conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id")]
+
+    @_guarded
+    def run(self, run_id: int) -> Run:
+        row = self._conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise self._unknown_run(run_id)
+        return self._to_run(row)
+
+    def _unknown_run(self, run_id: Any) -> StoreError:
+        lo, hi = self._conn.execute("SELECT min(id), max(id) FROM runs").fetchone()
+        has = "no runs" if lo is None else f"runs {lo}–{hi}" if lo != hi else f"run {lo}"
+        return StoreError(f"no run {run_id!r} in {self.path} (it has {has}); `tttr runs {self.path}` lists them")
+
+    def _chain(self, run_id: int) -> tuple[int | None, int]:
+        chain = self._chains.get(run_id)
+        if chain is None:
+            row = self._conn.execute("SELECT parent, fork_seq, seed FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise self._unknown_run(run_id)
+            first = (row[1] or 0) if row[0] is not None else 0
+            chain = self._chains[run_id] = (row[0], first)
+            self._seeds[run_id] = row[2]
+        return chain
+
+    def _segments(self, run_id: int) -> list[tuple[int, int, int]]:
+        """[(run that stores them, first seq, end seq)] that make up `run_id`, in seq order."""
+        segments = []
+        source, end = run_id, _END
+        seen = set()
+        while source is not None and source not in seen:
+            seen.add(source)  # a cycle can only come from a hand-edited file; stop rather than loop
+            parent, first = self._chain(source)
+            if first < end:
+                segments.append((source, first, end))
+            source, end = parent, min(end, first)
+            if end <= 0:
+                break
+        return segments[::-1]
+
+    # ------------------------------------------------------------------ events
+    def _kind_codes(self, layer: str | None, kind: str | None) -> list[int]:
+        return [c for c, (lay, kin) in self._kinds.items() if layer in (None, lay) and kind in (None, kin)]
+
+    def _event(self, run_id: int, source: int, row: tuple) -> Event:
+        seq, step, code, pos, verbatim, stored = row
+        if code not in self._kinds:
+            self._load_kinds()  # another writer added a kind since we opened
+        layer, kind = self._kinds[code]
+        if source not in self._seeds:
+            self._chain(source)
+        value = codec.decode(stored, self._seeds[source], step, pos)
+        return Event(run_id, seq, step, layer, kind, codec.join_site(step, kind, pos, verbatim), value, source)
+
+    def _step_range(self, source: int, step: int) -> tuple[int, int] | None:
+        row = self._conn.execute("SELECT first_seq, last_seq FROM steps WHERE run = ? AND step = ?", (source, step)).fetchone()
+        return None if row is None else (row[0], row[1] + 1)
+
+    @_guarded
+    def events(
+        self, run_id: int, start: int = 0, stop: int | None = None, *, step: int | None = None,
+        layer: str | None = None, kind: str | None = None, limit: int | None = None,
+    ) -> list[Event]:
+        """Events with start <= seq < stop, optionally of one step/layer/kind, at most limit, by seq."""
+        if layer is not None and layer not in LAYERS:
+            raise StoreError(f"unknown layer {layer!r}; use one of {', '.join(LAYERS)}")
+        stop = _END if stop is None else stop
+        segments = self._segments(run_id)
+        if layer is not None or kind is not None:
+            codes = self._kind_codes(layer, kind)
+            if not codes:
+                self._load_kinds()  # another writer may have added it
+                codes = self._kind_codes(layer, kind)
+            if not codes:
+                return []
+            kind_sql = f" AND kind IN ({','.join(map(str, codes))})"
+        else:
+            kind_sql = ""
+        out: list[Event] = []
+        for source, first, end in segments:
+            lo, hi = max(first, start), min(end, stop)
+            sql, args = kind_sql, []
+            if step is not None:
+                bounds = self._step_range(source, step)
+                if bounds is None:
+                    continue
+                lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+                sql, args = " AND step = ?" + kind_sql, [step]
+            if lo >= hi:
+                continue
+            want = "" if limit is None else f" LIMIT {int(limit) - len(out)}"
+            rows = self._conn.execute(
+                "SELECT seq, step, kind, pos, site, value FROM events WHERE run = ? AND seq >= ? AND seq < ?"
+                f"{sql} ORDER BY seq{want}",
+                [source, lo, hi, *args],
+            )
+            out.extend(self._event(run_id, source, r) for r in rows)
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+    @_guarded
+    def event_at(self, run_id: int, site: str) -> Event | None:
+        """The event consumed at `site` (e.g. "4:token:17"), or None."""
+        canonical = codec.parse_canonical(site)
+        for source, first, end in self._segments(run_id):
+            row = self._conn.execute(
+                "SELECT seq, step, kind, pos, site, value FROM events WHERE run = ? AND site = ?"
+                " AND seq >= ? AND seq < ? ORDER BY seq LIMIT 1",
+                (source, site, first, end),
+            ).fetchone()
+            if row is None and canonical is not None:
+                step, kind, pos = canonical
+                bounds = self._step_range(source, step)
+                codes = self._kind_codes(None, kind)
+                if bounds is not None and codes:
+                    row = self._conn.execute(
+                        "SELECT seq, step, kind, pos, site, value FROM events WHERE run = ? AND seq >= ? AND seq < ?"
+                        f" AND step = ? AND kind IN ({','.join(map(str, codes))}) AND pos IS ? AND site IS NULL"
+                        " ORDER BY seq LIMIT 1",
+                        (source, max(first, bounds[0]), min(end, bounds[1]), step, pos),
+                    ).fetchone()
+            if row is not None:
+                return self._event(run_id, source, row)
+        return None
+
+    @_guarded
+    def count_events(self, run_id: int) -> int:
+        """Committed events, the shared prefix of a fork included (seqs are dense)."""
+        _, first = self._chain(run_id)
+        (last,) = self._conn.execute("SELECT max(seq) FROM events WHERE run = ?", (run_id,)).fetchone()
+        return first if last is None else last + 1
+
+    @_guarded
+    def steps(self, run_id: int) -> int:
+        """Number of agent steps (0..n-1) in the run, the shared prefix of a fork included."""
+        top = -1
+        for source, first, end in self._segments(run_id):
+            (m,) = self._conn.execute(
+                "SELECT max(step) FROM steps WHERE run = ? AND first_seq < ? AND last_seq >= ?", (source, end, first)
+            ).fetchone()
+            if m is not None:
+                top = max(top, m)
+        return top + 1
+
+    # ------------------------------------------------------------------ the file
+    @_guarded
+    def stats(self) -> dict:
+        """Figures for `tttr info`."""
+        q = lambda sql: self._conn.execute(sql).fetchone()  # noqa: E731
+        statuses = {s: 0 for s in STATUSES}
+        for run in self.runs():
+            statuses[run.status] = statuses.get(run.status, 0) + 1
+        blobs, raw, stored = q("SELECT count(*), coalesce(sum(size), 0), coalesce(sum(length(data)), 0) FROM blobs")
+        return {
+            "path": str(self.path),
+            "schema_version": self.file_version,
+            "reads_as_version": schema.version(self._conn),
+            "journal_mode": q("PRAGMA journal_mode")[0],
+            "page_size": q("PRAGMA page_size")[0],
+            "file_bytes": self.path.stat().st_size,
+            "runs": sum(statuses.values()),
+            "statuses": statuses,
+            "events": q("SELECT count(*) FROM events")[0],
+            "blobs": blobs,
+            "blob_bytes": raw,
+            "blob_stored_bytes": stored,
+        }
+
+    @_guarded
+    def check(self) -> list[str]:
+        """SQLite's quick_check: [] when the file is sound, else the problems it found."""
+        problems = [r[0] for r in self._conn.execute("PRAGMA quick_check")]
+        return [] if problems == ["ok"] else problems
