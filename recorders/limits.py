@@ -1,0 +1,109 @@
+"""Resource limits of one sandboxed command, and the pids cgroup that enforces the
+process limit where the rlimit cannot (root is exempt from RLIMIT_NPROC)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from recorders.errors import SandboxError
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    timeout_s: float = 30.0          # wall clock per command
+    max_processes: int = 256         # pids cgroup (or RLIMIT_NPROC for non-root)
+    memory_mb: int = 2048            # RLIMIT_AS per process
+    file_size_mb: int = 1024         # RLIMIT_FSIZE: largest file a command may write
+    output_cap: int = 64 * 1024      # bytes of stdout and of stderr kept; the rest is counted
+
+    def __post_init__(self) -> None:
+        checks = {
+            "timeout_s": self.timeout_s > 0,
+            "max_processes": self.max_processes >= 8,
+            "memory_mb": self.memory_mb >= 64,
+            "file_size_mb": self.file_size_mb >= 1,
+            "output_cap": self.output_cap >= 256,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise SandboxError(
+                    f"bad limit {name}={getattr(self, name)!r}: timeout_s > 0, max_processes >= 8, "
+                    "memory_mb >= 64, file_size_mb >= 1, output_cap >= 256"
+                )
+
+    def ulimit_line(self) -> str:
+        """bash builtin call that sets soft and hard limits inside the sandbox."""
+        return (
+            f"ulimit -u {self.max_processes} -v {self.memory_mb * 1024} "
+            f"-f {self.file_size_mb * 1024} -c 0 2>/dev/null"
+        )
+
+
+def find_pids_root() -> Path | None:
+    """The directory under which this process may create a pids cgroup, or None."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+        own = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    v1 = {line.split(":", 2)[1]: line.split(":", 2)[2] for line in own if line.count(":") >= 2}
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        mnt, fstype, opts = parts[1], parts[2], parts[3].split(",")
+        if fstype == "cgroup" and "pids" in opts:
+            base = Path(mnt) / v1.get("pids", "/").lstrip("/")
+            if os.access(base, os.W_OK):
+                return base
+        if fstype == "cgroup2":
+            base = Path(mnt) / v1.get("", "/").lstrip("/")
+            try:
+                delegated = "pids" in (base / "cgroup.subtree_control").read_text().split()
+            except OSError:
+                delegated = False
+            if delegated and os.access(base, os.W_OK):
+                return base
+    return None
+
+
+class PidsCgroup:
+    """One cgroup per executor; every command of the executor is started inside it."""
+
+    def __init__(self, root: Path, max_processes: int):
+        self.path = root / f"tttr-{os.getpid()}-{time.monotonic_ns()}"
+        try:
+            self.path.mkdir()
+            (self.path / "pids.max").write_text(str(max_processes))
+        except OSError as exc:
+            raise SandboxError(f"cannot create pids cgroup {self.path}: {exc}") from None
+
+    @property
+    def procs(self) -> Path:
+        return self.path / "cgroup.procs"
+
+    def kill_all(self) -> None:
+        try:
+            pids = [int(p) for p in self.procs.read_text().split()]
+        except OSError:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        for _ in range(50):
+            self.kill_all()
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)

@@ -1,0 +1,243 @@
+"""The executor: runs one agent command in a sandbox and returns what it saw and did.
+
+Nothing else in the product executes agent commands. Each command runs in a fresh
+bubblewrap sandbox (new PID, network, UTS, IPC and, where allowed, user namespaces) with
+the task tree at /work, a pinned environment, a virtual clock (libfaketime) set to the
+step's value, randomness seeded from (run seed, step), and resource limits. Shell state
+(cwd, exports) is carried explicitly from one command to the next.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import weakref
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from recorders.clock import clock_epoch, faketime_spec, iso, normalize_clock
+from recorders.errors import SandboxError
+from recorders.filetimes import clamp_times
+from recorders.limits import Limits, PidsCgroup
+from recorders.output import CappedBuffer, pump
+from recorders.probe import NAMESPACE_FLAGS, SandboxSupport, probe, shim_path
+from recorders.rootfs import RUNTIME, SANDBOX_ROOT, UID, bwrap_fs_args, runtime_dir
+from recorders.seedrandom import step_seed
+from recorders.shell import ShellState, parse_state, prelude
+
+__all__ = ["Executor", "CommandResult", "ShellState", "SandboxError", "SandboxSupport", "Limits", "probe"]
+
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+STATE_CAP = 1 << 20
+REFUSAL = (
+    "refusing to run agent commands without a sandbox; pass --unsafe-no-sandbox "
+    "(unsafe_no_sandbox=True) to run them directly on this machine, unconfined"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    command: str
+    stdout: str                  # capped; a marker line ends it when truncated
+    stderr: str
+    exit_code: int               # 124 when the timeout killed it
+    duration_ms: float
+    stdout_size: int             # full sizes, whatever the cap kept
+    stderr_size: int
+    truncated: bool
+    timed_out: bool
+    clock: str                   # ISO, naive UTC: the virtual clock at the command's start
+    step: int
+    cwd: str                     # where it started (inside the sandbox)
+    env: dict[str, str]          # the environment it saw
+    state_after: ShellState
+    mechanisms: tuple[str, ...]  # what confined and pinned it
+
+    def to_json(self) -> dict:
+        return {
+            "cmd": self.command, "cwd": self.cwd, "env": dict(self.env), "stdout": self.stdout,
+            "stderr": self.stderr, "exit_code": self.exit_code, "duration_ms": round(self.duration_ms, 3),
+            "stdout_size": self.stdout_size, "stderr_size": self.stderr_size, "truncated": self.truncated,
+            "timed_out": self.timed_out, "clock": self.clock, "step": self.step,
+            "state_after": self.state_after.to_json(), "mechanisms": list(self.mechanisms),
+        }
+
+
+@dataclass(slots=True)
+class _Prepared:
+    argv: list[str]
+    popen_env: dict[str, str]     # bwrap's environment (LD_PRELOAD is set inside only)
+    env_seen: dict[str, str]      # what the command sees
+    base_env: dict[str, str]      # pinned values, before the carried exports
+    cwd: str | None
+    read_fd: int                  # state dump channel
+    write_fd: int
+
+
+class Executor:
+    """Runs agent commands against one tree. `seed` is the run's seed: the randomness a
+    command sees depends only on (seed, step)."""
+
+    def __init__(self, tree: Path | str, seed: int = 0, unsafe_no_sandbox: bool = False,
+                 limits: Limits = Limits(), clamp_file_times: bool = True):
+        self.tree = Path(tree).resolve()
+        if not self.tree.is_dir():
+            raise SandboxError(f"tree {str(tree)!r} is not a directory: create it or pass an existing one")
+        if not isinstance(seed, int) or seed < 0:
+            raise SandboxError(f"bad seed {seed!r}: give a non-negative integer")
+        self.seed = seed
+        self.limits = limits
+        self.support = probe()
+        if not self.support.ok and not unsafe_no_sandbox:
+            raise SandboxError(f"{self.support.line()}; {REFUSAL}")
+        self.sandboxed = self.support.ok
+        self.clamp_file_times = clamp_file_times
+        self._shim = shim_path(self.support)
+        self._runtime = runtime_dir(self._shim)
+        self._cgroup: PidsCgroup | None = None
+        self._finalizer = None
+
+    # -- public ---------------------------------------------------------------------------
+
+    @property
+    def mechanisms(self) -> tuple[str, ...]:
+        mech = list(self.support.mechanisms())
+        if not self.sandboxed:
+            mech.append("unsafe-no-sandbox")
+        if self.clamp_file_times:
+            mech.append("file-times-clamped")
+        return tuple(mech)
+
+    def base_env(self, clock: datetime, step: int) -> dict[str, str]:
+        user = "agent" if (self.sandboxed and self.support.userns) else ("root" if os.geteuid() == 0 else "agent")
+        env = {
+            "PATH": PATH, "HOME": SANDBOX_ROOT, "USER": user, "LOGNAME": user, "HOSTNAME": "sandbox",
+            "SHELL": "/bin/bash", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC", "TERM": "dumb",
+            "PAGER": "cat", "TMPDIR": "/tmp", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+            "SOURCE_DATE_EPOCH": str(clock_epoch(clock)),
+            "TTTR_SEED": f"{step_seed(self.seed, step):016x}",
+            "BASH_ENV": f"{RUNTIME}/bashenv" if self.sandboxed else str(self._runtime / "bashenv"),
+        }
+        if self.support.faketime:
+            env["FAKETIME"] = faketime_spec(clock)
+            env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+            env["DONT_FAKE_MONOTONIC"] = "1"  # the name before libfaketime 0.9.10
+            env["FAKETIME_DISABLE_SHM"] = "1"  # no cross-process shared memory to leak state
+        return env
+
+    def run(self, command: str, clock: datetime, step: int = 0, state: ShellState | None = None) -> CommandResult:
+        if not isinstance(command, str) or "\0" in command:
+            raise SandboxError(f"bad command {command!r}: give a shell command line without NUL bytes")
+        clock = normalize_clock(clock)
+        state = state or ShellState()
+        prep = self._prepare(command, clock, step, state)
+        out, err, dump = (CappedBuffer(self.limits.output_cap), CappedBuffer(self.limits.output_cap),
+                          CappedBuffer(STATE_CAP))
+        started_ns = time.time_ns()
+        t0 = time.perf_counter()
+        r_state = prep.read_fd
+        try:
+            proc = subprocess.Popen(
+                prep.argv, env=prep.popen_env, cwd=prep.cwd, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(prep.write_fd,),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(r_state)
+            raise SandboxError(f"cannot start the sandbox ({prep.argv[0]}): {exc}") from None
+        finally:
+            os.close(prep.write_fd)
+
+        def kill() -> None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            if self._cgroup is not None:
+                self._cgroup.kill_all()
+
+        try:
+            timed_out = pump(
+                {proc.stdout.fileno(): out, proc.stderr.fileno(): err, r_state: dump},
+                deadline=time.monotonic() + self.limits.timeout_s,
+                exited=lambda: proc.poll() is not None, kill=kill,
+            )
+            code = proc.wait()
+        finally:
+            proc.stdout.close()
+            proc.stderr.close()
+            os.close(r_state)
+        duration_ms = (time.perf_counter() - t0) * 1000
+        if self.clamp_file_times:
+            clamp_times(str(self.tree), started_ns, time.time_ns(), clock_epoch(clock))
+        if code < 0:
+            code = 128 - code
+        stderr = err.text()
+        if timed_out:
+            code = 124
+            stderr += f"[tttr: command killed after the {self.limits.timeout_s:g} s timeout]\n"
+        root = SANDBOX_ROOT if self.sandboxed else str(self.tree)
+        after = parse_state(bytes(dump.data), state, prep.base_env, root=root) if not timed_out else state
+        return CommandResult(
+            command=command, stdout=out.text(), stderr=stderr, exit_code=code, duration_ms=duration_ms,
+            stdout_size=out.size, stderr_size=err.size, truncated=out.truncated or err.truncated,
+            timed_out=timed_out, clock=iso(clock), step=step, cwd=state.cwd, env=prep.env_seen,
+            state_after=after, mechanisms=self.mechanisms,
+        )
+
+    def close(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _pids_cgroup(self) -> PidsCgroup | None:
+        if self._cgroup is None and self.support.pids_cgroup:
+            try:
+                self._cgroup = PidsCgroup(Path(self.support.pids_cgroup), self.limits.max_processes)
+            except SandboxError:
+                return None
+            self._finalizer = weakref.finalize(self, self._cgroup.close)
+        return self._cgroup
+
+    def _preload(self, inside: bool) -> str:
+        libs = []
+        if self._shim is not None:
+            libs.append(f"{RUNTIME}/seedrandom.so" if inside else str(self._runtime / "seedrandom.so"))
+        if self.support.faketime:
+            libs.append(self.support.faketime)
+        return ":".join(libs)
+
+    def _prepare(self, command: str, clock: datetime, step: int, state: ShellState) -> _Prepared:
+        base = self.base_env(clock, step)
+        env = {**base, **state.exports}
+        preload = self._preload(inside=self.sandboxed)
+        seen = {**env, "LD_PRELOAD": preload} if preload else dict(env)
+        root = SANDBOX_ROOT if self.sandboxed else str(self.tree)
+        r, w = os.pipe()
+        script = prelude(state, self.limits.ulimit_line(), root=root, state_fd=w)
+        shell = ["/bin/bash", "--noprofile", "--norc", "-c", script, "bash", command]
+        if not self.sandboxed:
+            return _Prepared(shell, seen, seen, base, str(self.tree), r, w)
+        argv = [self.support.bwrap]
+        if self.support.userns:
+            argv += ["--unshare-user", "--uid", str(UID), "--gid", str(UID)]
+        argv += [*NAMESPACE_FLAGS, "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        argv += bwrap_fs_args(self.tree, self._runtime)
+        argv += ["--chdir", SANDBOX_ROOT]
+        if preload:
+            argv += ["--setenv", "LD_PRELOAD", preload]
+        argv += shell
+        cg = self._pids_cgroup()
+        if cg is not None:  # join the cgroup before bwrap starts, so no fork escapes it
+            argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cg.procs), *argv]
+        return _Prepared(argv, env, seen, base, None, r, w)
