@@ -1,0 +1,2 @@
+mkdir -p archive
+find data -type f -mtime +30 -exec mv {} archive/ \;

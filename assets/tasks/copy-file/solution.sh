@@ -1,0 +1,1 @@
+cp app.conf app.conf.bak

@@ -1,0 +1,1 @@
+wc -l < data.csv > count.txt

@@ -1,0 +1,1 @@
+ls inbox > listing.txt

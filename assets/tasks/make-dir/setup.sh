@@ -1,0 +1,1 @@
+echo "remember to back up the database" > notes.txt

@@ -1,0 +1,1 @@
+mv incoming/upload-* incoming/upload.dat

@@ -1,0 +1,1 @@
+echo "The quarterly report, version 3." > draft.txt

@@ -1,0 +1,1 @@
+mv draft.txt final.txt

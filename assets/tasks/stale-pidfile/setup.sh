@@ -1,0 +1,3 @@
+mkdir run
+echo 4242 > run/app.pid
+touch run/app.lock

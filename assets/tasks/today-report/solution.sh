@@ -1,0 +1,1 @@
+touch "reports/$(date +%F).txt"

@@ -1,0 +1,1 @@
+echo "greeting.txt should say hello world" > README
