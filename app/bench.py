@@ -1,0 +1,130 @@
+"""`tttr bench app`: how fast the app opens a big run and answers a key press.
+
+A database with one run of ~100k events is generated through the real store, in the
+shape the agent loop writes (setup, then per step: prompt, token + logits per position,
+message, action, clock, tool). The app is then driven by Textual's pilot in a headless
+terminal: `open_s` is the time from starting the app on that run to its timeline being
+painted; `keypress_ms` is the median time from a key press to the screen having handled
+it, over stepping keys of every kind (event, step, layer, page, start, end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import statistics
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+TOKENS_PER_STEP = 240
+KEYS = ("down", "down", "up", "right", "right", "left", "full_stop", "full_stop", "comma",
+        "pagedown", "pagedown", "pageup", "end", "home", "l", "full_stop", "comma", "right")
+WORDS = ("I", " will", " list", " the", " files", " and", " rotate", " logs", " older", " than",
+         " seven", " days", ".", "\n", "```", "bash", " ls", " -la", " /var", "/log")
+COMMANDS = ("ls -la /var/log", "find /var/log -name '*.log' -mtime +7", "gzip -k app.log",
+            "date +%F", "cat /etc/hostname", "wc -l access.log", "mv app.log app.log.1")
+
+
+def generate(path: Path, events: int = 100_000, *, seed: int = 0, tokens_per_step: int = TOKENS_PER_STEP) -> int:
+    """Write a database at `path` holding one complete run of about `events` events;
+    returns the run id. Deterministic for a given seed."""
+    from sessions.store import Store
+
+    rng = random.Random(seed)
+    per_step = 2 * tokens_per_step + 5
+    steps = max(1, (events - 3) // per_step)
+    clock = datetime(2026, 11, 29, 10, 0, 0)
+    store = Store.open(path, create=True)
+    try:
+        run = store.begin_run(
+            task="rotate-logs", model_id="synthetic-bench", kernel_mode="invariant",
+            sampling={"temperature": 0.7, "top_p": 1.0, "top_k": 0}, seed=seed,
+            fingerprint={"device": "cpu"}, meta={"clock": clock.isoformat(), "synthetic": True},
+        )
+        store.append(run, -1, "trace", "clock", "-1:clock", {"t": clock.isoformat()})
+        store.append(run, -1, "trace", "setup", "-1:setup",
+                     {"task": "rotate-logs", "clock": clock.isoformat(), "tree": _hex(rng, 64), "snapshot": None})
+        store.commit_step(run)
+        tree = _hex(rng, 64)
+        for step in range(steps):
+            store.append(run, step, "agent", "prompt", f"{step}:prompt",
+                         {"ids_digest": _hex(rng, 16), "n_tokens": 300 + step * 40})
+            text = []
+            for pos in range(tokens_per_step):
+                tid = rng.randrange(49152)
+                word = WORDS[rng.randrange(len(WORDS))]
+                text.append(word)
+                lp = -round(rng.random() * 2, 3)
+                store.append(run, step, "token", "token", f"{step}:token:{pos}",
+                             {"id": tid, "text": word, "forced": False, "logprob": lp, "rng": [seed, step, pos]})
+                topk = [[tid, lp]] + [[rng.randrange(49152), lp - 0.5 * (k + 1)] for k in range(4)]
+                store.append(run, step, "tensor", "logits", f"{step}:logits:{pos}",
+                             {"digest": _hex(rng, 16), "topk": topk, "batch": [4, [rng.randrange(4)]],
+                              "mode": "invariant"})
+            cmd = COMMANDS[step % len(COMMANDS)]
+            store.append(run, step, "agent", "message", f"{step}:message", {"text": "".join(text)})
+            store.append(run, step, "agent", "action", f"{step}:action", {"cmd": cmd})
+            clock += timedelta(seconds=3)
+            store.append(run, step, "trace", "clock", f"{step}:clock", {"t": clock.isoformat()})
+            before, tree = tree, _hex(rng, 64) if step % 3 == 0 else tree
+            out = "\n".join(f"-rw-r--r-- 1 agent agent {rng.randrange(99999):>5} app-{i}.log" for i in range(8))
+            store.append(run, step, "trace", "tool", f"{step}:tool", {
+                "cmd": cmd, "cwd": "/work", "env": {"HOME": "/work", "TZ": "UTC", "PATH": "/usr/bin:/bin"},
+                "stdout": out, "stderr": "", "exit_code": 0, "duration_ms": rng.randrange(2, 40),
+                "stdout_size": len(out), "stderr_size": 0, "truncated": False,
+                "tree_before": before, "tree_after": tree, "snapshot": None,
+            })
+            store.commit_step(run)
+        store.append(run, steps - 1, "agent", "outcome", f"{steps - 1}:outcome",
+                     {"passed": True, "checker_exit": 0, "checker_output": "ok"})
+        store.commit_step(run)
+        store.finish_run(run, "complete", {"passed": True, "checker_exit": 0, "checker_output": "ok"})
+        return run
+    finally:
+        store.close()
+
+
+def _hex(rng: random.Random, n: int) -> str:
+    return hashlib.sha256(rng.randbytes(16)).hexdigest()[:n]
+
+
+async def _drive(db: Path, run_id: int, size: tuple[int, int]) -> dict:
+    from app.screens.timeline import TimelineScreen
+    from app.tui import TTTRApp
+    from app.widgets.timeline import Timeline
+    from sessions.store import Store
+
+    t0 = time.perf_counter()
+    store = Store.open(db, create=False, readonly=True)
+    app = TTTRApp(store, run_id=run_id, load_tokenizer=False)
+    async with app.run_test(size=size) as pilot:
+        while not isinstance(app.screen, TimelineScreen):
+            await pilot.pause(0.005)
+        await pilot.pause()
+        open_s = time.perf_counter() - t0
+        timeline = app.screen.query_one(Timeline)
+        events = timeline.view.count
+        times = []
+        for key in KEYS:
+            t = time.perf_counter()
+            await pilot.press(key)
+            await pilot.pause()
+            times.append((time.perf_counter() - t) * 1000)
+    store.close()
+    return {"events": events, "open_s": open_s, "keypress_ms": statistics.median(times),
+            "keypress_max_ms": max(times), "keys": len(times)}
+
+
+def measure(events: int = 100_000, db: Path | None = None, size: tuple[int, int] = (160, 48)) -> dict:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tttr-bench-app-") as tmp:
+        path = Path(db) if db else Path(tmp) / "bench.db"
+        t = time.perf_counter()
+        run_id = generate(path, events)
+        generate_s = time.perf_counter() - t
+        figures = asyncio.run(_drive(path, run_id, size))
+    figures["generate_s"] = generate_s
+    return figures

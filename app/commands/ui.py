@@ -1,0 +1,138 @@
+"""`tttr open`, `tttr demo` and `tttr bench app`: the Textual app's entry points."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+DEMO_TASK = "rotate-logs"
+
+
+def register(sub, bench_sub) -> None:
+    p = sub.add_parser(
+        "open", help="open a session database in the TTTR app",
+        description="Browse the runs of a session database, step through one run's timeline "
+                    "(tokens, tool calls, environment reads), edit a clock, tool result or token "
+                    "and fork the run there, and compare any two runs side by side. The file is "
+                    "opened read-only; a fork is written by a connection of its own.",
+    )
+    p.add_argument("db", help="session database (written by tttr record / tttr demo)")
+    p.add_argument("--run", type=int, help="open this run's timeline directly")
+    _model_args(p)
+    p.set_defaults(func=cmd_open)
+
+    p = sub.add_parser(
+        "demo", help="record one task with the embedded model, then open the app on it",
+        description="Record one task of the suite with the embedded default model into a fresh "
+                    "session database (progress on the terminal), then open the app on the run.",
+    )
+    p.add_argument("--task", default=DEMO_TASK, help=f"task to record (default {DEMO_TASK}; `tttr tasks` lists them)")
+    p.add_argument("--db", help="new database file (default: tttr-demo-<time>.db in this folder)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--no-open", action="store_true", help="record only; print the `tttr open` line")
+    _model_args(p)
+    p.set_defaults(func=cmd_demo)
+
+    b = bench_sub.add_parser(
+        "app", help="app open time and key-press latency on a generated 100k-event run",
+        description="Generates a database with one run of --events events through the real store, "
+                    "then drives the app headless with Textual's pilot: open_s is start to first "
+                    "paint of the run's timeline, keypress_ms the median key-press latency over "
+                    "stepping keys (event, step, layer, page, start, end).",
+    )
+    b.add_argument("--events", type=int, default=100_000, help="events in the generated run (default 100000)")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.set_defaults(func=cmd_bench_app)
+
+
+def _model_args(p) -> None:
+    p.add_argument("--model", help="model for forks: GGUF file or Hugging Face folder "
+                                   "(default: TTTR_MODEL, then the embedded SmolLM2)")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="let forks run commands without bubblewrap where the machine refuses namespaces (unsafe)")
+
+
+def _check_run(store, run_id: int | None) -> None:
+    if run_id is not None:
+        store.run(run_id)  # an unknown id fails here with the store's message, before the app starts
+
+
+def cmd_open(args) -> int:
+    from sessions.store import Store
+
+    # Read-only: a corrupt, foreign or newer file raises StoreError here, before the
+    # terminal is taken over, and nothing is ever written to it by viewing.
+    store = Store.open(args.db, create=False, readonly=True)
+    try:
+        store.runs()
+        _check_run(store, args.run)
+        return _run_app(store, args.run, args)
+    finally:
+        store.close()
+
+
+def _run_app(store, run_id: int | None, args) -> int:
+    from app.tui import TTTRApp
+
+    app = TTTRApp(store, run_id=run_id, model=args.model, unsafe_no_sandbox=args.unsafe_no_sandbox)
+    app.run()
+    return int(app.return_code or 0)
+
+
+def cmd_demo(args) -> int:
+    from datetime import datetime
+
+    from engine.replay import ReplayError, record
+    from engine.runtime import Runtime
+    from recorders.tasks import load_task
+    from sessions.store import Store
+
+    path = Path(args.db) if args.db else Path(f"tttr-demo-{datetime.now():%Y%m%d-%H%M%S}.db")
+    if path.exists():
+        raise ReplayError(f"{path} already exists: the demo records into a fresh database; pass a new --db path")
+    load_task(args.task)  # an unknown task fails before anything is written
+    print(f"tttr demo: loading the model …", file=sys.stderr, flush=True)
+    runtime = Runtime(args.model, kernel_mode="invariant")
+    print(f"tttr demo: recording task {args.task} into {path}", file=sys.stderr, flush=True)
+    store = Store.open(path, create=True)
+    try:
+        result = record(store, args.task, runtime=runtime, seed=args.seed,
+                        unsafe_no_sandbox=args.unsafe_no_sandbox, progress=_demo_progress)
+    finally:
+        store.close()
+    outcome = "passed" if result.passed else ("failed" if result.passed is False else result.status)
+    print(f"\ntttr demo: run {result.run_id}: {len(result.actions)} steps, {outcome}", file=sys.stderr)
+    if args.no_open:
+        print(f"tttr open {path} --run {result.run_id}")
+        return 0
+    store = Store.open(path, create=False, readonly=True)
+    try:
+        return _run_app(store, result.run_id, args)
+    finally:
+        store.close()
+
+
+def _demo_progress(done: int, total: int | None, message: str = "") -> None:
+    width = 30
+    if total:
+        filled = min(width, int(width * done / total))
+        bar = "█" * filled + "·" * (width - filled)
+        line = f"\r  [{bar}] {done}/{total} {message}"
+    else:
+        line = f"\r  {done} … {message}"
+    print(f"{line[:100]:<100}", end="", file=sys.stderr, flush=True)
+
+
+def cmd_bench_app(args) -> int:
+    from app.bench import measure
+
+    figures = measure(args.events)
+    if args.json:
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}))
+        return 0
+    print(f"app on a generated run of {figures['events']} events (generated in {figures['generate_s']:.1f} s)")
+    print(f"  open_s       {figures['open_s']:.3f}   (start → timeline painted; target ≤ 1 s)")
+    print(f"  keypress_ms  {figures['keypress_ms']:.1f}   (median of {figures['keys']} stepping keys; "
+          f"max {figures['keypress_max_ms']:.1f}; target ≤ 50 ms)")
+    return 0

@@ -1,0 +1,101 @@
+"""Two runs side by side: what the compare screen draws, built from `engine.diff.diff_runs`.
+
+Plain data (no textual): `build_comparison` runs in a worker thread with its own store
+connection, and returns rows the side-by-side widget only has to paint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class StepInfo:
+    step: int
+    action: str
+    exit_code: int | None = None
+    output: str = ""  # first line of the command's output
+
+
+@dataclass(frozen=True, slots=True)
+class CompareRow:
+    a: StepInfo | None
+    b: StepInfo | None
+    same: bool
+    fork: bool = False  # the row holding the fork site
+    first_divergence: bool = False  # the row of the earliest divergence, any layer
+
+
+@dataclass(slots=True)
+class Comparison:
+    run_a: int
+    run_b: int
+    rows: list[CompareRow] = field(default_factory=list)
+    divergences: dict[str, Any] = field(default_factory=dict)  # layer -> engine.diff.Divergence
+    fork_site: str | None = None
+    mutation: Any = None
+    outcome_a: Any = None
+    outcome_b: Any = None
+
+    @property
+    def first(self):
+        """The earliest divergence over all layers, or None when the runs agree."""
+        ranked = sorted(self.divergences.values(), key=lambda d: _site_order(d.site))
+        return ranked[0] if ranked else None
+
+
+def _site_order(site: str) -> tuple[int, int]:
+    parts = site.split(":")
+    try:
+        step = int(parts[0])
+    except ValueError:
+        return (1 << 30, 0)
+    pos = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else -1
+    return (step, pos)
+
+
+def _steps(store, run_id: int) -> list[StepInfo]:
+    """One StepInfo per action of the run, in order (DiffRow steps index this list)."""
+    from engine.diff import action_text  # domain import kept inside: app startup stays light
+
+    tools = {e.step: e.value for e in store.events(run_id, kind="tool")}
+    out = []
+    for e in store.events(run_id, kind="action"):
+        tool = tools.get(e.step) if isinstance(tools.get(e.step), dict) else {}
+        stdout = tool.get("stdout") if tool else ""
+        if isinstance(stdout, dict):  # a blob: not worth reading for one line
+            stdout = f"‹{stdout.get('size', '?')} bytes›"
+        first_line = next((ln for ln in str(stdout or tool.get("stderr", "") or "").splitlines() if ln.strip()), "")
+        out.append(StepInfo(e.step, action_text(e.value), tool.get("exit_code") if tool else None, first_line))
+    return out
+
+
+def build_comparison(store, run_a: int, run_b: int) -> Comparison:
+    from engine.diff import diff_runs
+
+    diff = diff_runs(store, run_a, run_b)
+    a_steps, b_steps = _steps(store, run_a), _steps(store, run_b)
+    run_b_meta = store.run(run_b)
+    fork_site = run_b_meta.fork_site if run_b_meta.parent == run_a else None
+    comparison = Comparison(
+        run_a, run_b, divergences=dict(diff.first_divergence), fork_site=fork_site,
+        mutation=run_b_meta.mutation if fork_site else None,
+        outcome_a=store.run(run_a).outcome, outcome_b=run_b_meta.outcome,
+    )
+    fork_step = _site_order(fork_site)[0] if fork_site else None
+    first = comparison.first
+    first_step = _site_order(first.site)[0] if first is not None else None
+    marked_fork = marked_first = False
+    for row in diff.rows:
+        a = a_steps[row.a_step] if row.a_step is not None and row.a_step < len(a_steps) else None
+        b = b_steps[row.b_step] if row.b_step is not None and row.b_step < len(b_steps) else None
+        steps = {s.step for s in (a, b) if s is not None}
+        is_fork = not marked_fork and fork_step is not None and fork_step in steps
+        is_first = not marked_first and first_step is not None and (
+            first_step in steps or min(steps, default=first_step) > first_step
+        )
+        marked_fork |= is_fork
+        marked_first |= is_first
+        comparison.rows.append(CompareRow(a, b, row.same, is_fork, is_first))
+    return comparison

@@ -1,0 +1,1 @@
+"""Screens of the TTTR app; each screen coordinates its widgets."""

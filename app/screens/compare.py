@@ -1,0 +1,125 @@
+"""Two runs side by side: a fork next to its parent, or any two runs of the database.
+
+The diff is computed in a worker thread on its own store connection, so a long run does
+not freeze the screen; the rows then paint on one virtual widget, so one scroll moves
+both sides."""
+
+from __future__ import annotations
+
+import json
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, LoadingIndicator, Static
+
+from app import describe
+from app.compare import Comparison, build_comparison
+from app.widgets.side_by_side import SideBySide
+
+
+class ComparisonReady(Message):
+    def __init__(self, comparison: Comparison | None, error: str | None = None) -> None:
+        super().__init__()
+        self.comparison, self.error = comparison, error
+
+
+class CompareScreen(Screen):
+    BINDINGS = [
+        Binding("enter,a", "open_side('a')", "open left"),
+        Binding("b", "open_side('b')", "open right"),
+        Binding("escape", "back", "back"),
+    ]
+
+    def __init__(self, run_a: int, run_b: int) -> None:
+        super().__init__()
+        self.run_a, self.run_b = run_a, run_b
+        self.comparison: Comparison | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(f"run #{self.run_a} ┃ run #{self.run_b}", style="bold"), id="compare-title")
+        yield LoadingIndicator(id="compare-loading")
+        yield SideBySide(id="side-by-side")
+        yield Static("", id="compare-summary")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(SideBySide).display = False
+        self.run_worker(self._load, thread=True, exit_on_error=False, name="diff")
+
+    def _load(self) -> None:
+        from sessions.store import Store
+
+        try:
+            store = Store.open(self.app.db_path, create=False)
+            try:
+                comparison = build_comparison(store, self.run_a, self.run_b)
+            finally:
+                store.close()
+        except Exception as exc:  # noqa: BLE001 - shown on screen
+            self.post_message(ComparisonReady(None, f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(ComparisonReady(comparison))
+
+    def on_comparison_ready(self, message: ComparisonReady) -> None:
+        self.query_one("#compare-loading").display = False
+        if message.comparison is None:
+            self.query_one("#compare-summary", Static).update(Text(f"diff failed: {message.error}", style="red"))
+            return
+        self.comparison = c = message.comparison
+        side = self.query_one(SideBySide)
+        side.display = True
+        side.show(c)
+        side.focus()
+        self.query_one("#compare-title", Static).update(self._title(c))
+        self.query_one("#compare-summary", Static).update(self._summary(c))
+
+    def _title(self, c: Comparison) -> Text:
+        store = self.app.store
+        text = Text()
+        for side, run_id, outcome in (("left", c.run_a, c.outcome_a), ("right", c.run_b, c.outcome_b)):
+            run = store.run(run_id)
+            text.append(f"{side}: #{run_id} ", style="bold")
+            text.append(describe.lineage(run) + " ", style="dim")
+            text.append_text(describe.outcome_label(run))
+            text.append("    ")
+        return text
+
+    def _summary(self, c: Comparison) -> Text:
+        text = Text()
+        if c.fork_site:
+            value = c.mutation.get("input", c.mutation.get("value")) if isinstance(c.mutation, dict) else c.mutation
+            text.append("⑂ fork ", style="bold magenta")
+            text.append(f"at {c.fork_site} = {json.dumps(value, ensure_ascii=False)}\n")
+        first = c.first
+        if first is None:
+            text.append("identical: no site differs between the two runs", style="bold green")
+            return text
+        text.append("▶ first divergence ", style="bold red")
+        text.append(f"{first.site} ({first.layer}): {_short(first.a_value)} → {_short(first.b_value)}\n")
+        for layer in ("tensor", "token", "trace", "agent"):
+            d = c.divergences.get(layer)
+            if d is not None:
+                text.append(f"  {layer:<7}", style="bold")
+                text.append(f"first differs at {d.site}: {_short(d.a_value)} → {_short(d.b_value)}\n", style="dim")
+        differing = sum(1 for r in c.rows if not r.same)
+        text.append(f"{differing} of {len(c.rows)} aligned steps differ · n/p next/previous difference", style="dim")
+        return text
+
+    def action_open_side(self, side: str) -> None:
+        side_widget = self.query_one(SideBySide)
+        if self.comparison is None or not side_widget.rows:
+            return
+        row = side_widget.rows[side_widget.cursor]
+        info = row.a if side == "a" else row.b
+        run_id = self.run_a if side == "a" else self.run_b
+        self.app.open_run(run_id, step=info.step if info is not None else None)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+
+def _short(value, width: int = 50) -> str:
+    return describe.short(json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value), width)

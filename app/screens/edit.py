@@ -1,0 +1,98 @@
+"""The edit dialog: a new value for one clock, tool result or token, checked before it
+is accepted. It dismisses with the value text; an invalid value keeps it open with the
+reason, and nothing is written until the screen below starts the fork."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, OptionList
+from textual.widgets.option_list import Option
+
+HELP = {
+    "clock": "an ISO date-time (2026-03-01T09:00:00) or a shift of the recorded value: +90, -3600, +2h, -1d",
+    "tool": 'new stdout as plain text, exit=N for the exit code, or JSON: {"stdout": …, "stderr": …, "exit_code": N}',
+    "token": 'pick a recorded alternative, or type a token id (1234) or one token of text (quote as JSON to force text: "5")',
+}
+
+
+class EditScreen(ModalScreen[str | None]):
+    """Edit the value at `site`. `validate(text)` returns None when the value is
+    acceptable, else the reason it is not."""
+
+    BINDINGS = [
+        Binding("escape", "cancel", "cancel"),
+        Binding("ctrl+s", "confirm", "fork"),
+    ]
+
+    def __init__(
+        self,
+        site: str,
+        kind: str,
+        current: str,
+        validate: Callable[[str], str | None],
+        alternatives: list[tuple[int, str | None, float]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.site, self.kind, self.current = site, kind, current
+        self.validate = validate
+        self.alternatives = alternatives or []
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="edit-dialog"):
+            yield Label(f"Edit {self.site} and fork", id="edit-title")
+            yield Label(f"recorded: {self.current}", id="edit-current")
+            if self.alternatives:
+                yield Label("recorded alternatives (enter picks one):", classes="edit-hint")
+                yield OptionList(
+                    *[Option(self._alternative_label(a), id=f"alt-{a[0]}") for a in self.alternatives],
+                    id="edit-alternatives",
+                )
+            yield Label(HELP.get(self.kind, ""), classes="edit-hint")
+            yield Input(value=self.current, id="edit-value", select_on_focus=True)
+            yield Label("", id="edit-error")
+            with Horizontal(id="edit-buttons"):
+                yield Button("Fork", variant="primary", id="edit-fork")
+                yield Button("Cancel", id="edit-cancel")
+
+    def on_mount(self) -> None:
+        target = "#edit-alternatives" if self.alternatives else "#edit-value"
+        self.query_one(target).focus()
+
+    @staticmethod
+    def _alternative_label(alt: tuple[int, str | None, float]) -> str:
+        token_id, text, logprob = alt
+        shown = json.dumps(text, ensure_ascii=False) if text is not None else "?"
+        return f"{token_id:>6}  {shown:<16}  lp {logprob:.3f}"
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        token_id = int(str(event.option.id).removeprefix("alt-"))
+        self.query_one("#edit-value", Input).value = f"id:{token_id}"
+        self.action_confirm()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.action_confirm()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "edit-fork":
+            self.action_confirm()
+        else:
+            self.action_cancel()
+
+    def action_confirm(self) -> None:
+        value = self.query_one("#edit-value", Input).value
+        reason = self.validate(value)
+        error = self.query_one("#edit-error", Label)
+        if reason is not None:
+            error.update(reason)
+            error.add_class("-shown")
+            return
+        self.dismiss(value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

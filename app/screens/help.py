@@ -1,0 +1,54 @@
+"""The help screen: the layers' letters and colours, and every key of the screen below."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from app.runview import LAYER_ORDER, LAYERS
+
+LAYER_HELP = {
+    "tensor": "logits of a position: digest, top-k, batch composition, kernel mode",
+    "token": "a generated token: id, text, logprob, sampled or forced, RNG coordinates",
+    "trace": "the world: the virtual clock, a command's result, file snapshots",
+    "agent": "derived values: prompt, message, parsed action, outcome",
+}
+
+
+def key_label(key: str) -> str:
+    names = {"full_stop": ".", "comma": ",", "slash": "/", "question_mark": "?",
+             "left_square_bracket": "[", "right_square_bracket": "]"}
+    return "/".join(names.get(k.strip(), k.strip()) for k in key.split(","))
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "close", "close")]
+
+    def __init__(self, bindings: list[tuple[str, str]], title: str) -> None:
+        super().__init__()
+        self.bindings = bindings
+        self.title_text = title
+
+    def compose(self) -> ComposeResult:
+        legend = Table.grid(padding=(0, 2))
+        for layer in LAYER_ORDER:
+            letter, colour = LAYERS[layer]
+            legend.add_row(Text(letter, style=f"bold {colour}"), Text(layer, style=colour), LAYER_HELP[layer])
+        keys = Table.grid(padding=(0, 2))
+        for key, description in self.bindings:
+            keys.add_row(Text(key, style="bold"), description)
+        with VerticalScroll(id="help-dialog"):
+            yield Static(Text(f"TTTR · {self.title_text}", style="bold"))
+            yield Static(Text("\nLayers", style="bold underline"))
+            yield Static(legend)
+            yield Static(Text("\nKeys", style="bold underline"))
+            yield Static(keys)
+            yield Static(Text("\nescape or ? closes this help", style="dim"))
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,32 @@
+"""The fork bar: what a running fork has done, and how to stop it."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Label, ProgressBar
+
+
+class ForkProgress(Horizontal):
+    """Hidden until the screen starts a fork; the screen sets its progress."""
+
+    def compose(self) -> ComposeResult:
+        yield Label("", id="fork-label")
+        yield ProgressBar(total=None, show_eta=False, id="fork-bar")
+        yield Label("x cancel", id="fork-hint")
+
+    def start(self, site: str, value: str) -> None:
+        self.query_one("#fork-label", Label).update(f"forking at {site} = {value!r} …")
+        self.query_one("#fork-bar", ProgressBar).update(total=None, progress=0)
+        self.display = True
+
+    def advance(self, done: int, total: int | None, text: str) -> None:
+        self.query_one("#fork-bar", ProgressBar).update(total=total or None, progress=done)
+        if text:
+            self.query_one("#fork-label", Label).update(text)
+
+    def stopping(self) -> None:
+        self.query_one("#fork-label", Label).update("cancelling: the fork stops after this step …")
+
+    def stop(self) -> None:
+        self.display = False

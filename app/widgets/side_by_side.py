@@ -1,0 +1,155 @@
+"""Two runs side by side, aligned by step, on one virtual widget: one scroll moves both.
+
+Each aligned row takes two lines: the action, then its exit code and first line of
+output. The fork site carries ⑂, every divergent row is tinted, and the first
+divergence is marked ▶ and tinted strongest.
+"""
+
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.text import Text
+from textual.binding import Binding
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from app import describe
+from app.compare import Comparison, CompareRow, StepInfo
+
+LINES_PER_ROW = 2
+GUTTER = 3
+
+
+class SideBySide(ScrollView, can_focus=True):
+    COMPONENT_CLASSES = {"sbs--cursor", "sbs--differ", "sbs--first", "sbs--fork", "sbs--divider"}
+
+    BINDINGS = [
+        Binding("down,j", "move(1)", "next row", show=False),
+        Binding("up,k", "move(-1)", "prev row", show=False),
+        Binding("n", "next_difference", "next difference"),
+        Binding("p", "prev_difference", "prev difference"),
+        Binding("home,g", "move_to(0)", "first", show=False),
+        Binding("end,G", "move_to(-1)", "last", show=False),
+        Binding("pagedown", "page(1)", show=False),
+        Binding("pageup", "page(-1)", show=False),
+    ]
+
+    cursor: reactive[int] = reactive(0, repaint=False)
+
+    class RowSelected(Message):
+        def __init__(self, row: CompareRow | None) -> None:
+            super().__init__()
+            self.row = row
+
+    def __init__(self, *, id=None, classes=None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.comparison: Comparison | None = None
+
+    def show(self, comparison: Comparison) -> None:
+        self.comparison = comparison
+        self.virtual_size = Size(0, len(comparison.rows) * LINES_PER_ROW)
+        first = next((i for i, r in enumerate(comparison.rows) if r.first_divergence), 0)
+        self.cursor = first
+        self.refresh()
+
+    @property
+    def rows(self) -> list[CompareRow]:
+        return self.comparison.rows if self.comparison else []
+
+    # -- rendering --------------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        _, scroll_y = self.scroll_offset
+        line_no = scroll_y + y
+        index, sub = divmod(line_no, LINES_PER_ROW)
+        width = self.size.width
+        base = self.rich_style
+        if index >= len(self.rows):
+            return Strip.blank(width, base)
+        row = self.rows[index]
+        tint = None
+        if row.first_divergence:
+            tint = self.get_component_rich_style("sbs--first", partial=True)
+        elif not row.same:
+            tint = self.get_component_rich_style("sbs--differ", partial=True)
+        if index == self.cursor:
+            cursor = self.get_component_rich_style("sbs--cursor", partial=True)
+            tint = tint + cursor if tint else cursor
+        half = max(10, (width - GUTTER - 1) // 2)
+        line = Text(no_wrap=True, end="", style=base)
+        if sub == 0:
+            if row.fork:
+                line.append(" ⑂ ", style=self.get_component_rich_style("sbs--fork", partial=True))
+            elif row.first_divergence:
+                line.append(" ▶ ", style="bold")
+            elif not row.same:
+                line.append(" ≠ ")
+            else:
+                line.append("   ")
+        else:
+            line.append("   ")
+        line.append_text(self._side(row.a, sub, half))
+        line.append("┃", style=self.get_component_rich_style("sbs--divider", partial=True))
+        line.append_text(self._side(row.b, sub, half))
+        strip = Strip(list(line.render(self.app.console))).adjust_cell_length(width, base)
+        if tint is not None:
+            strip = Strip([Segment(t, (s or base) + tint, c) for t, s, c in strip])
+        return strip.apply_offsets(0, line_no)
+
+    @staticmethod
+    def _side(info: StepInfo | None, sub: int, width: int) -> Text:
+        if info is None:
+            text = Text("   —  (no step)" if sub == 0 else "", style="dim")
+        elif sub == 0:
+            text = Text(f"{info.step:>4} ", style="bold")
+            if info.action == "done":
+                text.append("done", style="bold green")
+            else:
+                text.append_text(describe.highlight_bash("$ " + describe.short(info.action, width)))
+        else:
+            text = Text("       ")
+            if info.exit_code is not None:
+                text.append(f"exit {info.exit_code} ", style="green" if info.exit_code == 0 else "red")
+            text.append(describe.short(info.output, width), style="dim")
+        text.truncate(width, overflow="ellipsis", pad=True)
+        return text
+
+    # -- cursor ----------------------------------------------------------------------
+    def validate_cursor(self, value: int) -> int:
+        return max(0, min(value, len(self.rows) - 1)) if self.rows else 0
+
+    def watch_cursor(self, old: int, new: int) -> None:
+        _, top = self.scroll_offset
+        for index in (old, new):
+            y = index * LINES_PER_ROW - top
+            self.refresh(Region(0, y, self.size.width, LINES_PER_ROW))
+        height = max(LINES_PER_ROW, self.scrollable_content_region.height)
+        y = new * LINES_PER_ROW
+        if y < top:
+            self.scroll_to(y=y, animate=False, immediate=True)
+        elif y + LINES_PER_ROW > top + height:
+            self.scroll_to(y=y + LINES_PER_ROW - height, animate=False, immediate=True)
+        self.post_message(self.RowSelected(self.rows[new] if self.rows else None))
+
+    def on_click(self, event) -> None:
+        _, top = self.scroll_offset
+        self.cursor = (top + event.y) // LINES_PER_ROW
+
+    def action_move(self, delta: int) -> None:
+        self.cursor += delta
+
+    def action_move_to(self, index: int) -> None:
+        self.cursor = index if index >= 0 else len(self.rows) - 1
+
+    def action_page(self, direction: int) -> None:
+        self.cursor += direction * max(1, self.scrollable_content_region.height // LINES_PER_ROW - 1)
+
+    def action_next_difference(self) -> None:
+        hit = next((i for i in range(self.cursor + 1, len(self.rows)) if not self.rows[i].same), None)
+        self.cursor = hit if hit is not None else self.cursor
+
+    def action_prev_difference(self) -> None:
+        hit = next((i for i in range(self.cursor - 1, -1, -1) if not self.rows[i].same), None)
+        self.cursor = hit if hit is not None else self.cursor

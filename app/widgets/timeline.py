@@ -1,0 +1,192 @@
+"""The timeline: every event of a run on one virtual widget, one line per event.
+
+Only the visible lines are rendered, from events the `RunView` reads by window, so the
+widget costs the same for a run of 100 events and one of 100k. Events are grouped by
+step with a bracket in the gutter; each line carries its layer's letter and colour.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.binding import Binding
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from app import describe
+from app.runview import LAYER_ORDER, LAYERS, RunView
+
+SITE_WIDTH = 15
+
+
+class Timeline(ScrollView, can_focus=True):
+    """Cursor over the events of one run. Posts `EventSelected` when the cursor moves."""
+
+    COMPONENT_CLASSES = {"timeline--cursor", "timeline--gutter", "timeline--fork"}
+
+    BINDINGS = [
+        Binding("down,j", "move(1)", "next event", show=False),
+        Binding("up,k", "move(-1)", "prev event", show=False),
+        Binding("right,]", "next_step", "next step"),
+        Binding("left,[", "prev_step", "prev step"),
+        Binding("full_stop", "next_of_layer", "next in layer"),
+        Binding("comma", "prev_of_layer", "prev in layer"),
+        Binding("l", "cycle_layer", "layer"),
+        Binding("pagedown", "page(1)", "page down", show=False),
+        Binding("pageup", "page(-1)", "page up", show=False),
+        Binding("home,g", "go_start", "start", show=False),
+        Binding("end,G", "go_end", "end", show=False),
+    ]
+
+    cursor: reactive[int] = reactive(0, always_update=True, repaint=False)
+    chosen_layer: reactive[str] = reactive("token")
+
+    class EventSelected(Message):
+        """The cursor is on event `index` of the run."""
+
+        def __init__(self, timeline: "Timeline", index: int) -> None:
+            super().__init__()
+            self.timeline = timeline
+            self.index = index
+
+        @property
+        def control(self) -> "Timeline":
+            return self.timeline
+
+    class LayerChosen(Message):
+        def __init__(self, layer: str) -> None:
+            super().__init__()
+            self.layer = layer
+
+    def __init__(self, view: RunView, *, name=None, id=None, classes=None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.view = view
+        self._lines: OrderedDict[tuple[int, int], Strip] = OrderedDict()
+        fork_seq = getattr(view.run, "fork_seq", None)
+        self._fork_seq = fork_seq if getattr(view.run, "parent", None) is not None and fork_seq else None
+
+    def on_mount(self) -> None:
+        self.virtual_size = Size(0, self.view.count)
+
+    # -- rendering -------------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        _, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.size.width
+        base = self.rich_style
+        if index >= self.view.count:
+            return Strip.blank(width, base)
+        key = (index, width)
+        strip = self._lines.get(key)
+        if strip is None:
+            strip = self._render_event(index, width, base)
+            self._lines[key] = strip
+            while len(self._lines) > 512:
+                self._lines.popitem(last=False)
+        if index == self.cursor:
+            cursor = self.get_component_rich_style("timeline--cursor", partial=True)
+            strip = Strip([Segment(t, (s or base) + cursor, c) for t, s, c in strip])
+        return strip.apply_offsets(0, index)
+
+    def _render_event(self, index: int, width: int, base: Style) -> Strip:
+        view = self.view
+        event = view.event(index)
+        if event is None:
+            return Strip.blank(width, base)
+        before, after = view.event(index - 1), view.event(index + 1)
+        first = before is None or before.step != event.step
+        last = after is None or after.step != event.step
+        gutter_style = self.get_component_rich_style("timeline--gutter", partial=True)
+        line = Text(no_wrap=True, end="", style=base)
+        step = "setup" if event.step < 0 else str(event.step)
+        if index == self._fork_seq:
+            line.append("    ⑂ ", style=self.get_component_rich_style("timeline--fork", partial=True))
+        elif first:
+            line.append(f"{step:>5}", style=gutter_style).append("┌" if not last else "─", style=gutter_style)
+        else:
+            line.append("     " + ("└" if last else "│"), style=gutter_style)
+        line.append(" ")
+        line.append_text(describe.layer_tag(event.layer))
+        line.append(" ")
+        colour = LAYERS.get(event.layer, ("", "white"))[1]
+        line.append(f"{event.site:<{SITE_WIDTH}}"[: SITE_WIDTH + 2], style=f"dim {colour}")
+        line.append(" ")
+        line.append_text(describe.summary(event))
+        segments = list(line.render(self.app.console))
+        return Strip(segments).adjust_cell_length(width, base).simplify()
+
+    def refresh_index(self, index: int) -> None:
+        _, scroll_y = self.scroll_offset
+        y = index - scroll_y
+        if 0 <= y < self.size.height:
+            self.refresh(Region(0, y, self.size.width, 1))
+
+    def forget(self) -> None:
+        """Drop rendered lines (after the theme or the data changed)."""
+        self._lines.clear()
+        self.refresh()
+
+    # -- cursor ------------------------------------------------------------------------
+    def watch_cursor(self, old: int, new: int) -> None:
+        self.refresh_index(old)
+        self.refresh_index(new)
+        self.scroll_to_cursor()
+        self.post_message(self.EventSelected(self, new))
+
+    def validate_cursor(self, value: int) -> int:
+        return max(0, min(value, max(0, self.view.count - 1)))
+
+    def scroll_to_cursor(self) -> None:
+        height = max(1, self.scrollable_content_region.height)
+        _, top = self.scroll_offset
+        if self.cursor < top:
+            self.scroll_to(y=self.cursor, animate=False, immediate=True)
+        elif self.cursor >= top + height:
+            self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True)
+
+    def on_click(self, event) -> None:
+        _, scroll_y = self.scroll_offset
+        self.cursor = scroll_y + event.y
+
+    def go_to(self, index: int | None) -> None:
+        if index is None:
+            self.app.bell()
+            return
+        self.cursor = index
+
+    # -- actions -----------------------------------------------------------------------
+    def action_move(self, delta: int) -> None:
+        self.cursor = self.cursor + delta
+
+    def action_page(self, direction: int) -> None:
+        self.cursor = self.cursor + direction * max(1, self.scrollable_content_region.height - 1)
+
+    def action_go_start(self) -> None:
+        self.cursor = 0
+
+    def action_go_end(self) -> None:
+        self.cursor = self.view.count - 1
+
+    def action_next_step(self) -> None:
+        self.go_to(self.view.next_step(self.cursor))
+
+    def action_prev_step(self) -> None:
+        self.go_to(self.view.prev_step(self.cursor))
+
+    def action_next_of_layer(self) -> None:
+        self.go_to(self.view.next_of_layer(self.cursor, self.chosen_layer))
+
+    def action_prev_of_layer(self) -> None:
+        self.go_to(self.view.prev_of_layer(self.cursor, self.chosen_layer))
+
+    def action_cycle_layer(self) -> None:
+        self.chosen_layer = LAYER_ORDER[(LAYER_ORDER.index(self.chosen_layer) + 1) % len(LAYER_ORDER)]
+
+    def watch_chosen_layer(self, layer: str) -> None:
+        self.post_message(self.LayerChosen(layer))
