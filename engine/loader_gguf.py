@@ -1,0 +1,126 @@
+"""Read a GGUF file: metadata -> ModelConfig + Tokenizer, tensors dequantized to fp32 with
+Hugging Face names. llama.cpp stores the Q/K rows of `llama` models permuted for its
+interleaved rotary embedding; we undo that so one rotary implementation serves both formats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.checkpoint import Checkpoint
+from engine.config import GGUF_ARCHS, ModelConfig
+from engine.errors import EngineError
+from engine.tokenizer import Tokenizer
+
+_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+    "rope_freqs.weight": "rope_freqs",
+}
+_GGUF_MAGIC = b"GGUF"
+
+
+def is_gguf(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == _GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def _field(field):
+    try:
+        return field.contents()
+    except Exception:  # noqa: BLE001 - a field we cannot parse is a field we do not use
+        return None
+
+
+def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Inverse of llama.cpp's `permute` (convert_hf_to_gguf.py) for q/k rows."""
+    dim = w.shape[0] // n_head // 2
+    return w.reshape(n_head, dim, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's `permute`, for writing test files the way the converter does."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def load_gguf(path: Path) -> Checkpoint:
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as exc:  # noqa: BLE001 - any parse failure means "not a usable GGUF"
+        raise EngineError(f"{path} is not a readable GGUF file ({exc}): pass a .gguf model or a model folder") from exc
+    fields = {name: _field(f) for name, f in reader.fields.items()}
+    arch = fields.get("general.architecture")
+    if arch not in GGUF_ARCHS:
+        raise EngineError(
+            f"unsupported architecture {arch!r} in {path.name}: supported are {', '.join(GGUF_ARCHS)} "
+            "(Llama-family decoders such as Llama, SmolLM2, Qwen2)"
+        )
+
+    def meta(key, default=None):
+        value = fields.get(f"{arch}.{key}")
+        return default if value is None else value
+
+    names = {t.name for t in reader.tensors}
+    n_heads = int(meta("attention.head_count"))
+    d = int(meta("embedding_length"))
+    tokens = fields.get("tokenizer.ggml.tokens") or []
+    vocab = int(meta("vocab_size", len(tokens)))
+    scaling = None
+    if meta("rope.scaling.type") not in (None, "none", "linear") and "rope_freqs.weight" not in names:
+        raise EngineError(f"unsupported rope scaling {meta('rope.scaling.type')!r} in {path.name}")
+    config = ModelConfig(
+        arch=arch,
+        n_layers=int(meta("block_count")),
+        d_model=d,
+        n_heads=n_heads,
+        n_kv_heads=int(meta("attention.head_count_kv", n_heads)),
+        head_dim=int(meta("attention.key_length", d // n_heads)),
+        ffn_dim=int(meta("feed_forward_length")),
+        vocab_size=vocab,
+        context_length=int(meta("context_length", 2048)),
+        rope_theta=float(meta("rope.freq_base", 10000.0)),
+        rms_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-5)),
+        tied_embeddings="output.weight" not in names,
+        attn_bias="blk.0.attn_q.bias" in names,
+        rope_scaling=scaling,
+    )
+    tensors: dict[str, torch.Tensor] = {}
+    for t in reader.tensors:
+        if t.name in _GLOBAL_NAMES:
+            hf = _GLOBAL_NAMES[t.name]
+        elif t.name.startswith("blk."):
+            _, idx, rest = t.name.split(".", 2)
+            if rest not in _LAYER_NAMES:
+                raise EngineError(f"unexpected tensor {t.name!r} in {path.name}: not a plain Llama-family decoder")
+            hf = f"model.layers.{idx}.{_LAYER_NAMES[rest]}"
+        else:
+            continue
+        arr = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        if arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
+            heads = n_heads if ".attn_q." in t.name else config.n_kv_heads
+            arr = unpermute_qk(arr, heads)
+        tensors[hf] = torch.from_numpy(np.array(arr, dtype=np.float32, order="C", copy=True))
+    tokenizer = Tokenizer.from_gguf_fields(fields)
+    return Checkpoint(config=config, tensors=tensors, tokenizer=tokenizer, name=path.stem, path=path)

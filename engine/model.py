@@ -1,0 +1,170 @@
+"""The Llama-family decoder (Llama, SmolLM2, Qwen2): RMSNorm, RoPE, grouped-query attention,
+SwiGLU, tied or untied head. Every reduction goes through `kernels.ops`, so the kernel mode
+decides the arithmetic; everything else here is row-local (embedding lookup, rotary, SiLU,
+residual adds).
+
+One forward pass takes the rows of many sequences flattened into one [rows, d] tensor: the
+linears see all rows at once, attention runs per sequence against that sequence's cache.
+Q/K/V and gate/up are fused into one linear each so a layer is four matrix products."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from engine.checkpoint import Checkpoint
+from engine.config import ModelConfig
+from engine.errors import EngineError
+from engine.kv_cache import KVCache
+from engine.loader import load_checkpoint
+from engine.model_id import model_id as compute_model_id
+from engine.tokenizer import Tokenizer
+from kernels import ops
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One sequence's rows in a pass: rows [start, end) hold its positions
+    [cache.length, cache.length + end - start); the pass writes their keys/values there."""
+
+    start: int
+    end: int
+    cache: KVCache
+
+
+def _inv_freq(config: ModelConfig, freq_factors: torch.Tensor | None) -> torch.Tensor:
+    d = config.head_dim
+    inv = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    if freq_factors is not None:  # GGUF rope_freqs (Llama 3.x)
+        return inv / freq_factors.float()
+    if config.rope_scaling is not None:  # Hugging Face "llama3" rope scaling
+        factor, low, high, orig = config.rope_scaling
+        low_wl, high_wl = orig / low, orig / high
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > low_wl, inv / factor, inv)
+        smooth = (orig / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        mid = (wavelen >= high_wl) & (wavelen <= low_wl)
+        inv = torch.where(mid, smoothed, scaled)
+    return inv
+
+
+class Model:
+    """Weights, tokenizer, identity. `forward` is the only compute entry point."""
+
+    def __init__(self, checkpoint: Checkpoint, model_id: str, dtype: torch.dtype = torch.float32):
+        cfg = checkpoint.config
+        self.config = cfg
+        self.tokenizer: Tokenizer = checkpoint.tokenizer
+        self.model_id = model_id
+        self.name = checkpoint.name
+        self.path: Path = checkpoint.path
+        self.dtype = dtype
+        self.device = torch.device("cpu")
+        t = checkpoint.tensors
+
+        def take(name: str, optional: bool = False) -> torch.Tensor | None:
+            if name not in t:
+                if optional:
+                    return None
+                raise EngineError(f"model {checkpoint.name!r} lacks tensor {name!r}: not a complete Llama-family checkpoint")
+            return t[name].to(dtype).contiguous()
+
+        self.embed = take("model.embed_tokens.weight")
+        if self.embed.shape != (cfg.vocab_size, cfg.d_model):
+            raise EngineError(f"embedding shape {tuple(self.embed.shape)} does not match vocab {cfg.vocab_size} x d {cfg.d_model}")
+        self.norm = take("model.norm.weight")
+        head = None if cfg.tied_embeddings else take("lm_head.weight", optional=True)
+        self.lm_head = self.embed if head is None else head
+        self.layers = []
+        for i in range(cfg.n_layers):
+            p = f"model.layers.{i}."
+            wqkv = torch.cat([take(p + f"self_attn.{n}_proj.weight") for n in "qkv"]).contiguous()
+            bqkv = None
+            if cfg.attn_bias:
+                parts = [take(p + f"self_attn.{n}_proj.bias", optional=True) for n in "qkv"]
+                if all(b is not None for b in parts):
+                    bqkv = torch.cat(parts).contiguous()
+            wgu = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]).contiguous()
+            self.layers.append((
+                take(p + "input_layernorm.weight"), wqkv, bqkv, take(p + "self_attn.o_proj.weight"),
+                take(p + "post_attention_layernorm.weight"), wgu, take(p + "mlp.down_proj.weight"),
+            ))
+        expect = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
+        if self.layers[0][1].shape != (expect, cfg.d_model):
+            raise EngineError(f"attention weights {tuple(self.layers[0][1].shape)} do not match the config's heads")
+        self._inv_freq = _inv_freq(cfg, t.get("rope_freqs"))
+        self._cos = self._sin = torch.empty(0)
+        self._rope_table(min(cfg.context_length, 4096))
+        self.scale = 1.0 / math.sqrt(cfg.head_dim)
+
+    # -- rotary --------------------------------------------------------------------------
+    def _rope_table(self, n: int) -> None:
+        freqs = torch.arange(n, dtype=torch.int64).float()[:, None] * self._inv_freq[None, :]
+        emb = torch.cat([freqs, freqs], dim=-1)
+        half = self.config.head_dim // 2
+        self._cos = emb.cos().to(self.dtype).contiguous()
+        sin = emb.sin().to(self.dtype)
+        # rotate_half(x) * sin == roll(x, half) * [-sin, sin]: one roll instead of slice/neg/cat.
+        self._sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1).contiguous()
+
+    def new_cache(self, capacity: int) -> KVCache:
+        c = self.config
+        return KVCache(c.n_layers, capacity, c.n_kv_heads, c.head_dim, self.dtype, self.device)
+
+    # -- compute -------------------------------------------------------------------------
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, segments: list[Segment],
+                logit_rows: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens, positions: int64 [R]. Returns fp32 logits [len(logit_rows) or R, vocab].
+        Each segment's keys/values are written to its cache before attention reads them;
+        the caller advances `cache.length` afterwards."""
+        cfg = self.config
+        R = tokens.shape[0]
+        H, KVH, hd, eps = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rms_eps
+        nqk = H + KVH
+        half = hd // 2
+        need = int(positions.max()) + 1
+        if need > self._cos.shape[0]:
+            self._rope_table(max(need, min(cfg.context_length, 2 * self._cos.shape[0])))
+        cos = self._cos.index_select(0, positions)[:, None, :]
+        sin = self._sin.index_select(0, positions)[:, None, :]
+        spans = [(s.start, s.end, s.cache, s.cache.length, s.cache.length + s.end - s.start,
+                  positions[s.start:s.end]) for s in segments]
+        single = len(spans) == 1
+        linear, rms_norm, attention, scale = ops.linear, ops.rms_norm, ops.attention, self.scale
+        F_ = cfg.ffn_dim
+
+        x = self.embed.index_select(0, tokens)
+        for li, (wn1, wqkv, bqkv, wo, wn2, wgu, wdown) in enumerate(self.layers):
+            h = rms_norm(x, wn1, eps)
+            qkv = linear(h, wqkv, bqkv).view(R, nqk + KVH, hd)
+            qk = qkv[:, :nqk]
+            qk = qk * cos + torch.roll(qk, half, -1) * sin
+            q, k, v = qk[:, :H], qk[:, H:], qkv[:, nqk:]
+            outs = []
+            for start, end, cache, p0, p1, pos in spans:
+                kc, vc = cache.k[li], cache.v[li]
+                kc[p0:p1] = k[start:end]
+                vc[p0:p1] = v[start:end]
+                outs.append(attention(q[start:end], kc[:p1], vc[:p1], pos, scale))
+            attn = outs[0] if single else torch.cat(outs)
+            x = x + linear(attn.reshape(R, H * hd), wo)
+            h = rms_norm(x, wn2, eps)
+            gu = linear(h, wgu)
+            x = x + linear(F.silu(gu[:, :F_]) * gu[:, F_:], wdown)
+        if logit_rows is not None:
+            x = x.index_select(0, logit_rows)
+        x = rms_norm(x, self.norm, eps)
+        return linear(x, self.lm_head).float()
+
+
+def load_model(path: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32) -> Model:
+    """Resolution: `path`, then TTTR_MODEL, then the embedded default (see engine.loader)."""
+    ckpt = load_checkpoint(path)
+    return Model(ckpt, compute_model_id(ckpt.path, ckpt.name), dtype=dtype)

@@ -1,0 +1,91 @@
+"""Sampling parameters and the sampler.
+
+Randomness is counter-based: the uniform draw for (seed, rng_step, position) is a hash of
+exactly those three numbers, never the state of a shared generator, so a draw does not depend
+on how many draws came before, on the other sequences in the batch, or on where generation
+resumed. The draw is mapped to a token by inverse CDF over the filtered distribution, taken in
+a fixed order (probability descending, token id ascending on ties)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from dataclasses import dataclass
+
+import torch
+
+from engine.errors import EngineError
+from kernels import ops
+
+SEED_LIMIT = 2**63
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0  # nucleus mass kept, in (0, 1]
+    top_k: int = 0  # 0 = no limit
+    seed: int = 0  # in [0, 2**63)
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise EngineError(f"temperature={t!r} is out of range: use a number >= 0 (0 = greedy)")
+        p = self.top_p
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0 < p <= 1):
+            raise EngineError(f"top_p={p!r} is out of range: use a number in (0, 1]")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise EngineError(f"top_k={self.top_k!r} is out of range: use an integer >= 0 (0 = no limit)")
+        s = self.seed
+        if isinstance(s, bool) or not isinstance(s, int) or not (0 <= s < SEED_LIMIT):
+            raise EngineError(f"seed={s!r} is out of range: use an integer in [0, 2**63)")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def to_json(self) -> dict:
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "seed": self.seed}
+
+
+def uniform(seed: int, step: int, position: int) -> float:
+    """The draw for (seed, step, position): a double in [0, 1) from blake2b of the three numbers."""
+    digest = hashlib.blake2b(struct.pack("<qqq", seed, step, position), digest_size=8,
+                             person=b"tttr-rng").digest()
+    return (int.from_bytes(digest, "little") >> 11) * (1.0 / (1 << 53))
+
+
+def filtered_distribution(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token ids, probabilities as float64 summing to 1) in draw order, after temperature,
+    top-k and top-p. logits: fp32 [vocab]."""
+    probs = ops.softmax((logits.float() / params.temperature)[None, :], dim=-1)[0]
+    if params.top_k and params.top_k < probs.shape[0]:
+        # Every token tied with the k-th value is a candidate; the fixed order then cuts at k.
+        kth = torch.topk(probs, params.top_k).values[-1]
+        ids = torch.nonzero(probs >= kth).flatten()  # ascending ids
+        cand = probs[ids]
+    else:
+        ids = torch.arange(probs.shape[0])
+        cand = probs
+    order = torch.sort(cand, descending=True, stable=True).indices  # ties keep ascending id
+    ids, cand = ids[order], cand[order].double()
+    if params.top_k:
+        ids, cand = ids[: params.top_k], cand[: params.top_k]
+    if params.top_p < 1.0:
+        csum = torch.cumsum(cand, 0)
+        # keep the smallest prefix whose mass reaches top_p (always at least one token)
+        keep = int(torch.searchsorted(csum, torch.tensor([params.top_p * float(csum[-1])], dtype=torch.float64))) + 1
+        ids, cand = ids[:keep], cand[:keep]
+    return ids, cand / cand.sum()
+
+
+def sample(logits: torch.Tensor, params: SamplingParams, step: int, position: int) -> int:
+    """The token for one position. Greedy takes the lowest id among the maxima."""
+    if params.greedy:
+        return int(torch.argmax(logits))
+    ids, probs = filtered_distribution(logits, params)
+    u = uniform(params.seed, step, position)
+    cdf = torch.cumsum(probs, 0)
+    i = int(torch.searchsorted(cdf, torch.tensor([u], dtype=torch.float64), right=True))
+    return int(ids[min(i, ids.shape[0] - 1)])

@@ -1,0 +1,274 @@
+"""The engine: continuous batching over one model.
+
+Every step: admit waiting sequences (their whole prompt is prefilled in this pass), flatten
+the rows of all running sequences (prefill and decode mixed) into one pass, then for each
+position produced: digest the fp32 logits, take top-k logprobs, force or sample the token,
+and check the stop conditions. Finished sequences leave; new ones join at the next step.
+
+A run of forced tokens (replay) is fed in the same pass: a forced token does not depend on
+the logits before it, so positions p..p+n that are all forced cost one pass, not n.
+
+All compute happens on one background thread; `submit` is thread-safe and `generate` is
+`submit` + wait. A sequence runs under the kernel mode current where it was submitted
+(or the Engine's fixed mode); sequences of different modes never share a pass."""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import hashlib
+import threading
+import weakref
+from concurrent.futures import Future
+
+import torch
+
+from engine.errors import EngineError
+from engine.model import Model, Segment
+from engine.sampler import sample
+from engine.sequence import Sequence, TokenRecord
+from kernels import ops
+from kernels.mode import check_mode, get_mode, kernel_mode
+
+TOPK = 5
+
+_ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    # A worker thread still parked at interpreter exit makes torch's runtime abort.
+    for engine in list(_ENGINES):
+        engine.close()
+
+
+def logits_digest(row: torch.Tensor) -> str:
+    """blake2b-128 hex of one position's fp32 logits bytes (native byte order)."""
+    return hashlib.blake2b(row.detach().to(torch.float32).contiguous().numpy(), digest_size=16).hexdigest()
+
+
+class Engine:
+    def __init__(self, model: Model, *, kernel_mode: str | None = None, max_running: int = 32,
+                 max_batch_rows: int = 2048, topk: int = TOPK, chain_forced: bool = True):
+        self.model = model
+        self.fixed_mode = check_mode(kernel_mode) if kernel_mode is not None else None
+        self.max_running = max_running
+        self.max_batch_rows = max_batch_rows
+        self.topk = topk
+        self.chain_forced = chain_forced
+        self._cv = threading.Condition()
+        self._waiting: collections.deque[tuple[Sequence, Future]] = collections.deque()
+        self._running: list[tuple[Sequence, Future]] = []
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.steps = 0  # forward passes run so far
+        self.history: collections.deque[tuple[int, tuple[int, ...]]] = collections.deque(maxlen=4096)
+        # (rows in the pass, ids of the sequences in it) per step, for tests and the bench
+        _ENGINES.add(self)
+
+    # -- public API --------------------------------------------------------------------
+    def submit(self, seq: Sequence) -> Future:
+        """Queue `seq`; the future resolves to its list of TokenRecords. Bad requests raise
+        EngineError here, in the caller's thread."""
+        if not isinstance(seq, Sequence):
+            raise EngineError(f"submit() takes a Sequence, not {type(seq).__name__}")
+        if seq.kernel_mode is not None:
+            raise EngineError(f"{seq!r} was already submitted: make a new Sequence")
+        self._validate(seq)
+        seq.kernel_mode = self.fixed_mode or get_mode()
+        fut: Future = Future()
+        fut.set_running_or_notify_cancel()
+        with self._cv:
+            if self._closed:
+                raise EngineError("the engine is closed: make a new Engine")
+            self._waiting.append((seq, fut))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="tttr-engine", daemon=True)
+                self._thread.start()
+            self._cv.notify_all()
+        return fut
+
+    def generate(self, seqs: list[Sequence]) -> list[list[TokenRecord]]:
+        futures = [self.submit(s) for s in seqs]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- checks ------------------------------------------------------------------------
+    def _validate(self, seq: Sequence) -> None:
+        cfg = self.model.config
+        vocab = cfg.vocab_size
+        bad = [t for t in seq.prompt_ids if not 0 <= t < vocab]
+        if bad:
+            raise EngineError(f"prompt token id {bad[0]} is out of range: the vocabulary has {vocab} tokens")
+        bad = {p: t for p, t in seq.forced.items() if not 0 <= t < vocab}
+        if bad:
+            p = next(iter(bad))
+            raise EngineError(f"forced token {bad[p]} at position {p} is out of range: vocabulary has {vocab} tokens")
+        if len(seq.prompt_ids) >= cfg.context_length and seq.max_tokens > seq.first_position:
+            raise EngineError(
+                f"prompt of {len(seq.prompt_ids)} tokens is longer than the model's context of "
+                f"{cfg.context_length} tokens (room for none to generate): shorten the prompt"
+            )
+
+    # -- the loop ----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._waiting and not self._running and not self._closed:
+                    self._cv.wait()
+                if self._closed and not self._waiting and not self._running:
+                    return
+                self._admit()
+            if self._running:
+                try:
+                    self._step()
+                except BaseException as exc:  # noqa: BLE001 - fail the batch, keep serving
+                    for seq, fut in self._running:
+                        seq.finish_reason = "error"
+                        seq.cache = None
+                        seq.done.set()
+                        fut.set_exception(exc)
+                    self._running = []
+
+    def _admit(self) -> None:
+        """Move waiting sequences into the running batch (called with the lock held)."""
+        mode = self._running[0][0].kernel_mode if self._running else None
+        rows = sum(len(s.ids) - s.cache.length for s, _ in self._running)
+        while self._waiting and len(self._running) < self.max_running:
+            seq, fut = self._waiting[0]
+            if mode is not None and seq.kernel_mode != mode:
+                break  # a different kernel mode waits until this batch drains
+            need = len(seq.prompt_ids)
+            if self._running and rows + need > self.max_batch_rows:
+                break
+            self._waiting.popleft()
+            if seq.max_tokens <= seq.first_position:
+                seq.finish_reason = "length"
+                seq.done.set()
+                fut.set_result(seq.records)
+                continue
+            remaining = seq.max_tokens - seq.first_position
+            capacity = min(self.model.config.context_length, len(seq.prompt_ids) + remaining)
+            seq.cache = self.model.new_cache(capacity)
+            self._running.append((seq, fut))
+            mode = seq.kernel_mode
+            rows += need
+
+    def _feed(self, seq: Sequence) -> tuple[list[int], int]:
+        """Tokens this sequence feeds now, and how many of the last rows produce positions."""
+        feed = seq.ids[seq.cache.length:]
+        n_out = 1
+        if self.chain_forced and seq.forced:
+            stops = self._stop_ids(seq)
+            p = seq.next_position
+            room = seq.cache.capacity - seq.cache.length - len(feed)
+            while (room > 0 and p in seq.forced and p + 1 < seq.max_tokens and seq.forced[p] not in stops
+                   and not seq.stop_strings):
+                feed = feed + [seq.forced[p]]
+                n_out += 1
+                p += 1
+                room -= 1
+        return feed, n_out
+
+    def _stop_ids(self, seq: Sequence) -> tuple[int, ...]:
+        if seq.stop_token_ids is not None:
+            return seq.stop_token_ids
+        return self.model.tokenizer.stop_token_ids
+
+    def _step(self) -> None:
+        batch = list(self._running)
+        tokens: list[int] = []
+        positions: list[int] = []
+        segments: list[Segment] = []
+        logit_rows: list[int] = []
+        plan = []
+        for seq, fut in batch:
+            feed, n_out = self._feed(seq)
+            start = len(tokens)
+            p0 = seq.cache.length
+            tokens.extend(feed)
+            positions.extend(range(p0, p0 + len(feed)))
+            end = len(tokens)
+            segments.append(Segment(start, end, seq.cache))
+            first_out = len(logit_rows)
+            logit_rows.extend(range(end - n_out, end))
+            plan.append((seq, fut, start, end, first_out, n_out))
+        R = len(tokens)
+        mode = batch[0][0].kernel_mode
+        with kernel_mode(mode), torch.inference_mode():
+            logits = self.model.forward(torch.tensor(tokens, dtype=torch.int64),
+                                        torch.tensor(positions, dtype=torch.int64), segments,
+                                        torch.tensor(logit_rows, dtype=torch.int64))
+            logprobs = ops.log_softmax(logits, dim=-1)
+            top_v, top_i = torch.topk(logprobs, self.topk, dim=-1)
+            top_v, top_i = top_v.tolist(), top_i.tolist()
+            self.steps += 1
+            self.history.append((R, tuple(id(s) for s, *_ in plan)))
+            finished = []
+            for seq, fut, start, end, first_out, n_out in plan:
+                seq.cache.length += end - start
+                rows = tuple(range(start, end))
+                try:
+                    for j in range(n_out):
+                        i = first_out + j
+                        self._produce(seq, logits[i], logprobs[i], top_v[i], top_i[i], R, rows, start + (end - start - n_out) + j, mode)
+                        if seq.finished:
+                            break
+                except BaseException as exc:  # noqa: BLE001 - a failing callback fails its sequence
+                    seq.finish_reason = "error"
+                    fut.set_exception(exc)
+                    finished.append((seq, fut))
+                    continue
+                if seq.finished:
+                    finished.append((seq, fut))
+        if finished:
+            done = {id(s) for s, _ in finished}
+            with self._cv:
+                self._running = [(s, f) for s, f in self._running if id(s) not in done]
+            for seq, fut in finished:
+                seq.cache = None  # free the memory now; the records are what callers keep
+                seq.done.set()
+                if not fut.done():
+                    fut.set_result(seq.records)
+
+    def _produce(self, seq: Sequence, logits: torch.Tensor, logprobs: torch.Tensor, top_v, top_i,
+                 batch_rows: int, rows: tuple[int, ...], row: int, mode: str) -> None:
+        p = seq.next_position
+        forced = p in seq.forced
+        token = seq.forced[p] if forced else sample(logits, seq.sampling, seq.rng_step, p)
+        rec = TokenRecord(
+            position=p, token_id=token, forced=forced, logprob=float(logprobs[token]),
+            topk=tuple(zip(top_i, top_v)), digest=logits_digest(logits), batch_rows=batch_rows,
+            rows=rows, row=row, kernel_mode=mode, rng=(seq.sampling.seed, seq.rng_step, p),
+            text=self.model.tokenizer.token_text(token),
+            logits=logits.clone() if seq.keep_logits else None,
+        )
+        seq.records.append(rec)
+        seq.ids.append(token)
+        if token in self._stop_ids(seq):
+            seq.finish_reason = "stop"
+        elif seq.stop_strings and self._hit_stop_string(seq):
+            seq.finish_reason = "stop_string"
+        elif p + 1 >= seq.max_tokens:
+            seq.finish_reason = "length"
+        elif len(seq.ids) > self.model.config.context_length or len(seq.ids) > seq.cache.capacity:
+            seq.finish_reason = "context"
+        if seq.on_token is not None:
+            seq.on_token(rec)
+
+    def _hit_stop_string(self, seq: Sequence) -> bool:
+        tail = seq.output_ids[-64:]  # stop strings are short; 64 tokens cover any of them
+        text = self.model.tokenizer.decode(tail)
+        return any(s and s in text for s in seq.stop_strings)
