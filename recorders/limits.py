@@ -86,12 +86,14 @@ class PidsCgroup:
     def procs(self) -> Path:
         return self.path / "cgroup.procs"
 
-    def kill_all(self) -> None:
+    def kill_all(self, spare: int | None = None) -> None:
         try:
             pids = [int(p) for p in self.procs.read_text().split()]
         except OSError:
             return
         for pid in pids:
+            if pid == spare:
+                continue
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:

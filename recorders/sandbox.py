@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from recorders.probe import NAMESPACE_FLAGS, SandboxSupport, probe, shim_path
 from recorders.rootfs import RUNTIME, SANDBOX_ROOT, UID, bwrap_fs_args, runtime_dir
 from recorders.seedrandom import step_seed
 from recorders.shell import ShellState, parse_state, prelude
+from recorders.spawner import STATE_FD, Spawner, kill_group
 
 __all__ = ["Executor", "CommandResult", "ShellState", "SandboxError", "SandboxSupport", "Limits", "probe"]
 
@@ -73,8 +74,6 @@ class _Prepared:
     env_seen: dict[str, str]      # what the command sees
     base_env: dict[str, str]      # pinned values, before the carried exports
     cwd: str | None
-    read_fd: int                  # state dump channel
-    write_fd: int
 
 
 class Executor:
@@ -98,7 +97,9 @@ class Executor:
         self._shim = shim_path(self.support)
         self._runtime = runtime_dir(self._shim)
         self._cgroup: PidsCgroup | None = None
+        self._spawn: Spawner | None = None
         self._finalizer = None
+        self._fs_args: list[str] | None = None
 
     # -- public ---------------------------------------------------------------------------
 
@@ -133,43 +134,33 @@ class Executor:
             raise SandboxError(f"bad command {command!r}: give a shell command line without NUL bytes")
         clock = normalize_clock(clock)
         state = state or ShellState()
-        prep = self._prepare(command, clock, step, state)
         out, err, dump = (CappedBuffer(self.limits.output_cap), CappedBuffer(self.limits.output_cap),
                           CappedBuffer(STATE_CAP))
+        spawner = self._spawner()
+        pipes = [os.pipe() for _ in range(3)]  # stdout, stderr, state channel
+        prep = self._prepare(command, clock, step, state, state_fd=STATE_FD if spawner else pipes[2][1])
+        reads = [r for r, _ in pipes]
         started_ns = time.time_ns()
         t0 = time.perf_counter()
-        r_state = prep.read_fd
         try:
-            proc = subprocess.Popen(
-                prep.argv, env=prep.popen_env, cwd=prep.cwd, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(prep.write_fd,),
-                start_new_session=True,
-            )
-        except OSError as exc:
-            os.close(r_state)
-            raise SandboxError(f"cannot start the sandbox ({prep.argv[0]}): {exc}") from None
+            proc = self._launch(prep, spawner, tuple(w for _, w in pipes))
+        except BaseException:
+            for r in reads:
+                os.close(r)
+            raise
         finally:
-            os.close(prep.write_fd)
-
-        def kill() -> None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            if self._cgroup is not None:
-                self._cgroup.kill_all()
-
+            for _, w in pipes:
+                os.close(w)
         try:
             timed_out = pump(
-                {proc.stdout.fileno(): out, proc.stderr.fileno(): err, r_state: dump},
+                {reads[0]: out, reads[1]: err, reads[2]: dump},
                 deadline=time.monotonic() + self.limits.timeout_s,
-                exited=lambda: proc.poll() is not None, kill=kill,
+                exited=lambda: proc.poll() is not None, kill=proc.kill,
             )
             code = proc.wait()
         finally:
-            proc.stdout.close()
-            proc.stderr.close()
-            os.close(r_state)
+            for r in reads:
+                os.close(r)
         duration_ms = (time.perf_counter() - t0) * 1000
         if self.clamp_file_times:
             clamp_times(str(self.tree), started_ns, time.time_ns(), clock_epoch(clock))
@@ -189,8 +180,10 @@ class Executor:
         )
 
     def close(self) -> None:
+        """Stop the spawner and remove the cgroup; a later run() starts them again."""
         if self._finalizer is not None:
             self._finalizer()
+        self._finalizer = self._spawn = self._cgroup = None
 
     def __enter__(self) -> "Executor":
         return self
@@ -200,14 +193,37 @@ class Executor:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _pids_cgroup(self) -> PidsCgroup | None:
-        if self._cgroup is None and self.support.pids_cgroup:
+    def _spawner(self) -> Spawner | None:
+        """The spawner inside this executor's pids cgroup; None where there is no cgroup."""
+        if not (self.sandboxed and self.support.pids_cgroup):
+            return None
+        if self._spawn is not None and self._spawn.alive():
+            return self._spawn
+        if self._cgroup is None:
             try:
                 self._cgroup = PidsCgroup(Path(self.support.pids_cgroup), self.limits.max_processes)
             except SandboxError:
+                self.support = replace(self.support, pids_cgroup=None)
                 return None
-            self._finalizer = weakref.finalize(self, self._cgroup.close)
-        return self._cgroup
+        self._spawn = Spawner(str(self._cgroup.procs))
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _cleanup, self._spawn, self._cgroup)
+        return self._spawn
+
+    def _launch(self, prep: _Prepared, spawner: Spawner | None, fds: tuple[int, int, int]) -> "_Running":
+        if spawner is not None:
+            with spawner.lock:
+                pid = spawner.spawn(prep.argv, prep.popen_env, fds)
+            return _Running(pid, spawner=spawner, cgroup=self._cgroup)
+        try:
+            popen = subprocess.Popen(
+                prep.argv, env=prep.popen_env, cwd=prep.cwd, stdin=subprocess.DEVNULL,
+                stdout=fds[0], stderr=fds[1], pass_fds=(fds[2],), start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start the sandbox ({prep.argv[0]}): {exc}") from None
+        return _Running(popen.pid, popen=popen)
 
     def _preload(self, inside: bool) -> str:
         libs = []
@@ -217,27 +233,58 @@ class Executor:
             libs.append(self.support.faketime)
         return ":".join(libs)
 
-    def _prepare(self, command: str, clock: datetime, step: int, state: ShellState) -> _Prepared:
+    def _prepare(self, command: str, clock: datetime, step: int, state: ShellState,
+                 state_fd: int = STATE_FD) -> _Prepared:
         base = self.base_env(clock, step)
         env = {**base, **state.exports}
         preload = self._preload(inside=self.sandboxed)
         seen = {**env, "LD_PRELOAD": preload} if preload else dict(env)
         root = SANDBOX_ROOT if self.sandboxed else str(self.tree)
-        r, w = os.pipe()
-        script = prelude(state, self.limits.ulimit_line(), root=root, state_fd=w)
+        # Popen keeps an inherited descriptor's number; the spawner puts it at STATE_FD.
+        script = prelude(state, self.limits.ulimit_line(), root=root, state_fd=state_fd)
         shell = ["/bin/bash", "--noprofile", "--norc", "-c", script, "bash", command]
         if not self.sandboxed:
-            return _Prepared(shell, seen, seen, base, str(self.tree), r, w)
+            return _Prepared(shell, seen, seen, base, str(self.tree))
         argv = [self.support.bwrap]
         if self.support.userns:
             argv += ["--unshare-user", "--uid", str(UID), "--gid", str(UID)]
         argv += [*NAMESPACE_FLAGS, "--die-with-parent", "--new-session", "--hostname", "sandbox"]
-        argv += bwrap_fs_args(self.tree, self._runtime)
+        if self._fs_args is None:
+            self._fs_args = bwrap_fs_args(self.tree, self._runtime)
+        argv += self._fs_args
         argv += ["--chdir", SANDBOX_ROOT]
         if preload:
             argv += ["--setenv", "LD_PRELOAD", preload]
         argv += shell
-        cg = self._pids_cgroup()
-        if cg is not None:  # join the cgroup before bwrap starts, so no fork escapes it
-            argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cg.procs), *argv]
-        return _Prepared(argv, env, seen, base, None, r, w)
+        return _Prepared(argv, env, seen, base, None)
+
+
+class _Running:
+    """A started command: its pid, and how to poll, wait for and kill it."""
+
+    def __init__(self, pid: int, popen: subprocess.Popen | None = None,
+                 spawner: Spawner | None = None, cgroup: PidsCgroup | None = None):
+        self.pid, self.popen, self.spawner, self.cgroup = pid, popen, spawner, cgroup
+        self.status: int | None = None
+
+    def poll(self) -> int | None:
+        if self.status is None:
+            self.status = self.popen.poll() if self.popen is not None else self.spawner.poll()
+        return self.status
+
+    def wait(self) -> int:
+        if self.status is None:
+            self.status = self.popen.wait() if self.popen is not None else self.spawner.wait()
+        return self.status
+
+    def kill(self) -> None:
+        kill_group(self.pid)  # bwrap dies; --die-with-parent and the PID namespace take the rest
+        if self.cgroup is not None:
+            self.cgroup.kill_all(spare=self.spawner.pid if self.spawner else None)
+
+
+def _cleanup(spawner: Spawner | None, cgroup: PidsCgroup | None) -> None:
+    if spawner is not None:
+        spawner.close()
+    if cgroup is not None:
+        cgroup.close()
