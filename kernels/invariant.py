@@ -1,0 +1,312 @@
+"""Batch-invariant ops on the CPU (PyTorch), with the signatures of `kernels.ops`.
+
+A row's result depends only on the row: not on how many rows share the call, where the
+row sits, what else is there, nor (for attention) on whether the prompt came in one
+prefill, in chunks, or token by token. How each op gets there:
+
+- linear: MKL's packed GEMM (`cblas_sgemm_pack` once per weight, `cblas_sgemm_compute`
+  per call). With the weight packed for an 8-row panel, MKL runs the same micro-kernel
+  and the same K-order for every row count, so row results are identical for 1..256
+  rows, at 1 and 2 threads, and the packing cost is paid once, not per call: it is as
+  fast as stock at 1 row and faster at 8. Calls are cut into pieces of at most
+  `MAX_ROWS` rows so every product stays inside the range the test suite verifies
+  (MKL's invariance is an observation, tested per shape of the default model, not a
+  documented guarantee). Without MKL: fixed 8-row tiles of a plain GEMM.
+- reductions (RMSNorm, softmax, log-softmax): a row is cut into fixed blocks of
+  `REDUCE_BLOCK` elements; each block is summed with one fixed-length reduction, and
+  the block sums are combined by a sequential scan (`cumsum`). The max is exact in any
+  order. Only exp, log, rsqrt and + - * / touch elements, whose vectorised and scalar
+  forms agree bit for bit here (sigmoid's do not; see the tests).
+- attention: a query attends keys 0..pos in fixed blocks of `KV_BLOCK` keys; keys past
+  pos are masked to an exact 0. Each (key block, KV head) is one item of a batched
+  matmul whose inner dimensions are fixed (the head dim, the block size), and the block partial sums are combined by a scan, so the result
+  does not depend on how many queries or keys the call holds.
+
+On CUDA tensors the ops run the Triton kernels (kernels.triton_kernels).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+PACK_ROWS = 8  # the row panel MKL packs the weight for
+MAX_ROWS = 256  # longest row range one GEMM call gets (the range the suite verifies)
+REDUCE_BLOCK = 64  # elements per fixed-length partial sum
+KV_BLOCK = 64  # keys per attention block
+_ATTN_CHUNK_ELEMS = 1 << 22  # bound on the score elements of one attention chunk (16 MiB)
+
+_HAS_MKL_PACK = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+
+
+def _triton():
+    from kernels import triton_kernels  # noqa: PLC0415 - only on CUDA tensors
+
+    return triton_kernels
+
+
+# --------------------------------------------------------------------------- linear
+
+
+class _PackCache:
+    """The packed copy of each weight, made on first use and dropped with the weight."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, weight: torch.Tensor) -> torch.Tensor:
+        key = id(weight)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is weight and entry[1] == weight._version:
+            return entry[2]
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0]() is weight and entry[1] == weight._version:
+                return entry[2]
+            packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_ROWS)
+            ref = weakref.ref(weight, lambda _r, k=key: self._entries.pop(k, None))
+            self._entries[key] = (ref, weight._version, packed)
+            return packed
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_packs = _PackCache()
+
+
+def _linear_rows(x2: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """[M, K] @ [N, K]^T for contiguous fp32, M <= MAX_ROWS."""
+    path = _paths.get(weight)
+    if path == "mkl":
+        return torch.ops.mkl._mkl_linear(x2, _packs.get(weight), weight, None, x2.shape[0])
+    if path == "tiles":
+        return _linear_tiles(x2, weight)
+    return _linear_exact(x2, weight)
+
+
+def _linear_tiles(x2: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Every GEMM has exactly PACK_ROWS rows, so the call shape never varies."""
+    m = x2.shape[0]
+    padded = x2.new_zeros(-(-m // PACK_ROWS) * PACK_ROWS, x2.shape[1])
+    padded[:m] = x2
+    tiles = [F.linear(padded[i : i + PACK_ROWS], weight) for i in range(0, padded.shape[0], PACK_ROWS)]
+    return torch.cat(tiles)[:m]
+
+
+def _linear_exact(x2: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Invariant by construction (exact products, fixed-order sums); slow, for small weights."""
+    n, k = weight.shape
+    rows = max(1, (1 << 22) // max(1, n * k))
+    out = [_row_sum((x2[i : i + rows, None, :] * weight[None]).reshape(-1, k)).reshape(-1, n)
+           for i in range(0, x2.shape[0], rows)]
+    return torch.cat(out)
+
+
+class _PathChoice:
+    """Which GEMM keeps this weight's rows invariant here, decided once by a probe.
+
+    MKL picks kernels by problem size: for small weights (roughly N*K < 20k) a 1-row
+    product takes a different path from a 2-row one even when packed, so every weight is
+    probed with row counts 1..17 and falls back to a slower path that passes."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref, str]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, weight: torch.Tensor) -> str:
+        key = id(weight)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is weight:
+            return entry[1]
+        with self._lock:
+            path = self._choose(weight)
+            ref = weakref.ref(weight, lambda _r, k=key: self._entries.pop(k, None))
+            self._entries[key] = (ref, path)
+            return path
+
+    @staticmethod
+    def _choose(weight: torch.Tensor) -> str:
+        gen = torch.Generator().manual_seed(0)
+        probe = torch.randn(17, weight.shape[1], generator=gen)
+        candidates = []
+        if _HAS_MKL_PACK:
+            candidates.append(("mkl", lambda x: torch.ops.mkl._mkl_linear(x, _packs.get(weight), weight, None, x.shape[0])))
+        candidates.append(("tiles", lambda x: _linear_tiles(x, weight)))
+        for name, fn in candidates:
+            full = fn(probe)
+            if all(torch.equal(fn(probe[:m].contiguous()), full[:m]) for m in (1, 2, 3, 4, 5, 7, 8, 9, 16)) and \
+                    torch.equal(fn(probe[1:].contiguous()), full[1:]):
+                return name
+        return "exact"
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_paths = _PathChoice()
+
+
+def linear_path(weight: torch.Tensor) -> str:
+    """The GEMM path the invariant linear takes for an fp32 contiguous weight: mkl, tiles or exact."""
+    return _paths.get(weight)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    if x.is_cuda:
+        return _triton().linear(x, weight, bias)
+    if weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"linear: x {tuple(x.shape)} does not match weight {tuple(weight.shape)}: "
+            "x's last dimension must equal weight.shape[1]"
+        )
+    out_dtype = x.dtype
+    n, k = weight.shape
+    if weight.dtype != torch.float32 or not weight.is_contiguous():
+        weight = _fp32_weight(weight)
+    x2 = x.reshape(-1, k).to(torch.float32).contiguous()
+    m = x2.shape[0]
+    if m == 0:
+        out = x2.new_zeros(0, n)
+    elif m <= MAX_ROWS:
+        out = _linear_rows(x2, weight)
+    else:
+        out = torch.cat([_linear_rows(x2[i : i + MAX_ROWS], weight) for i in range(0, m, MAX_ROWS)])
+    if bias is not None:
+        out = out + bias.to(torch.float32)
+    return out.reshape(*x.shape[:-1], n).to(out_dtype)
+
+
+_fp32_keep: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+
+
+def _fp32_weight(weight: torch.Tensor) -> torch.Tensor:
+    """An fp32 contiguous copy of a weight, kept while the weight lives (so it packs once)."""
+    key = id(weight)
+    entry = _fp32_keep.get(key)
+    if entry is not None and entry[0]() is weight:
+        return entry[1]
+    copy = weight.detach().to(torch.float32).contiguous()
+    _fp32_keep[key] = (weakref.ref(weight, lambda _r, k=key: _fp32_keep.pop(k, None)), copy)
+    return copy
+
+
+# ----------------------------------------------------------------------- reductions
+
+
+def _row_sum(x2: torch.Tensor) -> torch.Tensor:
+    """Sum over the last dim of contiguous fp32 [R, D] -> [R, 1], in an order fixed by D alone."""
+    r, d = x2.shape
+    nb = -(-d // REDUCE_BLOCK)
+    if nb * REDUCE_BLOCK != d:
+        x2 = F.pad(x2, (0, nb * REDUCE_BLOCK - d))  # zeros add exactly nothing
+    partial = x2.reshape(r, nb, REDUCE_BLOCK).sum(-1)
+    return partial.cumsum(-1)[:, -1:].to(torch.float32)
+
+
+def _as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    moved = x.movedim(dim, -1)
+    return moved, moved.reshape(-1, moved.shape[-1]).to(torch.float32).contiguous()
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    if x.is_cuda:
+        return _triton().rms_norm(x, weight, eps)
+    x2 = x.reshape(-1, x.shape[-1]).to(torch.float32).contiguous()
+    mean_sq = _row_sum(x2 * x2) / x2.shape[1]
+    out = x2 * torch.rsqrt(mean_sq + eps) * weight.to(torch.float32)
+    return out.reshape(x.shape).to(x.dtype)
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    if x.is_cuda and dim in (-1, x.dim() - 1):
+        return _triton().log_softmax(x)
+    moved, x2 = _as_rows(x, dim)
+    if x2.shape[1] == 0:
+        return x.clone()
+    shifted = x2 - x2.amax(-1, keepdim=True)
+    out = shifted - torch.log(_row_sum(torch.exp(shifted)))
+    return out.reshape(moved.shape).movedim(-1, dim).to(x.dtype)
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    moved, x2 = _as_rows(x, dim)
+    if x2.shape[1] == 0:
+        return x.clone()
+    e = torch.exp(x2 - x2.amax(-1, keepdim=True))
+    out = e / _row_sum(e)
+    return out.reshape(moved.shape).movedim(-1, dim).to(x.dtype)
+
+
+# ------------------------------------------------------------------------ attention
+
+
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, scale: float
+) -> torch.Tensor:
+    if q.is_cuda:
+        return _triton().attention(q, k, v, positions, scale)
+    t, h, d = q.shape
+    kvh = k.shape[1]
+    if h % kvh:
+        raise ValueError(f"attention: {h} query heads are not a multiple of {kvh} KV heads")
+    if t == 0:
+        return q.new_zeros(0, h, d)
+    pos = positions.to(torch.int64)
+    qg = q.to(torch.float32).reshape(t, kvh, h // kvh, d)
+    kf = k.to(torch.float32)
+    vf = v.to(torch.float32)
+    out = torch.empty(t, kvh, h // kvh, d, dtype=torch.float32)
+    # Queries in chunks bound the temporaries; a query's result does not depend on its chunk.
+    n_keys = int(pos.max().item()) + 1
+    per_query = -(-n_keys // KV_BLOCK) * KV_BLOCK * h  # scores/probabilities per query
+    chunk = max(1, _ATTN_CHUNK_ELEMS // per_query)
+    for start in range(0, t, chunk):
+        sl = slice(start, start + chunk)
+        out[sl] = _attention_chunk(qg[sl], kf, vf, pos[sl], scale)
+    return out.reshape(t, h, d).to(q.dtype)
+
+
+def _attention_chunk(
+    qg: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """qg [T, KVH, G, D], k/v [S, KVH, D] fp32 -> [T, KVH, G, D].
+
+    One `bmm` item per (key block, KV head): [T*G, D] x [D, B] for the scores and
+    [T*G, B] x [B, D] for the values, with B = KV_BLOCK and D fixed. MKL gives each row of
+    these products the same bits whatever T is (checked by the suite for 1..1024 rows),
+    and the per-block partial sums are combined by a sequential scan over blocks."""
+    t, kvh, g, d = qg.shape
+    n_keys = int(pos.max().item()) + 1
+    nb = -(-n_keys // KV_BLOCK)
+    span = nb * KV_BLOCK
+    kb, vb = k[:n_keys], v[:n_keys]
+    if span != n_keys:
+        kb = F.pad(kb, (0, 0, 0, 0, 0, span - n_keys))
+        vb = F.pad(vb, (0, 0, 0, 0, 0, span - n_keys))
+    items = nb * kvh
+    kt = kb.reshape(nb, KV_BLOCK, kvh, d).permute(0, 2, 3, 1).reshape(items, d, KV_BLOCK)
+    vb = vb.reshape(nb, KV_BLOCK, kvh, d).permute(0, 2, 1, 3).reshape(items, KV_BLOCK, d)
+    rows = qg.permute(1, 0, 2, 3).reshape(1, kvh, t * g, d).expand(nb, kvh, t * g, d)
+
+    scores = torch.bmm(rows.reshape(items, t * g, d), kt).reshape(nb, kvh, t, g, KV_BLOCK) * scale
+    key_idx = torch.arange(span).reshape(nb, 1, 1, 1, KV_BLOCK)
+    scores = scores.masked_fill(key_idx > pos.reshape(1, 1, t, 1, 1), float("-inf"))
+
+    m = scores.amax(dim=(0, 4), keepdim=True)  # exact in any order
+    p = torch.exp(scores - m)  # masked keys -> exactly 0
+    denom = p.sum(-1).cumsum(0)[-1]  # [KVH, T, G]: fixed-length block sums, then a scan
+
+    pv = torch.bmm(p.reshape(items, t * g, KV_BLOCK), vb).reshape(nb, kvh, t, g, d)
+    out = pv.cumsum(0)[-1] / denom[..., None]  # [KVH, T, G, D]
+    return out.permute(1, 0, 2, 3)
+
+
+__all__ = ["linear", "rms_norm", "softmax", "log_softmax", "attention", "KV_BLOCK", "PACK_ROWS"]
+
