@@ -13,10 +13,9 @@ from typing import Any
 from pygments.lexers import BashLexer, BashSessionLexer
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
-from rich.table import Table
 from rich.text import Text
 
-from app.runview import LAYERS, RunView, is_blob, token_pos
+from app.runview import LAYERS, RunView, is_blob
 
 THEME = "ansi_dark"  # the terminal's own palette, so light and dark terminals both read
 _BASH = BashLexer()
@@ -128,13 +127,31 @@ def summary(event) -> Text:
 
 
 # -- the detail pane ------------------------------------------------------------------------
-def _kv(rows: list[tuple[str, Any]]) -> Table:
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column()
-    for key, val in rows:
-        table.add_row(key, val if isinstance(val, Text) else Text(str(val)))
-    return table
+def _kv(rows: list[tuple[str, Any]]) -> Text:
+    """Key/value lines with the keys in one column (plain Text: far cheaper than a
+    rich Table, and the pane re-renders on every cursor move)."""
+    width = max((len(k) for k, _ in rows), default=0) + 2
+    out = Text()
+    for i, (key, val) in enumerate(rows):
+        if i:
+            out.append("\n")
+        out.append(f"{key:<{width}}", style="bold")
+        value = val if isinstance(val, Text) else Text(str(val))
+        out.append_text(_indent(value, width))
+    return out
+
+
+def _indent(text: Text, width: int) -> Text:
+    """Continuation lines of a value start under the value, not under the key."""
+    if "\n" not in text.plain:
+        return text
+    lines = text.split("\n", allow_blank=True)
+    out = Text()
+    for i, line in enumerate(lines):
+        if i:
+            out.append("\n" + " " * width)
+        out.append_text(line)
+    return out
 
 
 def heading(event) -> Text:
@@ -226,22 +243,18 @@ def alternatives(view: RunView, event, token_texts=None) -> list[tuple[int, str 
     return out
 
 
-def topk_table(topk: list, chosen: int | None, token_texts=None) -> Table:
+def topk_table(topk: list, chosen: int | None, token_texts=None) -> Text:
     names = token_texts([int(e[0]) for e in topk[:5]]) if token_texts else {}
-    table = Table(title="top-5 alternatives", title_justify="left", box=None, padding=(0, 1))
-    table.add_column("", width=1)
-    table.add_column("id", justify="right")
-    table.add_column("text")
-    table.add_column("logprob", justify="right")
-    table.add_column("p", justify="right")
+    out = Text("top-5 alternatives\n", style="italic")
+    out.append(f"  {'id':>6}  {'text':<14} {'logprob':>8} {'p':>6}", style="dim")
     for entry in topk[:5]:
         tid, lp = int(entry[0]), float(entry[1])
         text = entry[2] if len(entry) > 2 else names.get(tid)
-        mark = "▶" if tid == chosen else ""
-        style = "bold cyan" if tid == chosen else ""
-        table.add_row(mark, str(tid), token_text(text) if text is not None else "·",
-                      f"{lp:.3f}", f"{math.exp(lp):.3f}", style=style)
-    return table
+        shown = token_text(text) if text is not None else "·"
+        mark = "▶" if tid == chosen else " "
+        out.append(f"\n{mark} {tid:>6}  {shown:<14} {lp:>8.3f} {math.exp(lp):>6.3f}",
+                   style="bold cyan" if tid == chosen else "")
+    return out
 
 
 def tool_detail(view: RunView, event) -> RenderableType:
@@ -336,7 +349,3 @@ def run_title(run) -> str:
         f"run #{run.id} · {getattr(run, 'task', '?')} · {getattr(run, 'model_id', '?')} · "
         f"{getattr(run, 'kernel_mode', '?')} · seed {seed}"
     )
-
-
-def token_pos_of(event) -> int | None:
-    return token_pos(event)

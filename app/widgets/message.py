@@ -1,4 +1,8 @@
-"""The message strip: a step's generated tokens read as text, the selected one marked."""
+"""The message strip: a step's generated tokens read as text, the selected one marked.
+
+The strip has a fixed height, so updating it never re-lays out the screen; it shows the
+stretch of the message around the selected token that fits.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ from textual.widgets import Static
 
 from app.runview import token_pos
 
-CONTEXT = 160  # tokens shown either side of the selected one
+LINES_BEFORE = 2  # lines of text shown before the selected token (about)
+LINES = 5
 
 
 class MessageStrip(Static):
@@ -16,23 +21,31 @@ class MessageStrip(Static):
     def show_tokens(self, step: int, tokens: list, selected: int | None) -> None:
         title = Text(f"step {step} message ", style="bold")
         if not tokens:
-            self.update(title + Text("(no generated tokens in this step)", style="dim"))
+            self.update(title + Text("(no generated tokens in this step)", style="dim"), layout=False)
             return
+        width = max(20, self.content_size.width)
+        pieces = [str(e.value.get("text", "")) if isinstance(e.value, dict) else "" for e in tokens]
         at = 0
         if selected is not None:
             at = next((i for i, e in enumerate(tokens) if token_pos(e) == selected), 0)
-        lo, hi = max(0, at - CONTEXT), min(len(tokens), at + CONTEXT)
+        lo, used = at, 0
+        while lo > 0 and used < LINES_BEFORE * width:
+            lo -= 1
+            used += width if "\n" in pieces[lo] else len(pieces[lo])
+        hi, used = at, 0
+        while hi < len(pieces) and used < (LINES - LINES_BEFORE) * width:
+            used += width if "\n" in pieces[hi] else len(pieces[hi])
+            hi += 1
         text = title + Text(f"({len(tokens)} tokens)\n", style="dim")
         if lo:
             text.append("… ", style="dim")
         for i in range(lo, hi):
-            value = tokens[i].value if isinstance(tokens[i].value, dict) else {}
-            piece = str(value.get("text", ""))
+            piece = pieces[i]
             if i == at and selected is not None:
-                text.append(piece if piece.strip() else piece.replace(" ", "␣").replace("\n", "⏎\n") or "∅",
-                            style="bold reverse")
+                shown = piece if piece.strip() else piece.replace(" ", "␣").replace("\n", "⏎\n") or "∅"
+                text.append(shown, style="bold reverse")
             else:
                 text.append(piece)
-        if hi < len(tokens):
+        if hi < len(pieces):
             text.append(" …", style="dim")
-        self.update(text)
+        self.update(text, layout=False)
