@@ -54,10 +54,9 @@ def split_site(site: str, step: int, kind: str) -> tuple[int | None, str | None]
     prefix = f"{step}:{kind}"
     if site == prefix:
         return None, None
-    if site.startswith(prefix) and site[len(prefix) : len(prefix) + 1] == ":":
-        tail = site[len(prefix) + 1 :]
-        if tail.isascii() and tail.isdigit() and (tail == "0" or tail[0] != "0"):
-            return int(tail), None
+    head, _, tail = site.rpartition(":")
+    if head == prefix and tail.isdigit() and tail.isascii() and (tail[0] != "0" or tail == "0"):
+        return int(tail), None
     return None, site
 
 
@@ -130,26 +129,26 @@ def _encode_token(v: dict, seed: int | None, step: int, pos: int | None) -> byte
     if tuple(v) != TOKEN_KEYS:
         return None
     tid, text, forced, lp, rng = v["id"], v["text"], v["forced"], v["logprob"], v["rng"]
-    if not (
-        type(tid) is int and 0 <= tid < 1 << 32 and type(text) is str and type(forced) is bool
-        and type(lp) is float and type(rng) in (list, tuple) and len(rng) == 3
-        and all(type(r) is int and -(1 << 63) <= r < 1 << 63 for r in rng)
-    ):
+    if type(tid) is not int or type(text) is not str or type(forced) is not bool or type(lp) is not float:
         return None
-    try:
-        body = text.encode("utf-8")
-    except UnicodeEncodeError:
+    if type(rng) not in (list, tuple) or len(rng) != 3:
+        return None
+    r0, r1, r2 = rng
+    if type(r0) is not int or type(r1) is not int or type(r2) is not int:
         return None
     flags = _F_FORCED if forced else 0
     if not _f32_exact(lp):
         flags |= _F_F64
-    if seed is None or pos is None or rng[0] != seed or rng[1] != step or rng[2] != pos:
-        flags |= _F_RNG
-        extra = _RNG.pack(*rng)
-    else:
-        extra = b""
-    head = (_TOKEN64 if flags & _F_F64 else _TOKEN32).pack(TOKEN_TAG, flags, tid, lp)
-    return head + extra + body
+    try:
+        if r0 == seed and r1 == step and r2 == pos:
+            extra = b""
+        else:
+            flags |= _F_RNG
+            extra = _RNG.pack(r0, r1, r2)
+        head = (_TOKEN64 if flags & _F_F64 else _TOKEN32).pack(TOKEN_TAG, flags, tid, lp)
+        return head + extra + text.encode("utf-8")
+    except (struct.error, UnicodeEncodeError):  # out-of-range ints, lone surrogates: JSON keeps them
+        return None
 
 
 def _decode_token(b: bytes, seed: int | None, step: int, pos: int | None) -> dict:

@@ -18,8 +18,10 @@ runs      one row per run.
 kinds     (code INTEGER PRIMARY KEY, layer, kind): an event's layer and kind share one
           small integer in `events.kind`, so a row never spells them out.
 
-events    (run, seq) PRIMARY KEY, WITHOUT ROWID: a run's events are one contiguous key
-          range, so a window [a, b) is a single b-tree range scan.
+events    id INTEGER PRIMARY KEY = run << 32 | seq. The key is derived from (run, seq) so
+          that a run's events are one contiguous rowid range (a window [a, b) is one range
+          scan) and appending takes SQLite's fast append path. The view `event_rows`
+          spells out run, seq, layer and kind for a person at the sqlite3 prompt.
           step, kind (-> kinds.code),
           pos   the position of a positional site (`<step>:token:<pos>`), else NULL,
           site  NULL when it is the canonical `<step>:<kind>[:<pos>]`, else the site verbatim
@@ -29,7 +31,7 @@ events    (run, seq) PRIMARY KEY, WITHOUT ROWID: a run's events are one contiguo
           A fork stores only its own events; its seqs start at `fork_seq`, and its parent's
           rows with seq < fork_seq are read in their place. Seqs of a run are dense.
 
-steps     (run, step) PRIMARY KEY, WITHOUT ROWID: first_seq, last_seq, events. Written with
+steps     (run, step) PRIMARY KEY, WITHOUT ROWID (a small table): first_seq, last_seq, events. Written with
           each step's transaction; turns "events of step s" and "the event at site s:..."
           into a short range scan. Added by migration 2, back-filled from `events`.
 
@@ -77,13 +79,16 @@ def _m0001_initial(db: sqlite_utils.Database) -> None:
     )
     db["kinds"].create({"code": int, "layer": str, "kind": str}, pk="code", not_null={"layer", "kind"})
     db["kinds"].create_index(["layer", "kind"], unique=True)
-    # sqlite-utils cannot declare WITHOUT ROWID tables, so these are plain SQL.
-    db.execute(
-        "CREATE TABLE events (run INTEGER NOT NULL, seq INTEGER NOT NULL, step INTEGER NOT NULL,"
-        " kind INTEGER NOT NULL, pos INTEGER, site TEXT, value,"
-        " PRIMARY KEY (run, seq)) WITHOUT ROWID"
+    db["events"].create(
+        {"id": int, "step": int, "kind": int, "pos": int, "site": str, "value": bytes},
+        pk="id",
+        not_null={"step", "kind"},
     )
-    db.execute("CREATE INDEX events_site ON events(run, site) WHERE site IS NOT NULL")
+    db.execute("CREATE INDEX events_site ON events(site) WHERE site IS NOT NULL")
+    db.execute(
+        "CREATE VIEW event_rows AS SELECT e.id >> 32 AS run, e.id & 4294967295 AS seq, e.step,"
+        " k.layer, k.kind, e.pos, e.site, e.value FROM events e JOIN kinds k ON k.code = e.kind"
+    )
     db["blobs"].create(
         {"digest": str, "size": int, "codec": str, "data": bytes},
         pk="digest",
@@ -99,7 +104,8 @@ def _m0002_steps(db: sqlite_utils.Database) -> None:
         " PRIMARY KEY (run, step)) WITHOUT ROWID"
     )
     db.execute(
-        "INSERT INTO steps SELECT run, step, min(seq), max(seq), count(*) FROM events GROUP BY run, step"
+        "INSERT INTO steps SELECT id >> 32, step, min(id & 4294967295), max(id & 4294967295), count(*)"
+        " FROM events GROUP BY id >> 32, step"
     )
 
 

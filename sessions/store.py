@@ -10,7 +10,6 @@ parent's prefix without it ever having been copied. See `sessions.schema` for th
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import json
 import re
@@ -18,12 +17,12 @@ import sqlite3
 import struct
 import threading
 import zlib
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import codec, header, liveness, schema
+from . import blobs, codec, liveness, opening, schema
+from .records import Event, Run
 from .errors import StoreError
 
 __all__ = ["Store", "StoreError", "Run", "Event", "LAYERS", "STATUSES"]
@@ -31,52 +30,21 @@ __all__ = ["Store", "StoreError", "Run", "Event", "LAYERS", "STATUSES"]
 LAYERS = ("tensor", "token", "trace", "agent")
 STATUSES = ("recording", "complete", "incomplete", "failed")
 _KIND = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
-_END = 1 << 62  # "no upper bound" for seq ranges
-_BUSY_MS = 5000
+_END = 1 << 32  # seqs of a run are below this: events.id = run << 32 | seq
+_MASK = _END - 1
 _RUN_COLUMNS = (
     "id, task, model_id, kernel_mode, sampling, seed, fingerprint, status, outcome, created,"
     " finished, parent, fork_seq, fork_site, mutation, meta, writer"
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Run:
-    id: int
-    task: str | None
-    model_id: str | None
-    kernel_mode: str | None
-    sampling: dict
-    seed: int | None
-    fingerprint: dict
-    status: str  # a run whose writer died reads as "incomplete"
-    outcome: Any
-    created: str
-    finished: str | None
-    parent: int | None
-    fork_seq: int | None
-    fork_site: str | None
-    mutation: Any
-    meta: dict
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    run: int  # the run that was asked for
-    seq: int
-    step: int
-    layer: str
-    kind: str
-    site: str
-    value: Any
-    origin: int | None = None  # the run that recorded it: `run`, or an ancestor for a fork's prefix
-
-
 class _Recording:
     """A run this store is writing: its next seq and the events of the step in flight."""
 
-    __slots__ = ("next_seq", "seed", "rows")
+    __slots__ = ("base", "next_seq", "seed", "rows")
 
-    def __init__(self, next_seq: int, seed: int | None):
+    def __init__(self, run_id: int, next_seq: int, seed: int | None):
+        self.base = run_id << 32
         self.next_seq = next_seq
         self.seed = seed
         self.rows: list[tuple] = []
@@ -104,20 +72,11 @@ def _guarded(method):
             try:
                 return method(self, *args, **kwargs)
             except sqlite3.DatabaseError as exc:
-                raise _database_error(self.path, exc) from None
+                raise opening.database_error(self.path, exc) from None
             except (struct.error, UnicodeDecodeError, zlib.error, json.JSONDecodeError) as exc:
                 raise StoreError(f"{self.path} holds a value that cannot be decoded ({exc}); the file is damaged, restore it from a copy") from None
 
     return wrapper
-
-
-def _database_error(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
-    text = str(exc)
-    if "locked" in text or "busy" in text:
-        return StoreError(f"{path} is locked by another writer (waited {_BUSY_MS // 1000} s); try again when it is done")
-    if "readonly" in text or "read-only" in text:
-        return StoreError(f"{path} cannot be written ({text}); check the permissions of the file and its folder")
-    return StoreError(f"{path} is corrupt ({text}); restore it from a copy (`tttr info {path}` checks its integrity)")
 
 
 class Store:
@@ -145,68 +104,15 @@ class Store:
         memory. A file that is missing, not SQLite, truncated, foreign or from a newer tttr
         raises StoreError before SQLite touches it."""
         path = Path(path)
-        may_be_new = create and not readonly
-        if may_be_new and not path.exists():
-            if not path.parent.is_dir():
-                raise StoreError(f"cannot create {path}: folder {path.parent} does not exist; create it first")
-        else:
-            header.check(path, may_be_new=may_be_new)
-        conn = None
+        conn, file_version = opening.connect(path, readonly=readonly, may_be_new=create and not readonly)
         try:
-            if readonly:
-                uri = f"{path.resolve().as_uri()}?mode=ro"
-                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-            else:
-                conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
-            conn.execute("PRAGMA trusted_schema = OFF")
-            file_version = schema.version(conn)
-            conn = cls._prepare(conn, path, readonly, may_be_new)
             store = cls(conn, path, readonly, file_version)
             if not readonly:
                 store._reap()
-            return store
         except sqlite3.DatabaseError as exc:
-            if conn is not None:
-                conn.close()
-            raise _database_error(path, exc) from None
-        except StoreError:
-            if conn is not None:
-                conn.close()
-            raise
-
-    @staticmethod
-    def _prepare(conn: sqlite3.Connection, path: Path, readonly: bool, may_be_new: bool) -> sqlite3.Connection:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = schema.version(conn)
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if app_id != schema.APPLICATION_ID:
-            if tables:
-                shown = ", ".join(sorted(tables)[:5])
-                raise StoreError(
-                    f"{path} is a SQLite database but not a TTTR session database (tables: {shown}); "
-                    "pass a database written by tttr"
-                )
-            if not may_be_new:
-                raise StoreError(f"{path} is an empty SQLite database, not a TTTR session database; pass a database written by tttr")
-        if version > schema.SCHEMA_VERSION:
-            raise header.newer_error(path, version)
-        if version < schema.SCHEMA_VERSION:
-            if readonly:
-                copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-                conn.backup(copy)
-                conn.close()
-                conn = copy
-            schema.migrate(conn)
-        missing = {"runs", "kinds", "events", "steps", "blobs"} - {
-            r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
-        if missing:
-            raise StoreError(f"{path} is damaged: table(s) {', '.join(sorted(missing))} are missing; restore it from a copy")
-        if not readonly:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash of the process loses nothing committed
-        return conn
+            conn.close()
+            raise opening.database_error(path, exc) from None
+        return store
 
     def _reap(self) -> None:
         """Mark runs whose writer process is gone as incomplete, so the file says so too."""
@@ -297,7 +203,7 @@ class Store:
             ),
         )
         run_id = cur.lastrowid
-        self._recording[run_id] = _Recording(first, seed)
+        self._recording[run_id] = _Recording(run_id, first, seed)
         self._chains[run_id] = (parent, first)
         self._seeds[run_id] = seed
         return run_id
@@ -324,7 +230,7 @@ class Store:
                 raise StoreError(f"the value at site {site} of run {run_id}: {exc}; values are JSON") from None
             seq = rec.next_seq
             rec.next_seq = seq + 1
-            rec.rows.append((run_id, seq, step, code, pos, verbatim, stored))
+            rec.rows.append((rec.base + seq, step, code, pos, verbatim, stored))
             return seq
 
     @_guarded
@@ -346,14 +252,15 @@ class Store:
         rows, rec.rows = rec.rows, []
         if not rows:
             return
-        steps = []
-        for step, group in itertools.groupby(rows, key=lambda r: r[2]):
-            group = list(group)
-            steps.append((run_id, step, group[0][1], group[-1][1], len(group)))
+        if len({r[1] for r in rows}) == 1:  # the usual case: the step's own events
+            groups = [(rows[0][1], rows)]
+        else:
+            groups = [(step, list(g)) for step, g in itertools.groupby(rows, key=lambda r: r[1])]
+        steps = [(run_id, step, g[0][0] & _MASK, g[-1][0] & _MASK, len(g)) for step, g in groups]
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
-            conn.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?)", rows)
+            conn.executemany("INSERT INTO events VALUES (?,?,?,?,?,?)", rows)
             conn.executemany(
                 "INSERT INTO steps VALUES (?,?,?,?,?) ON CONFLICT (run, step) DO UPDATE SET"
                 " first_seq = min(first_seq, excluded.first_seq), last_seq = max(last_seq, excluded.last_seq),"
@@ -364,7 +271,7 @@ class Store:
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            rec.next_seq = rows[0][1]  # seqs stay dense: the lost step's seqs are reused
+            rec.next_seq = rows[0][0] & _MASK  # seqs stay dense: the lost step's seqs are reused
             raise
 
     @_guarded
@@ -388,31 +295,15 @@ class Store:
     def put_blob(self, data: bytes) -> str:
         """Store bytes once, compressed; returns their sha256 hex digest."""
         self._writable()
-        data = bytes(data)
-        digest = hashlib.sha256(data).hexdigest()
-        if self._conn.execute("SELECT 1 FROM blobs WHERE digest = ?", (digest,)).fetchone():
-            return digest
-        packed = zlib.compress(data, 6)
-        codec_name, stored = ("zlib", packed) if len(packed) < len(data) else ("raw", data)
-        self._conn.execute(
-            "INSERT OR IGNORE INTO blobs (digest, size, codec, data) VALUES (?,?,?,?)",
-            (digest, len(data), codec_name, stored),
-        )
-        return digest
+        return blobs.put(self._conn, data)
 
     @_guarded
     def get_blob(self, digest: str) -> bytes:
-        row = self._conn.execute("SELECT codec, data FROM blobs WHERE digest = ?", (digest,)).fetchone()
-        if row is None:
-            raise StoreError(f"no blob {digest} in {self.path}; the value refers to content that was never stored")
-        data = zlib.decompress(row[1]) if row[0] == "zlib" else bytes(row[1])
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise StoreError(f"blob {digest} in {self.path} does not match its digest; the file is damaged")
-        return data
+        return blobs.get(self._conn, digest, self.path)
 
     @_guarded
     def has_blob(self, digest: str) -> bool:
-        return self._conn.execute("SELECT 1 FROM blobs WHERE digest = ?", (digest,)).fetchone() is not None
+        return blobs.has(self._conn, digest)
 
     # ------------------------------------------------------------------ runs
     def _to_run(self, row: tuple) -> Run:
@@ -472,7 +363,8 @@ class Store:
         return [c for c, (lay, kin) in self._kinds.items() if layer in (None, lay) and kind in (None, kin)]
 
     def _event(self, run_id: int, source: int, row: tuple) -> Event:
-        seq, step, code, pos, verbatim, stored = row
+        key, step, code, pos, verbatim, stored = row
+        seq = key & _MASK
         if code not in self._kinds:
             self._load_kinds()  # another writer added a kind since we opened
         layer, kind = self._kinds[code]
@@ -518,10 +410,10 @@ class Store:
             if lo >= hi:
                 continue
             want = "" if limit is None else f" LIMIT {int(limit) - len(out)}"
+            base = source << 32
             rows = self._conn.execute(
-                "SELECT seq, step, kind, pos, site, value FROM events WHERE run = ? AND seq >= ? AND seq < ?"
-                f"{sql} ORDER BY seq{want}",
-                [source, lo, hi, *args],
+                f"SELECT id, step, kind, pos, site, value FROM events WHERE id >= ? AND id < ?{sql} ORDER BY id{want}",
+                [base + lo, base + hi, *args],
             )
             out.extend(self._event(run_id, source, r) for r in rows)
             if limit is not None and len(out) >= limit:
@@ -533,10 +425,11 @@ class Store:
         """The event consumed at `site` (e.g. "4:token:17"), or None."""
         canonical = codec.parse_canonical(site)
         for source, first, end in self._segments(run_id):
+            base = source << 32
             row = self._conn.execute(
-                "SELECT seq, step, kind, pos, site, value FROM events WHERE run = ? AND site = ?"
-                " AND seq >= ? AND seq < ? ORDER BY seq LIMIT 1",
-                (source, site, first, end),
+                "SELECT id, step, kind, pos, site, value FROM events WHERE site = ? AND id >= ? AND id < ?"
+                " ORDER BY id LIMIT 1",
+                (site, base + first, base + end),
             ).fetchone()
             if row is None and canonical is not None:
                 step, kind, pos = canonical
@@ -544,10 +437,10 @@ class Store:
                 codes = self._kind_codes(None, kind)
                 if bounds is not None and codes:
                     row = self._conn.execute(
-                        "SELECT seq, step, kind, pos, site, value FROM events WHERE run = ? AND seq >= ? AND seq < ?"
+                        "SELECT id, step, kind, pos, site, value FROM events WHERE id >= ? AND id < ?"
                         f" AND step = ? AND kind IN ({','.join(map(str, codes))}) AND pos IS ? AND site IS NULL"
-                        " ORDER BY seq LIMIT 1",
-                        (source, max(first, bounds[0]), min(end, bounds[1]), step, pos),
+                        " ORDER BY id LIMIT 1",
+                        (base + max(first, bounds[0]), base + min(end, bounds[1]), step, pos),
                     ).fetchone()
             if row is not None:
                 return self._event(run_id, source, row)
@@ -557,8 +450,9 @@ class Store:
     def count_events(self, run_id: int) -> int:
         """Committed events, the shared prefix of a fork included (seqs are dense)."""
         _, first = self._chain(run_id)
-        (last,) = self._conn.execute("SELECT max(seq) FROM events WHERE run = ?", (run_id,)).fetchone()
-        return first if last is None else last + 1
+        base = run_id << 32
+        (last,) = self._conn.execute("SELECT max(id) FROM events WHERE id >= ? AND id < ?", (base, base + _END)).fetchone()
+        return first if last is None else (last & _MASK) + 1
 
     @_guarded
     def steps(self, run_id: int) -> int:

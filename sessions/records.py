@@ -1,0 +1,38 @@
+"""What the store hands out: a run's metadata and one event. Both are frozen values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    id: int
+    task: str | None
+    model_id: str | None
+    kernel_mode: str | None
+    sampling: dict
+    seed: int | None
+    fingerprint: dict
+    status: str  # a run whose writer died reads as "incomplete"
+    outcome: Any
+    created: str
+    finished: str | None
+    parent: int | None
+    fork_seq: int | None
+    fork_site: str | None
+    mutation: Any
+    meta: dict
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    run: int  # the run that was asked for
+    seq: int
+    step: int
+    layer: str
+    kind: str
+    site: str
+    value: Any
+    origin: int | None = None  # the run that recorded it: `run`, or an ancestor for a fork's prefix
