@@ -1,0 +1,151 @@
+"""The executor: clock, shell state, limits' bookkeeping, refusal without a sandbox, CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from recorders import sandbox as sandbox_mod
+from recorders.limits import Limits
+from recorders.sandbox import Executor, SandboxError, ShellState, probe
+from tests.sandbox_helpers import CLOCK, needs_sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def ex(tmp_path):
+    with Executor(tmp_path, seed=7) as e:
+        yield e
+
+
+@needs_sandbox
+def test_clock_is_the_callers_and_runs(ex):
+    res = ex.run("date -u +%FT%T; sleep 1.1; date +%s", CLOCK, step=0)
+    first, second = res.stdout.split()
+    assert first == "2026-03-02T10:00:00"
+    # each process starts at the step's clock: the clock runs, but per process
+    assert int(second) == int(CLOCK.replace(tzinfo=__import__("datetime").timezone.utc).timestamp())
+    res = ex.run("python3 -c 'import datetime; print(datetime.datetime.now().date())'", datetime(2031, 7, 4, 8))
+    assert res.stdout.strip() == "2031-07-04"
+    assert res.clock == "2031-07-04T08:00:00"
+
+
+@needs_sandbox
+def test_timeouts_inside_the_command_still_work(ex):
+    res = ex.run("timeout 1 sleep 5; echo rc=$?", CLOCK)
+    assert res.stdout.strip() == "rc=124"
+    assert res.duration_ms < 4000
+
+
+@needs_sandbox
+def test_shell_state_is_carried(ex, tmp_path):
+    r1 = ex.run("mkdir -p sub/deeper && cd sub && export GREETING='hi there' COUNT=3", CLOCK, 0, ShellState())
+    assert r1.state_after.cwd == "/work/sub"
+    assert r1.state_after.exports == {"COUNT": "3", "GREETING": "hi there"}
+    r2 = ex.run("pwd; echo \"$GREETING/$COUNT\"; cd deeper; unset COUNT", CLOCK, 1, r1.state_after)
+    assert r2.stdout.splitlines() == ["/work/sub", "hi there/3"]
+    assert r2.cwd == "/work/sub"
+    assert r2.state_after.cwd == "/work/sub/deeper"
+    assert r2.state_after.exports == {"GREETING": "hi there"}
+    # a cwd that no longer exists falls back to /work
+    r3 = ex.run("pwd", CLOCK, 2, ShellState(cwd="/work/gone"))
+    assert r3.stdout.strip() == "/work"
+    # pinned variables are not carried as exports
+    assert "PATH" not in r3.state_after.exports and "TTTR_SEED" not in r3.state_after.exports
+
+
+@needs_sandbox
+def test_exit_code_stderr_and_env(ex):
+    res = ex.run("echo out; echo err >&2; exit 3", CLOCK)
+    assert (res.stdout, res.stderr, res.exit_code) == ("out\n", "err\n", 3)
+    assert res.env["TZ"] == "UTC" and res.env["HOME"] == "/work" and res.env["PYTHONHASHSEED"] == "0"
+    assert res.env["SOURCE_DATE_EPOCH"] == "1772445600"
+    env = ex.run("env", CLOCK).stdout
+    assert "HOSTNAME=sandbox" in env and "/root" not in env
+
+
+@needs_sandbox
+def test_output_cap_marks_truncation(tmp_path):
+    with Executor(tmp_path, limits=Limits(output_cap=1000)) as ex:
+        res = ex.run("seq 1 10000", CLOCK)
+    assert res.truncated and res.stdout_size == len("".join(f"{i}\n" for i in range(1, 10001)))
+    assert res.stdout.endswith(f"[output truncated: {res.stdout_size} bytes in total, first 1000 kept]\n")
+
+
+@needs_sandbox
+def test_file_times_are_virtual(ex, tmp_path):
+    ex.run("echo hi > a; mkdir d; touch -d '2020-01-01 00:00:00' old", CLOCK)
+    st = (tmp_path / "a").stat()
+    assert st.st_mtime == CLOCK.replace(tzinfo=__import__("datetime").timezone.utc).timestamp()
+    out = ex.run("ls -l --time-style=+%F_%T", CLOCK).stdout
+    assert "2026-03-02_10:00:00 a" in out and "2020-01-01_00:00:00 old" in out
+
+
+@needs_sandbox
+def test_mechanisms_are_recorded(ex):
+    res = ex.run("true", CLOCK)
+    for m in ("bwrap", "pid-ns", "net-ns", "faketime", "timeout", "output-cap"):
+        assert m in res.mechanisms
+    assert "unsafe-no-sandbox" not in res.mechanisms
+    assert json.loads(json.dumps(res.to_json()))["mechanisms"] == list(res.mechanisms)
+
+
+def _refused(monkeypatch):
+    refused = replace(probe(), reason="bubblewrap cannot create namespaces here: Operation not permitted",
+                      bwrap=None, namespaces=False)
+    monkeypatch.setattr(sandbox_mod, "probe", lambda: refused)
+    return refused
+
+
+def test_refuses_without_sandbox(monkeypatch, tmp_path):
+    refused = _refused(monkeypatch)
+    assert refused.line().startswith("sandbox: refused (")
+    with pytest.raises(SandboxError) as info:
+        Executor(tmp_path)
+    assert info.value.exit_code == 2
+    assert "--unsafe-no-sandbox" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_unsafe_mode_runs_and_says_so(monkeypatch, tmp_path):
+    _refused(monkeypatch)
+    with Executor(tmp_path, seed=1, unsafe_no_sandbox=True) as ex:
+        r = ex.run("mkdir sub && cd sub && pwd && date +%F", CLOCK)
+        assert r.exit_code == 0, r.stderr
+        assert "unsafe-no-sandbox" in r.mechanisms and "bwrap" not in r.mechanisms
+        assert r.state_after.cwd == "/work/sub"           # recorded in sandbox terms
+        assert r.stdout.splitlines()[0] == str(tmp_path.resolve() / "sub")
+        if probe().faketime:
+            assert r.stdout.splitlines()[1] == "2026-03-02"
+        assert ex.run("pwd", CLOCK, 1, r.state_after).stdout.strip() == str(tmp_path.resolve() / "sub")
+
+
+def test_bad_inputs(tmp_path):
+    with pytest.raises(SandboxError):
+        Executor(tmp_path / "missing")
+    with pytest.raises(SandboxError):
+        Limits(timeout_s=0)
+    with pytest.raises(SandboxError):
+        ShellState(cwd="relative")
+
+
+@needs_sandbox
+def test_cli_exec_prints_the_result(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "app", "sandbox", "exec", "--clock", "2026-03-02T10:00:00", "--seed", "3",
+         "--tree", str(tmp_path), "--", "date +%F; echo $$; exit 4"],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "2026-03-02\n2\n" in out.stdout
+    for word in ("exit code  4", "duration", "clock      2026-03-02T10:00:00", "mechanisms", "bwrap"):
+        assert word in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "app", "sandbox", "exec", "--clock", "yesterday", "--", "true"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("tttr: error: bad clock 'yesterday'")
