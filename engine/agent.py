@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 SYSTEM_PROMPT = (
-    "You are a Linux shell agent. Your files are in /work. Each reply is exactly one bash "
+    "You are a Linux shell agent working in the directory /work. Each reply is exactly one bash "
     "command in a ```bash block. After the output comes back, reply with the next command. "
     "When the task is complete, reply with ```bash\ndone\n```."
 )
@@ -22,11 +22,11 @@ SYSTEM_PROMPT = (
 # Worked examples: a tiny model copies the shape of these far more reliably than it
 # follows instructions.
 EXAMPLES: tuple[tuple[str, str, str], ...] = (
-    ("Create a directory named backups in /work.", "mkdir -p /work/backups", "exit code 0"),
-    ("Write the word hello into the file /work/greeting.txt.",
-     "echo hello > /work/greeting.txt", "exit code 0"),
-    ("Delete every .tmp file in /work/cache.",
-     "find /work/cache -name '*.tmp' -delete", "exit code 0"),
+    ("Create a directory named `archive` inside `logs`.", "mkdir -p logs/archive", "exit code 0"),
+    ("Write the line `done: 3` into a new file named `status.txt`.",
+     "echo 'done: 3' > status.txt", "exit code 0"),
+    ("Delete every file whose name ends in `.bak` in the `cache` directory.",
+     "find cache -name '*.bak' -delete", "exit code 0"),
 )
 
 FENCE_OPEN = "```bash\n"

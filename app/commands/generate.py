@@ -1,0 +1,103 @@
+"""`tttr generate PROMPT` and `tttr bench engine`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(sub, bench_sub) -> None:
+    p = sub.add_parser(
+        "generate", help="generate text with the engine (streams tokens)",
+        description="Generate a continuation of PROMPT with the embedded default model (or --model), "
+                    "streaming the text. --json prints one JSON record per token: id, text, forced, "
+                    "logprob, rng coordinates, logits digest, top-k alternatives, batch composition, "
+                    "kernel mode.",
+    )
+    p.add_argument("prompt", help="the prompt text (with --chat: the user message)")
+    p.add_argument("--model", default=None,
+                   help="a .gguf file or a Hugging Face model folder (default: $TTTR_MODEL, else the "
+                        "embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--chat", action="store_true", help="wrap PROMPT as a user message in the model's chat template")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0 = greedy)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (default 1.0)")
+    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (default 0 = all)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed in [0, 2^63) (default 0)")
+    p.add_argument("--max-tokens", type=int, default=128, help="tokens to generate at most (default 128)")
+    p.add_argument("--kernels", choices=("fast", "invariant"), default="fast",
+                   help="kernel mode (default fast)")
+    p.add_argument("--json", action="store_true", help="one JSON record per token instead of text")
+    p.set_defaults(func=cmd_generate)
+
+    b = bench_sub.add_parser(
+        "engine", help="engine decode speed: single stream, 8-way batch, transformers reference",
+        description="On the default model (or --model), side by side in one run: single-stream "
+                    "decode tokens/s, aggregate tokens/s with 8 concurrent sequences, and transformers' "
+                    "generate on the same model and prompt as the reference (when installed).",
+    )
+    b.add_argument("--model", default=None, help="a .gguf file (default: the embedded default)")
+    b.add_argument("--tokens", type=int, default=100, help="tokens per sequence (default 100)")
+    b.add_argument("--kernels", choices=("fast", "invariant"), default="fast", help="kernel mode (default fast)")
+    b.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.set_defaults(func=cmd_bench)
+
+
+def cmd_generate(args) -> int:
+    from engine.errors import EngineError
+    from engine.sampler import SamplingParams
+
+    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+    if args.max_tokens < 1:
+        raise EngineError(f"--max-tokens={args.max_tokens} is out of range: use an integer >= 1")
+
+    from engine.model import load_model
+    from engine.scheduler import Engine
+    from engine.sequence import Sequence
+    from kernels.mode import kernel_mode
+
+    model = load_model(args.model)
+    tok = model.tokenizer
+    text = tok.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+    ids = tok.encode(text)
+    out = sys.stdout
+    produced: list[int] = []
+    shown = [""]
+
+    def on_token(rec) -> None:
+        if args.json:
+            out.write(json.dumps(rec.to_json()) + "\n")
+            out.flush()
+            return
+        produced.append(rec.token_id)
+        if rec.token_id in tok.stop_token_ids:
+            return
+        full = tok.decode([t for t in produced if t not in tok.stop_token_ids])
+        if full.endswith("\ufffd"):
+            return  # half of a multi-byte character: wait for the rest
+        out.write(full[len(shown[0]):])
+        out.flush()
+        shown[0] = full
+
+    seq = Sequence(ids, sampling, args.max_tokens, on_token=on_token)
+    with kernel_mode(args.kernels):
+        engine = Engine(model)
+        try:
+            engine.generate([seq])
+        finally:
+            engine.close()
+    if not args.json:
+        out.write("\n")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from engine.bench import format_report, run_bench
+
+    report = run_bench(model_path=args.model, tokens=args.tokens, kernels=args.kernels,
+                       reference=not args.no_reference)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(format_report(report))
+    return 0

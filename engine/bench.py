@@ -1,0 +1,83 @@
+"""`tttr bench engine`: decode speed measured side by side in one run.
+
+- single stream: one greedy sequence, N new tokens, prompt prefill included, tokens / wall time;
+- 8-way: eight sequences (same prompt, different seeds, temperature 0.8) submitted together;
+  aggregate tokens / wall time;
+- reference: transformers' `generate` (greedy, fp32) on the same GGUF and prompt ids.
+Stop tokens are ignored so every sequence produces exactly N tokens."""
+
+from __future__ import annotations
+
+import time
+
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def run_bench(model_path=None, tokens: int = 100, kernels: str = "fast", reference: bool = True) -> dict:
+    import torch
+
+    from engine.model import load_model
+    from engine.sampler import SamplingParams
+    from engine.scheduler import Engine
+    from engine.sequence import Sequence
+    from kernels.mode import kernel_mode
+
+    model = load_model(model_path)
+    tok = model.tokenizer
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
+
+    def seq(seed=0, temperature=0.0, n=tokens):
+        return Sequence(ids, SamplingParams(temperature=temperature, seed=seed), n, stop_token_ids=())
+
+    with kernel_mode(kernels):
+        engine = Engine(model)
+        engine.generate([seq(n=8)])  # warm-up
+        single_s = _timed(lambda: engine.generate([seq()]))
+        batch_s = _timed(lambda: engine.generate([seq(seed=i, temperature=0.8) for i in range(8)]))
+        engine.close()
+    single = tokens / single_s
+    batch8 = 8 * tokens / batch_s
+
+    ref = None
+    if reference and model.path.is_file():
+        from engine.reference import load_reference
+
+        loaded = load_reference(model.path)
+        if loaded is not None:
+            ref_model, _ = loaded
+            x = torch.tensor([ids])
+            kw = dict(do_sample=False, min_new_tokens=tokens, max_new_tokens=tokens, pad_token_id=tok.eos_token_id)
+            with torch.inference_mode():
+                ref_model.generate(x, **{**kw, "min_new_tokens": 8, "max_new_tokens": 8})
+                ref = tokens / _timed(lambda: ref_model.generate(x, **kw))
+    return {
+        "model": model.model_id,
+        "kernel_mode": kernels,
+        "tokens": tokens,
+        "threads": torch.get_num_threads(),
+        "single_stream_tok_s": round(single, 2),
+        "batch8_tok_s": round(batch8, 2),
+        "batch8_vs_single": round(batch8 / single, 2),
+        "reference_tok_s": None if ref is None else round(ref, 2),
+        "ratio_vs_reference": None if ref is None else round(single / ref, 2),
+    }
+
+
+def format_report(r: dict) -> str:
+    lines = [
+        f"model {r['model']}  kernels {r['kernel_mode']}  {r['tokens']} tokens/sequence  {r['threads']} threads",
+        f"single-stream decode   {r['single_stream_tok_s']:8.2f} tok/s",
+        f"8-way aggregate        {r['batch8_tok_s']:8.2f} tok/s   ({r['batch8_vs_single']:.2f}x single-stream; target >= 4x)",
+    ]
+    if r["reference_tok_s"] is None:
+        lines.append("transformers reference   (not installed: pip install transformers)")
+    else:
+        lines.append(f"transformers reference {r['reference_tok_s']:8.2f} tok/s   "
+                     f"(single-stream is {r['ratio_vs_reference']:.2f}x; target >= 1.3x)")
+    return "\n".join(lines)

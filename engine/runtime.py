@@ -1,0 +1,194 @@
+"""The model a record/replay/fork session works with, loaded as late as possible.
+
+The tokenizer comes first and alone (a faithful replay needs nothing more: no weights, no
+logits); the weights and the engine load on the first position that must be computed. One
+Runtime's engine is shared by every run that uses it, from any thread, so runs recorded or
+replayed side by side share forward passes.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+from functools import cached_property
+from pathlib import Path
+
+from kernels.mode import check_mode, kernel_mode
+
+_TOKENIZER_CACHE = "tokenizers"
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tttr" / _TOKENIZER_CACHE
+
+
+class Runtime:
+    def __init__(self, model: str | os.PathLike | None = None, kernel_mode: str = "invariant"):
+        from engine.loader import resolve_model_path
+
+        self.path = resolve_model_path(model)
+        self.kernel_mode = check_mode(kernel_mode)
+        self._lock = threading.Lock()
+        self._model = None
+        self._engine = None
+
+    # -- cheap parts -------------------------------------------------------------------
+    @cached_property
+    def model_id(self) -> str:
+        from engine.model_id import model_id
+
+        return model_id(self.path, self.path.stem)
+
+    @cached_property
+    def tokenizer(self):
+        if self._model is not None:
+            return self._model.tokenizer
+        return _load_tokenizer(self.path, self.model_id)
+
+    def fingerprint(self) -> dict:
+        import torch
+
+        try:
+            import triton
+
+            triton_version = triton.__version__
+        except Exception:  # noqa: BLE001 - triton is optional off Linux
+            triton_version = None
+        cpu = platform.processor() or platform.machine()
+        flags: list[str] = []
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name") and cpu in ("", platform.machine()):
+                    cpu = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    flags = sorted(f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "fma", "amx")))
+                    break
+        except OSError:
+            pass
+        return {
+            "torch": torch.__version__,
+            "triton": triton_version,
+            "device": "cpu",
+            "cpu": cpu,
+            "cpu_flags": flags,
+            "threads": torch.get_num_threads(),
+            "dtype": "float32",
+            "python": platform.python_version(),
+            "model_path": str(self.path),
+        }
+
+    def sandbox_mechanisms(self, unsafe_no_sandbox: bool) -> dict:
+        from recorders.probe import probe
+
+        support = probe()
+        return support.to_json() if hasattr(support, "to_json") else {"repr": repr(support)}
+
+    def check_sampling(self, temperature: float, top_p: float, top_k: int, seed: int | None) -> None:
+        from engine.sampler import SamplingParams
+
+        SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed or 0)
+
+    # -- the expensive part ------------------------------------------------------------
+    @property
+    def engine(self):
+        with self._lock:
+            if self._engine is None:
+                from engine.model import load_model
+                from engine.scheduler import Engine
+
+                self._model = load_model(self.path)
+                self._engine = Engine(self._model)
+            return self._engine
+
+    def warm_up(self) -> None:
+        """Load the weights now (benchmarks time runs, not the load)."""
+        self.engine  # noqa: B018
+
+    def generate_in(self, mode: str):
+        mode = check_mode(mode)
+
+        def generate(seq):
+            engine = self.engine
+            with kernel_mode(mode):
+                future = engine.submit(seq)
+            return future.result()
+
+        return generate
+
+    @property
+    def generate(self):
+        return self.generate_in(self.kernel_mode)
+
+    def sequence_factory(self, sampling):
+        from dataclasses import replace
+
+        from engine.sequence import Sequence
+
+        stop_ids = tuple(self.tokenizer.stop_token_ids)
+
+        def make(prompt_ids, seed, step, first_position, max_tokens, stops):
+            return Sequence(prompt_ids, replace(sampling, seed=seed), max_tokens,
+                            rng_step=step, first_position=first_position,
+                            stop_token_ids=stop_ids, stop_strings=tuple(stops))
+
+        return make
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+
+
+def _load_tokenizer(path: Path, model_id: str):
+    """The tokenizer alone, without reading the weights. Building it from GGUF metadata
+    takes seconds (49k tokens and merges through gguf's reader), so the result is cached
+    as a tokenizer.json keyed by the model's content hash."""
+    from engine.tokenizer import Tokenizer
+
+    if not path.is_file():
+        from engine.loader import load_checkpoint
+
+        return load_checkpoint(path).tokenizer
+    cache = _cache_dir() / f"{model_id}.json"
+    if cache.is_file():
+        try:
+            return _read_cached(cache)
+        except Exception:  # noqa: BLE001 - a bad cache entry is rebuilt
+            pass
+    import gguf
+
+    from engine.loader_gguf import _field
+
+    reader = gguf.GGUFReader(str(path))
+    fields = {name: _field(f) for name, f in reader.fields.items() if name.startswith("tokenizer.")}
+    tokenizer = Tokenizer.from_gguf_fields(fields)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        _write_cached(tokenizer, tmp)
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+    return tokenizer
+
+
+def _write_cached(tokenizer, path: Path) -> None:
+    import json
+
+    path.write_text(json.dumps({
+        "backend": tokenizer._tk.to_str(), "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id, "add_bos": tokenizer.add_bos,
+        "chat_template": tokenizer.chat_template, "vocab_size": tokenizer.vocab_size,
+    }))
+
+
+def _read_cached(path: Path):
+    import json
+
+    from tokenizers import Tokenizer as HFTokenizer
+
+    from engine.tokenizer import Tokenizer
+
+    data = json.loads(path.read_text())
+    return Tokenizer(HFTokenizer.from_str(data.pop("backend")), **data)
