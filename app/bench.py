@@ -30,9 +30,10 @@ COMMANDS = ("ls -la /var/log", "find /var/log -name '*.log' -mtime +7", "gzip -k
             "date +%F", "cat /etc/hostname", "wc -l access.log", "mv app.log app.log.1")
 
 
-def generate(path: Path, events: int = 100_000, *, seed: int = 0, tokens_per_step: int = TOKENS_PER_STEP) -> int:
-    """Write a database at `path` holding one complete run of about `events` events;
-    returns the run id. Deterministic for a given seed."""
+def generate(path: Path, events: int = 100_000, *, seed: int = 0, tokens_per_step: int = TOKENS_PER_STEP,
+             commands: tuple[str, ...] = COMMANDS) -> int:
+    """Add to the database at `path` (made if missing) one complete run of about `events`
+    events; returns its id. Deterministic for a given seed and commands."""
     from sessions.store import Store
 
     rng = random.Random(seed)
@@ -66,7 +67,7 @@ def generate(path: Path, events: int = 100_000, *, seed: int = 0, tokens_per_ste
                 store.append(run, step, "tensor", "logits", f"{step}:logits:{pos}",
                              {"digest": _hex(rng, 16), "topk": topk, "batch": [4, [rng.randrange(4)]],
                               "mode": "invariant"})
-            cmd = COMMANDS[step % len(COMMANDS)]
+            cmd = commands[step % len(commands)]
             store.append(run, step, "agent", "message", f"{step}:message", {"text": "".join(text)})
             store.append(run, step, "agent", "action", f"{step}:action", {"cmd": cmd})
             clock += timedelta(seconds=3)

@@ -63,17 +63,30 @@ class TTTRApp(App):
 
 
     def action_help(self) -> None:
-        if isinstance(self.screen, HelpScreen):
-            return
-        seen: dict[str, str] = {}
-        for key, active in self.screen.active_bindings.items():
-            description = active.binding.description or active.binding.action
-            seen.setdefault(description, key_label(key))
-            if key_label(key) not in seen[description].split("/"):
-                seen[description] += "/" + key_label(key)
-        keys = sorted(((k, d) for d, k in seen.items()), key=lambda kd: kd[1])
-        title = type(self.screen).__name__.removesuffix("Screen").lower()
-        self.push_screen(HelpScreen(keys, f"{title} keys"))
+        if not isinstance(self.screen, HelpScreen):
+            title = type(self.screen).__name__.removesuffix("Screen").lower()
+            self.push_screen(HelpScreen(self._own_bindings(), f"{title} keys"))
+
+    def _own_bindings(self) -> list[tuple[str, str]]:
+        """The keys TTTR defines for what is on screen (focused widget, then its screen,
+        then the app), in the order they are declared; Textual's own are left out."""
+        nodes = []
+        node = self.focused
+        while node is not None and node is not self.screen:
+            nodes.append(node)
+            node = node.parent
+        nodes += [self.screen, self]
+        out: list[tuple[str, str]] = []
+        for node in nodes:
+            for cls in reversed(type(node).__mro__):
+                if not cls.__module__.startswith("app.") or "BINDINGS" not in cls.__dict__:
+                    continue
+                for binding in cls.__dict__["BINDINGS"]:
+                    action = binding.action.split("(")[0]
+                    if node.check_action(action, ()) is False:
+                        continue
+                    out.append((key_label(binding.key), binding.description or action))
+        return out
 
     # -- what forks and the detail pane need ------------------------------------------------
     def token_texts(self, ids: list[int]) -> dict[int, str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,7 +13,7 @@ from app.runview import LAYER_ORDER, LAYERS
 
 LAYER_HELP = {
     "tensor": "logits of a position: digest, top-k, batch composition, kernel mode",
-    "token": "a generated token: id, text, logprob, sampled or forced, RNG coordinates",
+    "token": "a generated token: id, text, logprob, sampled or forced, RNG",
     "trace": "the world: the virtual clock, a command's result, file snapshots",
     "agent": "derived values: prompt, message, parsed action, outcome",
 }
@@ -35,20 +34,25 @@ class HelpScreen(ModalScreen[None]):
         self.title_text = title
 
     def compose(self) -> ComposeResult:
-        legend = Table.grid(padding=(0, 2))
+        with VerticalScroll(id="help-dialog"):
+            yield Static(self.content)
+
+    @property
+    def content(self) -> Text:
+        text = Text(f"TTTR · {self.title_text}\n", style="bold")
+        text.append("\nLayers\n", style="bold underline")
         for layer in LAYER_ORDER:
             letter, colour = LAYERS[layer]
-            legend.add_row(Text(letter, style=f"bold {colour}"), Text(layer, style=colour), LAYER_HELP[layer])
-        keys = Table.grid(padding=(0, 2))
+            text.append(f"  {letter} ", style=f"bold {colour}")
+            text.append(f"{layer:<8}", style=colour)
+            text.append(LAYER_HELP[layer] + "\n")
+        text.append("\nKeys\n", style="bold underline")
+        width = max((len(k) for k, _ in self.bindings), default=0) + 2
         for key, description in self.bindings:
-            keys.add_row(Text(key, style="bold"), description)
-        with VerticalScroll(id="help-dialog"):
-            yield Static(Text(f"TTTR · {self.title_text}", style="bold"))
-            yield Static(Text("\nLayers", style="bold underline"))
-            yield Static(legend)
-            yield Static(Text("\nKeys", style="bold underline"))
-            yield Static(keys)
-            yield Static(Text("\nescape or ? closes this help", style="dim"))
+            text.append(f"  {key:<{width}}", style="bold")
+            text.append(description + "\n")
+        text.append("\nescape or ? closes this help", style="dim")
+        return text
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -63,7 +63,7 @@ class RunsScreen(Screen):
             )
         if runs:
             table.move_cursor(row=min(row, len(runs) - 1))
-        title = Text(f"{self.app.db_path}", style="bold")
+        title = Text(self.app.db_path.name, style="bold")
         title.append(f"  · {len(runs)} runs", style="dim")
         if self.marked:
             title.append(f"  · marked for diff: {', '.join(f'#{m}' for m in self.marked)}", style="magenta")

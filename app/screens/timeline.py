@@ -30,9 +30,8 @@ class TimelineScreen(Screen):
     BINDINGS = [
         Binding("e", "edit", "edit & fork"),
         Binding("slash", "search", "search"),
-        Binding("n", "next_hit", "next hit", show=False),
         Binding("x", "cancel_fork", "cancel fork"),
-        Binding("escape", "back", "runs"),
+        Binding("escape", "back", "back to runs"),
     ]
 
     def __init__(self, view: RunView, *, start: int = 0) -> None:
@@ -40,8 +39,6 @@ class TimelineScreen(Screen):
         self.view = view
         self.start = start
         self.corpus = None
-        self.last_query = ""
-        self.last_hit: int | None = None
         self.fork_cancel: threading.Event | None = None
         self.message_shown: tuple[int, int | None] | None = None
 
@@ -111,16 +108,12 @@ class TimelineScreen(Screen):
             from app.search import build_corpus
 
             self.corpus = build_corpus(self.view)
-        self.app.push_screen(SearchScreen(self.corpus, self.last_query), self._jump_to_hit)
+        self.app.push_screen(SearchScreen(self.corpus), self._jump_to_hit)
 
     def _jump_to_hit(self, seq: int | None) -> None:
         if seq is not None:
-            self.last_hit = seq
             self.timeline.cursor = seq
             self.timeline.focus()
-
-    def action_next_hit(self) -> None:
-        self.action_search()
 
     # -- edit and fork -----------------------------------------------------------------
     def action_edit(self) -> None:

@@ -24,7 +24,7 @@ GUTTER = 3
 
 
 class SideBySide(ScrollView, can_focus=True):
-    COMPONENT_CLASSES = {"sbs--cursor", "sbs--differ", "sbs--first", "sbs--fork", "sbs--divider"}
+    COMPONENT_CLASSES = {"sbs--cursor", "sbs--cursor-tinted", "sbs--differ", "sbs--first", "sbs--fork", "sbs--divider"}
 
     BINDINGS = [
         Binding("down,j", "move(1)", "next row", show=False),
@@ -75,8 +75,10 @@ class SideBySide(ScrollView, can_focus=True):
         elif not row.same:
             tint = self.get_component_rich_style("sbs--differ", partial=True)
         if index == self.cursor:
-            cursor = self.get_component_rich_style("sbs--cursor", partial=True)
-            tint = tint + cursor if tint else cursor
+            if tint is None:
+                tint = self.get_component_rich_style("sbs--cursor", partial=True)
+            else:
+                tint = tint + self.get_component_rich_style("sbs--cursor-tinted", partial=True)
         half = max(10, (width - GUTTER - 1) // 2)
         line = Text(no_wrap=True, end="", style=base)
         if sub == 0:

@@ -1,0 +1,228 @@
+"""The app, driven by Textual's pilot: open, step, search, help, diff, edit validation,
+and bad databases. The database is written through the real store by the same generator
+`tttr bench app` uses (agent-loop shaped events); flows that need a real recording and
+the model (fork, demo) are in test_app_fork.py."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sqlite3
+
+import pytest
+
+from app.bench import COMMANDS, generate
+from app.runview import RunView
+
+pytest.importorskip("textual")
+
+from app.screens.compare import CompareScreen  # noqa: E402
+from app.screens.edit import EditScreen  # noqa: E402
+from app.screens.help import HelpScreen  # noqa: E402
+from app.screens.runs import RunsScreen  # noqa: E402
+from app.screens.search import SearchScreen  # noqa: E402
+from app.screens.timeline import TimelineScreen  # noqa: E402
+from app.tui import TTTRApp  # noqa: E402
+from app.widgets.detail import DetailPane  # noqa: E402
+from app.widgets.message import MessageStrip  # noqa: E402
+from app.widgets.side_by_side import SideBySide  # noqa: E402
+from app.widgets.timeline import Timeline  # noqa: E402
+
+SIZE = (140, 40)
+TOKENS = 12
+OTHER = COMMANDS[:2] + ("rm -rf /var/log/old",) + COMMANDS[3:]
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    """Two runs of eight steps; the second takes another command at step 2."""
+    path = tmp_path_factory.mktemp("app") / "session.db"
+    per_step = 2 * TOKENS + 5
+    generate(path, 8 * per_step + 3, seed=1, tokens_per_step=TOKENS)
+    generate(path, 8 * per_step + 3, seed=2, tokens_per_step=TOKENS, commands=OTHER)
+    return path
+
+
+def open_store(path):
+    from sessions.store import Store
+
+    return Store.open(path, create=False, readonly=True)
+
+
+def run_app(db, flow, *, run_id=None):
+    """Run `flow(app, pilot)` against the app on `db`; returns what the flow returns."""
+
+    async def main():
+        store = open_store(db)
+        try:
+            app = TTTRApp(store, run_id=run_id, load_tokenizer=False)
+            async with app.run_test(size=SIZE) as pilot:
+                await pilot.pause()
+                return await flow(app, pilot)
+        finally:
+            store.close()
+
+    return asyncio.run(main())
+
+
+async def wait_for(pilot, condition, timeout=10.0):
+    for _ in range(int(timeout / 0.02)):
+        if condition():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("the app did not get there in time")
+
+
+def test_open_lists_runs_and_enter_opens_a_timeline(db):
+    async def flow(app, pilot):
+        assert isinstance(app.screen, RunsScreen)
+        table = app.screen.query_one("#runs")
+        assert table.row_count == 2
+        row = [str(c) for c in table.get_row_at(0)]
+        assert "#1" in row and "rotate-logs" in row and "invariant" in row and "recorded" in row
+        await pilot.press("enter")
+        assert isinstance(app.screen, TimelineScreen)
+        timeline = app.screen.query_one(Timeline)
+        assert timeline.cursor == 0 and timeline.view.run_id == 1
+        assert "clock" in app.screen.query_one(DetailPane).text
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
+
+    run_app(db, flow)
+
+
+def test_stepping_keys_move_the_cursor_and_the_detail_follows(db):
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        view: RunView = timeline.view
+        detail = app.screen.query_one(DetailPane)
+        await pilot.press("down")
+        assert timeline.cursor == 1
+        await pilot.press("right")  # next step: the first event of step 0
+        assert view.event(timeline.cursor).step == 0
+        assert view.event(timeline.cursor - 1).step == -1
+        await pilot.press("right")
+        first_of_1 = timeline.cursor
+        assert view.event(first_of_1).step == 1 and view.event(first_of_1 - 1).step == 0
+        await pilot.press("left")  # back to the start of step 0
+        assert view.event(timeline.cursor).step == 0 and view.event(timeline.cursor - 1).step == -1
+        await pilot.press("full_stop")  # next event of the chosen layer (token)
+        event = view.event(timeline.cursor)
+        assert event.kind == "token"
+        text = detail.text
+        assert "logprob" in text and "top-5 alternatives" in text and "batch" in text and "digest" in text
+        assert event.value["text"] in app.screen.query_one(MessageStrip).render().plain
+        await pilot.press("l", "l")  # token -> trace -> agent
+        assert timeline.chosen_layer == "agent"
+        await pilot.press("full_stop")
+        assert view.event(timeline.cursor).layer == "agent"
+        await pilot.press("l", "comma")  # layer tensor, previous one
+        at = timeline.cursor
+        assert view.event(at).kind == "logits"
+        await pilot.press("end")
+        assert timeline.cursor == view.count - 1
+        await pilot.press("home")
+        assert timeline.cursor == 0
+        # the tool event of a step: command, exit code, duration, clock in the pane
+        tool = view.at("1:tool")
+        timeline.cursor = tool.seq
+        await pilot.pause()
+        text = detail.text
+        assert "exit code" in text and "duration" in text and "clock" in text and tool.value["cmd"] in text
+
+    run_app(db, flow, run_id=1)
+
+
+def test_fuzzy_search_jumps_to_the_hit(db):
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        await pilot.press("slash")
+        assert isinstance(app.screen, SearchScreen)
+        await pilot.press(*"gzip -k")
+        await pilot.press("enter")
+        assert isinstance(app.screen, TimelineScreen)
+        event = timeline.view.event(timeline.cursor)
+        assert event.kind == "tool" and "gzip" in event.value["cmd"]
+
+    run_app(db, flow, run_id=1)
+
+
+def test_help_screen_lists_the_keys(db):
+    async def flow(app, pilot):
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        shown = app.screen.content.plain
+        for words in ("next step", "next in layer", "edit & fork", "search"):
+            assert words in shown
+        await pilot.press("escape")
+        assert isinstance(app.screen, TimelineScreen)
+
+    run_app(db, flow, run_id=1)
+
+
+def test_diff_of_two_runs_side_by_side(db):
+    async def flow(app, pilot):
+        await pilot.press("space", "down", "space", "d")
+        assert isinstance(app.screen, CompareScreen)
+        side = app.screen.query_one(SideBySide)
+        await wait_for(pilot, lambda: side.comparison is not None)
+        rows = side.rows
+        assert len(rows) == 8
+        differing = [i for i, r in enumerate(rows) if not r.same]
+        assert differing == [2]
+        assert rows[2].a.action == COMMANDS[2] and rows[2].b.action == OTHER[2]
+        assert side.comparison.first is not None
+        # one widget paints both sides: moving the cursor scrolls both at once
+        await pilot.press("n")
+        assert side.cursor == 2
+
+    run_app(db, flow)
+
+
+def test_an_invalid_edit_keeps_the_dialog_open_with_the_reason(db):
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        timeline.cursor = timeline.view.at("1:clock").seq
+        await pilot.pause()
+        await pilot.press("e")
+        assert isinstance(app.screen, EditScreen)
+        await pilot.press("ctrl+a", *"yesterday", "enter")
+        assert isinstance(app.screen, EditScreen)
+        error = str(app.screen.query_one("#edit-error").render())
+        assert "does not parse" in error and "yesterday" in error
+        await pilot.press("escape")
+        assert isinstance(app.screen, TimelineScreen)
+        # a prompt cannot be edited: the dialog does not open
+        timeline.cursor = timeline.view.at("1:prompt").seq
+        await pilot.press("e")
+        assert isinstance(app.screen, TimelineScreen)
+
+    run_app(db, flow, run_id=1)
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+@pytest.mark.parametrize("kind", ["foreign", "garbage", "newer"])
+def test_a_bad_database_is_refused_before_the_app_starts(tmp_path, kind, capsys):
+    from app.cli import main
+
+    path = tmp_path / f"{kind}.db"
+    if kind == "foreign":
+        conn = sqlite3.connect(path)
+        conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+        conn.commit()
+        conn.close()
+    elif kind == "garbage":
+        path.write_bytes(b"SQLite format 3\x00" + b"\x07" * 3000)
+    else:
+        generate(path, 200, tokens_per_step=4)
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA user_version = 999")
+        conn.commit()
+        conn.close()
+    before = path.read_bytes()
+    assert main(["open", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tttr: error: ") and str(path) in err
+    assert path.read_bytes() == before
