@@ -1,0 +1,159 @@
+"""A tiny random Llama/Qwen2 that engine tests write themselves: as GGUF (with llama.cpp's
+Q/K permutation) and as a Hugging Face folder (config.json + safetensors + tokenizer.json)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("l", "l"), ("e", "ll"), ("h", "ell"), ("Ġ", "w")]
+TEMPLATE = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
+            "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def byte_alphabet() -> list[str]:
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for _, c in sorted(zip(bs, cs))]
+
+
+def vocab_tokens() -> list[str]:
+    return byte_alphabet() + ["".join(m) for m in MERGES] + SPECIALS
+
+
+def tiny_config(arch: str = "llama", tied: bool = False) -> dict:
+    tokens = vocab_tokens()
+    return {
+        "model_type": arch,
+        "architectures": ["LlamaForCausalLM" if arch == "llama" else "Qwen2ForCausalLM"],
+        "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "vocab_size": len(tokens), "max_position_embeddings": 96, "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": tied, "attention_bias": arch == "qwen2",
+        "bos_token_id": tokens.index("<|im_start|>"), "eos_token_id": tokens.index("<|im_end|>"),
+        "torch_dtype": "float32",
+    }
+
+
+def tiny_weights(cfg: dict, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    hd, h, kv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+
+    def r(*shape, s=0.08):
+        return (torch.randn(*shape, generator=g) * s).contiguous()
+
+    w = {"model.embed_tokens.weight": r(v, d, s=0.5), "model.norm.weight": 1 + r(d, s=0.1)}
+    if not cfg["tie_word_embeddings"]:
+        w["lm_head.weight"] = r(v, d, s=0.2)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = 1 + r(d, s=0.1)
+        w[p + "post_attention_layernorm.weight"] = 1 + r(d, s=0.1)
+        w[p + "self_attn.q_proj.weight"] = r(h * hd, d)
+        w[p + "self_attn.k_proj.weight"] = r(kv * hd, d)
+        w[p + "self_attn.v_proj.weight"] = r(kv * hd, d)
+        w[p + "self_attn.o_proj.weight"] = r(d, h * hd)
+        if cfg["attention_bias"]:
+            w[p + "self_attn.q_proj.bias"] = r(h * hd, s=0.2)
+            w[p + "self_attn.k_proj.bias"] = r(kv * hd, s=0.2)
+            w[p + "self_attn.v_proj.bias"] = r(kv * hd, s=0.2)
+        w[p + "mlp.gate_proj.weight"] = r(f, d)
+        w[p + "mlp.up_proj.weight"] = r(f, d)
+        w[p + "mlp.down_proj.weight"] = r(d, f)
+    return w
+
+
+def tokenizer_backend():
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    tokens = vocab_tokens()
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=MERGES))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
+    return tk
+
+
+def write_hf_folder(folder: Path, cfg: dict, weights: dict[str, torch.Tensor]) -> Path:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "model.safetensors"))
+    tokenizer_backend().save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "chat_template": TEMPLATE, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "add_bos_token": False,
+    }))
+    return folder
+
+
+_GGUF_LAYER = {
+    "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def write_gguf(path: Path, cfg: dict, weights: dict[str, torch.Tensor], arch: str | None = None) -> Path:
+    import gguf
+
+    from engine.loader_gguf import permute_qk
+
+    arch = arch or cfg["model_type"]
+    tokens = vocab_tokens()
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name("tiny-" + arch)
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_vocab_size(len(tokens))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+    w.add_token_merges([" ".join(m) for m in MERGES])
+    w.add_bos_token_id(cfg["bos_token_id"])
+    w.add_eos_token_id(cfg["eos_token_id"])
+    w.add_add_bos_token(False)
+    w.add_chat_template(TEMPLATE)
+    h, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    for name, t in weights.items():
+        a = t.numpy().astype(np.float32)
+        if name == "model.embed_tokens.weight":
+            gname = "token_embd.weight"
+        elif name == "model.norm.weight":
+            gname = "output_norm.weight"
+        elif name == "lm_head.weight":
+            gname = "output.weight"
+        else:
+            _, _, idx, rest = name.split(".", 3)
+            gname = f"blk.{idx}.{_GGUF_LAYER[rest]}"
+            if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
+                a = permute_qk(a, h if "q_proj" in rest else kv)
+        w.add_tensor(gname, np.ascontiguousarray(a))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
