@@ -2,8 +2,9 @@
 
 Opening a file with SQLite can create `-wal`/`-shm` files beside it and, for a writable
 connection, recover or migrate it. A file that is not ours must be refused before that
-happens, so the SQLite header is read by hand first. When a write-ahead log with frames
-sits beside the file, its header may be stale; then the checks are left to SQLite.
+happens, so the SQLite header is read by hand first. When a write-ahead log with frames or
+a hot rollback journal sits beside the file, its header may be stale; then the checks are
+left to SQLite (`sessions.opening`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,16 @@ MAGIC = b"SQLite format 3\x00"
 WAL_HEADER = 32
 
 
-def wal_has_frames(path: Path) -> bool:
+def _size(path: str) -> int:
     try:
-        return os.path.getsize(f"{path}-wal") > WAL_HEADER
+        return os.path.getsize(path)
     except OSError:
-        return False
+        return 0
+
+
+def pending_writes(path: Path) -> bool:
+    """A write-ahead log with frames, or a hot rollback journal: the header may be stale."""
+    return _size(f"{path}-wal") > WAL_HEADER or _size(f"{path}-journal") > 0
 
 
 def newer_error(path: Path, version: int) -> StoreError:
@@ -44,9 +50,9 @@ def check(path: Path, *, may_be_new: bool) -> None:
         size = path.stat().st_size
     except OSError as exc:
         raise StoreError(f"cannot read {path}: {exc.strerror}; check its permissions") from None
-    wal = wal_has_frames(path)
+    pending = pending_writes(path)
     if size == 0:
-        if wal or may_be_new:
+        if pending or may_be_new:
             return
         raise StoreError(f"{path} is empty, not a TTTR session database; pass a database written by tttr")
     if len(head) < 100 or not head.startswith(MAGIC):
@@ -54,7 +60,7 @@ def check(path: Path, *, may_be_new: bool) -> None:
             f"{path} is not a SQLite database (it starts with {head[:16]!r}); "
             "pass a session database written by tttr"
         )
-    if wal:
+    if pending:
         return
     page_size = int.from_bytes(head[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size

@@ -60,6 +60,9 @@ def _prepare(conn: sqlite3.Connection, path: Path, readonly: bool, may_be_new: b
             raise StoreError(f"{path} is an empty SQLite database, not a TTTR session database; pass a database written by tttr")
     if version > schema.SCHEMA_VERSION:
         raise header.newer_error(path, version)
+    if not readonly:  # before migrating, so that even creating the schema is crash-safe through the WAL
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash of the process loses nothing committed
     if version < schema.SCHEMA_VERSION:
         if readonly:
             copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -72,9 +75,6 @@ def _prepare(conn: sqlite3.Connection, path: Path, readonly: bool, may_be_new: b
     }
     if missing:
         raise StoreError(f"{path} is damaged: table(s) {', '.join(sorted(missing))} are missing; restore it from a copy")
-    if not readonly:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash of the process loses nothing committed
     return conn
 
 
