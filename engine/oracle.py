@@ -157,6 +157,7 @@ class Oracle:
         self.next_seq = 0
         self.divergence: Divergence | None = None
         self.actions: list[str] = []
+        self.token_ids: list[int] = []
         self.last_message_tokens = 0
         self.logits_computed = 0
         self.commands_run = 0
@@ -192,9 +193,13 @@ class Oracle:
 
     def note(self, step: int, kind: str, value: dict) -> None:
         """A derived value of the agent layer (message, action): recorded, never pinned."""
+        site = f"{step}:{kind}"
+        self._emit(step, "agent", kind, site, value)
         if kind == "action":
             self.actions.append("done" if value.get("done") else value.get("cmd", ""))
-        self._emit(step, "agent", kind, f"{step}:{kind}", value)
+            recorded = self.source.value(site) if self.source else None
+            self._compare(site, "agent", recorded and compared_value("action", recorded),
+                          compared_value("action", value))
 
     def _compare(self, site: str, layer: str, recorded: Any, live: Any) -> None:
         if self.divergence is None and self.source is not None and recorded != live:
@@ -379,6 +384,7 @@ class Oracle:
                 self._emit(step, "token", "token", sites.token(step, pos), tv)
                 self._emit(step, "tensor", "logits", sites.logits(step, pos), lv)
             out = [tv["id"] for tv in rec_tokens]
+            self.token_ids += out
             self.last_message_tokens = len(out)
             return self.tokenizer.decode(out)
 
@@ -422,6 +428,7 @@ class Oracle:
             pos = len(records)
             self._compare(sites.token(step, pos), "token", rec_tokens[pos]["id"], None)
         out = forced + [r.token_id for r in records]
+        self.token_ids += out
         self.last_message_tokens = len(out)
         return self.tokenizer.decode(out)
 

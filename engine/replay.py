@@ -188,7 +188,10 @@ def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation:
         fork_seq=fork_seq, progress=progress, cancel=cancel, max_steps=limits.max_steps,
     )
     _drive(oracle, task.instruction, limits)
-    identical = oracle.divergence is None and oracle.actions == _recorded_actions(source)
+    # Decisions: the actions taken and every token chosen. A live value that differs without
+    # changing a decision (a live clock, say) is still reported as the divergence.
+    identical = (oracle.actions == _recorded_actions(source)
+                 and oracle.token_ids == [t["id"] for e in source.events if e.kind == "token" for t in [e.value]])
     return RunResult(child_id, oracle.status, oracle.outcome, oracle.actions, identical=identical,
                      divergence=oracle.divergence, parent=run.id,
                      logits_computed=oracle.logits_computed, commands_run=oracle.commands_run)
@@ -200,8 +203,9 @@ def _recorded_actions(source: Source) -> list[str]:
     return [action_text(e.value) for e in source.events if e.kind == "action"]
 
 
-def replay(store, run_id: int, free=(), *, runtime: Runtime, progress=None, cancel=None,
+def replay(store, run_id: int, free=(), *, runtime: Runtime | None = None, progress=None, cancel=None,
            unsafe_no_sandbox: bool = False, seed: int | None = None) -> RunResult:
+    runtime = runtime or Runtime(kernel_mode=store.run(run_id).kernel_mode)
     policy = Policy(frozenset(free)) if not isinstance(free, Policy) else free
     source = Source(store, run_id)
     _check_source(source)
@@ -210,10 +214,11 @@ def replay(store, run_id: int, free=(), *, runtime: Runtime, progress=None, canc
                   cancel=cancel, unsafe_no_sandbox=unsafe_no_sandbox, seed=seed)
 
 
-def fork(store, run_id: int, site: str, value: str, *, runtime: Runtime, progress=None, cancel=None,
-         unsafe_no_sandbox: bool = False) -> RunResult:
+def fork(store, run_id: int, site: str, value: str, *, runtime: Runtime | None = None, progress=None,
+         cancel=None, unsafe_no_sandbox: bool = False) -> RunResult:
     from engine.mutation import parse_mutation
 
+    runtime = runtime or Runtime(kernel_mode=store.run(run_id).kernel_mode)
     source = Source(store, run_id)
     _check_source(source)
     _check_model(runtime, source.run)
