@@ -1,0 +1,68 @@
+"""Snapshot tests (pytest-textual-snapshot): the runs list, a timeline on a token, the
+edit dialog refusing a value, and two runs side by side. Update them after a deliberate
+change of the look with `pytest tests/test_app_snapshots.py --snapshot-update`."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytest_textual_snapshot")
+
+from app.bench import COMMANDS, generate  # noqa: E402
+from app.tui import TTTRApp  # noqa: E402
+
+SIZE = (130, 36)
+TOKENS = 10
+OTHER = COMMANDS[:2] + ("rm -rf /var/log/old",) + COMMANDS[3:]
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("snap") / "session.db"
+    per_step = 2 * TOKENS + 5
+    generate(path, 6 * per_step + 3, seed=1, tokens_per_step=TOKENS)
+    generate(path, 6 * per_step + 3, seed=2, tokens_per_step=TOKENS, commands=OTHER)
+    return path
+
+
+@pytest.fixture
+def store(db):
+    from sessions.store import Store
+
+    store = Store.open(db, create=False, readonly=True)
+    yield store
+    store.close()
+
+
+def test_runs_screen(snap_compare, store):
+    assert snap_compare(TTTRApp(store, load_tokenizer=False), press=["space"], terminal_size=SIZE)
+
+
+def test_timeline_on_a_token(snap_compare, store):
+    app = TTTRApp(store, run_id=1, load_tokenizer=False)
+    assert snap_compare(app, press=["right", "right", "full_stop", "full_stop", "full_stop"], terminal_size=SIZE)
+
+
+def test_edit_dialog_refuses_a_bad_clock(snap_compare, store):
+    async def to_clock(pilot):
+        timeline = pilot.app.screen.query_one("Timeline")
+        timeline.cursor = timeline.view.at("1:clock").seq
+        await pilot.pause()
+        await pilot.press("e", *"tomorrow", "enter")
+        await pilot.pause()
+
+    app = TTTRApp(store, run_id=1, load_tokenizer=False)
+    assert snap_compare(app, terminal_size=SIZE, run_before=to_clock)
+
+
+def test_two_runs_side_by_side(snap_compare, store):
+    async def compare(pilot):
+        await pilot.press("space", "down", "space", "d")
+        side = pilot.app.screen.query_one("SideBySide")
+        for _ in range(500):
+            if side.comparison is not None:
+                break
+            await pilot.pause(0.02)
+        await pilot.pause()
+
+    assert snap_compare(TTTRApp(store, load_tokenizer=False), terminal_size=SIZE, run_before=compare)
