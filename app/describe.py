@@ -61,6 +61,20 @@ def size_label(n: int | None) -> str:
     return f"{n} B"
 
 
+def rows_label(rows: Any) -> str:
+    """A batch's row list, runs of consecutive rows written as ranges: 0–319, 4, 7–9."""
+    if not isinstance(rows, list) or not all(isinstance(r, int) for r in rows):
+        return str(rows)
+    parts, i = [], 0
+    while i < len(rows):
+        j = i
+        while j + 1 < len(rows) and rows[j + 1] == rows[j] + 1:
+            j += 1
+        parts.append(str(rows[i]) if i == j else f"{rows[i]}–{rows[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
 def _field(value: Any, key: str, default: Any = None) -> Any:
     return value.get(key, default) if isinstance(value, dict) else default
 
@@ -103,7 +117,7 @@ def summary(event) -> Text:
             line.append(f"top #{first[0]} lp {first[1]:.3f}", style="magenta")
         batch = _field(v, "batch")
         if isinstance(batch, list) and len(batch) == 2:
-            line.append(f" · batch {batch[0]} rows {batch[1]}", style="dim")
+            line.append(f" · batch {batch[0]} rows [{rows_label(batch[1])}]", style="dim")
         line.append(f" · {str(_field(v, 'digest', ''))[:10]}", style="dim")
         line.append(f" · {_field(v, 'mode', '?')}", style="dim")
         return line
@@ -210,7 +224,7 @@ def token_detail(view: RunView, event, token_texts=None) -> RenderableType:
         v = logits.value
         batch = _field(v, "batch")
         if isinstance(batch, list) and len(batch) == 2:
-            batch_text = f"{batch[0]} rows in the pass; this sequence's rows {batch[1]}"
+            batch_text = f"{batch[0]} rows in the pass; this sequence's rows {rows_label(batch[1])}"
         else:
             batch_text = str(batch)
         parts += [
@@ -344,8 +358,7 @@ def status_label(run) -> Text:
 
 
 def run_title(run) -> str:
-    seed = getattr(run, "seed", None)
     return (
-        f"run #{run.id} · {getattr(run, 'task', '?')} · {getattr(run, 'model_id', '?')} · "
-        f"{getattr(run, 'kernel_mode', '?')} · seed {seed}"
+        f"run #{run.id} · {run.task} · {short(run.model_id or '?', 32)} · "
+        f"{run.kernel_mode} · seed {run.seed}"
     )

@@ -52,7 +52,7 @@ class RunView:
         self._step_starts: dict[int, int | None] = {}
         self._step_tokens: OrderedDict[int, list] = OrderedDict()
         self._sites: OrderedDict[str, Any] = OrderedDict()
-        self._manifests: OrderedDict[str, dict[str, str] | None] = OrderedDict()
+        self._diffs: OrderedDict[str, list[FileChange] | None] = OrderedDict()
 
     # -- events by index (index == seq: a run's seqs are 0..count-1) ------------------
     def event(self, index: int):
@@ -164,43 +164,31 @@ class RunView:
         return value if isinstance(value, str) else json.dumps(value)
 
     def files_changed(self, tool_event) -> list[FileChange] | None:
-        """Files this command changed, from the manifests of the snapshots before and
-        after it; None when the run holds no snapshot to compare against."""
+        """Files this command changed: the trace recorder's diff of the snapshots before
+        and after it. None when the run holds no snapshot to compare."""
         value = tool_event.value if isinstance(tool_event.value, dict) else {}
-        if value.get("tree_before") and value.get("tree_before") == value.get("tree_after"):
+        before, after = value.get("tree_before"), value.get("tree_after")
+        if before and before == after:
             return []
-        after = value.get("snapshot")
-        if not after:
+        snapshot = value.get("snapshot")
+        if not snapshot:
             return None
-        before = self._snapshot_before(tool_event)
-        new = self._manifest(after)
-        if new is None:
-            return None
-        old = self._manifest(before) if before else {}
-        if old is None:
-            return None
-        changes = [FileChange(p, "added") for p in new if p not in old]
-        changes += [FileChange(p, "removed") for p in old if p not in new]
-        changes += [FileChange(p, "modified") for p in new if p in old and old[p] != new[p]]
-        return sorted(changes, key=lambda c: c.path)
+        if not (before and self.store.has_blob(before)):
+            before = self._snapshot_before(tool_event)
+        key = f"{before}>{snapshot}"
+        if key not in self._diffs:
+            self._diffs[key] = _diff_trees(self.store, before, snapshot)
+            while len(self._diffs) > 32:
+                self._diffs.popitem(last=False)
+        return self._diffs[key]
 
     def _snapshot_before(self, tool_event) -> str | None:
         for step in range(tool_event.step - 1, -2, -1):
-            for site in (f"{step}:tool", f"{step}:snapshot", f"{step}:setup"):
+            for site in (f"{step}:tool", f"{step}:setup"):
                 event = self.at(site)
-                if event is None or not isinstance(event.value, dict):
-                    continue
-                digest = event.value.get("snapshot") or event.value.get("manifest")
-                if digest:
-                    return digest
+                if event is not None and isinstance(event.value, dict) and event.value.get("snapshot"):
+                    return event.value["snapshot"]
         return None
-
-    def _manifest(self, digest: str) -> dict[str, str] | None:
-        if digest not in self._manifests:
-            self._manifests[digest] = _read_manifest(self.store, digest)
-            while len(self._manifests) > 32:
-                self._manifests.popitem(last=False)
-        return self._manifests[digest]
 
 
 def token_pos(event) -> int | None:
@@ -208,24 +196,12 @@ def token_pos(event) -> int | None:
     return int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else None
 
 
-def _read_manifest(store, digest: str) -> dict[str, str] | None:
-    """A snapshot manifest as {path: content digest}. The manifest is JSON written by the
-    trace recorder; it is parsed as data, never executed, and anything unexpected reads
-    as "unknown" rather than failing the view."""
+def _diff_trees(store, before: str | None, after: str) -> list[FileChange] | None:
+    from recorders.snapshot import diff_trees  # the trace layer owns the manifest format
+
     try:
-        data = json.loads(store.get_blob(digest))
-    except Exception:  # noqa: BLE001
+        diff = diff_trees(before, after, store)
+    except Exception:  # noqa: BLE001 - a manifest that does not read shows as "unknown"
         return None
-    if isinstance(data, dict) and isinstance(data.get("files"), (dict, list)):
-        data = data["files"]
-    if isinstance(data, dict):
-        return {str(p): json.dumps(v, sort_keys=True) for p, v in data.items()}
-    if isinstance(data, list):
-        out = {}
-        for entry in data:
-            if isinstance(entry, dict) and "path" in entry:
-                out[str(entry["path"])] = json.dumps(entry, sort_keys=True)
-            elif isinstance(entry, (list, tuple)) and entry:
-                out[str(entry[0])] = json.dumps(list(entry[1:]))
-        return out
-    return None
+    names = {"added": "added", "removed": "removed", "changed": "modified"}
+    return sorted((FileChange(p, names[k]) for k in names for p in diff.get(k, [])), key=lambda c: c.path)

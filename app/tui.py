@@ -43,9 +43,9 @@ class TTTRApp(App):
         self.start_run = run_id
         self.model = model
         self.unsafe_no_sandbox = unsafe_no_sandbox
-        self.tokenizer = None
         self._load_tokenizer = load_tokenizer
-        self._runtimes: dict[str, object] = {}
+        self._tokenizers: dict[str | None, object] = {}
+        self._runtime = None
         self._runtime_lock = threading.Lock()
 
     def on_mount(self) -> None:
@@ -88,41 +88,48 @@ class TTTRApp(App):
                     out.append((key_label(binding.key), binding.description or action))
         return out
 
-    # -- what forks and the detail pane need ------------------------------------------------
-    def token_texts(self, ids: list[int]) -> dict[int, str]:
-        if self.tokenizer is None:
+    # -- what forks and the detail pane need ------------------------------------------
+    def runtime(self):
+        """The model runtime forks run on: created once (resolving the model path is
+        cheap; the weights load on the first position a fork computes). Thread-safe."""
+        with self._runtime_lock:
+            if self._runtime is None:
+                from engine.runtime import Runtime
+
+                self._runtime = Runtime(self.model, kernel_mode="invariant")
+            return self._runtime
+
+    def tokenizer_for(self, model_id: str | None):
+        """The tokenizer of `model_id` if it is the model this app forks with, else None."""
+        try:
+            runtime = self.runtime()
+            if runtime.model_id != model_id:
+                return None
+            return runtime.tokenizer
+        except Exception:  # noqa: BLE001 - no model here: alternatives show ids only
+            return None
+
+    def token_texts(self, ids: list[int], model_id: str | None) -> dict[int, str]:
+        tokenizer = self._tokenizers.get(model_id)
+        if tokenizer is None:
             return {}
         out = {}
         for i in ids:
             try:
-                out[i] = self.tokenizer.decode([i])
+                out[i] = tokenizer.decode([i])
             except Exception:  # noqa: BLE001 - an id the tokenizer does not know stays unnamed
                 pass
         return out
 
     def _tokenizer_worker(self) -> None:
-        try:
-            from engine.tokenizer import load_default_tokenizer
+        """Off the UI thread: load the tokenizer of each model in the database that is
+        the model at hand, so top-k alternatives read as text."""
+        for model_id in {run.model_id for run in self.store.runs()}:
+            tokenizer = self.tokenizer_for(model_id)
+            if tokenizer is not None:
+                self.call_from_thread(self._tokenizer_ready, model_id, tokenizer)
 
-            tokenizer = load_default_tokenizer() if self.model is None else None
-        except Exception:  # noqa: BLE001 - without it, alternatives show ids only
-            return
-        if tokenizer is not None:
-            self.call_from_thread(self._tokenizer_ready, tokenizer)
-
-    def _tokenizer_ready(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
+    def _tokenizer_ready(self, model_id: str, tokenizer) -> None:
+        self._tokenizers[model_id] = tokenizer
         if isinstance(self.screen, TimelineScreen):
             self.screen.refresh_token_texts()
-
-    def runtime(self, kernel_mode: str):
-        """The model runtime for forks (loaded once, in the calling worker thread)."""
-        with self._runtime_lock:
-            runtime = self._runtimes.get(kernel_mode)
-            if runtime is None:
-                from engine.runtime import Runtime
-
-                runtime = self._runtimes[kernel_mode] = Runtime(self.model, kernel_mode=kernel_mode)
-            if self.tokenizer is None:
-                self.tokenizer = getattr(runtime, "tokenizer", None)
-            return runtime

@@ -55,26 +55,29 @@ class TimelineScreen(Screen):
 
     def _title(self, layer: str) -> Text:
         run = self.view.run
-        text = Text(describe.run_title(run), style="bold")
+        text = self._layer_label(layer)
+        text.append("  ")
+        text.append(describe.run_title(run), style="bold")
         text.append("  ")
         text.append_text(describe.status_label(run))
-        text.append("  ")
+        text.append(" ")
         text.append_text(describe.outcome_label(run))
         text.append(f"  {self.view.count} events · {describe.lineage(run)}", style="dim")
-        text.append("   layer for , and . : ", style="dim")
-        text.append_text(self._layer_label(layer))
         return text
 
     @staticmethod
     def _layer_label(layer: str) -> Text:
         letter, colour = LAYERS[layer]
-        return Text(f"{letter} {layer}", style=f"bold {colour}")
+        return Text(f", . step through {letter} {layer}", style=f"bold {colour}")
 
     def on_mount(self) -> None:
         timeline = self.query_one(Timeline)
         timeline.focus()
         if self.start:
             timeline.cursor = self.start
+
+    def token_texts(self, ids: list[int]) -> dict[int, str]:
+        return self.app.token_texts(ids, self.view.run.model_id)
 
     @property
     def timeline(self) -> Timeline:
@@ -89,7 +92,7 @@ class TimelineScreen(Screen):
         event = self.view.event(message.index)
         if event is None:
             return
-        self.query_one(DetailPane).show(describe.detail(self.view, event, self.app.token_texts))
+        self.query_one(DetailPane).show(describe.detail(self.view, event, self.token_texts))
         pos = token_pos(event) if event.kind in ("token", "logits") else None
         if self.message_shown != (event.step, pos):
             self.message_shown = (event.step, pos)
@@ -131,7 +134,7 @@ class TimelineScreen(Screen):
             return
         alternatives = []
         if event.kind == "token":
-            alternatives = describe.alternatives(self.view, event, self.app.token_texts)
+            alternatives = describe.alternatives(self.view, event, self.token_texts)
         self.app.push_screen(
             EditScreen(event.site, event.kind, editable_text(self.view, event),
                        partial(self.validate_edit, event.site), alternatives),
@@ -147,8 +150,14 @@ class TimelineScreen(Screen):
             from engine.mutation import parse_mutation
         except ImportError as exc:
             return f"editing needs the engine, which failed to import: {exc}"
+        tokenizer = None
+        if ":token:" in site:
+            tokenizer = self.app.tokenizer_for(run.model_id)
+            if tokenizer is None:
+                return (f"run #{run.id} was recorded with model {run.model_id}, which is not the model "
+                        "at hand: start the app with --model pointing at it (or set TTTR_MODEL)")
         try:
-            parse_mutation(self.view.store, run.id, site, text, tokenizer=self.app.tokenizer)
+            parse_mutation(self.view.store, run.id, site, text, tokenizer=tokenizer)
         except Exception as exc:  # noqa: BLE001 - the engine's reason is the message to show
             if getattr(exc, "exit_code", None) is None and not isinstance(exc, ValueError):
                 raise
@@ -173,7 +182,7 @@ class TimelineScreen(Screen):
 
         try:
             progress(0, None, "loading the model …")
-            runtime = self.app.runtime(self.view.run.kernel_mode)
+            runtime = self.app.runtime()
             result = run_fork(self.app.db_path, parent, site, value, runtime=runtime,
                               unsafe_no_sandbox=self.app.unsafe_no_sandbox, progress=progress, cancel=cancel)
         except Exception as exc:  # noqa: BLE001 - reported on screen, the app keeps running
