@@ -41,7 +41,7 @@ def newer_error(path: Path, version: int) -> StoreError:
 def check(path: Path, *, may_be_new: bool) -> None:
     """Raise StoreError unless `path` is (or, with may_be_new, may become) a TTTR database."""
     if not path.exists():
-        raise StoreError(f"{path} does not exist; check the path (`tttr runs DB` needs an existing session database)")
+        raise StoreError(f"{path} does not exist; check the path (a session database is made by recording a run into it)")
     if path.is_dir():
         raise StoreError(f"{path} is a directory, not a session database; pass the database file")
     try:

@@ -52,10 +52,15 @@ def test_sigkill_at_random_moments_loses_at_most_the_step_in_flight(tmp_path):
     recorded = 0
     for kill in range(KILLS):
         proc = subprocess.Popen([sys.executable, "-c", RECORDER, str(path)], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-        time.sleep(rnd.uniform(0.05, 0.8))  # early kills land in start-up, open and migration; late ones mid-step
+        first = ""
+        if kill % 2:  # from the start: start-up, open, migration, or the first steps
+            time.sleep(rnd.uniform(0.02, 0.6))
+        else:  # once recording: anywhere in a step, in a commit, in a blob write
+            first = proc.stdout.readline()
+            time.sleep(rnd.uniform(0.0, 0.25))
         os.kill(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        lines = out.split("\n")
+        lines = (first + out).split("\n")
         where = f"kill {kill} (random seed {seed}), recorder said {lines[-3:]!r}"
         conn = sqlite3.connect(path)
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)], where
