@@ -73,7 +73,7 @@ def _guarded(method):
                 return method(self, *args, **kwargs)
             except sqlite3.DatabaseError as exc:
                 raise opening.database_error(self.path, exc) from None
-            except (struct.error, UnicodeDecodeError, zlib.error, json.JSONDecodeError) as exc:
+            except (struct.error, zlib.error, json.JSONDecodeError) as exc:
                 raise StoreError(f"{self.path} holds a value that cannot be decoded ({exc}); the file is damaged, restore it from a copy") from None
 
     return wrapper
@@ -217,7 +217,7 @@ class Store:
     def append(self, run_id: int, step: int, layer: str, kind: str, site: str, value: Any) -> int:
         """Buffer one event of the step in flight; returns its seq. Written by commit_step."""
         with self._lock:
-            rec = self._recorder(run_id)
+            rec = self._recording.get(run_id) or self._recorder(run_id)
             code = self._codes.get((layer, kind))
             if code is None:
                 code = self._new_kind(layer, kind)
@@ -367,10 +367,16 @@ class Store:
         seq = key & _MASK
         if code not in self._kinds:
             self._load_kinds()  # another writer added a kind since we opened
-        layer, kind = self._kinds[code]
         if source not in self._seeds:
             self._chain(source)
-        value = codec.decode(stored, self._seeds[source], step, pos)
+        try:
+            layer, kind = self._kinds[code]
+            value = codec.decode(stored, self._seeds[source], step, pos)
+        except (KeyError, ValueError, IndexError, TypeError, struct.error) as exc:
+            raise StoreError(
+                f"{self.path}: event {seq} of run {source} cannot be decoded ({type(exc).__name__}: {exc}); "
+                "the file is damaged, restore it from a copy"
+            ) from None
         return Event(run_id, seq, step, layer, kind, codec.join_site(step, kind, pos, verbatim), value, source)
 
     def _step_range(self, source: int, step: int) -> tuple[int, int] | None:
@@ -385,6 +391,8 @@ class Store:
         """Events with start <= seq < stop, optionally of one step/layer/kind, at most limit, by seq."""
         if layer is not None and layer not in LAYERS:
             raise StoreError(f"unknown layer {layer!r}; use one of {', '.join(LAYERS)}")
+        if limit is not None and limit < 0:
+            raise StoreError(f"limit must be >= 0 or None, not {limit}")
         stop = _END if stop is None else stop
         segments = self._segments(run_id)
         if layer is not None or kind is not None:

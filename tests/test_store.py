@@ -303,3 +303,17 @@ def test_closing_a_store_leaves_its_unfinished_runs_incomplete(tmp_path):
         assert store.run(rid).status == "recording"
     with Store.open(tmp_path / "c.db") as store:
         assert store.run(rid).status == "incomplete"
+
+
+def test_a_damaged_value_is_reported_not_raised_as_a_traceback(tmp_path):
+    path = tmp_path / "v.db"
+    with Store.open(path) as store:
+        rid = record(store, steps=1)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE events SET value = x'01ff' WHERE id = ?", (rid << 32 | 2,))
+    conn.commit()
+    conn.close()
+    with Store.open(path, readonly=True) as store:
+        assert len(store.events(rid, 0, 2)) == 2
+        with pytest.raises(StoreError, match="event 2 of run 1 cannot be decoded"):
+            store.events(rid)
