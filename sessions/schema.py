@@ -13,7 +13,8 @@ runs      one row per run.
           outcome (JSON or NULL), created / finished (ISO UTC), meta (JSON),
           parent, fork_seq, fork_site, mutation (JSON) for a fork or replay,
           writer: "boot_id:pid:start_ticks" of the process recording it, NULL once finished.
-          A run whose writer is gone reads as `incomplete` (see `sessions.liveness`).
+          A run whose writer is gone reads as `incomplete` (see `sessions.liveness`); a
+          writable open also stores that status.
 
 kinds     (code INTEGER PRIMARY KEY, layer, kind): an event's layer and kind share one
           small integer in `events.kind`, so a row never spells them out.
@@ -31,7 +32,7 @@ events    id INTEGER PRIMARY KEY = run << 32 | seq. The key is derived from (run
           A fork stores only its own events; its seqs start at `fork_seq`, and its parent's
           rows with seq < fork_seq are read in their place. Seqs of a run are dense.
 
-steps     (run, step) PRIMARY KEY, WITHOUT ROWID (a small table): first_seq, last_seq, events. Written with
+steps     (run, step) PRIMARY KEY, WITHOUT ROWID: first_seq, last_seq, events. Written in
           each step's transaction; turns "events of step s" and "the event at site s:..."
           into a short range scan. Added by migration 2, back-filled from `events`.
 

@@ -317,3 +317,16 @@ def test_a_damaged_value_is_reported_not_raised_as_a_traceback(tmp_path):
         assert len(store.events(rid, 0, 2)) == 2
         with pytest.raises(StoreError, match="event 2 of run 1 cannot be decoded"):
             store.events(rid)
+
+
+def test_a_reader_sees_each_step_as_the_writer_commits_it(tmp_path):
+    path = tmp_path / "live.db"
+    with Store.open(path) as writer:
+        rid = writer.begin_run(seed=SEED)
+        record_step(writer, rid, 0)
+        with Store.open(path, readonly=True) as reader:
+            assert reader.run(rid).status == "recording" and reader.steps(rid) == 1
+            writer.append(rid, 1, "trace", "clock", "1:clock", {"t": "x"})
+            assert reader.count_events(rid) == 13  # not yet committed
+            writer.commit_step(rid)
+            assert reader.count_events(rid) == 14 and reader.event_at(rid, "1:clock").value == {"t": "x"}
