@@ -128,13 +128,12 @@ def decode(stored: str | bytes, seed: int | None, step: int, pos: int | None) ->
 def _encode_token(v: dict, seed: int | None, step: int, pos: int | None) -> bytes | None:
     if tuple(v) != TOKEN_KEYS:
         return None
-    tid, text, forced, lp, rng = v["id"], v["text"], v["forced"], v["logprob"], v["rng"]
-    if type(tid) is not int or type(text) is not str or type(forced) is not bool or type(lp) is not float:
-        return None
-    if type(rng) not in (list, tuple) or len(rng) != 3:
+    tid, text, forced, lp, rng = v.values()  # in TOKEN_KEYS order, checked above
+    if not (type(tid) is int and type(text) is str and type(forced) is bool and type(lp) is float
+            and type(rng) in (list, tuple) and len(rng) == 3):
         return None
     r0, r1, r2 = rng
-    if type(r0) is not int or type(r1) is not int or type(r2) is not int:
+    if not (type(r0) is int and type(r1) is int and type(r2) is int):
         return None
     flags = _F_FORCED if forced else 0
     if not _f32_exact(lp):
