@@ -96,11 +96,17 @@ def _common(p) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
-def _progress(enabled: bool):
+def _progress(enabled: bool, header: str):
+    """Progress on stderr; the header prints with the first report, so that input refused
+    before any work starts leaves only the one error line."""
     if not enabled:
         return None
+    started = []
 
     def report(done: int, total: int, message: str) -> None:
+        if not started:
+            started.append(True)
+            print(header, file=sys.stderr, flush=True)
         print(f"  [{done}/{total}] {message}", file=sys.stderr, flush=True)
 
     return report
@@ -138,11 +144,9 @@ def cmd_record(args) -> int:
     load_task(args.task)  # an unknown task fails before the database is touched
     store = _open_store(args.db, create=True)
     try:
-        if not args.json:
-            print(f"recording task {args.task} into {args.db} …", file=sys.stderr)
         res = record(store, args.task, runtime=runtime, seed=args.seed, temperature=args.temperature,
                      top_p=args.top_p, top_k=args.top_k, clock=clock, limits=limits,
-                     unsafe_no_sandbox=args.unsafe_no_sandbox, progress=_progress(not args.json))
+                     unsafe_no_sandbox=args.unsafe_no_sandbox, progress=_progress(not args.json, f"recording task {args.task} into {args.db} …"))
     finally:
         store.close()
     _print_result(args, res, "recorded")
@@ -158,10 +162,9 @@ def cmd_replay(args) -> int:
     try:
         run = store.run(args.run)
         runtime = _runtime(args, run.kernel_mode)
-        if not args.json:
-            print(f"replaying run {args.run} ({policy.describe()}) …", file=sys.stderr)
         res = replay(store, args.run, policy, runtime=runtime, seed=args.seed,
-                     unsafe_no_sandbox=args.unsafe_no_sandbox, progress=_progress(not args.json))
+                     unsafe_no_sandbox=args.unsafe_no_sandbox,
+                     progress=_progress(not args.json, f"replaying run {args.run} ({policy.describe()}) …"))
     finally:
         store.close()
     _print_result(args, res, "replayed")
@@ -175,10 +178,9 @@ def cmd_fork(args) -> int:
     try:
         run = store.run(args.run)
         runtime = _runtime(args, run.kernel_mode)
-        if not args.json:
-            print(f"forking run {args.run} at {args.at} …", file=sys.stderr)
         res = fork(store, args.run, args.at, args.value, runtime=runtime,
-                   unsafe_no_sandbox=args.unsafe_no_sandbox, progress=_progress(not args.json))
+                   unsafe_no_sandbox=args.unsafe_no_sandbox,
+                   progress=_progress(not args.json, f"forking run {args.run} at {args.at} …"))
     finally:
         store.close()
     _print_result(args, res, "forked")

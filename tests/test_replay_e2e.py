@@ -1,0 +1,174 @@
+"""Record, replay, fork and diff on the embedded default model, in the real sandbox, into a
+real session database."""
+
+import hashlib
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.diff import diff_runs
+from engine.mutation import MutationError, parse_mutation
+from engine.replay import fork, record, replay
+from engine.runtime import Runtime
+from sessions.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+TASK = "write-line"
+SEED = 1
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    rt = Runtime(kernel_mode="invariant")
+    yield rt
+    rt.close()
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, runtime):
+    db = tmp_path_factory.mktemp("replay") / "session.db"
+    store = Store.open(db, create=True)
+    res = record(store, TASK, runtime=runtime, seed=SEED, temperature=0.7)
+    yield store, res, db
+    store.close()
+
+
+def _events(store, run_id):
+    return [(e.seq, e.site, e.kind, e.value) for e in store.events(run_id)]
+
+
+def test_record_writes_all_three_layers(recorded):
+    store, res, _ = recorded
+    assert res.status == "complete" and store.run(res.run_id).status == "complete"
+    layers = {e.layer for e in store.events(res.run_id)}
+    assert {"tensor", "token", "trace", "agent"} <= layers
+    assert len(res.actions) >= 1
+    first = store.event_at(res.run_id, "0:token:0").value
+    assert set(first) >= {"id", "forced", "logprob", "rng"} and first["rng"] == [SEED, 0, 0]
+    logits = store.event_at(res.run_id, "0:logits:0").value
+    assert len(logits["digest"]) == 32 and len(logits["topk"]) == 5 and logits["mode"] == "invariant"
+
+
+def test_faithful_replay_is_identical_and_computes_nothing(recorded, runtime):
+    store, res, _ = recorded
+    child = replay(store, res.run_id, (), runtime=runtime)
+    assert child.identical and child.divergence is None
+    assert child.logits_computed == 0 and child.commands_run == 0
+    assert child.actions == res.actions and child.outcome["passed"] == res.outcome["passed"]
+    assert diff_runs(store, res.run_id, child.run_id).identical
+    assert store.run(child.run_id).parent == res.run_id
+
+
+def test_tensor_freed_replay_recomputes_the_same_logits(recorded, runtime):
+    store, res, _ = recorded
+    child = replay(store, res.run_id, ("tensor",), runtime=runtime)
+    assert child.logits_computed > 0
+    assert child.identical, child.divergence
+    assert diff_runs(store, res.run_id, child.run_id).identical
+
+
+def _check_fork(store, parent, child, site):
+    fork_seq = store.event_at(parent.run_id, site).seq
+    p, c = _events(store, parent.run_id), _events(store, child.run_id)
+    assert c[:fork_seq] == p[:fork_seq]  # the prefix is the parent's
+    mutated = store.event_at(child.run_id, site)
+    assert mutated.seq == fork_seq and mutated.value != store.event_at(parent.run_id, site).value
+    run = store.run(child.run_id)
+    assert run.parent == parent.run_id and run.fork_site == site
+    return mutated
+
+
+def test_fork_a_tool_result(recorded, runtime):
+    store, res, _ = recorded
+    child = fork(store, res.run_id, "0:tool", "exit=1", runtime=runtime)
+    mutated = _check_fork(store, res, child, "0:tool")
+    assert mutated.value["exit_code"] == 1 and mutated.value.get("mutated")
+    # The next step's context now holds the changed observation, so it ran live.
+    if len(res.actions) > 1:
+        assert child.logits_computed > 0
+
+
+def test_fork_a_clock_value(recorded, runtime):
+    store, res, _ = recorded
+    child = fork(store, res.run_id, "0:clock", "+1d", runtime=runtime)
+    mutated = _check_fork(store, res, child, "0:clock")
+    assert mutated.value["t"] > store.event_at(res.run_id, "0:clock").value["t"]
+    assert child.commands_run >= 1  # the command could not come from the cassette at another time
+
+
+def test_fork_a_token_and_diff(recorded, runtime):
+    store, res, _ = recorded
+    logits = store.event_at(res.run_id, "0:logits:0").value
+    chosen = store.event_at(res.run_id, "0:token:0").value["id"]
+    alt = next(i for i, _ in logits["topk"] if i != chosen)
+    child = fork(store, res.run_id, "0:token:0", str(alt), runtime=runtime)
+    mutated = _check_fork(store, res, child, "0:token:0")
+    assert mutated.value["id"] == alt and mutated.value["forced"]
+    assert child.logits_computed > 0  # the rest of the message was generated live
+    d = diff_runs(store, res.run_id, child.run_id)
+    assert d.first_divergence["token"].site == "0:token:0"
+    assert not d.identical
+
+
+def test_bad_mutations_are_refused(recorded, runtime):
+    store, res, _ = recorded
+    tk = runtime.tokenizer
+    for site, value, reason in [
+        ("9:clock", "+1", "does not exist"),
+        ("0:clock", "yesterday", "does not parse"),
+        ("0:tool", '{"exit_code": "one"}', "must be an integer"),
+        ("0:token:0", "999999", "outside the vocabulary"),
+        ("0:token:0", "hello world again", "not one"),
+        ("0:message", "x", "cannot be edited"),
+    ]:
+        with pytest.raises(MutationError, match=reason):
+            parse_mutation(store, res.run_id, site, value, tokenizer=tk)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(recorded, tmp_path):
+    store, res, live_db = recorded
+    # A settled copy of the session (no write-ahead log pending), so the hash compares the file.
+    db = tmp_path / "copy.db"
+    src, dst = sqlite3.connect(live_db), sqlite3.connect(db)
+    src.backup(dst)
+    src.close(), dst.close()
+    other = Store.open(db, create=True)
+    foreign = other.begin_run(task=TASK, model_id="another-model-0000", kernel_mode="invariant",
+                              sampling={"temperature": 0.7, "top_p": 1.0, "top_k": 0}, seed=1,
+                              fingerprint={}, meta={})
+    other.finish_run(foreign, status="complete", outcome={"passed": False})
+    other.close()
+    before = _sha(db)
+    cases = [
+        (["fork", str(res.run_id), "--at", "42:tool", "--set", "x"], "does not exist"),
+        (["fork", str(res.run_id), "--at", "0:clock", "--set", "noon-ish"], "does not parse"),
+        (["fork", str(res.run_id), "--at", "0:token:0", "--set", "123456"], "outside the vocabulary"),
+        (["fork", str(res.run_id), "--at", "0:tool", "--set", '{"exit_code": true}'], "must be an integer"),
+        (["replay", str(foreign)], "recorded with model another-model"),
+        (["replay", str(res.run_id), "--free", "tensors"], "unknown layer"),
+        (["replay", "999"], "999"),
+    ]
+    for argv, reason in cases:
+        out = subprocess.run([sys.executable, "-m", "app", *argv, "--db", str(db)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2, (argv, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and reason in lines[0], (argv, out.stderr)
+    assert _sha(db) == before
+
+
+def test_cli_json_output(recorded):
+    store, res, db = recorded
+    out = subprocess.run([sys.executable, "-m", "app", "replay", str(res.run_id), "--db", str(db), "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["identical"] is True and data["divergence"] is None and data["actions"] == res.actions
