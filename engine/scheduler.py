@@ -5,8 +5,10 @@ the rows of all running sequences (prefill and decode mixed) into one pass, then
 position produced: digest the fp32 logits, take top-k logprobs, force or sample the token,
 and check the stop conditions. Finished sequences leave; new ones join at the next step.
 
-A run of forced tokens (replay) is fed in the same pass: a forced token does not depend on
-the logits before it, so positions p..p+n that are all forced cost one pass, not n.
+A run of forced tokens (replay) can be fed in one pass: a forced token does not depend on
+the logits before it, so positions p..p+n that are all forced cost one pass, not n. That
+changes the batch composition of those positions, so by default it is done only under the
+`invariant` kernels, where composition cannot change a result (`chain_forced=None`).
 
 All compute happens on one background thread; `submit` is thread-safe and `generate` is
 `submit` + wait. A sequence runs under the kernel mode current where it was submitted
@@ -49,7 +51,7 @@ def logits_digest(row: torch.Tensor) -> str:
 
 class Engine:
     def __init__(self, model: Model, *, kernel_mode: str | None = None, max_running: int = 32,
-                 max_batch_rows: int = 2048, topk: int = TOPK, chain_forced: bool = True):
+                 max_batch_rows: int = 2048, topk: int = TOPK, chain_forced: bool | None = None):
         self.model = model
         self.fixed_mode = check_mode(kernel_mode) if kernel_mode is not None else None
         self.max_running = max_running
@@ -170,7 +172,8 @@ class Engine:
         """Tokens this sequence feeds now, and how many of the last rows produce positions."""
         feed = seq.ids[seq.cache.length:]
         n_out = 1
-        if self.chain_forced and seq.forced:
+        chain = self.chain_forced if self.chain_forced is not None else seq.kernel_mode == "invariant"
+        if chain and seq.forced:
             stops = self._stop_ids(seq)
             p = seq.next_position
             room = seq.cache.capacity - seq.cache.length - len(feed)
