@@ -1,0 +1,141 @@
+"""The oracle's policy logic, one piece at a time: a scripted stand-in for the model (so each
+test controls exactly which tokens come out and counts every call for logits), with the
+real store, the real sandbox and a real task."""
+
+import hashlib
+from datetime import datetime
+
+import pytest
+
+from engine.agent import AgentLimits, run_agent
+from engine.oracle import Oracle, Source
+from engine.policy import Policy
+from engine.runtime import Runtime
+from engine.sequence import TokenRecord
+from recorders.sandbox import Executor
+from recorders.tasks import load_task
+from sessions.store import Store
+
+TASK = "write-line"
+CLOCK = datetime(2026, 3, 2, 9, 0, 0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Runtime().tokenizer
+
+
+class ScriptedModel:
+    """Writes the given message at each step, one token per position, and counts positions."""
+
+    def __init__(self, tokenizer, messages):
+        self.tk = tokenizer
+        self.messages = messages
+        self.positions = 0
+
+    def make_sequence(self, prompt_ids, seed, step, first_position, max_tokens, stops):
+        return (prompt_ids, seed, step, first_position)
+
+    def generate(self, seq):
+        prompt_ids, seed, step, first = seq
+        ids = self.tk.encode(self.messages[min(step, len(self.messages) - 1)])
+        out = []
+        for pos in range(first, len(ids)):
+            digest = hashlib.blake2b(bytes([step, pos]), digest_size=16).hexdigest()
+            out.append(TokenRecord(position=pos, token_id=ids[pos], forced=False, logprob=-0.1,
+                                   topk=((ids[pos], -0.1), (0, -5.0)), digest=digest, batch_rows=1,
+                                   rows=(0,), row=0, kernel_mode="invariant", rng=(seed, step, pos)))
+        self.positions += len(out)
+        return out
+
+
+def _oracle(store, tokenizer, model, *, run_id, policy, source=None, mutation=None, fork_seq=0, seed=7):
+    return Oracle(store=store, run_id=run_id, task=load_task(TASK), tokenizer=tokenizer,
+                  generate=model.generate, make_sequence=model.make_sequence, policy=policy, seed=seed,
+                  kernel_mode="invariant", clock_base=CLOCK,
+                  executor_factory=lambda tree, seed: Executor(tree, seed=seed),
+                  source=source, mutation=mutation, fork_seq=fork_seq, max_steps=3)
+
+
+def _begin(store, **kw):
+    return store.begin_run(task=TASK, model_id="scripted", kernel_mode="invariant",
+                           sampling={"temperature": 0.7}, seed=7, fingerprint={}, meta={}, **kw)
+
+
+SCRIPT = ["echo 'hello world' > greeting.txt\n```", "cat greeting.txt\n```", "done\n```"]
+
+
+@pytest.fixture()
+def recording(tmp_path, tokenizer):
+    store = Store.open(tmp_path / "s.db", create=True)
+    model = ScriptedModel(tokenizer, SCRIPT)
+    run = _begin(store)
+    oracle = _oracle(store, tokenizer, model, run_id=run, policy=Policy.record())
+    run_agent(oracle, load_task(TASK).instruction, AgentLimits(max_steps=3))
+    yield store, run, oracle
+    store.close()
+
+
+def test_recording_is_every_layer_live(recording):
+    store, run, oracle = recording
+    assert oracle.actions == ["echo 'hello world' > greeting.txt", "cat greeting.txt", "done"]
+    assert oracle.commands_run == 2 and oracle.logits_computed > 0
+    assert oracle.outcome["passed"] is True
+    assert store.event_at(run, "1:tool").value["stdout"].strip() == "hello world"
+
+
+def test_faithful_replay_takes_every_value_from_the_record(recording, tokenizer):
+    store, run, _ = recording
+    model = ScriptedModel(tokenizer, ["rm -rf /work\n```"])  # would be wrong if ever asked
+    child = _begin(store, parent=run, fork_seq=0)
+    oracle = _oracle(store, tokenizer, model, run_id=child, policy=Policy(), source=Source(store, run))
+    run_agent(oracle, load_task(TASK).instruction, AgentLimits(max_steps=3))
+    assert model.positions == 0 and oracle.commands_run == 0
+    assert oracle.divergence is None
+    strip = lambda evs: [(e.site, e.value) for e in evs]
+    assert strip(store.events(child)) == strip(store.events(run))
+
+
+def test_freed_token_layer_runs_off_record_commands_live(recording, tokenizer):
+    store, run, _ = recording
+    model = ScriptedModel(tokenizer, ["echo 'hello world' > greeting.txt\n```", "ls\n```", "done\n```"])
+    child = _begin(store, parent=run, fork_seq=0)
+    oracle = _oracle(store, tokenizer, model, run_id=child, policy=Policy(frozenset({"token"})),
+                     source=Source(store, run), seed=99)
+    run_agent(oracle, load_task(TASK).instruction, AgentLimits(max_steps=3))
+    assert model.positions > 0
+    # Step 0 matched the cassette (same command, same tree, same clock); step 1 did not.
+    assert "off_record" not in store.event_at(child, "0:tool").value
+    tool1 = store.event_at(child, "1:tool").value
+    assert tool1["off_record"] and tool1["cmd"] == "ls" and "greeting.txt" in tool1["stdout"]
+    assert oracle.commands_run == 1
+    assert oracle.divergence.site == "1:token:0" and oracle.divergence.layer == "token"
+    # The RNG coordinates of the freed token layer carry the fresh seed.
+    assert store.event_at(child, "0:token:0").value["rng"][0] == 99
+
+
+def test_clock_mutation_keeps_later_clocks_pinned_and_shares_the_prefix(recording, tokenizer):
+    from engine.mutation import parse_mutation
+
+    store, run, _ = recording
+    mutation = parse_mutation(store, run, "0:clock", "+1d", tokenizer=tokenizer)
+    source = Source(store, run)
+    fork_seq = source.seq_of("0:clock")
+    child = _begin(store, parent=run, fork_seq=fork_seq, fork_site="0:clock", mutation=mutation.to_json())
+    model = ScriptedModel(tokenizer, ["never asked\n```"])
+    oracle = _oracle(store, tokenizer, model, run_id=child, policy=Policy(), source=source,
+                     mutation=mutation, fork_seq=fork_seq)
+    run_agent(oracle, load_task(TASK).instruction, AgentLimits(max_steps=3))
+    rec_clock = lambda r, s: store.event_at(r, f"{s}:clock").value["t"]
+    assert rec_clock(child, 0) == "2026-03-03T" + rec_clock(run, 0)[11:]
+    assert rec_clock(child, 1) == rec_clock(run, 1)  # not downstream of the change: still pinned
+    # The changed clock made step 0's command run live. Its output was the same, so step 1's
+    # context was the recording's again and its tokens came from the record; but the file it
+    # wrote carries the new time, so the world before step 1 is not the recording's and the
+    # cassette does not answer for it: step 1's command ran live too.
+    assert model.positions == 0 and oracle.commands_run == 2
+    assert store.event_at(child, "0:tool").value["tree_after"] != store.event_at(run, "0:tool").value["tree_after"]
+    assert store.event_at(child, "1:tool").value.get("off_record")
+    parent_events = [(e.seq, e.site) for e in store.events(run)]
+    child_events = [(e.seq, e.site) for e in store.events(child)]
+    assert child_events[:fork_seq] == parent_events[:fork_seq]
