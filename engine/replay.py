@@ -103,7 +103,7 @@ def record(
     store,
     task_name: str,
     *,
-    runtime: Runtime,
+    runtime: Runtime | None = None,
     seed: int | None = None,
     temperature: float = 0.7,
     top_p: float = 1.0,
@@ -119,6 +119,7 @@ def record(
     which is the same run with recording switched off: the baseline for its overhead)."""
     from engine.sampler import SamplingParams
 
+    runtime = runtime or Runtime()
     task = _load_task(task_name)
     seed = _fresh_seed() if seed is None else seed
     sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
