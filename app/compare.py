@@ -40,19 +40,31 @@ class Comparison:
 
     @property
     def first(self):
-        """The earliest divergence over all layers, or None when the runs agree."""
-        ranked = sorted(self.divergences.values(), key=lambda d: _site_order(d.site))
+        """The earliest divergence over all layers, in the order the agent loop consumes
+        values; for a fork, the first one after the edited site (that one differs by
+        construction). None when the runs agree."""
+        ranked = sorted(
+            (d for d in self.divergences.values() if d.site != self.fork_site),
+            key=lambda d: site_order(d.site),
+        )
         return ranked[0] if ranked else None
 
 
-def _site_order(site: str) -> tuple[int, int]:
+# Within a step the loop consumes: the prompt, then per position a token and its logits,
+# then the message, the action, the clock and the tool result; the outcome comes last.
+_RANK = {"setup": 0, "prompt": 1, "token": 2, "logits": 2, "message": 3, "action": 4,
+         "clock": 5, "tool": 6, "snapshot": 7, "outcome": 8}
+
+
+def site_order(site: str) -> tuple[int, int, int]:
     parts = site.split(":")
     try:
         step = int(parts[0])
     except ValueError:
-        return (1 << 30, 0)
-    pos = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else -1
-    return (step, pos)
+        return (1 << 30, 0, 0)
+    name = parts[1] if len(parts) > 1 else ""
+    pos = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else 0
+    return (step, _RANK.get(name, 9), pos)
 
 
 def _steps(store, run_id: int) -> list[StepInfo]:
@@ -83,9 +95,9 @@ def build_comparison(store, run_a: int, run_b: int) -> Comparison:
         mutation=run_b_meta.mutation if fork_site else None,
         outcome_a=store.run(run_a).outcome, outcome_b=run_b_meta.outcome,
     )
-    fork_step = _site_order(fork_site)[0] if fork_site else None
+    fork_step = site_order(fork_site)[0] if fork_site else None
     first = comparison.first
-    first_step = _site_order(first.site)[0] if first is not None else None
+    first_step = site_order(first.site)[0] if first is not None else None
     marked_fork = marked_first = False
     for row in diff.rows:
         a = a_steps[row.a_step] if row.a_step is not None and row.a_step < len(a_steps) else None

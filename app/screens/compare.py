@@ -91,13 +91,13 @@ class CompareScreen(Screen):
         text = Text()
         if c.fork_site:
             value = c.mutation.get("input", c.mutation.get("value")) if isinstance(c.mutation, dict) else c.mutation
-            text.append("⑂ fork ", style="bold magenta")
+            text.append("⋔ fork ", style="bold magenta")
             text.append(f"at {c.fork_site} = {json.dumps(value, ensure_ascii=False)}\n")
         first = c.first
         if first is None:
             text.append("identical: no site differs between the two runs", style="bold green")
             return text
-        text.append("▶ first divergence ", style="bold red")
+        text.append("▶ first divergence " + ("after the fork " if c.fork_site else ""), style="bold red")
         text.append(f"{first.site} ({first.layer}): {_short(first.a_value)} → {_short(first.b_value)}\n")
         for layer in ("tensor", "token", "trace", "agent"):
             d = c.divergences.get(layer)

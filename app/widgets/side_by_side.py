@@ -1,7 +1,7 @@
 """Two runs side by side, aligned by step, on one virtual widget: one scroll moves both.
 
 Each aligned row takes two lines: the action, then its exit code and first line of
-output. The fork site carries ⑂, every divergent row is tinted, and the first
+output. The fork site carries ⋔, every divergent row is tinted (≠), and the first
 divergence is marked ▶ and tinted strongest.
 """
 
@@ -77,19 +77,15 @@ class SideBySide(ScrollView, can_focus=True):
         if index == self.cursor:
             if tint is None:
                 tint = self.get_component_rich_style("sbs--cursor", partial=True)
-            else:
+            elif sub == 0:  # a tinted row keeps its tint; the cursor marks its first line
                 tint = tint + self.get_component_rich_style("sbs--cursor-tinted", partial=True)
         half = max(10, (width - GUTTER - 1) // 2)
         line = Text(no_wrap=True, end="", style=base)
         if sub == 0:
-            if row.fork:
-                line.append(" ⑂ ", style=self.get_component_rich_style("sbs--fork", partial=True))
-            elif row.first_divergence:
-                line.append(" ▶ ", style="bold")
-            elif not row.same:
-                line.append(" ≠ ")
-            else:
-                line.append("   ")
+            fork_style = self.get_component_rich_style("sbs--fork", partial=True)
+            line.append("⋔" if row.fork else " ", style=fork_style)
+            line.append("▶" if row.first_divergence else "≠" if not row.same else " ", style="bold")
+            line.append(" ")
         else:
             line.append("   ")
         line.append_text(self._side(row.a, sub, half))

@@ -106,7 +106,7 @@ class Timeline(ScrollView, can_focus=True):
         line = Text(no_wrap=True, end="", style=base)
         step = "setup" if event.step < 0 else str(event.step)
         if index == self._fork_seq:
-            line.append("    ⑂ ", style=self.get_component_rich_style("timeline--fork", partial=True))
+            line.append("    ⋔ ", style=self.get_component_rich_style("timeline--fork", partial=True))
         elif first:
             line.append(f"{step:>5}", style=gutter_style).append("┌" if not last else "─", style=gutter_style)
         else:

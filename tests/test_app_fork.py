@@ -1,0 +1,150 @@
+"""End to end on a real recording: `tttr demo` records a task with the embedded default
+model in the real sandbox; the app opens it, edits a token and a tool result, forks in a
+worker (responsive, cancellable) and draws the fork next to its parent. Nothing here is
+faked: these tests need the model and the sandbox, and take a minute."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.screens.compare import CompareScreen
+from app.screens.edit import EditScreen
+from app.screens.timeline import TimelineScreen
+from app.tui import TTTRApp
+from app.widgets.fork_progress import ForkProgress
+from app.widgets.side_by_side import SideBySide
+from app.widgets.timeline import Timeline
+
+ROOT = Path(__file__).resolve().parent.parent
+TASK = "write-line"
+SIZE = (140, 40)
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory):
+    """`tttr demo` as a user runs it, minus the terminal: it records into a fresh file."""
+    db = tmp_path_factory.mktemp("demo") / "demo.db"
+    out = subprocess.run(
+        [sys.executable, "-m", "app", "demo", "--task", TASK, "--seed", "1", "--db", str(db), "--no-open"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "recording task write-line" in out.stderr  # progress goes to the terminal
+    assert out.stdout.strip().startswith(f"tttr open {db} --run ")
+    return db, int(out.stdout.split("--run")[1])
+
+
+def test_demo_refuses_to_overwrite_a_database(demo_db):
+    db, _ = demo_db
+    before = db.read_bytes()
+    out = subprocess.run([sys.executable, "-m", "app", "demo", "--db", str(db), "--no-open"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "already exists" in out.stderr
+    assert db.read_bytes() == before
+
+
+def _open(db):
+    from sessions.store import Store
+
+    return Store.open(db, create=False, readonly=True)
+
+
+def run_app(db, run_id, flow):
+    async def main():
+        store = _open(db)
+        try:
+            app = TTTRApp(store, run_id=run_id)
+            async with app.run_test(size=SIZE) as pilot:
+                await pilot.pause()
+                return await flow(app, pilot)
+        finally:
+            store.close()
+
+    return asyncio.run(main())
+
+
+async def until(pilot, condition, timeout=600.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await pilot.pause(0.05)
+
+
+def test_demo_recording_opens_on_its_timeline(demo_db):
+    db, run_id = demo_db
+
+    async def flow(app, pilot):
+        assert isinstance(app.screen, TimelineScreen)
+        view = app.screen.query_one(Timeline).view
+        assert view.run_id == run_id and view.run.status == "complete"
+        assert {view.event(i).layer for i in range(view.count)} == {"tensor", "token", "trace", "agent"}
+
+    run_app(db, run_id, flow)
+
+
+def test_edit_a_token_and_fork_shows_the_fork_beside_its_parent(demo_db):
+    db, run_id = demo_db
+
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        timeline.cursor = timeline.view.at("0:token:0").seq
+        await pilot.pause()
+        await pilot.press("e")
+        assert isinstance(app.screen, EditScreen)
+        alternatives = app.screen.alternatives
+        assert len(alternatives) == 5
+        await pilot.press("down", "enter")  # the second recorded alternative
+        assert isinstance(app.screen, TimelineScreen)
+        assert app.screen.query_one(ForkProgress).display  # progress is visible
+        # the UI stays responsive while the fork runs in its worker
+        at = timeline.cursor
+        await pilot.press("down")
+        assert timeline.cursor == at + 1
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        side = app.screen.query_one(SideBySide)
+        await until(pilot, lambda: side.comparison is not None)
+        comparison = side.comparison
+        assert comparison.run_a == run_id and comparison.fork_site == "0:token:0"
+        assert side.rows[0].fork  # the fork site is marked on its step
+        assert any(r.first_divergence for r in side.rows) == (comparison.first is not None)
+        child = app.store.run(comparison.run_b)
+        assert child.parent == run_id and child.fork_site == "0:token:0"
+        assert child.mutation["input"] == f"id:{alternatives[1][0]}"
+        return comparison.run_b
+
+    child = run_app(db, run_id, flow)
+    store = _open(db)
+    try:
+        assert store.event_at(child, "0:token:0").value["id"] != store.event_at(run_id, "0:token:0").value["id"]
+    finally:
+        store.close()
+
+
+def test_a_fork_can_be_cancelled(demo_db):
+    db, run_id = demo_db
+
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        timeline.cursor = timeline.view.at("0:token:0").seq
+        await pilot.pause()
+        before = {r.id for r in app.store.runs()}
+        await pilot.press("e")
+        assert isinstance(app.screen, EditScreen)
+        await pilot.press("down", "enter")
+        screen = app.screen
+        await until(pilot, lambda: screen.fork_cancel is not None)
+        # step 0 is generated live from position 0, so the fork is still in it
+        await pilot.press("x")
+        await until(pilot, lambda: screen.fork_cancel is None)
+        assert app.screen is screen  # no side-by-side for a cancelled fork
+        assert not screen.query_one(ForkProgress).display
+        new = [r for r in app.store.runs() if r.id not in before]
+        assert len(new) == 1 and new[0].status == "incomplete" and new[0].parent == run_id
+
+    run_app(db, run_id, flow)
