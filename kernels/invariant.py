@@ -266,7 +266,7 @@ def attention(
     # Queries in chunks bound the temporaries; a query's result does not depend on its chunk.
     n_keys = int(pos.max().item()) + 1
     per_query = -(-n_keys // KV_BLOCK) * KV_BLOCK * h  # scores/probabilities per query
-    chunk = max(1, _ATTN_CHUNK_ELEMS // per_query)
+    chunk = max(1, min(2 * KV_BLOCK, _ATTN_CHUNK_ELEMS // per_query))  # causal: later blocks only for later chunks
     for start in range(0, t, chunk):
         sl = slice(start, start + chunk)
         out[sl] = _attention_chunk(qg[sl], kf, vf, pos[sl], scale)
