@@ -48,8 +48,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import sqlite_utils
+if TYPE_CHECKING:  # imported when migrating: reading commands start faster without it
+    import sqlite_utils
 
 APPLICATION_ID = 0x54545452  # "TTTR"
 
@@ -122,6 +124,8 @@ def version(conn: sqlite3.Connection) -> int:
 def migrate(conn: sqlite3.Connection, upto: int = SCHEMA_VERSION) -> int:
     """Bring the database to schema version `upto` in one transaction; returns the version
     it had. The connection must be in autocommit mode (isolation_level=None)."""
+    import sqlite_utils
+
     db = sqlite_utils.Database(conn, execute_plugins=False, recursive_triggers=False)
     conn.execute("BEGIN IMMEDIATE")  # re-read under the write lock: another process may have migrated
     try:
