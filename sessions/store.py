@@ -430,28 +430,34 @@ class Store:
 
     @_guarded
     def event_at(self, run_id: int, site: str) -> Event | None:
-        """The event consumed at `site` (e.g. "4:token:17"), or None."""
+        """The first event consumed at `site` (e.g. "4:token:17"), or None."""
         canonical = codec.parse_canonical(site)
+        codes = []
+        if canonical is not None:
+            codes = self._kind_codes(None, canonical[1])
+            if not codes:
+                self._load_kinds()  # another writer may have added it
+                codes = self._kind_codes(None, canonical[1])
         for source, first, end in self._segments(run_id):
             base = source << 32
-            row = self._conn.execute(
+            found = [self._conn.execute(
                 "SELECT id, step, kind, pos, site, value FROM events WHERE site = ? AND id >= ? AND id < ?"
                 " ORDER BY id LIMIT 1",
                 (site, base + first, base + end),
-            ).fetchone()
-            if row is None and canonical is not None:
-                step, kind, pos = canonical
+            ).fetchone()]
+            if codes:
+                step, _, pos = canonical
                 bounds = self._step_range(source, step)
-                codes = self._kind_codes(None, kind)
-                if bounds is not None and codes:
-                    row = self._conn.execute(
+                if bounds is not None:
+                    found.append(self._conn.execute(
                         "SELECT id, step, kind, pos, site, value FROM events WHERE id >= ? AND id < ?"
                         f" AND step = ? AND kind IN ({','.join(map(str, codes))}) AND pos IS ? AND site IS NULL"
                         " ORDER BY id LIMIT 1",
                         (base + max(first, bounds[0]), base + min(end, bounds[1]), step, pos),
-                    ).fetchone()
-            if row is not None:
-                return self._event(run_id, source, row)
+                    ).fetchone())
+            found = [row for row in found if row is not None]
+            if found:
+                return self._event(run_id, source, min(found))
         return None
 
     @_guarded

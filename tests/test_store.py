@@ -330,3 +330,24 @@ def test_a_reader_sees_each_step_as_the_writer_commits_it(tmp_path):
             assert reader.count_events(rid) == 13  # not yet committed
             writer.commit_step(rid)
             assert reader.count_events(rid) == 14 and reader.event_at(rid, "1:clock").value == {"t": "x"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(events=st.lists(st.tuples(st.integers(-1, 3), st.sampled_from(["token", "logits", "tool"]),
+                                 st.none() | st.integers(0, 20) | st.text(max_size=6), json_values | token_values),
+                       min_size=1, max_size=8))
+def test_events_round_trip_through_the_file(tmp_path_factory, events):
+    path = tmp_path_factory.mktemp("rt") / "rt.db"
+    expected = []
+    with Store.open(path) as store:
+        rid = store.begin_run(seed=SEED)
+        for step, kind, where, value in events:
+            site = f"{step}:{kind}" if where is None else f"{step}:{kind}:{where}" if isinstance(where, int) else where
+            store.append(rid, step, "trace", kind, site, value)
+            expected.append((step, kind, site, json.loads(json.dumps(value))))
+        store.commit_step(rid)
+    with Store.open(path, readonly=True) as store:
+        assert [(e.step, e.kind, e.site, e.value) for e in store.events(rid)] == expected
+        for i, (step, kind, site, value) in enumerate(expected):
+            first = next(j for j, x in enumerate(expected) if x[2] == site)
+            assert store.event_at(rid, site).seq == first
