@@ -203,7 +203,7 @@ def test_an_invalid_edit_keeps_the_dialog_open_with_the_reason(db):
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
 
 
-@pytest.mark.parametrize("kind", ["foreign", "garbage", "newer"])
+@pytest.mark.parametrize("kind", ["foreign", "garbage", "newer", "damaged"])
 def test_a_bad_database_is_refused_before_the_app_starts(tmp_path, kind, capsys):
     from app.cli import main
 
@@ -215,12 +215,19 @@ def test_a_bad_database_is_refused_before_the_app_starts(tmp_path, kind, capsys)
         conn.close()
     elif kind == "garbage":
         path.write_bytes(b"SQLite format 3\x00" + b"\x07" * 3000)
-    else:
+    elif kind == "newer":
         generate(path, 200, tokens_per_step=4)
         conn = sqlite3.connect(path)
         conn.execute("PRAGMA user_version = 999")
         conn.commit()
         conn.close()
+    else:  # a sound header, pages scribbled over in the middle
+        generate(path, 3000, tokens_per_step=40)
+        data = bytearray(path.read_bytes())
+        page = 4096
+        for offset in range(3 * page, len(data) - page, 2 * page):
+            data[offset + 100 : offset + 400] = b"\xff" * 300
+        path.write_bytes(bytes(data))
     before = path.read_bytes()
     assert main(["open", str(path)]) == 2
     err = capsys.readouterr().err

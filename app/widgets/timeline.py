@@ -68,6 +68,7 @@ class Timeline(ScrollView, can_focus=True):
         super().__init__(name=name, id=id, classes=classes)
         self.view = view
         self._lines: OrderedDict[tuple[int, int], Strip] = OrderedDict()
+        self._styles: dict[str, Style] = {}
         fork_seq = getattr(view.run, "fork_seq", None)
         self._fork_seq = fork_seq if getattr(view.run, "parent", None) is not None and fork_seq else None
 
@@ -75,11 +76,24 @@ class Timeline(ScrollView, can_focus=True):
         self.virtual_size = Size(0, self.view.count)
 
     # -- rendering -------------------------------------------------------------------
+    def _style(self, name: str) -> Style:
+        """A component's style, looked up once per theme (every visible line needs them)."""
+        style = self._styles.get(name)
+        if style is None:
+            style = self.rich_style if name == "base" else self.get_component_rich_style(name, partial=True)
+            self._styles[name] = style
+        return style
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles.clear()
+        self._lines.clear()
+
     def render_line(self, y: int) -> Strip:
         _, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.size.width
-        base = self.rich_style
+        base = self._style("base")
         if index >= self.view.count:
             return Strip.blank(width, base)
         key = (index, width)
@@ -90,7 +104,7 @@ class Timeline(ScrollView, can_focus=True):
             while len(self._lines) > 512:
                 self._lines.popitem(last=False)
         if index == self.cursor:
-            cursor = self.get_component_rich_style("timeline--cursor", partial=True)
+            cursor = self._style("timeline--cursor")
             strip = Strip([Segment(t, (s or base) + cursor, c) for t, s, c in strip])
         return strip.apply_offsets(0, index)
 
@@ -102,11 +116,11 @@ class Timeline(ScrollView, can_focus=True):
         before, after = view.event(index - 1), view.event(index + 1)
         first = before is None or before.step != event.step
         last = after is None or after.step != event.step
-        gutter_style = self.get_component_rich_style("timeline--gutter", partial=True)
+        gutter_style = self._style("timeline--gutter")
         line = Text(no_wrap=True, end="", style=base)
         step = "setup" if event.step < 0 else str(event.step)
         if index == self._fork_seq:
-            line.append("    ⋔ ", style=self.get_component_rich_style("timeline--fork", partial=True))
+            line.append("    ⋔ ", style=self._style("timeline--fork"))
         elif first:
             line.append(f"{step:>5}", style=gutter_style).append("┌" if not last else "─", style=gutter_style)
         else:
