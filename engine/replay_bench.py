@@ -49,6 +49,8 @@ def run_bench(runs: int = 10, db: str | None = None, model: str | None = None,
     def store() -> Store:
         return Store.open(db, create=True)
 
+    store().close()  # create and migrate once, before the threads open it side by side
+
     def rec(item):
         task, seed = item
         s = store()
