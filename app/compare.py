@@ -84,12 +84,24 @@ def _steps(store, run_id: int) -> list[StepInfo]:
 
 
 def build_comparison(store, run_a: int, run_b: int) -> Comparison:
-    from engine.diff import diff_runs
+    """Rows of the two runs side by side. A child run (fork or replay) is aligned with its
+    parent step by step, since it is the same run up to the fork; any other pair is
+    aligned by `diff_runs` (edit distance over the actions)."""
+    from engine.diff import DiffRow, diff_runs
 
     diff = diff_runs(store, run_a, run_b)
     a_steps, b_steps = _steps(store, run_a), _steps(store, run_b)
     run_b_meta = store.run(run_b)
-    fork_site = run_b_meta.fork_site if run_b_meta.parent == run_a else None
+    child = run_b_meta.parent == run_a
+    fork_site = run_b_meta.fork_site if child else None
+    if child:
+        diff.rows = [
+            DiffRow(i if i < len(a_steps) else None, i if i < len(b_steps) else None,
+                    a_steps[i].action if i < len(a_steps) else None,
+                    b_steps[i].action if i < len(b_steps) else None,
+                    i < len(a_steps) and i < len(b_steps) and a_steps[i].action == b_steps[i].action)
+            for i in range(max(len(a_steps), len(b_steps)))
+        ]
     comparison = Comparison(
         run_a, run_b, divergences=dict(diff.first_divergence), fork_site=fork_site,
         mutation=run_b_meta.mutation if fork_site else None,

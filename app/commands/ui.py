@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-DEMO_TASK = "rotate-logs"
+DEMO_TASK = "write-line"
 
 
 def register(sub, bench_sub) -> None:

@@ -92,7 +92,14 @@ class CompareScreen(Screen):
         if c.fork_site:
             value = c.mutation.get("input", c.mutation.get("value")) if isinstance(c.mutation, dict) else c.mutation
             text.append("⋔ fork ", style="bold magenta")
-            text.append(f"at {c.fork_site} = {json.dumps(value, ensure_ascii=False)}\n")
+            text.append(f"at {c.fork_site} = {json.dumps(value, ensure_ascii=False)}")
+            token_id = c.mutation.get("value") if isinstance(c.mutation, dict) else None
+            if ":token:" in c.fork_site and isinstance(token_id, int):
+                model_id = self.app.store.run(c.run_b).model_id
+                name = self.app.token_texts([token_id], model_id).get(token_id)
+                if name is not None:
+                    text.append(f"  (token {token_id} = {json.dumps(name, ensure_ascii=False)})", style="dim")
+            text.append("\n")
         first = c.first
         if first is None:
             text.append("identical: no site differs between the two runs", style="bold green")
