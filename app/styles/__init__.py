@@ -1,0 +1,1 @@
+"""The app's Textual stylesheets (.tcss), shipped as package data."""
