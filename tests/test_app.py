@@ -203,6 +203,32 @@ def test_an_invalid_edit_keeps_the_dialog_open_with_the_reason(db):
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
 
 
+def test_search_ranks_substring_hits_first_and_windowed_reads_find_layers(db):
+    from app.search import build_corpus, search
+
+    store = open_store(db)
+    try:
+        view = RunView(store, 1)
+        hits = search(build_corpus(view), "gzip")
+        assert hits and hits[0].entry.what == "command" and "gzip" in hits[0].entry.text
+        assert search(build_corpus(view), "   ") == []
+        last = view.count - 1
+        back = view.prev_of_layer(last, "tensor")
+        assert view.event(back).layer == "tensor"
+        assert all(view.event(i).layer != "tensor" for i in range(back + 1, last + 1))
+        assert view.next_of_layer(last, "token") is None
+    finally:
+        store.close()
+
+
+def test_batch_rows_read_as_ranges():
+    from app.describe import rows_label
+
+    assert rows_label(list(range(320))) == "0–319"
+    assert rows_label([3]) == "3"
+    assert rows_label([0, 1, 4, 6, 7]) == "0–1, 4, 6–7"
+
+
 @pytest.mark.parametrize("kind", ["foreign", "garbage", "newer", "damaged"])
 def test_a_bad_database_is_refused_before_the_app_starts(tmp_path, kind, capsys):
     from app.cli import main

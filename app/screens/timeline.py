@@ -215,6 +215,12 @@ class TimelineScreen(Screen):
         self.query_one(ForkProgress).stop()
         self.refresh_bindings()
 
+    def on_unmount(self) -> None:
+        # Leaving the screen (or quitting) stops a running fork at its next step, so no
+        # worker outlives the screen that would show its result; the run is kept incomplete.
+        if self.fork_cancel is not None:
+            self.fork_cancel.set()
+
     def action_cancel_fork(self) -> None:
         if self.fork_cancel is not None:
             self.fork_cancel.set()
