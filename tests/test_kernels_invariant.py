@@ -1,0 +1,211 @@
+"""Batch invariance of the CPU kernels, bit for bit: op(x[:1]) == op(x)[:1] over row
+counts, row positions, neighbours, chunkings and thread counts. MKL's invariance is an
+observation, so every shape of the default model is checked here, not assumed."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernels import invariant as inv
+from kernels import ops
+from kernels.mode import kernel_mode
+
+# The default model (SmolLM2-135M): d=576, fused QKV 576+2*192, o 576, fused gate/up 2*1536,
+# down 1536->576, tied head 49152.
+MODEL_LINEARS = [(960, 576), (576, 576), (3072, 576), (1536, 576), (576, 1536), (49152, 576)]
+ROW_COUNTS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 128, 255, 256]
+
+
+def _weights(n, k, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, k, generator=g) / k**0.5
+
+
+def _rows(m, k, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(m, k, generator=g)
+
+
+@pytest.mark.parametrize("n,k", MODEL_LINEARS)
+def test_linear_row_independent_of_row_count_and_position(n, k):
+    w = _weights(n, k)
+    x = _rows(256, k)
+    full = inv.linear(x, w)
+    assert torch.allclose(full, F.linear(x, w), atol=1e-4, rtol=1e-4)
+    counts = ROW_COUNTS if n < 10000 else [1, 2, 3, 8, 9, 64, 256]
+    for m in counts:
+        assert torch.equal(inv.linear(x[:m], w), full[:m]), f"{n}x{k}: rows differ in a {m}-row call"
+    # the same row at another position, among other neighbours
+    perm = torch.randperm(256, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(inv.linear(x[perm], w), full[perm])
+    assert torch.equal(inv.linear(x[37:40], w), full[37:40])
+
+
+def test_linear_stock_varies_here():
+    # What the invariant path fixes: stock fp32 F.linear gives a 1-row product other bits.
+    w, x = _weights(576, 576), _rows(8, 576)
+    differs = [m for m in (2, 4, 8) if not torch.equal(F.linear(x[:1], w), F.linear(x[:m], w)[:1])]
+    if not differs:
+        pytest.skip("stock GEMM happens to be batch-invariant on this machine")
+
+
+def test_linear_beyond_max_rows_and_leading_dims():
+    w = _weights(576, 576)
+    x = _rows(600, 576)
+    full = inv.linear(x, w)
+    assert torch.equal(inv.linear(x[:1], w), full[:1])
+    assert torch.equal(inv.linear(x[590:], w), full[590:])
+    assert torch.equal(inv.linear(x.reshape(2, 300, 576), w).reshape(600, 576), full)
+
+
+@pytest.mark.parametrize("n,k", [(100, 37), (64, 8), (50, 300), (7, 5)])
+def test_linear_small_and_odd_shapes_fall_back_invariantly(n, k):
+    w = _weights(n, k)
+    x = _rows(40, k)
+    b = torch.randn(n)
+    full = inv.linear(x, w, b)
+    assert torch.allclose(full, F.linear(x, w, b), atol=1e-4, rtol=1e-4)
+    for m in (1, 2, 3, 8, 9, 17):
+        assert torch.equal(inv.linear(x[:m], w, b), full[:m])
+    assert inv.linear_path(w) in ("mkl", "tiles", "exact")
+
+
+def test_linear_model_shapes_take_the_fast_path():
+    if not torch.backends.mkl.is_available():
+        pytest.skip("no MKL")
+    for n, k in MODEL_LINEARS[:-1]:
+        assert inv.linear_path(_weights(n, k)) == "mkl"
+
+
+def test_linear_repacks_after_in_place_update():
+    w = _weights(576, 576)
+    x = _rows(3, 576)
+    inv.linear(x, w)
+    w.mul_(2)
+    assert torch.allclose(inv.linear(x, w), F.linear(x, w), atol=1e-4)
+
+
+@pytest.mark.parametrize("threads", [1, 3, 4])
+def test_linear_and_norms_independent_of_thread_count(threads):
+    before = torch.get_num_threads()
+    shapes = [(960, 576), (3072, 576), (576, 1536)]
+    ws = [_weights(n, k) for n, k in shapes]
+    xs = [_rows(64, k) for _, k in shapes]
+    z = _rows(16, 49152)
+    ref = [inv.linear(x, w) for x, w in zip(xs, ws)] + [inv.log_softmax(z), inv.rms_norm(xs[0], torch.ones(576), 1e-5)]
+    try:
+        torch.set_num_threads(threads)
+        got = [inv.linear(x, w) for x, w in zip(xs, ws)] + [inv.log_softmax(z), inv.rms_norm(xs[0], torch.ones(576), 1e-5)]
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(ref, got):
+        assert torch.equal(a, b)
+
+
+def _stock_rms(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+@pytest.mark.parametrize("d", [576, 1536, 49152, 100, 65])
+def test_row_ops_independent_of_row_count(d):
+    x = _rows(260, d) * 3
+    w = torch.randn(d)
+    cases = [
+        (lambda t: inv.rms_norm(t, w, 1e-5), lambda t: _stock_rms(t, w, 1e-5)),
+        (lambda t: inv.log_softmax(t, -1), lambda t: torch.log_softmax(t, -1)),
+        (lambda t: inv.softmax(t, -1), lambda t: torch.softmax(t, -1)),
+    ]
+    for op, ref in cases:
+        full = op(x)
+        assert torch.allclose(full, ref(x), atol=1e-5, rtol=1e-4)
+        for m in (1, 2, 3, 8, 33, 256):
+            assert torch.equal(op(x[:m]), full[:m])
+        assert torch.equal(op(x[100:101]), full[100:101])
+
+
+def test_softmax_other_dim():
+    x = _rows(30, 7)
+    assert torch.allclose(inv.softmax(x, 0), torch.softmax(x, 0), atol=1e-6)
+    assert torch.allclose(inv.log_softmax(x, 0), torch.log_softmax(x, 0), atol=1e-5)
+    assert torch.equal(inv.softmax(x[:, :1], 0), inv.softmax(x, 0)[:, :1])
+
+
+H, KVH, HD = 9, 3, 64
+
+
+def _qkv(s, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(s, H, HD, generator=g), torch.randn(s, KVH, HD, generator=g),
+            torch.randn(s, KVH, HD, generator=g))
+
+
+def test_attention_matches_stock():
+    q, k, v = _qkv(150)
+    pos = torch.arange(150)
+    got = inv.attention(q, k, v, pos, 0.125)
+    with kernel_mode("fast"):
+        ref = ops.attention(q, k, v, pos, 0.125)
+    assert torch.allclose(got, ref, atol=1e-5)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=8), st.integers(1, 200))
+def test_attention_same_for_any_chunking(chunks, extra):
+    s = 70 + extra % 130
+    q, k, v = _qkv(s)
+    pos = torch.arange(s)
+    full = inv.attention(q, k, v, pos, 0.125)
+    out, start, i = [], 0, 0
+    while start < s:
+        c = chunks[i % len(chunks)]
+        end = min(s, start + c)
+        # the cache the call sees holds exactly keys 0..end-1 (or more: a larger cache)
+        out.append(inv.attention(q[start:end], k[: end + (i % 2) * 5], v[: end + (i % 2) * 5], pos[start:end], 0.125))
+        start, i = end, i + 1
+    assert torch.equal(torch.cat(out), full)
+
+
+def test_attention_token_by_token_equals_prefill():
+    q, k, v = _qkv(140)
+    pos = torch.arange(140)
+    full = inv.attention(q, k, v, pos, 0.125)
+    for t in (0, 1, 63, 64, 65, 127, 128, 139):
+        assert torch.equal(inv.attention(q[t : t + 1], k[: t + 1], v[: t + 1], pos[t : t + 1], 0.125), full[t : t + 1])
+
+
+def test_attention_long_prefill_chunks_internally():
+    q, k, v = _qkv(700)
+    pos = torch.arange(700)
+    full = inv.attention(q, k, v, pos, 0.125)
+    assert torch.equal(inv.attention(q[650:], k, v, pos[650:], 0.125), full[650:])
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 64), st.integers(0, 63), st.integers(0, 10_000))
+def test_linear_property_any_rows_any_position(m, where, seed):
+    w = _weights(960, 576)
+    g = torch.Generator().manual_seed(seed)
+    mine = torch.randn(1, 576, generator=g)
+    alone = inv.linear(mine, w)
+    others = torch.randn(m, 576, generator=g) * (1 + seed % 7)
+    at = where % (m + 1)
+    batch = torch.cat([others[:at], mine, others[at:]])
+    assert torch.equal(inv.linear(batch, w)[at : at + 1], alone)
+
+
+def test_ops_dispatch_on_mode():
+    w, x = _weights(576, 576), _rows(3, 576)
+    with kernel_mode("invariant"):
+        assert torch.equal(ops.linear(x, w), inv.linear(x, w))
+    with kernel_mode("fast"):
+        assert torch.equal(ops.linear(x, w), F.linear(x, w))
+
+
+def test_bf16_inputs_compute_in_fp32():
+    w = _weights(576, 576).to(torch.bfloat16)
+    x = _rows(9, 576).to(torch.bfloat16)
+    full = inv.linear(x, w)
+    assert full.dtype == torch.bfloat16
+    assert torch.equal(inv.linear(x[:1], w), full[:1])
