@@ -113,6 +113,11 @@ class Model:
         # rotate_half(x) * sin == roll(x, half) * [-sin, sin]: one roll instead of slice/neg/cat.
         self._sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1).contiguous()
 
+    def fingerprint(self) -> dict:
+        from engine.fingerprint import fingerprint
+
+        return fingerprint(self.device, self.dtype)
+
     def new_cache(self, capacity: int) -> KVCache:
         c = self.config
         return KVCache(c.n_layers, capacity, c.n_kv_heads, c.head_dim, self.dtype, self.device)

@@ -22,7 +22,7 @@ def load_reference(gguf_path: Path):
     except ImportError:
         return None
     transformers.logging.set_verbosity_error()
-    os.environ.setdefault("TQDM_DISABLE", "1")
+    transformers.logging.disable_progress_bar()
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)

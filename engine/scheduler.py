@@ -118,7 +118,7 @@ class Engine:
         if bad:
             p = next(iter(bad))
             raise EngineError(f"forced token {bad[p]} at position {p} is out of range: vocabulary has {vocab} tokens")
-        if len(seq.prompt_ids) >= cfg.context_length and seq.max_tokens > seq.first_position:
+        if len(seq.prompt_ids) >= cfg.context_length and seq.max_tokens > 0:
             raise EngineError(
                 f"prompt of {len(seq.prompt_ids)} tokens is longer than the model's context of "
                 f"{cfg.context_length} tokens (room for none to generate): shorten the prompt"
@@ -156,13 +156,12 @@ class Engine:
             if self._running and rows + need > self.max_batch_rows:
                 break
             self._waiting.popleft()
-            if seq.max_tokens <= seq.first_position:
+            if seq.max_tokens == 0:
                 seq.finish_reason = "length"
                 seq.done.set()
                 fut.set_result(seq.records)
                 continue
-            remaining = seq.max_tokens - seq.first_position
-            capacity = min(self.model.config.context_length, len(seq.prompt_ids) + remaining)
+            capacity = min(self.model.config.context_length, len(seq.prompt_ids) + seq.max_tokens)
             seq.cache = self.model.new_cache(capacity)
             self._running.append((seq, fut))
             mode = seq.kernel_mode
@@ -177,7 +176,8 @@ class Engine:
             stops = self._stop_ids(seq)
             p = seq.next_position
             room = seq.cache.capacity - seq.cache.length - len(feed)
-            while (room > 0 and p in seq.forced and p + 1 < seq.max_tokens and seq.forced[p] not in stops
+            last = seq.first_position + seq.max_tokens - 1  # the last position this call may produce
+            while (room > 0 and p in seq.forced and p < last and seq.forced[p] not in stops
                    and not seq.stop_strings):
                 feed = feed + [seq.forced[p]]
                 n_out += 1
@@ -264,7 +264,7 @@ class Engine:
             seq.finish_reason = "stop"
         elif seq.stop_strings and self._hit_stop_string(seq):
             seq.finish_reason = "stop_string"
-        elif p + 1 >= seq.max_tokens:
+        elif len(seq.records) >= seq.max_tokens:
             seq.finish_reason = "length"
         elif len(seq.ids) > self.model.config.context_length or len(seq.ids) > seq.cache.capacity:
             seq.finish_reason = "context"

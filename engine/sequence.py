@@ -2,8 +2,8 @@
 
 Positions count tokens of the step's message: position p is the p-th token after the
 message's start. `prompt_ids` ends with the message's first `first_position` tokens (when
-resuming), so generation produces positions first_position, first_position + 1, ... up to
-`max_tokens - 1` (max_tokens bounds the whole message, not this call)."""
+resuming), so generation produces positions first_position, first_position + 1, ...:
+at most `max_tokens` of them (max_tokens counts what this call produces)."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def test_a_single_replaced_token(model, engine, prompt, recorded):
 
 def test_resume_from_a_prefix_in_one_prefill(engine, prompt, recorded):
     prefix = ids(recorded[:6])
-    seq = Sequence(prompt + prefix, SAMPLED, 12, rng_step=3, first_position=6, stop_token_ids=())
+    seq = Sequence(prompt + prefix, SAMPLED, 6, rng_step=3, first_position=6, stop_token_ids=())
     [recs] = engine.generate([seq])
     assert [r.position for r in recs] == list(range(6, 12))
     assert ids(recs) == ids(recorded[6:])
@@ -152,9 +152,10 @@ def test_stop_conditions(model, engine, prompt):
     seq = Sequence(prompt, SamplingParams(), 8, stop_token_ids=(), stop_strings=(text[-2:],))
     engine.generate([seq])
     assert seq.finish_reason == "stop_string" and len(seq.records) <= 4
-    seq = Sequence(prompt + ids(greedy[:2]), SamplingParams(), 5, first_position=2, stop_token_ids=())
-    engine.generate([seq])
+    seq = Sequence(prompt + ids(greedy[:2]), SamplingParams(), 3, first_position=2, stop_token_ids=())
+    engine.generate([seq])  # max_tokens counts what this call produces
     assert [r.position for r in seq.records] == [2, 3, 4] and seq.finish_reason == "length"
+    assert ids(seq.records) == ids(greedy[2:5])
 
 
 def test_bad_requests_fail_at_submit(model, engine, prompt):

@@ -38,6 +38,7 @@ def register(sub, bench_sub) -> None:
     b.add_argument("--model", default=None, help="a .gguf file (default: the embedded default)")
     b.add_argument("--tokens", type=int, default=100, help="tokens per sequence (default 100)")
     b.add_argument("--kernels", choices=("fast", "invariant"), default="fast", help="kernel mode (default fast)")
+    b.add_argument("--rounds", type=int, default=2, help="measurement rounds; the best counts (default 2)")
     b.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=cmd_bench)
@@ -95,7 +96,7 @@ def cmd_bench(args) -> int:
     from engine.bench import format_report, run_bench
 
     report = run_bench(model_path=args.model, tokens=args.tokens, kernels=args.kernels,
-                       reference=not args.no_reference)
+                       reference=not args.no_reference, rounds=max(1, args.rounds))
     if args.json:
         print(json.dumps(report))
     else:
