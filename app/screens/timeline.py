@@ -30,6 +30,7 @@ class TimelineScreen(Screen):
     BINDINGS = [
         Binding("e", "edit", "edit & fork"),
         Binding("slash", "search", "search"),
+        Binding("d", "diff_parent", "diff vs parent"),
         Binding("x", "cancel_fork", "cancel fork"),
         Binding("escape", "back", "back to runs"),
     ]
@@ -226,9 +227,16 @@ class TimelineScreen(Screen):
             self.fork_cancel.set()
             self.query_one(ForkProgress).stopping()
 
+    def action_diff_parent(self) -> None:
+        from app.screens.compare import CompareScreen
+
+        self.app.push_screen(CompareScreen(self.view.run.parent, self.view.run_id))
+
     def check_action(self, action: str, parameters) -> bool | None:
         if action == "cancel_fork":
             return self.fork_cancel is not None
+        if action == "diff_parent":
+            return self.view.run.parent is not None
         return True
 
     def action_back(self) -> None:
