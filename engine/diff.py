@@ -87,25 +87,32 @@ def compared_value(kind: str, value: Any) -> Any:
 
 
 def align(a: list[str], b: list[str]) -> list[DiffRow]:
-    """Pair up two action sequences by edit distance; rows in order of both runs."""
+    """Pair up two action sequences by edit distance; rows in order of both runs.
+
+    Runs of equal actions pair one to one. Between two such runs, the differing steps of
+    both sides pair in order (a replace), and whichever side has more keeps its extra steps
+    at the end of the gap, so a step is never paired with one far from it."""
     rows: list[DiffRow] = []
+    gap_a: list[int] = []
+    gap_b: list[int] = []
+
+    def flush() -> None:
+        for k in range(max(len(gap_a), len(gap_b))):
+            i = gap_a[k] if k < len(gap_a) else None
+            j = gap_b[k] if k < len(gap_b) else None
+            rows.append(DiffRow(i, j, a[i] if i is not None else None, b[j] if j is not None else None, False))
+        gap_a.clear()
+        gap_b.clear()
+
     for op in Levenshtein.opcodes(a, b):
         if op.tag == "equal":
+            flush()
             for i, j in zip(range(op.src_start, op.src_end), range(op.dest_start, op.dest_end)):
                 rows.append(DiffRow(i, j, a[i], b[j], True))
-        elif op.tag == "replace":
-            ia, ib = list(range(op.src_start, op.src_end)), list(range(op.dest_start, op.dest_end))
-            for k in range(max(len(ia), len(ib))):
-                i = ia[k] if k < len(ia) else None
-                j = ib[k] if k < len(ib) else None
-                rows.append(DiffRow(i, j, a[i] if i is not None else None,
-                                    b[j] if j is not None else None, False))
-        elif op.tag == "delete":
-            for i in range(op.src_start, op.src_end):
-                rows.append(DiffRow(i, None, a[i], None, False))
-        else:  # insert
-            for j in range(op.dest_start, op.dest_end):
-                rows.append(DiffRow(None, j, None, b[j], False))
+        else:
+            gap_a.extend(range(op.src_start, op.src_end))
+            gap_b.extend(range(op.dest_start, op.dest_end))
+    flush()
     return rows
 
 

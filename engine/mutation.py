@@ -99,9 +99,9 @@ def _tool(text: str) -> dict:
 
 def _token(text: str, tokenizer) -> int:
     if tokenizer is None:
-        from engine.tokenizer import load_default_tokenizer
+        from engine.runtime import Runtime
 
-        tokenizer = load_default_tokenizer()
+        tokenizer = Runtime().tokenizer  # the default model's (TTTR_MODEL, then the embedded one)
     vocab = tokenizer.vocab_size
     stripped = text.strip()
     m = re.fullmatch(r"(?:id:)?(-?\d+)", stripped)

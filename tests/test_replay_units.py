@@ -71,3 +71,9 @@ def test_observation_truncates():
 def test_agent_limits_validate():
     with pytest.raises(ValueError, match="max_steps"):
         AgentLimits(max_steps=0)
+
+
+def test_align_pairs_a_gap_in_order():
+    rows = align(["a", "b"], ["c", "d", "e", "f", "g", "h"])
+    assert [(r.a_step, r.b_step) for r in rows] == [(0, 0), (1, 1), (None, 2), (None, 3), (None, 4), (None, 5)]
+    assert not any(r.same for r in rows)
