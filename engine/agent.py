@@ -119,10 +119,16 @@ def run_agent(oracle, instruction: str, limits: AgentLimits = AgentLimits()) -> 
                                  message.rstrip().endswith(FENCE_CLOSE) else message.rstrip() + "\n" + FENCE_CLOSE})
         if action.done:
             break
+        if oracle.cancelled():
+            oracle.abort("cancelled")
+            return
         result = oracle.tool(step, action.cmd)
         transcript.turns.append({"role": "user", "content": observation(
             result["stdout"], result["stderr"], result["exit_code"], limits.observation_chars)})
         oracle.step_done(step)
         if budget <= 0:
             break
+    if oracle.cancelled():
+        oracle.abort("cancelled")
+        return
     oracle.finish()

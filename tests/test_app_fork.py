@@ -106,7 +106,7 @@ def test_edit_a_token_and_fork_shows_the_fork_beside_its_parent(demo_db):
         at = timeline.cursor
         await pilot.press("down")
         assert timeline.cursor == at + 1
-        await until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen) and bool(app.screen.query(SideBySide)))
         side = app.screen.query_one(SideBySide)
         await until(pilot, lambda: side.comparison is not None)
         comparison = side.comparison
