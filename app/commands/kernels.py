@@ -1,0 +1,72 @@
+"""`tttr bench determinism` and `tttr bench kernels`: the tensor layer's proof and its cost."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: use 1 or more")
+    return value
+
+
+def register(sub, bench_sub) -> None:
+    d = bench_sub.add_parser(
+        "determinism", help="same prompt, random batch neighbours: unique completions and digests per kernel mode",
+        description="Generate the same prompt --runs times (greedy, and sampled at T=0.8 with a fixed seed), each "
+                    "time co-batched with 0-15 random prompts at a random row, under each kernel mode; print the "
+                    "number of unique completions and logits-digest sequences and the first differing position. "
+                    "Then compare one prefill, chunked prefill and token-by-token decode. Expected: fast differs, "
+                    "invariant gives exactly 1 and 1. Progress goes to stderr.",
+    )
+    d.add_argument("--runs", type=_positive, default=100, help="generations per mode and sampling (default 100)")
+    d.add_argument("--tokens", type=_positive, default=40, help="tokens per generation (default 40)")
+    d.add_argument("--seed", type=int, default=1234, help="seed of the batch compositions and the sampler")
+    d.add_argument("--threads", type=_positive, help="torch threads (default: torch's)")
+    d.add_argument("--json", action="store_true", help="print one JSON object")
+    d.set_defaults(func=cmd_determinism)
+
+    k = bench_sub.add_parser(
+        "kernels", help="invariant vs fast kernels: per-op time and end-to-end decode tok/s, side by side",
+        description="Per-op time at the default model's decode and prefill shapes and end-to-end decode tokens/s "
+                    "(1 and 8 streams), invariant against fast, alternating round by round in one run. Ratios are "
+                    "invariant time / fast time.",
+    )
+    k.add_argument("--rounds", type=_positive, default=5, help="alternating rounds per figure (default 5)")
+    k.add_argument("--tokens", type=_positive, default=24, help="tokens per end-to-end generation (default 24)")
+    k.add_argument("--ops-only", action="store_true", help="skip the end-to-end part (no model needed)")
+    k.add_argument("--threads", type=_positive, help="torch threads (default: torch's)")
+    k.add_argument("--json", action="store_true", help="print one JSON object")
+    k.set_defaults(func=cmd_kernels)
+
+
+def _threads(args) -> None:
+    if args.threads:
+        import torch  # noqa: PLC0415
+
+        torch.set_num_threads(args.threads)
+
+
+def cmd_determinism(args) -> int:
+    _threads(args)
+    from kernels import determinism  # noqa: PLC0415
+
+    result = determinism.run(determinism.Config(runs=args.runs, tokens=args.tokens, seed=args.seed))
+    print(json.dumps(result, indent=1) if args.json else "\n".join(determinism.lines(result)))
+    return 0
+
+
+def cmd_kernels(args) -> int:
+    _threads(args)
+    from kernels import bench  # noqa: PLC0415
+
+    result = bench.run(rounds=args.rounds, tokens=max(2, args.tokens), e2e=not args.ops_only,
+                       progress=bench.progress_stderr)
+    print(json.dumps(result, indent=1) if args.json else "\n".join(bench.lines(result)))
+    return 0
