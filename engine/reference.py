@@ -7,6 +7,8 @@ rename) and load the state dict into a model built from the GGUF's config."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from pathlib import Path
 
@@ -23,6 +25,11 @@ def load_reference(gguf_path: Path):
         return None
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
+    with contextlib.redirect_stderr(io.StringIO()):  # transformers' GGUF loader draws progress bars
+        return _load(gguf_path, torch, AutoConfig, AutoModelForCausalLM, AutoTokenizer)
+
+
+def _load(gguf_path: Path, torch, AutoConfig, AutoModelForCausalLM, AutoTokenizer):
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)

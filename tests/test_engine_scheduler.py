@@ -185,3 +185,24 @@ def test_concurrent_submission_from_threads(model, engine):
     for t in threads:
         t.join()
     assert [results[n] for n in range(4)] == expected
+
+
+def test_invariant_kernels_make_the_batch_irrelevant(model, prompt):
+    pytest.importorskip("kernels.invariant")
+    from kernels.mode import kernel_mode
+
+    def mine(**kw):
+        return Sequence(prompt, SAMPLED, 6, rng_step=1, stop_token_ids=(), **kw)
+
+    with kernel_mode("invariant"), Engine(model) as eng:
+        [alone] = eng.generate([mine()])
+        others = [Sequence(model.tokenizer.encode(f"Count to {n}:"), SamplingParams(temperature=1.0, seed=n), 6,
+                           stop_token_ids=()) for n in (3, 5)]
+        batched = eng.generate([others[0], mine(), others[1]])[1]
+        steps = eng.steps
+        [replayed] = eng.generate([mine(forced={r.position: r.token_id for r in alone})])
+        assert eng.steps - steps == 1  # under invariant kernels a forced run is chained into one pass
+    assert batched[0].batch_rows > alone[0].batch_rows
+    for recs in (batched, replayed):
+        assert [(r.token_id, r.digest) for r in recs] == [(r.token_id, r.digest) for r in alone]
+    assert all(r.kernel_mode == "invariant" for r in alone + batched + replayed)
