@@ -37,6 +37,7 @@ class Config:
     max_others: int = 15
     temperature: float = 0.8
     seed: int = 1234
+    prefill_tokens: int | None = None  # cap on the sequence compared across prefill paths (None: all)
 
     def __post_init__(self) -> None:
         if self.runs < 1:
@@ -149,6 +150,7 @@ def prefill_paths(model, cfg: Config, completion: list[int] | None = None,
     (CHUNK_SIZES) and token by token? The sequence is the target prompt plus `completion`."""
     tok = model.tokenizer
     ids = tok.encode(tok.apply_chat_template(TARGET_MESSAGES, add_generation_prompt=True)) + list(completion or [])
+    ids = ids[: cfg.prefill_tokens] if cfg.prefill_tokens else ids
     out = {}
     ways = [("one prefill", None), *((f"chunks of {c}", c) for c in CHUNK_SIZES), ("token by token", 1)]
     total = len(MODES) * len(ways)
