@@ -12,9 +12,11 @@ prefill, in chunks, or token by token. How each op gets there:
   `MAX_ROWS` rows so every product stays inside the range the test suite verifies
   (MKL's invariance is an observation, tested per shape of the default model, not a
   documented guarantee). Without MKL: fixed 8-row tiles of a plain GEMM.
-- reductions (RMSNorm, softmax, log-softmax): a row is cut into fixed blocks of
-  `REDUCE_BLOCK` elements; each block is summed with one fixed-length reduction, and
-  the block sums are combined by a sequential scan (`cumsum`). The max is exact in any
+- reductions (RMSNorm, softmax, log-softmax): a row shorter than 16k elements is summed
+  by one inner-dimension reduction, whose order torch fixes by the row length alone; a
+  longer row (the vocabulary) is cut into fixed blocks of `REDUCE_BLOCK` elements, each
+  summed with one fixed-length reduction, and the block sums are combined by a
+  sequential scan (`cumsum`), so no thread split can reorder it. The max is exact in any
   order. Only exp, log, rsqrt and + - * / touch elements, whose vectorised and scalar
   forms agree bit for bit here (sigmoid's do not; see the tests).
 - attention: a query attends keys 0..pos in fixed blocks of `KV_BLOCK` keys; keys past
@@ -35,7 +37,8 @@ import torch.nn.functional as F
 
 PACK_ROWS = 8  # the row panel MKL packs the weight for
 MAX_ROWS = 256  # longest row range one GEMM call gets (the range the suite verifies)
-REDUCE_BLOCK = 64  # elements per fixed-length partial sum
+REDUCE_BLOCK = 64  # elements per fixed-length partial sum of a long row
+_REDUCE_GRAIN = 16384  # rows shorter than this are summed in one pass (half of torch's grain)
 KV_BLOCK = 64  # keys per attention block
 _ATTN_CHUNK_ELEMS = 1 << 22  # bound on the score elements of one attention chunk (16 MiB)
 
@@ -203,11 +206,16 @@ def _fp32_weight(weight: torch.Tensor) -> torch.Tensor:
 def _row_sum(x2: torch.Tensor) -> torch.Tensor:
     """Sum over the last dim of contiguous fp32 [R, D] -> [R, 1], in an order fixed by D alone."""
     r, d = x2.shape
+    if d < _REDUCE_GRAIN:
+        # TensorIterator reduces each row of a contiguous [R, D] with the same vectorised
+        # inner loop and splits work across rows only; it splits a row across threads only
+        # when the whole reduction is one row of at least its grain (32768) elements.
+        return x2.sum(-1, keepdim=True)
     nb = -(-d // REDUCE_BLOCK)
     if nb * REDUCE_BLOCK != d:
         x2 = F.pad(x2, (0, nb * REDUCE_BLOCK - d))  # zeros add exactly nothing
     partial = x2.reshape(r, nb, REDUCE_BLOCK).sum(-1)
-    return partial.cumsum(-1)[:, -1:].to(torch.float32)
+    return partial.cumsum(-1)[:, -1:]
 
 
 def _as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,7 +226,9 @@ def _as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if x.is_cuda:
         return _triton().rms_norm(x, weight, eps)
-    x2 = x.reshape(-1, x.shape[-1]).to(torch.float32).contiguous()
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.dtype != torch.float32 or not x2.is_contiguous():
+        x2 = x2.to(torch.float32).contiguous()
     mean_sq = _row_sum(x2 * x2) / x2.shape[1]
     out = x2 * torch.rsqrt(mean_sq + eps) * weight.to(torch.float32)
     return out.reshape(x.shape).to(x.dtype)
