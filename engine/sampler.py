@@ -4,7 +4,8 @@ Randomness is counter-based: the uniform draw for (seed, rng_step, position) is 
 exactly those three numbers, never the state of a shared generator, so a draw does not depend
 on how many draws came before, on the other sequences in the batch, or on where generation
 resumed. The draw is mapped to a token by inverse CDF over the filtered distribution, taken in
-a fixed order (probability descending, token id ascending on ties)."""
+a fixed order: ascending token id over the tokens that top-k/top-p keep (which of those are
+kept is decided by probability descending, lower id first on ties)."""
 
 from __future__ import annotations
 
@@ -57,26 +58,39 @@ def uniform(seed: int, step: int, position: int) -> float:
 
 
 def filtered_distribution(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
-    """(token ids, probabilities as float64 summing to 1) in draw order, after temperature,
-    top-k and top-p. logits: fp32 [vocab]."""
+    """(kept token ids ascending, their probabilities as float64 summing to 1), after
+    temperature, top-k and top-p. logits: fp32 [vocab]."""
     probs = ops.softmax((logits.float() / params.temperature)[None, :], dim=-1)[0]
-    if params.top_k and params.top_k < probs.shape[0]:
-        # Every token tied with the k-th value is a candidate; the fixed order then cuts at k.
-        kth = torch.topk(probs, params.top_k).values[-1]
-        ids = torch.nonzero(probs >= kth).flatten()  # ascending ids
-        cand = probs[ids]
-    else:
-        ids = torch.arange(probs.shape[0])
-        cand = probs
+    vocab = probs.shape[0]
+    if (not params.top_k or params.top_k >= vocab) and params.top_p >= 1.0:
+        ids = torch.arange(vocab)  # nothing filtered: no sort needed
+        return ids, probs.double() / probs.double().sum()
+    # Candidates: every token whose probability reaches the k-th largest (ties included), so the
+    # fixed order below decides the cut. For top-p alone, try the top 256 first: if they hold
+    # the mass, the nucleus is among them and sorting the whole vocabulary is not needed.
+    k = params.top_k if params.top_k and params.top_k < vocab else 0
+    if not k and vocab > 256:
+        k = 256
+    ids, cand = torch.arange(vocab), probs
+    total = float(probs.double().sum())
+    if k:
+        kth = torch.topk(probs, k).values[-1]
+        sub = torch.nonzero(probs >= kth).flatten()  # ascending ids
+        if params.top_k or float(probs[sub].double().sum()) >= params.top_p * total:
+            ids, cand = sub, probs[sub]
     order = torch.sort(cand, descending=True, stable=True).indices  # ties keep ascending id
     ids, cand = ids[order], cand[order].double()
     if params.top_k:
         ids, cand = ids[: params.top_k], cand[: params.top_k]
     if params.top_p < 1.0:
         csum = torch.cumsum(cand, 0)
-        # keep the smallest prefix whose mass reaches top_p (always at least one token)
-        keep = int(torch.searchsorted(csum, torch.tensor([params.top_p * float(csum[-1])], dtype=torch.float64))) + 1
+        # keep the smallest prefix whose mass reaches top_p of the tempered (top-k) distribution
+        mass = float(csum[-1]) if params.top_k else total
+        target = torch.tensor([params.top_p * mass], dtype=torch.float64)
+        keep = min(int(torch.searchsorted(csum, target)) + 1, ids.shape[0])
         ids, cand = ids[:keep], cand[:keep]
+    by_id = torch.argsort(ids)
+    ids, cand = ids[by_id], cand[by_id]
     return ids, cand / cand.sum()
 
 

@@ -58,10 +58,12 @@ def test_sample_depends_only_on_logits_and_coordinates():
 def test_filters_keep_the_right_tokens_in_a_fixed_order():
     logits = torch.log(torch.tensor([0.1, 0.4, 0.1, 0.3, 0.1]))
     ids, probs = filtered_distribution(logits, SamplingParams(temperature=1.0, top_k=3, seed=0))
-    assert ids.tolist() == [1, 3, 0]  # ties (0.1) broken by the lowest id
+    assert ids.tolist() == [0, 1, 3]  # of the tied 0.1s the lowest id is kept; draw order is by id
     assert probs.sum().item() == pytest.approx(1.0)
     ids, _ = filtered_distribution(logits, SamplingParams(temperature=1.0, top_p=0.7, seed=0))
     assert ids.tolist() == [1, 3]
+    ids, probs = filtered_distribution(logits, SamplingParams(temperature=1.0, seed=0))
+    assert ids.tolist() == [0, 1, 2, 3, 4] and probs.tolist() == pytest.approx([0.1, 0.4, 0.1, 0.3, 0.1])
     ids, _ = filtered_distribution(logits, SamplingParams(temperature=1.0, top_p=0.01, seed=0))
     assert ids.tolist() == [1]
 
@@ -71,3 +73,15 @@ def test_inverse_cdf_matches_the_distribution():
     p = SamplingParams(temperature=1.0, seed=5)
     counts = torch.bincount(torch.tensor([sample(logits, p, 0, pos) for pos in range(3000)]), minlength=3)
     assert (counts / 3000).tolist() == pytest.approx([0.5, 0.3, 0.2], abs=0.03)
+
+
+def test_top_p_shortcut_keeps_the_same_nucleus():
+    g = torch.Generator().manual_seed(1)
+    for scale in (1.0, 4.0, 12.0):  # flat to peaky: the nucleus is inside the top 256 or not
+        logits = torch.randn(5000, generator=g) * scale
+        p = SamplingParams(temperature=1.0, top_p=0.9, seed=0)
+        ids, probs = filtered_distribution(logits, p)
+        full = torch.softmax(logits.double(), -1)
+        order = torch.sort(full, descending=True, stable=True).indices
+        n = int(torch.searchsorted(torch.cumsum(full[order], 0), torch.tensor([0.9], dtype=torch.float64))) + 1
+        assert ids.tolist() == sorted(order[:n].tolist()), scale

@@ -38,6 +38,8 @@ def register(sub, bench_sub) -> None:
     b.add_argument("--model", default=None, help="a .gguf file (default: the embedded default)")
     b.add_argument("--tokens", type=int, default=100, help="tokens per sequence (default 100)")
     b.add_argument("--kernels", choices=("fast", "invariant"), default="fast", help="kernel mode (default fast)")
+    b.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads for both sides (default: torch's default, the core count)")
     b.add_argument("--rounds", type=int, default=2, help="measurement rounds; the best counts (default 2)")
     b.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
     b.add_argument("--json", action="store_true", help="print one JSON object")
@@ -94,6 +96,15 @@ def cmd_generate(args) -> int:
 
 def cmd_bench(args) -> int:
     from engine.bench import format_report, run_bench
+
+    if args.threads is not None:
+        if args.threads < 1:
+            from engine.errors import EngineError
+
+            raise EngineError(f"--threads={args.threads} is out of range: use an integer >= 1")
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     report = run_bench(model_path=args.model, tokens=args.tokens, kernels=args.kernels,
                        reference=not args.no_reference, rounds=max(1, args.rounds))
