@@ -54,43 +54,8 @@ def _triton():
 # --------------------------------------------------------------------------- linear
 
 
-class _PackCache:
-    """The packed copy of each weight, made on first use and dropped with the weight."""
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, weight: torch.Tensor) -> torch.Tensor:
-        key = id(weight)
-        entry = self._entries.get(key)
-        if entry is not None and entry[0]() is weight and entry[1] == weight._version:
-            return entry[2]
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry[0]() is weight and entry[1] == weight._version:
-                return entry[2]
-            packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_ROWS)
-            ref = weakref.ref(weight, lambda _r, k=key: self._entries.pop(k, None))
-            self._entries[key] = (ref, weight._version, packed)
-            return packed
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-_packs = _PackCache()
-
-
-def _linear_rows(x2: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """[M, K] @ [N, K]^T for contiguous fp32, M <= MAX_ROWS."""
-    path = _paths.get(weight)
-    if path == "mkl":
-        return torch.ops.mkl._mkl_linear(x2, _packs.get(weight), weight, None, x2.shape[0])
-    if path == "tiles":
-        return _linear_tiles(x2, weight)
-    return _linear_exact(x2, weight)
+def _mkl(x2: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkl._mkl_linear(x2, packed, weight, None, x2.shape[0])
 
 
 def _linear_tiles(x2: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -111,57 +76,73 @@ def _linear_exact(x2: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.cat(out)
 
 
-class _PathChoice:
-    """Which GEMM keeps this weight's rows invariant here, decided once by a probe.
+class _Prepared:
+    """Per weight, made on first use and dropped with the weight: which GEMM keeps its rows
+    invariant here (decided once by a probe) and, for MKL, the packed copy.
 
     MKL picks kernels by problem size: for small weights (roughly N*K < 20k) a 1-row
-    product takes a different path from a 2-row one even when packed, so every weight is
+    product takes another path than a 2-row one even when packed, so every weight is
     probed with row counts 1..17 and falls back to a slower path that passes."""
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref, str]] = {}
+        self._entries: dict[int, tuple[weakref.ref, int, str, torch.Tensor | None]] = {}
         self._lock = threading.Lock()
 
-    def get(self, weight: torch.Tensor) -> str:
-        key = id(weight)
-        entry = self._entries.get(key)
-        if entry is not None and entry[0]() is weight:
-            return entry[1]
+    def get(self, weight: torch.Tensor) -> tuple[str, torch.Tensor | None]:
+        entry = self._entries.get(id(weight))
+        if entry is not None and entry[0]() is weight and entry[1] == weight._version:
+            return entry[2], entry[3]
         with self._lock:
-            path = self._choose(weight)
-            ref = weakref.ref(weight, lambda _r, k=key: self._entries.pop(k, None))
-            self._entries[key] = (ref, path)
-            return path
+            key = id(weight)
+            entry = self._entries.get(key)
+            if entry is None or entry[0]() is not weight or entry[1] != weight._version:
+                path, packed = self._choose(weight)
+                ref = weakref.ref(weight, lambda _r, k=key: self._entries.pop(k, None))
+                entry = self._entries[key] = (ref, weight._version, path, packed)
+            return entry[2], entry[3]
 
     @staticmethod
-    def _choose(weight: torch.Tensor) -> str:
-        gen = torch.Generator().manual_seed(0)
-        probe = torch.randn(17, weight.shape[1], generator=gen)
+    def _choose(weight: torch.Tensor) -> tuple[str, torch.Tensor | None]:
+        probe = torch.randn(17, weight.shape[1], generator=torch.Generator().manual_seed(0))
         candidates = []
         if _HAS_MKL_PACK:
-            candidates.append(("mkl", lambda x: torch.ops.mkl._mkl_linear(x, _packs.get(weight), weight, None, x.shape[0])))
-        candidates.append(("tiles", lambda x: _linear_tiles(x, weight)))
-        for name, fn in candidates:
+            packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_ROWS)
+            candidates.append(("mkl", packed, lambda x: _mkl(x, weight, packed)))
+        candidates.append(("tiles", None, lambda x: _linear_tiles(x, weight)))
+        for name, packed, fn in candidates:
             full = fn(probe)
-            if all(torch.equal(fn(probe[:m].contiguous()), full[:m]) for m in (1, 2, 3, 4, 5, 7, 8, 9, 16)) and \
-                    torch.equal(fn(probe[1:].contiguous()), full[1:]):
-                return name
-        return "exact"
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+            if all(torch.equal(fn(probe[:m].contiguous()), full[:m]) for m in (1, 2, 3, 4, 5, 7, 8, 9, 16)) \
+                    and torch.equal(fn(probe[1:].contiguous()), full[1:]):
+                return name, packed
+        return "exact", None
 
 
-_paths = _PathChoice()
+_prepared = _Prepared()
 
 
 def linear_path(weight: torch.Tensor) -> str:
     """The GEMM path the invariant linear takes for an fp32 contiguous weight: mkl, tiles or exact."""
-    return _paths.get(weight)
+    return _prepared.get(weight)[0]
+
+
+def _linear_rows(x2: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """[M, K] @ [N, K]^T for contiguous fp32, M <= MAX_ROWS."""
+    path, packed = _prepared.get(weight)
+    if path == "mkl":
+        return _mkl(x2, weight, packed)
+    if path == "tiles":
+        return _linear_tiles(x2, weight)
+    return _linear_exact(x2, weight)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    # The common case first, with as little Python as possible: it runs ~120 times a token.
+    if x.dim() == 2 and bias is None and x.dtype == torch.float32 and x.shape[0] <= MAX_ROWS \
+            and x.is_contiguous() and not x.is_cuda:
+        entry = _prepared._entries.get(id(weight))
+        if entry is not None and entry[2] == "mkl" and entry[0]() is weight and entry[1] == weight._version \
+                and x.shape[0] > 0:
+            return torch.ops.mkl._mkl_linear(x, entry[3], weight, None, x.shape[0])
     if x.is_cuda:
         return _triton().linear(x, weight, bias)
     if weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
