@@ -80,9 +80,9 @@ def _other_prompt(rng: random.Random, vocab: int) -> list[int]:
 def generations(model, cfg: Config, progress: Callable[[int, int, str], None] | None = None) -> dict:
     """{"greedy"|"sampled": {mode: summary}} over cfg.runs co-batched generations per cell.
 
-    To halve the cost, one pass carries both targets (greedy and sampled), each at its own
-    random row; for each target the other one is just another neighbour, so each target
-    shares its passes with 1..max_others others."""
+    Each run draws one batch composition (0..max_others random neighbours, the target at
+    a random row) and generates the greedy and the sampled target in it, one after the
+    other; both modes see the same compositions."""
     from engine.sampler import SamplingParams  # noqa: PLC0415
     from engine.scheduler import Engine  # noqa: PLC0415
     from engine.sequence import Sequence  # noqa: PLC0415
@@ -94,22 +94,20 @@ def generations(model, cfg: Config, progress: Callable[[int, int, str], None] | 
     total = len(MODES) * cfg.runs
     done = 0
     cells = {s: {m: ([], [], set()) for m in MODES} for s in samplings}
-    engine = Engine(model, max_running=cfg.max_others + 2)
+    engine = Engine(model, max_running=cfg.max_others + 1)
     try:
         for mode in MODES:
             rng = random.Random(cfg.seed)  # the same batch compositions for both modes
             for _ in range(cfg.runs):
-                n_others = rng.randint(0, max(0, cfg.max_others - 1))
-                seqs = [Sequence(_other_prompt(rng, vocab), SamplingParams(), rng.randint(1, cfg.tokens),
-                                 stop_token_ids=()) for _ in range(n_others)]
-                mine = {}
+                n_others = rng.randint(0, cfg.max_others)
+                at = rng.randint(0, n_others)
+                others = [(_other_prompt(rng, vocab), rng.randint(1, cfg.tokens)) for _ in range(n_others)]
                 for sname, params in samplings.items():
+                    seqs = [Sequence(ids, SamplingParams(), n, stop_token_ids=()) for ids, n in others]
                     me = Sequence(target, params, cfg.tokens, stop_token_ids=())
-                    seqs.insert(rng.randint(0, len(seqs)), me)
-                    mine[sname] = me
-                with kernel_mode(mode):
-                    engine.generate(seqs)
-                for sname, me in mine.items():
+                    seqs.insert(at, me)
+                    with kernel_mode(mode):
+                        engine.generate(seqs)
                     completions, digests, layouts = cells[sname][mode]
                     completions.append(tuple(r.token_id for r in me.records))
                     digests.append(tuple(r.digest for r in me.records))
