@@ -7,22 +7,24 @@ prefill, in chunks, or token by token. How each op gets there:
 - linear: MKL's packed GEMM (`cblas_sgemm_pack` once per weight, `cblas_sgemm_compute`
   per call). With the weight packed for an 8-row panel, MKL runs the same micro-kernel
   and the same K-order for every row count, so row results are identical for 1..256
-  rows, at 1 and 2 threads, and the packing cost is paid once, not per call: it is as
+  rows, at 1 to 4 threads, and the packing cost is paid once, not per call: it is as
   fast as stock at 1 row and faster at 8. Calls are cut into pieces of at most
   `MAX_ROWS` rows so every product stays inside the range the test suite verifies
   (MKL's invariance is an observation, tested per shape of the default model, not a
-  documented guarantee). Without MKL: fixed 8-row tiles of a plain GEMM.
+  documented guarantee). Each weight is probed once; where MKL varies (small weights)
+  or is missing, fixed 8-row tiles of a plain GEMM, or else an exact fixed-order product.
 - reductions (RMSNorm, softmax, log-softmax): a row shorter than 16k elements is summed
   by one inner-dimension reduction, whose order torch fixes by the row length alone; a
   longer row (the vocabulary) is cut into fixed blocks of `REDUCE_BLOCK` elements, each
   summed with one fixed-length reduction, and the block sums are combined by a
   sequential scan (`cumsum`), so no thread split can reorder it. The max is exact in any
   order. Only exp, log, rsqrt and + - * / touch elements, whose vectorised and scalar
-  forms agree bit for bit here (sigmoid's do not; see the tests).
+  forms agree bit for bit here (sigmoid's do not).
 - attention: a query attends keys 0..pos in fixed blocks of `KV_BLOCK` keys; keys past
   pos are masked to an exact 0. Each (key block, KV head) is one item of a batched
-  matmul whose inner dimensions are fixed (the head dim, the block size), and the block partial sums are combined by a scan, so the result
-  does not depend on how many queries or keys the call holds.
+  matmul whose inner dimensions are fixed (the head dim, the block size), and the block
+  partial sums are combined by a scan, so the result does not depend on how many
+  queries or keys the call holds.
 
 On CUDA tensors the ops run the Triton kernels (kernels.triton_kernels).
 """
