@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from engine.checkpoint import Checkpoint
 from engine.config import ModelConfig
@@ -162,7 +161,7 @@ class Model:
             x = x + linear(attn.reshape(R, H * hd), wo)
             h = rms_norm(x, wn2, eps)
             gu = linear(h, wgu)
-            x = x + linear(F.silu(gu[:, :F_]) * gu[:, F_:], wdown)
+            x = x + linear(ops.silu_mul(gu[:, :F_], gu[:, F_:]), wdown)
         if logit_rows is not None:
             x = x.index_select(0, logit_rows)
         x = rms_norm(x, self.norm, eps)

@@ -3,7 +3,7 @@
 Contract (shapes are for one call; the engine may call per sequence):
 - linear(x [..., K], weight [N, K], bias [N] | None) -> [..., N]
 - rms_norm(x [..., D], weight [D], eps) -> [..., D]
-- softmax(x, dim=-1), log_softmax(x, dim=-1)
+- softmax(x, dim=-1), log_softmax(x, dim=-1), silu_mul(gate, up) (SwiGLU)
 - attention(q [T, H, D], k [S, KVH, D], v [S, KVH, D], positions [T] (int64, absolute
   positions of the queries), scale) -> [T, H, D]
   Causal over one sequence: query t attends keys 0..positions[t] of k/v, which already
@@ -41,6 +41,16 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return _invariant().rms_norm(x, weight, eps)
     variance = x.pow(2).mean(-1, keepdim=True)
     return x * torch.rsqrt(variance + eps) * weight
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's `silu(gate) * up`. Stock `F.silu` computes the sigmoid differently in its
+    vectorised body and its scalar tail, so a row's bits would depend on where the row
+    falls against the vector width; the invariant form uses only exp and division, whose
+    two forms agree bit for bit."""
+    if get_mode() == "invariant":
+        return gate / (1.0 + torch.exp(-gate)) * up
+    return F.silu(gate) * up
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
