@@ -39,8 +39,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if get_mode() == "invariant":
         return _invariant().rms_norm(x, weight, eps)
-    variance = x.pow(2).mean(-1, keepdim=True)
-    return x * torch.rsqrt(variance + eps) * weight
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -72,11 +71,17 @@ def attention(
         return _invariant().attention(q, k, v, positions, scale)
     t, h, d = q.shape
     kvh = k.shape[1]
-    s = int(positions.max().item()) + 1
-    k = k[:s].repeat_interleave(h // kvh, dim=1)  # [S, H, D]
-    v = v[:s].repeat_interleave(h // kvh, dim=1)
+    s = int(positions.max()) + 1
+    k, v = k[:s], v[:s]
+    if t == 1:
+        # Decode: one query per sequence. Grouped-query heads share their KV head through a
+        # view, and two small matmuls beat SDPA's set-up at this size.
+        qg = q.view(kvh, h // kvh, d)
+        p = torch.softmax(torch.matmul(qg, k.permute(1, 2, 0)) * scale, dim=-1)
+        return torch.matmul(p, v.transpose(0, 1)).reshape(1, h, d)
     mask = torch.arange(s, device=q.device)[None, :] <= positions[:, None]  # [T, S]
     out = F.scaled_dot_product_attention(
-        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, scale=scale
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, scale=scale,
+        enable_gqa=h != kvh,
     )
     return out.transpose(0, 1)
