@@ -141,7 +141,21 @@ class Model:
         spans = [(s.start, s.end, s.cache, s.cache.length, s.cache.length + s.end - s.start,
                   positions[s.start:s.end]) for s in segments]
         single = len(spans) == 1
+        # Sequences that decode one token each share one attention call per layer (row i of
+        # ops.decode_attention equals ops.attention on that sequence alone); the rest, and a
+        # lone decoder, run per sequence.
+        dec = [sp for sp in spans if sp[1] - sp[0] == 1] if not single else []
+        if len(dec) < 2:
+            dec = []
+        if dec:
+            rest = [sp for sp in spans if sp[1] - sp[0] != 1]
+            all_dec = not rest
+            dec_rows = None if all_dec else torch.tensor([sp[0] for sp in dec], dtype=torch.int64)
+            dec_pos = [sp[3] for sp in dec]
+            if not all_dec:
+                rest_rows = torch.cat([torch.arange(sp[0], sp[1]) for sp in rest])
         linear, rms_norm, attention, scale = ops.linear, ops.rms_norm, ops.attention, self.scale
+        decode_attention = ops.decode_attention
         F_ = cfg.ffn_dim
 
         x = self.embed.index_select(0, tokens)
@@ -151,13 +165,31 @@ class Model:
             qk = qkv[:, :nqk]
             qk = qk * cos + torch.roll(qk, half, -1) * sin
             q, k, v = qk[:, :H], qk[:, H:], qkv[:, nqk:]
-            outs = []
-            for start, end, cache, p0, p1, pos in spans:
-                kc, vc = cache.k[li], cache.v[li]
-                kc[p0:p1] = k[start:end]
-                vc[p0:p1] = v[start:end]
-                outs.append(attention(q[start:end], kc[:p1], vc[:p1], pos, scale))
-            attn = outs[0] if single else torch.cat(outs)
+            if dec:
+                ks, vs = [], []
+                for start, end, cache, p0, p1, _pos in spans:
+                    kc, vc = cache.k[li], cache.v[li]
+                    kc[p0:p1] = k[start:end]
+                    vc[p0:p1] = v[start:end]
+                for _start, _end, cache, _p0, _p1, _pos in dec:
+                    ks.append(cache.k[li])  # decode_attention reads keys 0..position
+                    vs.append(cache.v[li])
+                if all_dec:
+                    attn = decode_attention(q, ks, vs, dec_pos, scale)
+                else:
+                    attn = q.new_empty(q.shape)
+                    attn[dec_rows] = decode_attention(q[dec_rows], ks, vs, dec_pos, scale)
+                    attn[rest_rows] = torch.cat([
+                        attention(q[start:end], cache.k[li][:p1], cache.v[li][:p1], pos, scale)
+                        for start, end, cache, _p0, p1, pos in rest])
+            else:
+                outs = []
+                for start, end, cache, p0, p1, pos in spans:
+                    kc, vc = cache.k[li], cache.v[li]
+                    kc[p0:p1] = k[start:end]
+                    vc[p0:p1] = v[start:end]
+                    outs.append(attention(q[start:end], kc[:p1], vc[:p1], pos, scale))
+                attn = outs[0] if single else torch.cat(outs)
             x = x + linear(attn.reshape(R, H * hd), wo)
             h = rms_norm(x, wn2, eps)
             gu = linear(h, wgu)

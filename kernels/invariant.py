@@ -251,6 +251,11 @@ def attention(
         raise ValueError(f"attention: {h} query heads are not a multiple of {kvh} KV heads")
     if t == 0:
         return q.new_zeros(0, h, d)
+    if t == 1:
+        # Decode: the batched decode kernel with one sequence, so that a sequence decoding
+        # alone and one decoding next to others run the very same arithmetic.
+        n_keys = int(positions.reshape(-1)[0]) + 1
+        return decode_attention(q, [k], [v], [n_keys - 1], scale)
     pos = positions.to(torch.int64)
     qg = q.to(torch.float32).reshape(t, kvh, h // kvh, d)
     kf = k.to(torch.float32)
@@ -304,5 +309,68 @@ def _attention_chunk(
     return out.permute(1, 0, 2, 3)
 
 
-__all__ = ["linear", "rms_norm", "softmax", "log_softmax", "attention", "KV_BLOCK", "PACK_ROWS"]
+def decode_attention(
+    q: torch.Tensor, ks: list[torch.Tensor], vs: list[torch.Tensor], positions: list[int] | torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """One decode query for each of N sequences: q [N, H, D]; ks[i], vs[i] [S_i, KVH, D] hold
+    sequence i's keys 0..positions[i] (and possibly more, ignored) -> [N, H, D].
+
+    Row i is bit for bit `attention(q[i:i+1], ks[i], vs[i], positions[i:i+1], scale)`, whatever
+    the other rows are, and equal to that query's row in a prefill. It is `_attention_chunk`
+    with T = 1 for every sequence at once: the keys of all sequences are laid out as
+    [N, blocks, KVH] items of the same [G, D] x [D, KV_BLOCK] and [G, KV_BLOCK] x [KV_BLOCK, D]
+    products (same shapes, same contiguous layouts), shorter sequences padded with zero keys
+    and values that are masked to an exact 0, and each sequence's block scan is read at its
+    own last block, so the padding blocks never enter its sums."""
+    if q.is_cuda:
+        return torch.cat([_triton().attention(q[i : i + 1], ks[i], vs[i],
+                                              torch.as_tensor([int(p)], device=q.device), scale)
+                          for i in range(q.shape[0])])
+    n, h, d = q.shape
+    kvh = ks[0].shape[1] if n else 1
+    if n == 0:
+        return q.new_zeros(0, h, d)
+    if h % kvh:
+        raise ValueError(f"attention: {h} query heads are not a multiple of {kvh} KV heads")
+    pos = positions.tolist() if isinstance(positions, torch.Tensor) else [int(p) for p in positions]
+    g = h // kvh
+    lens = [p + 1 for p in pos]
+    nbs = [-(-m // KV_BLOCK) for m in lens]
+    nb = max(nbs)
+    span = nb * KV_BLOCK
+    items = n * nb * kvh
+    # [N * span, KVH, D]: each sequence's keys then zero rows up to `span` (the cache past
+    # its keys may hold anything; zero values keep the masked products exactly 0).
+    zero = q.new_zeros(span, kvh, d, dtype=torch.float32)
+    if n == 1:
+        m = lens[0]
+        kb, vb = ks[0][:m].float(), vs[0][:m].float()
+        if m != span:
+            kb, vb = torch.cat([kb, zero[m:]]), torch.cat([vb, zero[m:]])
+    else:
+        tails = [zero[m:] for m in lens]
+        kb = torch.cat([t for kc, m, tail in zip(ks, lens, tails) for t in (kc[:m].float(), tail)])
+        vb = torch.cat([t for vc, m, tail in zip(vs, lens, tails) for t in (vc[:m].float(), tail)])
+    kt = kb.view(n, nb, KV_BLOCK, kvh, d).permute(0, 1, 3, 4, 2).reshape(items, d, KV_BLOCK)
+    vt = vb.view(n, nb, KV_BLOCK, kvh, d).permute(0, 1, 3, 2, 4).reshape(items, KV_BLOCK, d)
+    rows = q.to(torch.float32).reshape(n, 1, kvh, g, d).expand(n, nb, kvh, g, d).reshape(items, g, d)
+
+    scores = torch.bmm(rows, kt).reshape(n, nb, kvh, g, KV_BLOCK) * scale
+    pos_t = torch.tensor(pos, dtype=torch.int64)
+    key_idx = torch.arange(span).reshape(1, nb, 1, 1, KV_BLOCK)
+    scores = scores.masked_fill(key_idx > pos_t.reshape(n, 1, 1, 1, 1), float("-inf"))
+
+    m = scores.amax(dim=(1, 4), keepdim=True)  # exact in any order
+    p = torch.exp(scores - m)  # masked keys -> exactly 0
+    last = torch.tensor([b - 1 for b in nbs], dtype=torch.int64)
+    seq = torch.arange(n)
+    denom = p.sum(-1).cumsum(1)[seq, last]  # [N, KVH, G]: the scan read at the sequence's last block
+
+    pv = torch.bmm(p.reshape(items, g, KV_BLOCK), vt).reshape(n, nb, kvh, g, d)
+    out = pv.cumsum(1)[seq, last] / denom[..., None]  # [N, KVH, G, D]
+    return out.reshape(n, h, d).to(q.dtype)
+
+
+__all__ = ["linear", "rms_norm", "softmax", "log_softmax", "attention", "decode_attention", "KV_BLOCK", "PACK_ROWS"]
 

@@ -9,6 +9,9 @@ Contract (shapes are for one call; the engine may call per sequence):
   Causal over one sequence: query t attends keys 0..positions[t] of k/v, which already
   hold the new keys (the cache is written before attention reads it). H % KVH == 0
   (grouped-query attention).
+- decode_attention(q [N, H, D], ks, vs (lists of N [S_i, KVH, D]), positions [N], scale)
+  -> [N, H, D]: one decode query per sequence, row i equal to
+  attention(q[i:i+1], ks[i], vs[i], positions[i:i+1], scale) (bit for bit when invariant).
 
 `fast` is stock PyTorch. `invariant` (kernels.invariant) gives each row a result that
 does not depend on how many rows share the call or where the row sits, and the same
@@ -85,3 +88,14 @@ def attention(
         enable_gqa=h != kvh,
     )
     return out.transpose(0, 1)
+
+
+def decode_attention(
+    q: torch.Tensor, ks: list[torch.Tensor], vs: list[torch.Tensor], positions: list[int] | torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """One decode query for each of N sequences at once (see the module contract)."""
+    if get_mode() == "invariant":
+        return _invariant().decode_attention(q, ks, vs, positions, scale)
+    pos = positions.tolist() if isinstance(positions, torch.Tensor) else [int(p) for p in positions]
+    return torch.cat([attention(q[i : i + 1], ks[i], vs[i], torch.tensor([p]), scale) for i, p in enumerate(pos)])

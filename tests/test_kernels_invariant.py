@@ -227,3 +227,40 @@ def test_silu_mul_is_invariant_across_row_lengths_and_offsets():
             part = ops.silu_mul(g[:, cut:], u[:, cut:])
             assert torch.equal(part, full[:, cut:])
     assert torch.allclose(full, torch.nn.functional.silu(g) * u, atol=1e-6)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=9), st.integers(0, 10_000))
+def test_decode_attention_rows_equal_single_sequence_and_prefill(positions, seed):
+    """Batched decode: row i is bit for bit the single-sequence call and that query's row in
+    a full prefill, whatever the other sequences (lengths, order) and whatever the cache
+    holds past each sequence's keys."""
+    g = torch.Generator().manual_seed(seed)
+    n = len(positions)
+    q = torch.randn(n, H, HD, generator=g)
+    ks = [torch.randn(p + 1 + seed % 7, KVH, HD, generator=g) for p in positions]
+    vs = [torch.randn(k.shape[0], KVH, HD, generator=g) for k in ks]
+    for k, v, p in zip(ks, vs, positions):
+        k[p + 1 :] = float("nan")  # stale cache rows must not leak in
+        v[p + 1 :] = float("nan")
+    batch = inv.decode_attention(q, ks, vs, positions, 0.125)
+    rev = inv.decode_attention(q.flip(0), ks[::-1], vs[::-1], positions[::-1], 0.125).flip(0)
+    assert torch.equal(rev, batch)
+    with kernel_mode("invariant"):
+        assert torch.equal(ops.decode_attention(q, ks, vs, torch.tensor(positions), 0.125), batch)
+    for i, p in enumerate(positions[:3]):
+        alone = inv.attention(q[i : i + 1], ks[i], vs[i], torch.tensor([p]), 0.125)
+        assert torch.equal(batch[i : i + 1], alone)
+        pq = torch.randn(p + 1, H, HD, generator=g)
+        pq[p] = q[i]
+        prefill = inv.attention(pq, ks[i][: p + 1], vs[i][: p + 1], torch.arange(p + 1), 0.125)
+        assert torch.equal(batch[i : i + 1], prefill[p : p + 1])
+
+
+def test_decode_attention_fast_mode_matches_per_sequence():
+    q, k, v = _qkv(90)
+    ks, vs, pos = [k, k[:50], k[:5]], [v, v[:50], v[:5]], [89, 49, 4]
+    with kernel_mode("fast"):
+        got = ops.decode_attention(q[:3], ks, vs, pos, 0.125)
+        for i, p in enumerate(pos):
+            assert torch.equal(got[i : i + 1], ops.attention(q[i : i + 1], ks[i], vs[i], torch.tensor([p]), 0.125))
