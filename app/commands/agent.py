@@ -41,7 +41,7 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--free", default="", metavar="LAYERS",
                    help="comma-separated layers to compute live: tensor, token, trace")
     p.add_argument("--seed", type=int, help="seed for a freed token layer (default: random)")
-    _model_args(p, kernels=False)
+    _model_args(p)
     _common(p)
     p.set_defaults(func=cmd_replay)
 
@@ -56,7 +56,7 @@ def register(sub, bench_sub) -> None:
     p.add_argument("run", type=int, help="run id to fork")
     p.add_argument("--at", required=True, metavar="SITE", help="e.g. 2:clock, 1:tool, 0:token:3")
     p.add_argument("--set", required=True, dest="value", metavar="VALUE", help="the new value")
-    _model_args(p, kernels=False)
+    _model_args(p)
     _common(p)
     p.set_defaults(func=cmd_fork)
 
@@ -80,12 +80,12 @@ def register(sub, bench_sub) -> None:
     )
     b.add_argument("--runs", type=int, default=10, help="runs to record (default 10)")
     b.add_argument("--db", help="database to keep the runs in (default: a temporary file)")
-    _model_args(b, kernels=False)
+    _model_args(b)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_replay)
 
 
-def _model_args(p, kernels: bool = False) -> None:
+def _model_args(p) -> None:
     p.add_argument("--model", help="GGUF file or Hugging Face folder (default: TTTR_MODEL, then the embedded SmolLM2)")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run agent commands without bubblewrap where the machine refuses namespaces (unsafe)")
