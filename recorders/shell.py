@@ -45,23 +45,18 @@ def prelude(state: ShellState, ulimit_line: str, root: str = SANDBOX_ROOT, state
     cwd = state.cwd
     if root != SANDBOX_ROOT and (cwd == SANDBOX_ROOT or cwd.startswith(SANDBOX_ROOT + "/")):
         cwd = root + cwd[len(SANDBOX_ROOT):]  # unsafe mode: the tree is not mounted at /work
-    return f"""\
-__tttr_save() {{
-  __tttr_rc=$?
-  trap - EXIT
-  {{ printf 'cwd\\0%s\\0' "$PWD"
-    for __tttr_n in $(compgen -e); do printf '%s\\0%s\\0' "$__tttr_n" "${{!__tttr_n}}"; done
-  }} >&{PRIVATE_FD} 2>/dev/null
-  exit $__tttr_rc
-}}
-exec {PRIVATE_FD}>&{state_fd} {state_fd}>&-
-{ulimit_line}
-cd -- {shlex.quote(cwd)} 2>/dev/null || cd -- {shlex.quote(root)}
-trap __tttr_save EXIT
-__tttr_c=$1
-set --
-eval "$__tttr_c"
-"""
+    # One line: bash numbers the lines of a `-c` program, so the agent's command, eval'd on
+    # line 1, gets the same "bash: line N:" messages as under a plain `bash -c`.
+    return (
+        "__tttr_save() { __tttr_rc=$?; trap - EXIT; "
+        "{ printf 'cwd\\0%s\\0' \"$PWD\"; "
+        "for __tttr_n in $(compgen -e); do printf '%s\\0%s\\0' \"$__tttr_n\" \"${!__tttr_n}\"; done; "
+        f"}} >&{PRIVATE_FD} 2>/dev/null; exit $__tttr_rc; }}; "
+        f"exec {PRIVATE_FD}>&{state_fd} {state_fd}>&-; "
+        + (f"{ulimit_line}; " if ulimit_line else "")
+        + f"cd -- {shlex.quote(cwd)} 2>/dev/null || cd -- {shlex.quote(root)}; "
+        "trap __tttr_save EXIT; __tttr_c=$1; set --; eval \"$__tttr_c\"\n"
+    )
 
 
 def parse_state(dump: bytes, before: ShellState, base_env: dict[str, str],

@@ -149,3 +149,15 @@ def test_cli_exec_prints_the_result(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "app", "sandbox", "exec", "--clock", "yesterday", "--", "true"],
                          cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("tttr: error: bad clock 'yesterday'")
+
+
+def test_bash_messages_number_lines_as_a_plain_bash_c(tmp_path):
+    """The state-carrying prelude shares the command's line: the agent sees the same error
+    text as under `bash -c`, not the prelude's line count."""
+    from datetime import datetime
+
+    from recorders.sandbox import Executor
+
+    with Executor(tmp_path, seed=1) as ex:
+        res = ex.run("true\nnosuchcmd_tttr", clock=datetime(2026, 3, 2, 9, 0, 0))
+    assert "bash: line 2: nosuchcmd_tttr: command not found" in res.stderr
