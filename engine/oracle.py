@@ -173,6 +173,7 @@ class Oracle:
         self._tree_dir: Path | None = None  # materialised tree, if any
         self._tree_dir_digest: str | None = None
         self._executor = None
+        self._executor_tree: Path | None = None
 
     # ------------------------------------------------------------------ events
     def _emit(self, step: int, layer: str, kind: str, site: str, value: Any) -> None:
@@ -432,9 +433,8 @@ class Oracle:
         self.last_message_tokens = len(out)
         return self.tokenizer.decode(out)
 
-    def _stop_ids(self) -> set[int]:
-        eos = getattr(self.tokenizer, "eos_token_id", None)
-        return {eos} if eos is not None else set()
+    def _stop_ids(self) -> tuple[int, ...]:
+        return tuple(self.tokenizer.stop_token_ids)  # the ids the engine stops a message on
 
     # ------------------------------------------------------------------ lifecycle
     def step_done(self, step: int) -> None:

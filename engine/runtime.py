@@ -9,7 +9,6 @@ replayed side by side share forward passes.
 from __future__ import annotations
 
 import os
-import platform
 import threading
 from functools import cached_property
 from pathlib import Path
@@ -48,42 +47,14 @@ class Runtime:
         return _load_tokenizer(self.path, self.model_id)
 
     def fingerprint(self) -> dict:
-        import torch
+        from engine.fingerprint import fingerprint
 
-        try:
-            import triton
-
-            triton_version = triton.__version__
-        except Exception:  # noqa: BLE001 - triton is optional off Linux
-            triton_version = None
-        cpu = platform.processor() or platform.machine()
-        flags: list[str] = []
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name") and cpu in ("", platform.machine()):
-                    cpu = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    flags = sorted(f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "fma", "amx")))
-                    break
-        except OSError:
-            pass
-        return {
-            "torch": torch.__version__,
-            "triton": triton_version,
-            "device": "cpu",
-            "cpu": cpu,
-            "cpu_flags": flags,
-            "threads": torch.get_num_threads(),
-            "dtype": "float32",
-            "python": platform.python_version(),
-            "model_path": str(self.path),
-        }
+        return {**fingerprint(), "model_path": str(self.path)}
 
     def sandbox_mechanisms(self, unsafe_no_sandbox: bool) -> dict:
         from recorders.probe import probe
 
-        support = probe()
-        return support.to_json() if hasattr(support, "to_json") else {"repr": repr(support)}
+        return {**probe().to_json(), "unsafe_no_sandbox": unsafe_no_sandbox}
 
     def check_sampling(self, temperature: float, top_p: float, top_k: int, seed: int | None) -> None:
         from engine.sampler import SamplingParams
