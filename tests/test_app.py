@@ -5,7 +5,6 @@ the model (fork, demo) are in test_app_fork.py."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import sqlite3
 
@@ -22,13 +21,13 @@ from app.screens.help import HelpScreen  # noqa: E402
 from app.screens.runs import RunsScreen  # noqa: E402
 from app.screens.search import SearchScreen  # noqa: E402
 from app.screens.timeline import TimelineScreen  # noqa: E402
-from app.tui import TTTRApp  # noqa: E402
+from tests.app_helpers import open_store, wait_for  # noqa: E402
+from tests.app_helpers import run_app as _run_app  # noqa: E402
 from app.widgets.detail import DetailPane  # noqa: E402
 from app.widgets.message import MessageStrip  # noqa: E402
 from app.widgets.side_by_side import SideBySide  # noqa: E402
 from app.widgets.timeline import Timeline  # noqa: E402
 
-SIZE = (140, 40)
 TOKENS = 12
 OTHER = COMMANDS[:2] + ("rm -rf /var/log/old",) + COMMANDS[3:]
 
@@ -43,34 +42,9 @@ def db(tmp_path_factory):
     return path
 
 
-def open_store(path):
-    from sessions.store import Store
-
-    return Store.open(path, create=False, readonly=True)
-
-
 def run_app(db, flow, *, run_id=None):
-    """Run `flow(app, pilot)` against the app on `db`; returns what the flow returns."""
-
-    async def main():
-        store = open_store(db)
-        try:
-            app = TTTRApp(store, run_id=run_id, load_tokenizer=False)
-            async with app.run_test(size=SIZE) as pilot:
-                await pilot.pause()
-                return await flow(app, pilot)
-        finally:
-            store.close()
-
-    return asyncio.run(main())
-
-
-async def wait_for(pilot, condition, timeout=10.0):
-    for _ in range(int(timeout / 0.02)):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("the app did not get there in time")
+    # The generated sessions name no real model: no tokenizer to load.
+    return _run_app(db, flow, run_id=run_id, load_tokenizer=False)
 
 
 def test_open_lists_runs_and_enter_opens_a_timeline(db):

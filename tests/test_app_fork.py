@@ -5,10 +5,8 @@ faked: these tests need the model and the sandbox, and take a minute."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,14 +14,13 @@ import pytest
 from app.screens.compare import CompareScreen
 from app.screens.edit import EditScreen
 from app.screens.timeline import TimelineScreen
-from app.tui import TTTRApp
+from tests.app_helpers import open_store, run_app, wait_for
 from app.widgets.fork_progress import ForkProgress
 from app.widgets.side_by_side import SideBySide
 from app.widgets.timeline import Timeline
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "write-line"
-SIZE = (140, 40)
 
 
 @pytest.fixture(scope="module")
@@ -49,31 +46,8 @@ def test_demo_refuses_to_overwrite_a_database(demo_db):
     assert db.read_bytes() == before
 
 
-def _open(db):
-    from sessions.store import Store
-
-    return Store.open(db, create=False, readonly=True)
-
-
-def run_app(db, run_id, flow):
-    async def main():
-        store = _open(db)
-        try:
-            app = TTTRApp(store, run_id=run_id)
-            async with app.run_test(size=SIZE) as pilot:
-                await pilot.pause()
-                return await flow(app, pilot)
-        finally:
-            store.close()
-
-    return asyncio.run(main())
-
-
 async def until(pilot, condition, timeout=600.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await pilot.pause(0.05)
+    await wait_for(pilot, condition, timeout=timeout, poll=0.05)
 
 
 def test_demo_recording_opens_on_its_timeline(demo_db):
@@ -85,7 +59,7 @@ def test_demo_recording_opens_on_its_timeline(demo_db):
         assert view.run_id == run_id and view.run.status == "complete"
         assert {view.event(i).layer for i in range(view.count)} == {"tensor", "token", "trace", "agent"}
 
-    run_app(db, run_id, flow)
+    run_app(db, flow, run_id=run_id)
 
 
 def test_edit_a_token_and_fork_shows_the_fork_beside_its_parent(demo_db):
@@ -118,8 +92,8 @@ def test_edit_a_token_and_fork_shows_the_fork_beside_its_parent(demo_db):
         assert child.mutation["input"] == f"id:{alternatives[1][0]}"
         return comparison.run_b
 
-    child = run_app(db, run_id, flow)
-    store = _open(db)
+    child = run_app(db, flow, run_id=run_id)
+    store = open_store(db)
     try:
         assert store.event_at(child, "0:token:0").value["id"] != store.event_at(run_id, "0:token:0").value["id"]
     finally:
@@ -147,4 +121,4 @@ def test_a_fork_can_be_cancelled(demo_db):
         new = [r for r in app.store.runs() if r.id not in before]
         assert len(new) == 1 and new[0].status == "incomplete" and new[0].parent == run_id
 
-    run_app(db, run_id, flow)
+    run_app(db, flow, run_id=run_id)
