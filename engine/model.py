@@ -19,7 +19,7 @@ import torch
 from engine.checkpoint import Checkpoint
 from engine.config import ModelConfig
 from engine.errors import EngineError
-from engine.kv_cache import KVCache
+from engine.kv_cache import KV_ALIGN, KVCache
 from engine.loader import load_checkpoint
 from engine.model_id import model_id as compute_model_id
 from engine.tokenizer import Tokenizer
@@ -140,22 +140,15 @@ class Model:
         sin = self._sin.index_select(0, positions)[:, None, :]
         spans = [(s.start, s.end, s.cache, s.cache.length, s.cache.length + s.end - s.start,
                   positions[s.start:s.end]) for s in segments]
-        single = len(spans) == 1
         # Sequences that decode one token each share one attention call per layer (row i of
         # ops.decode_attention equals ops.attention on that sequence alone); the rest, and a
         # lone decoder, run per sequence.
-        dec = [sp for sp in spans if sp[1] - sp[0] == 1] if not single else []
-        if len(dec) < 2:
-            dec = []
-        if dec:
-            rest = [sp for sp in spans if sp[1] - sp[0] != 1]
-            all_dec = not rest
-            dec_rows = None if all_dec else torch.tensor([sp[0] for sp in dec], dtype=torch.int64)
-            dec_pos = [sp[3] for sp in dec]
-            if not all_dec:
-                rest_rows = torch.cat([torch.arange(sp[0], sp[1]) for sp in rest])
+        dec = [sp for sp in spans if sp[1] - sp[0] == 1] if len(spans) > 1 else []
+        batch = _DecodeBatch(dec, R) if len(dec) > 1 else None
+        rest = [sp for sp in spans if batch is None or sp[1] - sp[0] != 1]
+        if batch is not None and rest:
+            rest_rows = torch.cat([torch.arange(sp[0], sp[1]) for sp in rest])
         linear, rms_norm, attention, scale = ops.linear, ops.rms_norm, ops.attention, self.scale
-        decode_attention = ops.decode_attention
         F_ = cfg.ffn_dim
 
         x = self.embed.index_select(0, tokens)
@@ -165,31 +158,20 @@ class Model:
             qk = qkv[:, :nqk]
             qk = qk * cos + torch.roll(qk, half, -1) * sin
             q, k, v = qk[:, :H], qk[:, H:], qkv[:, nqk:]
-            if dec:
-                ks, vs = [], []
-                for start, end, cache, p0, p1, _pos in spans:
-                    kc, vc = cache.k[li], cache.v[li]
-                    kc[p0:p1] = k[start:end]
-                    vc[p0:p1] = v[start:end]
-                for _start, _end, cache, _p0, _p1, _pos in dec:
-                    ks.append(cache.k[li])  # decode_attention reads keys 0..position
-                    vs.append(cache.v[li])
-                if all_dec:
-                    attn = decode_attention(q, ks, vs, dec_pos, scale)
-                else:
-                    attn = q.new_empty(q.shape)
-                    attn[dec_rows] = decode_attention(q[dec_rows], ks, vs, dec_pos, scale)
-                    attn[rest_rows] = torch.cat([
-                        attention(q[start:end], cache.k[li][:p1], cache.v[li][:p1], pos, scale)
-                        for start, end, cache, _p0, p1, pos in rest])
+            outs = []
+            for start, end, cache, p0, p1, pos in rest:
+                kc, vc = cache.k[li], cache.v[li]
+                kc[p0:p1] = k[start:end]
+                vc[p0:p1] = v[start:end]
+                outs.append(attention(q[start:end], kc[:p1], vc[:p1], pos, scale))
+            if batch is None:
+                attn = outs[0] if len(outs) == 1 else torch.cat(outs)
+            elif not rest:
+                attn = batch.attend(li, q, k, v, scale)
             else:
-                outs = []
-                for start, end, cache, p0, p1, pos in spans:
-                    kc, vc = cache.k[li], cache.v[li]
-                    kc[p0:p1] = k[start:end]
-                    vc[p0:p1] = v[start:end]
-                    outs.append(attention(q[start:end], kc[:p1], vc[:p1], pos, scale))
-                attn = outs[0] if single else torch.cat(outs)
+                attn = q.new_empty(q.shape)
+                attn[batch.rows] = batch.attend(li, q, k, v, scale)
+                attn[rest_rows] = torch.cat(outs)
             x = x + linear(attn.reshape(R, H * hd), wo)
             h = rms_norm(x, wn2, eps)
             gu = linear(h, wgu)
@@ -198,6 +180,56 @@ class Model:
             x = x.index_select(0, logit_rows)
         x = rms_norm(x, self.norm, eps)
         return linear(x, self.lm_head).float()
+
+
+class _DecodeBatch:
+    """The one-token (decode) segments of a pass, attended together in each layer.
+
+    When their caches are slots of one KVPool, the new keys/values of all of them are
+    written with one indexed copy and attention reads the pool through a view (a gather
+    only when the slots are not consecutive); caches of their own are gathered into a
+    zero-padded batch."""
+
+    def __init__(self, dec: list, n_rows: int):
+        self.dec = dec
+        self.all_rows = len(dec) == n_rows
+        self.rows = torch.tensor([sp[0] for sp in dec], dtype=torch.int64)
+        self.positions = torch.tensor([sp[3] for sp in dec], dtype=torch.int64)
+        caches = [sp[2] for sp in dec]
+        pool = caches[0].pool
+        self.pool = pool if pool is not None and all(c.pool is pool for c in caches) else None
+        # keys read: up to the furthest position, rounded up to a whole attention block
+        self.span = -(-(int(self.positions.max()) + 1) // KV_ALIGN) * KV_ALIGN
+        if self.pool is not None:
+            slots = [c.slot for c in caches]
+            self.slots = torch.tensor(slots, dtype=torch.int64)
+            self.first = slots[0] if slots == list(range(slots[0], slots[0] + len(slots))) else None
+            self.flat = self.slots * self.pool.capacity + self.positions  # row in [slots * cap]
+
+    def attend(self, li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        if not self.all_rows:
+            q, k, v = q[self.rows], k[self.rows], v[self.rows]
+        pool = self.pool
+        if pool is not None:
+            kp, vp = pool.k[li], pool.v[li]  # [slots, capacity, KVH, D]
+            kp.view(-1, *kp.shape[2:]).index_copy_(0, self.flat, k)
+            vp.view(-1, *vp.shape[2:]).index_copy_(0, self.flat, v)
+            span = min(self.span, pool.capacity)
+            if self.first is not None:
+                n = len(self.dec)
+                kb, vb = kp[self.first:self.first + n, :span], vp[self.first:self.first + n, :span]
+            else:
+                kb, vb = kp[:, :span].index_select(0, self.slots), vp[:, :span].index_select(0, self.slots)
+        else:
+            kb = k.new_zeros(len(self.dec), self.span, *k.shape[1:])
+            vb = torch.zeros_like(kb)
+            for i, (_s, _e, cache, p0, p1, _pos) in enumerate(self.dec):
+                kc, vc = cache.k[li], cache.v[li]
+                kc[p0] = k[i]
+                vc[p0] = v[i]
+                kb[i, :p1] = kc[:p1]
+                vb[i, :p1] = vc[:p1]
+        return ops.decode_attention(q, kb, vb, self.positions, scale)
 
 
 def load_model(path: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32) -> Model:

@@ -96,10 +96,41 @@ def filtered_distribution(logits: torch.Tensor, params: SamplingParams) -> tuple
 
 def sample(logits: torch.Tensor, params: SamplingParams, step: int, position: int) -> int:
     """The token for one position. Greedy takes the lowest id among the maxima."""
-    if params.greedy:
-        return int(torch.argmax(logits))
-    ids, probs = filtered_distribution(logits, params)
-    u = uniform(params.seed, step, position)
-    cdf = torch.cumsum(probs, 0)
-    i = int(torch.searchsorted(cdf, torch.tensor([u], dtype=torch.float64), right=True))
-    return int(ids[min(i, ids.shape[0] - 1)])
+    return sample_rows(logits[None, :], [params], [(step, position)])[0]
+
+
+def sample_rows(logits: torch.Tensor, params: list[SamplingParams], coords: list[tuple[int, int]]) -> list[int]:
+    """The tokens for the rows of logits [n, vocab]: row i under params[i] at (step, position)
+    coords[i]. Row i's token is `sample(logits[i], ...)` whatever the other rows: greedy rows
+    take an argmax each; rows at the same temperature without top-k/top-p share one softmax
+    and one cumulative sum (both reduce each row on its own, in an order fixed by the row);
+    filtered rows go one by one through `filtered_distribution`."""
+    out: list[int | None] = [None] * len(params)
+    greedy = [i for i, p in enumerate(params) if p.greedy]
+    if greedy:
+        for i, t in zip(greedy, torch.argmax(logits[greedy], dim=-1).tolist()):
+            out[i] = t
+    plain: dict[float, list[int]] = {}
+    for i, p in enumerate(params):
+        if p.greedy:
+            continue
+        if (not p.top_k or p.top_k >= logits.shape[-1]) and p.top_p >= 1.0:
+            plain.setdefault(float(p.temperature), []).append(i)
+            continue
+        ids, probs = filtered_distribution(logits[i], p)
+        out[i] = ids[_draw(torch.cumsum(probs, 0)[None, :], [p.seed], [coords[i]])[0]].item()
+    for temperature, rows in plain.items():
+        probs = ops.softmax(logits[rows].float() / temperature, dim=-1)
+        cdf = torch.cumsum(probs.double(), -1)  # unnormalised: its last entry is the total
+        for i, t in zip(rows, _draw(cdf, [params[i].seed for i in rows], [coords[i] for i in rows])):
+            out[i] = t
+    return out
+
+
+def _draw(cdf: torch.Tensor, seeds: list[int], coords: list[tuple[int, int]]) -> list[int]:
+    """Inverse CDF: for each row of cdf [n, m] (non-decreasing, last entry the total), the index
+    its draw u * total falls into."""
+    u = torch.tensor([[uniform(seed, step, pos)] for seed, (step, pos) in zip(seeds, coords)],
+                     dtype=torch.float64)
+    idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
+    return idx.clamp_(max=cdf.shape[1] - 1).flatten().tolist()

@@ -26,8 +26,9 @@ from concurrent.futures import Future
 import torch
 
 from engine.errors import EngineError
+from engine.kv_cache import KVCache, KVPool
 from engine.model import Model, Segment
-from engine.sampler import sample
+from engine.sampler import sample_rows
 from engine.sequence import Sequence, TokenRecord
 from kernels import ops
 from kernels.mode import check_mode, get_mode, kernel_mode
@@ -63,6 +64,8 @@ class Engine:
         self._running: list[tuple[Sequence, Future]] = []
         self._thread: threading.Thread | None = None
         self._closed = False
+        cfg = model.config
+        self._pool = KVPool(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, model.dtype, model.device)
         self.steps = 0  # forward passes run so far
         self.history: collections.deque[tuple[int, tuple[int, ...]]] = collections.deque(maxlen=4096)
         # (rows in the pass, ids of the sequences in it) per step, for tests and the bench
@@ -143,6 +146,7 @@ class Engine:
                         seq.done.set()
                         fut.set_exception(exc)
                     self._running = []
+                    self._pool.release()
 
     def _admit(self) -> None:
         """Move waiting sequences into the running batch (called with the lock held)."""
@@ -162,7 +166,8 @@ class Engine:
                 fut.set_result(seq.records)
                 continue
             capacity = min(self.model.config.context_length, len(seq.prompt_ids) + seq.max_tokens)
-            seq.cache = self.model.new_cache(capacity)
+            cfg = self.model.config
+            seq.cache = KVCache(cfg.n_layers, capacity, cfg.n_kv_heads, cfg.head_dim, allocate=False)
             self._running.append((seq, fut))
             mode = seq.kernel_mode
             rows += need
@@ -197,8 +202,20 @@ class Engine:
         segments: list[Segment] = []
         logit_rows: list[int] = []
         plan = []
+        shared: dict[tuple, tuple] = {}  # a fresh prompt already in this pass -> its rows
+        followers = []  # (sequence, the sequence whose prefill it shares)
+        self._pool.arrange([seq.cache for seq, _ in batch])
         for seq, fut in batch:
             feed, n_out = self._feed(seq)
+            # Sequences that start from the same prompt (n samples of one request, the same
+            # step replayed under several seeds) share one prefill: the first computes it,
+            # the others copy its keys/values and read its logits.
+            key = (tuple(feed), n_out) if seq.cache.length == 0 and len(feed) > 1 else None
+            if key in shared:
+                start, end, first_out, _leader = shared[key]
+                followers.append((seq, shared[key]))
+                plan.append((seq, fut, start, end, first_out, n_out))
+                continue
             start = len(tokens)
             p0 = seq.cache.length
             tokens.extend(feed)
@@ -208,15 +225,21 @@ class Engine:
             first_out = len(logit_rows)
             logit_rows.extend(range(end - n_out, end))
             plan.append((seq, fut, start, end, first_out, n_out))
+            if key is not None:
+                shared[key] = (start, end, first_out, seq)
         R = len(tokens)
         mode = batch[0][0].kernel_mode
         with kernel_mode(mode), torch.inference_mode():
             logits = self.model.forward(torch.tensor(tokens, dtype=torch.int64),
                                         torch.tensor(positions, dtype=torch.int64), segments,
                                         torch.tensor(logit_rows, dtype=torch.int64))
+            for seq, (start, end, _first, leader) in followers:
+                seq.cache.k[:, :end - start] = leader.cache.k[:, :end - start]
+                seq.cache.v[:, :end - start] = leader.cache.v[:, :end - start]
             logprobs = ops.log_softmax(logits, dim=-1)
             top_v, top_i = torch.topk(logprobs, self.topk, dim=-1)
             top_v, top_i = top_v.tolist(), top_i.tolist()
+            drawn = self._draw(plan, logits)
             self.steps += 1
             self.history.append((R, tuple(id(s) for s, *_ in plan)))
             finished = []
@@ -226,7 +249,8 @@ class Engine:
                 try:
                     for j in range(n_out):
                         i = first_out + j
-                        self._produce(seq, logits[i], logprobs[i], top_v[i], top_i[i], R, rows, start + (end - start - n_out) + j, mode)
+                        self._produce(seq, drawn.get((id(seq), j)), logits[i], logprobs[i], top_v[i], top_i[i],
+                                      R, rows, start + (end - start - n_out) + j, mode)
                         if seq.finished:
                             break
                 except BaseException as exc:  # noqa: BLE001 - a failing callback fails its sequence
@@ -240,17 +264,31 @@ class Engine:
             done = {id(s) for s, _ in finished}
             with self._cv:
                 self._running = [(s, f) for s, f in self._running if id(s) not in done]
+                if not self._running:
+                    self._pool.release()  # nothing left to keep: free the memory now
             for seq, fut in finished:
                 seq.cache = None  # free the memory now; the records are what callers keep
                 seq.done.set()
                 if not fut.done():
                     fut.set_result(seq.records)
 
-    def _produce(self, seq: Sequence, logits: torch.Tensor, logprobs: torch.Tensor, top_v, top_i,
+    @staticmethod
+    def _draw(plan: list, logits: torch.Tensor) -> dict[tuple[int, int], int]:
+        """The sampled tokens of this pass, drawn together: {(id(seq), j): token} for every
+        position j of the plan that is not forced (see sampler.sample_rows)."""
+        want = [(id(seq), j, first_out + j, seq.sampling, (seq.rng_step, seq.next_position + j))
+                for seq, _fut, _s, _e, first_out, n_out in plan for j in range(n_out)
+                if seq.next_position + j not in seq.forced]
+        if not want:
+            return {}
+        tokens = sample_rows(logits[[w[2] for w in want]], [w[3] for w in want], [w[4] for w in want])
+        return {(w[0], w[1]): t for w, t in zip(want, tokens)}
+
+    def _produce(self, seq: Sequence, drawn: int | None, logits: torch.Tensor, logprobs: torch.Tensor, top_v, top_i,
                  batch_rows: int, rows: tuple[int, ...], row: int, mode: str) -> None:
         p = seq.next_position
         forced = p in seq.forced
-        token = seq.forced[p] if forced else sample(logits, seq.sampling, seq.rng_step, p)
+        token = seq.forced[p] if forced else drawn
         rec = TokenRecord(
             position=p, token_id=token, forced=forced, logprob=float(logprobs[token]),
             topk=tuple(zip(top_i, top_v)), digest=logits_digest(logits), batch_rows=batch_rows,

@@ -31,20 +31,19 @@ On CUDA tensors the ops run the Triton kernels (kernels.triton_kernels).
 
 from __future__ import annotations
 
-import threading
 import weakref
 
 import torch
 import torch.nn.functional as F
 
-PACK_ROWS = 8  # the row panel MKL packs the weight for
+from kernels.packing import HAS_MKL_PACK, PACK_ROWS, WeightCache, mkl_linear, packed
+
 MAX_ROWS = 256  # longest row range one GEMM call gets (the range the suite verifies)
 REDUCE_BLOCK = 64  # elements per fixed-length partial sum of a long row
 _REDUCE_GRAIN = 16384  # rows shorter than this are summed in one pass (half of torch's grain)
 KV_BLOCK = 64  # keys per attention block
 _ATTN_CHUNK_ELEMS = 1 << 22  # bound on the score elements of one attention chunk (16 MiB)
 
-_HAS_MKL_PACK = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
 
 
 def _triton():
@@ -54,10 +53,6 @@ def _triton():
 
 
 # --------------------------------------------------------------------------- linear
-
-
-def _mkl(x2: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkl._mkl_linear(x2, packed, weight, None, x2.shape[0])
 
 
 def _linear_tiles(x2: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -78,48 +73,28 @@ def _linear_exact(x2: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.cat(out)
 
 
-class _Prepared:
-    """Per weight, made on first use and dropped with the weight: which GEMM keeps its rows
-    invariant here (decided once by a probe) and, for MKL, the packed copy.
+def _choose(weight: torch.Tensor) -> tuple[str, torch.Tensor | None]:
+    """Which GEMM keeps this weight's rows invariant here, decided once by a probe, and for
+    MKL the packed copy (shared with the fast kernels, see kernels.packing).
 
     MKL picks kernels by problem size: for small weights (roughly N*K < 20k) a 1-row
     product takes another path than a 2-row one even when packed, so every weight is
     probed with row counts 1..17 and falls back to a slower path that passes."""
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref, int, str, torch.Tensor | None]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, weight: torch.Tensor) -> tuple[str, torch.Tensor | None]:
-        entry = self._entries.get(id(weight))
-        if entry is not None and entry[0]() is weight and entry[1] == weight._version:
-            return entry[2], entry[3]
-        with self._lock:
-            key = id(weight)
-            entry = self._entries.get(key)
-            if entry is None or entry[0]() is not weight or entry[1] != weight._version:
-                path, packed = self._choose(weight)
-                ref = weakref.ref(weight, lambda _r, k=key: self._entries.pop(k, None))
-                entry = self._entries[key] = (ref, weight._version, path, packed)
-            return entry[2], entry[3]
-
-    @staticmethod
-    def _choose(weight: torch.Tensor) -> tuple[str, torch.Tensor | None]:
-        probe = torch.randn(17, weight.shape[1], generator=torch.Generator().manual_seed(0))
-        candidates = []
-        if _HAS_MKL_PACK:
-            packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_ROWS)
-            candidates.append(("mkl", packed, lambda x: _mkl(x, weight, packed)))
-        candidates.append(("tiles", None, lambda x: _linear_tiles(x, weight)))
-        for name, packed, fn in candidates:
-            full = fn(probe)
-            if all(torch.equal(fn(probe[:m].contiguous()), full[:m]) for m in (1, 2, 3, 4, 5, 7, 8, 9, 16)) \
-                    and torch.equal(fn(probe[1:].contiguous()), full[1:]):
-                return name, packed
-        return "exact", None
+    probe = torch.randn(17, weight.shape[1], generator=torch.Generator().manual_seed(0))
+    candidates = []
+    if HAS_MKL_PACK:
+        pk = packed(weight)
+        candidates.append(("mkl", pk, lambda x: mkl_linear(x, weight, pk)))
+    candidates.append(("tiles", None, lambda x: _linear_tiles(x, weight)))
+    for name, pk, fn in candidates:
+        full = fn(probe)
+        if all(torch.equal(fn(probe[:m].contiguous()), full[:m]) for m in (1, 2, 3, 4, 5, 7, 8, 9, 16)) \
+                and torch.equal(fn(probe[1:].contiguous()), full[1:]):
+            return name, pk
+    return "exact", None
 
 
-_prepared = _Prepared()
+_prepared = WeightCache(_choose)  # weight -> (path, packed copy or None)
 
 
 def linear_path(weight: torch.Tensor) -> str:
@@ -129,9 +104,9 @@ def linear_path(weight: torch.Tensor) -> str:
 
 def _linear_rows(x2: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """[M, K] @ [N, K]^T for contiguous fp32, M <= MAX_ROWS."""
-    path, packed = _prepared.get(weight)
+    path, pk = _prepared.get(weight)
     if path == "mkl":
-        return _mkl(x2, weight, packed)
+        return mkl_linear(x2, weight, pk)
     if path == "tiles":
         return _linear_tiles(x2, weight)
     return _linear_exact(x2, weight)
@@ -141,10 +116,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     # The common case first, with as little Python as possible: it runs ~120 times a token.
     if x.dim() == 2 and bias is None and x.dtype == torch.float32 and x.shape[0] <= MAX_ROWS \
             and x.is_contiguous() and not x.is_cuda:
-        entry = _prepared._entries.get(id(weight))
-        if entry is not None and entry[2] == "mkl" and entry[0]() is weight and entry[1] == weight._version \
+        entry = _prepared.entries.get(id(weight))
+        if entry is not None and entry[2][0] == "mkl" and entry[0]() is weight and entry[1] == weight._version \
                 and x.shape[0] > 0:
-            return torch.ops.mkl._mkl_linear(x, entry[3], weight, None, x.shape[0])
+            return torch.ops.mkl._mkl_linear(x, entry[2][1], weight, None, x.shape[0])
     if x.is_cuda:
         return _triton().linear(x, weight, bias)
     if weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
@@ -255,7 +230,7 @@ def attention(
         # Decode: the batched decode kernel with one sequence, so that a sequence decoding
         # alone and one decoding next to others run the very same arithmetic.
         n_keys = int(positions.reshape(-1)[0]) + 1
-        return decode_attention(q, [k], [v], [n_keys - 1], scale)
+        return decode_attention(q, k[None, :n_keys], v[None, :n_keys], [n_keys - 1], scale)
     pos = positions.to(torch.int64)
     qg = q.to(torch.float32).reshape(t, kvh, h // kvh, d)
     kf = k.to(torch.float32)
@@ -310,50 +285,41 @@ def _attention_chunk(
 
 
 def decode_attention(
-    q: torch.Tensor, ks: list[torch.Tensor], vs: list[torch.Tensor], positions: list[int] | torch.Tensor,
-    scale: float,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: list[int] | torch.Tensor, scale: float,
 ) -> torch.Tensor:
-    """One decode query for each of N sequences: q [N, H, D]; ks[i], vs[i] [S_i, KVH, D] hold
-    sequence i's keys 0..positions[i] (and possibly more, ignored) -> [N, H, D].
+    """One decode query for each of N sequences: q [N, H, D]; k, v [N, S, KVH, D], where
+    sequence i's keys 0..positions[i] are k[i, :positions[i] + 1] and its rows after that are
+    zero (the engine's KV pool keeps them so) -> [N, H, D].
 
-    Row i is bit for bit `attention(q[i:i+1], ks[i], vs[i], positions[i:i+1], scale)`, whatever
+    Row i is bit for bit `attention(q[i:i+1], k[i], v[i], positions[i:i+1], scale)`, whatever
     the other rows are, and equal to that query's row in a prefill. It is `_attention_chunk`
-    with T = 1 for every sequence at once: the keys of all sequences are laid out as
-    [N, blocks, KVH] items of the same [G, D] x [D, KV_BLOCK] and [G, KV_BLOCK] x [KV_BLOCK, D]
-    products (same shapes, same contiguous layouts), shorter sequences padded with zero keys
-    and values that are masked to an exact 0, and each sequence's block scan is read at its
-    own last block, so the padding blocks never enter its sums."""
+    with T = 1 for every sequence at once: the keys are laid out as [N, blocks, KVH] items of
+    the same [G, D] x [D, KV_BLOCK] and [G, KV_BLOCK] x [KV_BLOCK, D] products (same shapes,
+    same contiguous layouts); keys past a sequence's position are masked to an exact 0 weight
+    on zero values, and each sequence's block scan is read at its own last block, so the
+    blocks past it never enter its sums."""
     if q.is_cuda:
-        return torch.cat([_triton().attention(q[i : i + 1], ks[i], vs[i],
+        return torch.cat([_triton().attention(q[i : i + 1], k[i], v[i],
                                               torch.as_tensor([int(p)], device=q.device), scale)
                           for i in range(q.shape[0])])
     n, h, d = q.shape
-    kvh = ks[0].shape[1] if n else 1
     if n == 0:
         return q.new_zeros(0, h, d)
+    kvh = k.shape[2]
     if h % kvh:
         raise ValueError(f"attention: {h} query heads are not a multiple of {kvh} KV heads")
     pos = positions.tolist() if isinstance(positions, torch.Tensor) else [int(p) for p in positions]
     g = h // kvh
-    lens = [p + 1 for p in pos]
-    nbs = [-(-m // KV_BLOCK) for m in lens]
+    nbs = [p // KV_BLOCK + 1 for p in pos]
     nb = max(nbs)
     span = nb * KV_BLOCK
     items = n * nb * kvh
-    # [N * span, KVH, D]: each sequence's keys then zero rows up to `span` (the cache past
-    # its keys may hold anything; zero values keep the masked products exactly 0).
-    zero = q.new_zeros(span, kvh, d, dtype=torch.float32)
-    if n == 1:
-        m = lens[0]
-        kb, vb = ks[0][:m].float(), vs[0][:m].float()
-        if m != span:
-            kb, vb = torch.cat([kb, zero[m:]]), torch.cat([vb, zero[m:]])
-    else:
-        tails = [zero[m:] for m in lens]
-        kb = torch.cat([t for kc, m, tail in zip(ks, lens, tails) for t in (kc[:m].float(), tail)])
-        vb = torch.cat([t for vc, m, tail in zip(vs, lens, tails) for t in (vc[:m].float(), tail)])
-    kt = kb.view(n, nb, KV_BLOCK, kvh, d).permute(0, 1, 3, 4, 2).reshape(items, d, KV_BLOCK)
-    vt = vb.view(n, nb, KV_BLOCK, kvh, d).permute(0, 1, 3, 2, 4).reshape(items, KV_BLOCK, d)
+    kb, vb = k[:, :span].float(), v[:, :span].float()
+    if kb.shape[1] < span:  # zero keys and values up to the block boundary
+        kb = F.pad(kb, (0, 0, 0, 0, 0, span - kb.shape[1]))
+        vb = F.pad(vb, (0, 0, 0, 0, 0, span - vb.shape[1]))
+    kt = kb.reshape(n, nb, KV_BLOCK, kvh, d).permute(0, 1, 3, 4, 2).reshape(items, d, KV_BLOCK)
+    vt = vb.reshape(n, nb, KV_BLOCK, kvh, d).permute(0, 1, 3, 2, 4).reshape(items, KV_BLOCK, d)
     rows = q.to(torch.float32).reshape(n, 1, kvh, g, d).expand(n, nb, kvh, g, d).reshape(items, g, d)
 
     scores = torch.bmm(rows, kt).reshape(n, nb, kvh, g, KV_BLOCK) * scale

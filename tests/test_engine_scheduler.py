@@ -206,3 +206,21 @@ def test_invariant_kernels_make_the_batch_irrelevant(model, prompt):
     for recs in (batched, replayed):
         assert [(r.token_id, r.digest) for r in recs] == [(r.token_id, r.digest) for r in alone]
     assert all(r.kernel_mode == "invariant" for r in alone + batched + replayed)
+
+
+def test_identical_prompts_share_one_prefill(model, prompt):
+    """n samples of one prompt: the prompt is prefilled once for all of them, and each
+    sequence gets exactly the tokens and logits it gets alone (invariant kernels)."""
+    from kernels.mode import kernel_mode
+
+    params = [SamplingParams(temperature=0.9, seed=s) for s in (1, 2, 3)]
+    with kernel_mode("invariant"), Engine(model) as eng:
+        alone = [eng.generate([Sequence(prompt, p, 5, stop_token_ids=())])[0] for p in params]
+        steps = eng.steps
+        together = eng.generate([Sequence(prompt, p, 5, stop_token_ids=()) for p in params])
+        assert eng.steps - steps == 5
+    for a, t in zip(alone, together):
+        assert [(r.token_id, r.digest) for r in a] == [(r.token_id, r.digest) for r in t]
+    # the first position of each came from the one prefill of the prompt
+    assert all(t[0].batch_rows == len(prompt) and t[0].rows == tuple(range(len(prompt))) for t in together)
+    assert all(r.batch_rows == 3 for t in together for r in t[1:])

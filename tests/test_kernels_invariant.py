@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels import invariant as inv
+from kernels import packing
 from kernels import ops
 from kernels.mode import kernel_mode
 
@@ -200,7 +201,14 @@ def test_ops_dispatch_on_mode():
     with kernel_mode("invariant"):
         assert torch.equal(ops.linear(x, w), inv.linear(x, w))
     with kernel_mode("fast"):
-        assert torch.equal(ops.linear(x, w), F.linear(x, w))
+        # fast: MKL's packed GEMM at decode sizes (the weight packed once), stock beyond
+        assert torch.allclose(ops.linear(x, w), F.linear(x, w), atol=1e-5, rtol=1e-5)
+        if packing.HAS_MKL_PACK:
+            assert torch.equal(ops.linear(x, w), packing.mkl_linear(x, w, packing.packed(w)))
+        big = _rows(300, 576)
+        assert torch.equal(ops.linear(big, w), F.linear(big, w))
+        b = torch.randn(576)
+        assert torch.allclose(ops.linear(x, w, b), F.linear(x, w, b), atol=1e-5, rtol=1e-5)
 
 
 def test_bf16_inputs_compute_in_fp32():
@@ -229,25 +237,36 @@ def test_silu_mul_is_invariant_across_row_lengths_and_offsets():
     assert torch.allclose(full, torch.nn.functional.silu(g) * u, atol=1e-6)
 
 
+def _padded(ks, vs, positions, extra=0):
+    """The keys/values of several sequences as one zero-padded batch [N, S, KVH, D], the
+    layout of the engine's KV pool (rows past a sequence's position are zero)."""
+    s = max(positions) + 1 + extra
+    kb, vb = torch.zeros(len(ks), s, KVH, HD), torch.zeros(len(ks), s, KVH, HD)
+    for i, (k, v, p) in enumerate(zip(ks, vs, positions)):
+        kb[i, : p + 1], vb[i, : p + 1] = k[: p + 1], v[: p + 1]
+    return kb, vb
+
+
 @settings(max_examples=15, deadline=None)
 @given(st.lists(st.integers(0, 300), min_size=1, max_size=9), st.integers(0, 10_000))
 def test_decode_attention_rows_equal_single_sequence_and_prefill(positions, seed):
     """Batched decode: row i is bit for bit the single-sequence call and that query's row in
-    a full prefill, whatever the other sequences (lengths, order) and whatever the cache
-    holds past each sequence's keys."""
+    a full prefill, whatever the other sequences (lengths, order) and however far the padded
+    batch runs past the longest sequence."""
     g = torch.Generator().manual_seed(seed)
     n = len(positions)
     q = torch.randn(n, H, HD, generator=g)
     ks = [torch.randn(p + 1 + seed % 7, KVH, HD, generator=g) for p in positions]
     vs = [torch.randn(k.shape[0], KVH, HD, generator=g) for k in ks]
     for k, v, p in zip(ks, vs, positions):
-        k[p + 1 :] = float("nan")  # stale cache rows must not leak in
+        k[p + 1 :] = float("nan")  # stale cache rows must not leak into the single-sequence call
         v[p + 1 :] = float("nan")
-    batch = inv.decode_attention(q, ks, vs, positions, 0.125)
-    rev = inv.decode_attention(q.flip(0), ks[::-1], vs[::-1], positions[::-1], 0.125).flip(0)
+    kb, vb = _padded(ks, vs, positions, extra=seed % 130)
+    batch = inv.decode_attention(q, kb, vb, positions, 0.125)
+    rev = inv.decode_attention(q.flip(0), kb.flip(0), vb.flip(0), positions[::-1], 0.125).flip(0)
     assert torch.equal(rev, batch)
     with kernel_mode("invariant"):
-        assert torch.equal(ops.decode_attention(q, ks, vs, torch.tensor(positions), 0.125), batch)
+        assert torch.equal(ops.decode_attention(q, kb, vb, torch.tensor(positions), 0.125), batch)
     for i, p in enumerate(positions[:3]):
         alone = inv.attention(q[i : i + 1], ks[i], vs[i], torch.tensor([p]), 0.125)
         assert torch.equal(batch[i : i + 1], alone)
@@ -259,8 +278,10 @@ def test_decode_attention_rows_equal_single_sequence_and_prefill(positions, seed
 
 def test_decode_attention_fast_mode_matches_per_sequence():
     q, k, v = _qkv(90)
-    ks, vs, pos = [k, k[:50], k[:5]], [v, v[:50], v[:5]], [89, 49, 4]
+    pos = [89, 49, 4]
+    kb, vb = _padded([k, k, k], [v, v, v], pos, extra=40)
     with kernel_mode("fast"):
-        got = ops.decode_attention(q[:3], ks, vs, pos, 0.125)
+        got = ops.decode_attention(q[:3], kb, vb, pos, 0.125)
         for i, p in enumerate(pos):
-            assert torch.equal(got[i : i + 1], ops.attention(q[i : i + 1], ks[i], vs[i], torch.tensor([p]), 0.125))
+            alone = ops.attention(q[i : i + 1], k[: p + 1], v[: p + 1], torch.tensor([p]), 0.125)
+            assert torch.allclose(got[i : i + 1], alone, atol=1e-6)
