@@ -108,8 +108,10 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams], coords: list
     out: list[int | None] = [None] * len(params)
     greedy = [i for i, p in enumerate(params) if p.greedy]
     if greedy:
-        for i, t in zip(greedy, torch.argmax(logits[greedy], dim=-1).tolist()):
-            out[i] = t
+        # numpy's argmax (first maximum, like torch's) is ~20x faster than torch's on one row
+        rows = logits.detach().float().contiguous().numpy()
+        for i in greedy:
+            out[i] = int(rows[i].argmax())
     plain: dict[float, list[int]] = {}
     for i, p in enumerate(params):
         if p.greedy:

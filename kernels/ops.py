@@ -88,14 +88,17 @@ def attention(
         return _invariant().attention(q, k, v, positions, scale)
     t, h, d = q.shape
     kvh = k.shape[1]
-    s = int(positions.max()) + 1
-    k, v = k[:s], v[:s]
     if t == 1:
         # Decode: one query per sequence. Grouped-query heads share their KV head through a
-        # view, and two small matmuls beat SDPA's set-up at this size.
-        qg = q.view(kvh, h // kvh, d)
-        p = torch.softmax(torch.matmul(qg, k.permute(1, 2, 0)) * scale, dim=-1)
-        return torch.matmul(p, v.transpose(0, 1)).reshape(1, h, d)
+        # view, and two small batched products beat SDPA's set-up at this size; the scale
+        # goes on the 576 query elements rather than the scores (exact when it is a power of
+        # two, as for head dim 64).
+        s = int(positions[0]) + 1
+        qg = q.view(kvh, h // kvh, d) * scale
+        p = torch.softmax(torch.bmm(qg, k[:s].permute(1, 2, 0)), dim=-1)
+        return torch.bmm(p, v[:s].transpose(0, 1)).view(1, h, d)
+    s = int(positions.max()) + 1
+    k, v = k[:s], v[:s]
     mask = torch.arange(s, device=q.device)[None, :] <= positions[:, None]  # [T, S]
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, scale=scale,
