@@ -2,7 +2,8 @@
 
 - single stream: one greedy sequence, N new tokens, prompt prefill included, tokens / wall time;
 - 8-way: eight sequences (same prompt, different seeds, temperature 0.8) submitted together;
-  aggregate tokens / wall time;
+  aggregate tokens / wall time (the engine prefills their common prompt once, as for any
+  n-samples request, then decodes all eight in one pass per step);
 - reference: transformers' `generate` (greedy, fp32) on the same GGUF and prompt ids.
 Rounds alternate ours and the reference; each figure is its best round.
 Stop tokens are ignored so every sequence produces exactly N tokens."""
