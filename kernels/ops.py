@@ -30,8 +30,9 @@ from kernels.packing import HAS_MKL_PACK, PACK_ROWS, mkl_linear, packed_weights
 
 # MKL's packed GEMM reads the packed weight once per PACK_ROWS-row panel: a win while the
 # weight stays in cache between panels or there is one panel, a loss for the 113 MB head at
-# 16 rows and more (measured: 17 vs 13 ms at 16 rows, 33 vs 17 at 32).
-_PACKED_MAX_ROWS = 32
+# 16 rows and more (measured: 17 vs 13 ms at 16 rows, 33 vs 17 at 32), and for a whole
+# layer pass of the default model past 16 rows (a 30-row prefill: 75 vs 67 ms).
+_PACKED_MAX_ROWS = 16
 _CACHED_WEIGHT_BYTES = 16 << 20
 
 
