@@ -322,21 +322,28 @@ def decode_attention(
     vt = vb.reshape(n, nb, KV_BLOCK, kvh, d).permute(0, 1, 3, 2, 4).reshape(items, KV_BLOCK, d)
     rows = q.to(torch.float32).reshape(n, 1, kvh, g, d).expand(n, nb, kvh, g, d).reshape(items, g, d)
 
-    scores = torch.bmm(rows, kt).reshape(n, nb, kvh, g, KV_BLOCK) * scale
-    pos_t = torch.tensor(pos, dtype=torch.int64)
-    key_idx = torch.arange(span).reshape(1, nb, 1, 1, KV_BLOCK)
-    scores = scores.masked_fill(key_idx > pos_t.reshape(n, 1, 1, 1, 1), float("-inf"))
+    # The same arithmetic as _attention_chunk, op for op; in place where the value is fresh,
+    # and for a lone sequence (every decode step of a single stream) with plain slicing in
+    # place of masks and gathers, which are most of this function's cost at that size.
+    scores = torch.bmm(rows, kt).view(n, nb, kvh, g, KV_BLOCK).mul_(scale)
+    if n == 1:
+        scores[0, nb - 1, :, :, pos[0] + 1 - (nb - 1) * KV_BLOCK:] = float("-inf")
+    else:
+        key_idx = torch.arange(span).view(1, nb, 1, 1, KV_BLOCK)
+        scores.masked_fill_(key_idx > torch.tensor(pos, dtype=torch.int64).view(n, 1, 1, 1, 1), float("-inf"))
 
     m = scores.amax(dim=(1, 4), keepdim=True)  # exact in any order
-    p = torch.exp(scores - m)  # masked keys -> exactly 0
-    last = torch.tensor([b - 1 for b in nbs], dtype=torch.int64)
-    seq = torch.arange(n)
-    denom = p.sum(-1).cumsum(1)[seq, last]  # [N, KVH, G]: the scan read at the sequence's last block
-
-    pv = torch.bmm(p.reshape(items, g, KV_BLOCK), vt).reshape(n, nb, kvh, g, d)
-    out = pv.cumsum(1)[seq, last] / denom[..., None]  # [N, KVH, G, D]
+    p = scores.sub_(m).exp_()  # masked keys -> exactly 0
+    pv = torch.bmm(p.view(items, g, KV_BLOCK), vt).view(n, nb, kvh, g, d)
+    if n == 1:
+        denom = p.sum(-1).cumsum(1)[0, nb - 1]
+        out = pv.cumsum(1)[0, nb - 1] / denom[..., None]  # [KVH, G, D]
+    else:
+        last = torch.tensor([b - 1 for b in nbs], dtype=torch.int64)
+        seq = torch.arange(n)
+        denom = p.sum(-1).cumsum(1)[seq, last]  # [N, KVH, G]: the scan read at the sequence's last block
+        out = pv.cumsum(1)[seq, last] / denom[..., None]  # [N, KVH, G, D]
     return out.reshape(n, h, d).to(q.dtype)
-
 
 __all__ = ["linear", "rms_norm", "softmax", "log_softmax", "attention", "decode_attention", "KV_BLOCK", "PACK_ROWS"]
 
