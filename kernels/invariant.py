@@ -267,7 +267,9 @@ def _attention_chunk(
         kb = F.pad(kb, (0, 0, 0, 0, 0, span - n_keys))
         vb = F.pad(vb, (0, 0, 0, 0, 0, span - n_keys))
     items = nb * kvh
-    kt = kb.reshape(nb, KV_BLOCK, kvh, d).permute(0, 2, 3, 1).reshape(items, d, KV_BLOCK)
+    # keys as [items, KV_BLOCK, D] blocks, multiplied through a transposed view: MKL takes
+    # the transpose as an operand flag, which is far cheaper than a transposing copy
+    kt = kb.reshape(nb, KV_BLOCK, kvh, d).permute(0, 2, 1, 3).reshape(items, KV_BLOCK, d).transpose(1, 2)
     vb = vb.reshape(nb, KV_BLOCK, kvh, d).permute(0, 2, 1, 3).reshape(items, KV_BLOCK, d)
     rows = qg.permute(1, 0, 2, 3).reshape(1, kvh, t * g, d).expand(nb, kvh, t * g, d)
 
@@ -318,7 +320,7 @@ def decode_attention(
     if kb.shape[1] < span:  # zero keys and values up to the block boundary
         kb = F.pad(kb, (0, 0, 0, 0, 0, span - kb.shape[1]))
         vb = F.pad(vb, (0, 0, 0, 0, 0, span - vb.shape[1]))
-    kt = kb.reshape(n, nb, KV_BLOCK, kvh, d).permute(0, 1, 3, 4, 2).reshape(items, d, KV_BLOCK)
+    kt = kb.reshape(n, nb, KV_BLOCK, kvh, d).permute(0, 1, 3, 2, 4).reshape(items, KV_BLOCK, d).transpose(1, 2)
     vt = vb.reshape(n, nb, KV_BLOCK, kvh, d).permute(0, 1, 3, 2, 4).reshape(items, KV_BLOCK, d)
     rows = q.to(torch.float32).reshape(n, 1, kvh, g, d).expand(n, nb, kvh, g, d).reshape(items, g, d)
 
