@@ -141,10 +141,12 @@ class Model:
         spans = [(s.start, s.end, s.cache, s.cache.length, s.cache.length + s.end - s.start,
                   positions[s.start:s.end]) for s in segments]
         # Sequences that decode one token each share one attention call per layer (row i of
-        # ops.decode_attention equals ops.attention on that sequence alone); the rest, and a
-        # lone decoder, run per sequence.
-        dec = [sp for sp in spans if sp[1] - sp[0] == 1] if len(spans) > 1 else []
-        batch = _DecodeBatch(dec, R) if len(dec) > 1 else None
+        # ops.decode_attention equals ops.attention on that sequence alone); the rest run
+        # per sequence.
+        # A lone decoder in a KV pool takes the same path: attention reads the pool's
+        # zero-padded rows directly instead of padding a copy of its keys.
+        dec = [sp for sp in spans if sp[1] - sp[0] == 1]
+        batch = _DecodeBatch(dec, R) if len(dec) > 1 or (dec and dec[0][2].pool is not None) else None
         rest = [sp for sp in spans if batch is None or sp[1] - sp[0] != 1]
         if batch is not None and rest:
             rest_rows = torch.cat([torch.arange(sp[0], sp[1]) for sp in rest])

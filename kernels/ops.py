@@ -114,8 +114,10 @@ def decode_attention(
     """One decode query for each of N sequences at once (see the module contract)."""
     if get_mode() == "invariant":
         return _invariant().decode_attention(q, k, v, positions, scale)
-    pos = torch.as_tensor(positions, dtype=torch.int64)
     n, h, d = q.shape
+    if n == 1:
+        return attention(q, k[0], v[0], torch.as_tensor(positions, dtype=torch.int64).view(1), scale)
+    pos = torch.as_tensor(positions, dtype=torch.int64)
     s = int(pos.max()) + 1
     # Strided views straight into the cache (no gather); SDPA shares each KV head with its
     # query group itself. Rows past a position are masked out.
