@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -65,8 +66,9 @@ def test_sigkill_at_random_moments_loses_at_most_the_step_in_flight(tmp_path):
         conn = sqlite3.connect(path)
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)], where
         conn.close()
-        runs = [line.split()[1] for line in lines if line.startswith("run ")]
-        committed = [int(line.split()[1]) for line in lines if line.startswith("committed ")]
+        # a kill can cut the recorder's last line short: only whole lines are promises
+        runs = [m[1] for m in map(re.compile(r"run (\d+)").fullmatch, lines[:-1]) if m]
+        committed = [int(m[1]) for m in map(re.compile(r"committed (\d+)").fullmatch, lines[:-1]) if m]
         if not runs:
             continue  # killed before the run began: nothing was promised
         with Store.open(path, readonly=True) as store:
