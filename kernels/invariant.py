@@ -286,6 +286,24 @@ def _attention_chunk(
     return out.permute(1, 0, 2, 3)
 
 
+_plans: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+
+def _decode_plan(pos: tuple[int, ...], nb: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The key mask [N, nb, 1, 1, KV_BLOCK], each sequence's last block, and arange(N) for
+    these positions: the same for every layer of a pass, so made once per pass."""
+    plan = _plans.get((pos, nb))
+    if plan is None:
+        if len(_plans) > 256:
+            _plans.clear()
+        n = len(pos)
+        key_idx = torch.arange(nb * KV_BLOCK).view(1, nb, 1, 1, KV_BLOCK)
+        mask = key_idx > torch.tensor(pos, dtype=torch.int64).view(n, 1, 1, 1, 1)
+        last = torch.tensor([p // KV_BLOCK for p in pos], dtype=torch.int64)
+        plan = _plans[(pos, nb)] = (mask, last, torch.arange(n))
+    return plan
+
+
 def decode_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: list[int] | torch.Tensor, scale: float,
 ) -> torch.Tensor:
@@ -331,8 +349,8 @@ def decode_attention(
     if n == 1:
         scores[0, nb - 1, :, :, pos[0] + 1 - (nb - 1) * KV_BLOCK:] = float("-inf")
     else:
-        key_idx = torch.arange(span).view(1, nb, 1, 1, KV_BLOCK)
-        scores.masked_fill_(key_idx > torch.tensor(pos, dtype=torch.int64).view(n, 1, 1, 1, 1), float("-inf"))
+        mask, last, seq = _decode_plan(tuple(pos), nb)
+        scores.masked_fill_(mask, float("-inf"))
 
     m = scores.amax(dim=(1, 4), keepdim=True)  # exact in any order
     p = scores.sub_(m).exp_()  # masked keys -> exactly 0
@@ -341,8 +359,6 @@ def decode_attention(
         denom = p.sum(-1).cumsum(1)[0, nb - 1]
         out = pv.cumsum(1)[0, nb - 1] / denom[..., None]  # [KVH, G, D]
     else:
-        last = torch.tensor([b - 1 for b in nbs], dtype=torch.int64)
-        seq = torch.arange(n)
         denom = p.sum(-1).cumsum(1)[seq, last]  # [N, KVH, G]: the scan read at the sequence's last block
         out = pv.cumsum(1)[seq, last] / denom[..., None]  # [N, KVH, G, D]
     return out.reshape(n, h, d).to(q.dtype)
