@@ -102,7 +102,7 @@ def _decode_seconds_per_token(engine, prompt: list[int], streams: int, tokens: i
     return (stamps[-1] - stamps[streams - 1]) / (streams * (tokens - 1))
 
 
-def end_to_end(model, tokens: int = 24, rounds: int = 3,
+def end_to_end(model, tokens: int = 32, rounds: int = 3,
                progress: Callable[[int, int, str], None] | None = None) -> dict:
     from engine.scheduler import Engine  # noqa: PLC0415
 
@@ -131,7 +131,7 @@ def end_to_end(model, tokens: int = 24, rounds: int = 3,
     return out
 
 
-def run(model=None, rounds: int = 5, tokens: int = 24, e2e: bool = True,
+def run(model=None, rounds: int = 5, tokens: int = 32, e2e: bool = True,
         progress: Callable[[int, int, str], None] | None = None) -> dict:
     result: dict = {"threads": torch.get_num_threads(), "ops": op_timings(rounds, progress)}
     if e2e:
@@ -139,7 +139,7 @@ def run(model=None, rounds: int = 5, tokens: int = 24, e2e: bool = True,
 
         model = model or load_model()
         result["model"] = model.model_id
-        result["end_to_end"] = end_to_end(model, tokens=tokens, rounds=max(2, rounds // 2), progress=progress)
+        result["end_to_end"] = end_to_end(model, tokens=tokens, rounds=max(3, rounds // 2), progress=progress)
         result["invariant_over_fast_single"] = result["end_to_end"]["streams_1"]["ratio"]
         result["invariant_over_fast_batch8"] = result["end_to_end"]["streams_8"]["ratio"]
     return result

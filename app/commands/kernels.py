@@ -39,7 +39,7 @@ def register(sub, bench_sub) -> None:
                     "invariant time / fast time.",
     )
     k.add_argument("--rounds", type=_positive, default=5, help="alternating rounds per figure (default 5)")
-    k.add_argument("--tokens", type=_positive, default=24, help="tokens per end-to-end generation (default 24)")
+    k.add_argument("--tokens", type=_positive, default=32, help="tokens per end-to-end generation (default 32)")
     k.add_argument("--ops-only", action="store_true", help="skip the end-to-end part (no model needed)")
     k.add_argument("--threads", type=_positive, help="torch threads (default: torch's)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
