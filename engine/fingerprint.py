@@ -36,6 +36,12 @@ def _cpu() -> tuple[str, list[str]]:
     return model, [f for f in _FLAGS if f in flags]
 
 
+def _attention_kernel() -> str:
+    from kernels.invariant import attention_kernel  # noqa: PLC0415 - builds the C kernel on first use
+
+    return attention_kernel()
+
+
 def fingerprint(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> dict:
     device = torch.device(device)
     cpu_model, flags = _cpu()
@@ -53,6 +59,7 @@ def fingerprint(device: str | torch.device = "cpu", dtype: torch.dtype = torch.f
         "blas": "mkl" if torch.backends.mkl.is_available() else "other",
         "mkldnn": torch.backends.mkldnn.is_available(),
         "dtype": str(dtype).replace("torch.", ""),
+        "attention_kernel": _attention_kernel(),
     }
     if device.type == "cuda" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(device)

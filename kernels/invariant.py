@@ -20,11 +20,14 @@ prefill, in chunks, or token by token. How each op gets there:
   sequential scan (`cumsum`), so no thread split can reorder it. The max is exact in any
   order. Only exp, log, rsqrt and + - * / touch elements, whose vectorised and scalar
   forms agree bit for bit here (sigmoid's do not).
-- attention: a query attends keys 0..pos in fixed blocks of `KV_BLOCK` keys; keys past
-  pos are masked to an exact 0. Each (key block, KV head) is one item of a batched
-  matmul whose inner dimensions are fixed (the head dim, the block size), and the block
-  partial sums are combined by a scan, so the result does not depend on how many
-  queries or keys the call holds.
+- attention: where a C compiler exists, one compiled loop nest (kernels.cattention) that
+  computes each (query, head) by itself in an order fixed by the head dim and the keys it
+  attends. Otherwise the blocked formulation below: a query attends keys 0..pos in fixed
+  blocks of `KV_BLOCK` keys; keys past pos are masked to an exact 0. Each (key block, KV
+  head) is one item of a batched matmul whose inner dimensions are fixed (the head dim,
+  the block size), and the block partial sums are combined by a scan, so the result does
+  not depend on how many queries or keys the call holds. The two give different bits
+  (each invariant); `attention_kernel()` says which runs and the run fingerprint records it.
 
 On CUDA tensors the ops run the Triton kernels (kernels.triton_kernels).
 """
@@ -215,11 +218,40 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 # ------------------------------------------------------------------------ attention
 
 
+def _compiled():
+    """kernels.cattention when it built here, else None (the blocked PyTorch formulation)."""
+    from kernels import cattention  # noqa: PLC0415
+
+    return cattention if cattention.available() else None
+
+
+def attention_kernel() -> str:
+    """Which invariant attention runs on the CPU here: "compiled" or "blocked" (the two give
+    different bits, each invariant; the run fingerprint records it)."""
+    return "compiled" if _compiled() is not None else "blocked"
+
+
+def _kv_rows(x: torch.Tensor) -> torch.Tensor:
+    """fp32 with contiguous [KVH, D] rows, as the compiled kernel reads them (a copy only if not)."""
+    if x.dtype != torch.float32:
+        x = x.float()
+    if x.stride(-1) != 1 or x.stride(-2) != x.shape[-1]:
+        x = x.contiguous()
+    return x
+
+
 def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, scale: float
 ) -> torch.Tensor:
     if q.is_cuda:
         return _triton().attention(q, k, v, positions, scale)
+    c = _compiled()
+    if c is not None and q.shape[0]:
+        pos = positions.reshape(-1).to(torch.int64)
+        n_keys = int(pos.max()) + 1
+        out = c.attention(q, _kv_rows(k[:n_keys])[None], _kv_rows(v[:n_keys])[None],
+                          torch.zeros(q.shape[0], dtype=torch.int64), pos, scale)
+        return out.to(q.dtype)
     t, h, d = q.shape
     kvh = k.shape[1]
     if h % kvh:
@@ -325,6 +357,10 @@ def decode_attention(
     n, h, d = q.shape
     if n == 0:
         return q.new_zeros(0, h, d)
+    c = _compiled()
+    if c is not None:
+        pos_t = torch.as_tensor(positions, dtype=torch.int64)
+        return c.attention(q, _kv_rows(k), _kv_rows(v), torch.arange(n), pos_t, scale).to(q.dtype)
     kvh = k.shape[2]
     if h % kvh:
         raise ValueError(f"attention: {h} query heads are not a multiple of {kvh} KV heads")

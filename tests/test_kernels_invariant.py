@@ -5,9 +5,10 @@ observation, so every shape of the default model is checked here, not assumed.""
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kernels import cattention
 from kernels import invariant as inv
 from kernels import packing
 from kernels import ops
@@ -136,13 +137,27 @@ def test_softmax_other_dim():
 H, KVH, HD = 9, 3, 64
 
 
+@pytest.fixture(params=["compiled", "blocked"])
+def attention_kernel(request, monkeypatch):
+    """Both CPU attention kernels must keep every property: the compiled loop nest (the
+    default where a C compiler exists) and the blocked PyTorch formulation (the fallback)."""
+    if request.param == "blocked":
+        monkeypatch.setattr(inv, "_compiled", lambda: None)
+    elif inv.attention_kernel() != "compiled":
+        pytest.fail(f"the compiled attention did not build here: {cattention.why_unavailable()}")
+    return request.param
+
+
+_FIXTURE_OK = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
 def _qkv(s, seed=3):
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(s, H, HD, generator=g), torch.randn(s, KVH, HD, generator=g),
             torch.randn(s, KVH, HD, generator=g))
 
 
-def test_attention_matches_stock():
+def test_attention_matches_stock(attention_kernel):
     q, k, v = _qkv(150)
     pos = torch.arange(150)
     got = inv.attention(q, k, v, pos, 0.125)
@@ -151,9 +166,9 @@ def test_attention_matches_stock():
     assert torch.allclose(got, ref, atol=1e-5)
 
 
-@settings(max_examples=15, deadline=None)
+@_FIXTURE_OK
 @given(st.lists(st.integers(1, 40), min_size=1, max_size=8), st.integers(1, 200))
-def test_attention_same_for_any_chunking(chunks, extra):
+def test_attention_same_for_any_chunking(attention_kernel, chunks, extra):
     s = 70 + extra % 130
     q, k, v = _qkv(s)
     pos = torch.arange(s)
@@ -168,7 +183,7 @@ def test_attention_same_for_any_chunking(chunks, extra):
     assert torch.equal(torch.cat(out), full)
 
 
-def test_attention_token_by_token_equals_prefill():
+def test_attention_token_by_token_equals_prefill(attention_kernel):
     q, k, v = _qkv(140)
     pos = torch.arange(140)
     full = inv.attention(q, k, v, pos, 0.125)
@@ -176,7 +191,7 @@ def test_attention_token_by_token_equals_prefill():
         assert torch.equal(inv.attention(q[t : t + 1], k[: t + 1], v[: t + 1], pos[t : t + 1], 0.125), full[t : t + 1])
 
 
-def test_attention_long_prefill_chunks_internally():
+def test_attention_long_prefill_chunks_internally(attention_kernel):
     q, k, v = _qkv(700)
     pos = torch.arange(700)
     full = inv.attention(q, k, v, pos, 0.125)
@@ -247,9 +262,9 @@ def _padded(ks, vs, positions, extra=0):
     return kb, vb
 
 
-@settings(max_examples=15, deadline=None)
+@_FIXTURE_OK
 @given(st.lists(st.integers(0, 300), min_size=1, max_size=9), st.integers(0, 10_000))
-def test_decode_attention_rows_equal_single_sequence_and_prefill(positions, seed):
+def test_decode_attention_rows_equal_single_sequence_and_prefill(attention_kernel, positions, seed):
     """Batched decode: row i is bit for bit the single-sequence call and that query's row in
     a full prefill, whatever the other sequences (lengths, order) and however far the padded
     batch runs past the longest sequence."""
@@ -285,3 +300,28 @@ def test_decode_attention_fast_mode_matches_per_sequence():
         for i, p in enumerate(pos):
             alone = ops.attention(q[i : i + 1], k[: p + 1], v[: p + 1], torch.tensor([p]), 0.125)
             assert torch.allclose(got[i : i + 1], alone, atol=1e-6)
+
+
+def test_compiled_attention_builds_where_a_compiler_exists_and_agrees_with_blocked(monkeypatch):
+    import shutil
+
+    has_cc = any(shutil.which(c) for c in ("gcc", "cc"))
+    assert inv.attention_kernel() == ("compiled" if has_cc else "blocked"), cattention.why_unavailable()
+    if not has_cc:
+        return
+    q, k, v = _qkv(300, seed=11)
+    pos = torch.arange(300)
+    compiled = inv.attention(q, k, v, pos, 0.125)
+    monkeypatch.setattr(inv, "_compiled", lambda: None)
+    blocked = inv.attention(q, k, v, pos, 0.125)
+    assert torch.allclose(compiled, blocked, atol=2e-6, rtol=1e-5)
+
+
+def test_compiled_attention_can_be_switched_off():
+    import subprocess
+    import sys
+
+    code = "from kernels import invariant as inv; print(inv.attention_kernel())"
+    env = {**__import__("os").environ, "TTTR_NO_C_KERNELS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "blocked"

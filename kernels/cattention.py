@@ -1,0 +1,176 @@
+"""Batch-invariant attention on the CPU as one compiled C loop nest (built with the system C
+compiler on first use, cached, called through ctypes).
+
+Every (query, head) is computed start to finish by the same loops, in an order fixed by the
+head dim and the number of keys the query attends, whatever else the call holds: so a row's
+bits do not depend on the batch, on how a prompt was chunked, nor on keys past its
+position. The order, per query q and head h attending keys 0..pos:
+
+- score_j: the head dim is split across 16 lanes (lane l sums elements l, l+16, l+32, ...,
+  in that order), then the 16 lane sums are added in a fixed pairwise tree; times `scale`;
+- softmax: the maximum (exact in any order), exp(score_j - max), and the denominator summed
+  over j = 0..pos one by one;
+- output_d: sum over j = 0..pos, one by one, of p_j * v_j,d, divided by the denominator.
+
+One call against the ~15 PyTorch ops of the blocked formulation (`kernels.invariant`), it
+costs about what stock attention does. Without a C compiler, `available()` is False and the
+invariant kernels keep the blocked PyTorch formulation (their own bits, just as invariant);
+the run fingerprint records which one ran (`attention_kernel`)."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+SOURCE = r"""
+#include <math.h>
+#include <stdint.h>
+
+#define LANES 16
+
+static float dot(const float *a, const float *b, int64_t D) {
+    float part[LANES] = {0};
+    int64_t d = 0;
+    for (; d + LANES <= D; d += LANES)
+        for (int l = 0; l < LANES; l++) part[l] += a[d + l] * b[d + l];
+    for (int l = 0; d < D; d++, l++) part[l] += a[d] * b[d];
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) part[l] = part[l] + part[l + w];
+    return part[0];
+}
+
+/* Query i (row i of q [n, H, D], contiguous) attends keys 0..pos[i] of sequence seq[i]; key j
+   of KV head g starts at k + seq[i]*k_seq + j*k_row + g*D (v likewise). out: [n, H, D]. */
+void tttr_attention(const float *q, const float *k, const float *v,
+                    int64_t k_seq, int64_t k_row, int64_t v_seq, int64_t v_row,
+                    const int64_t *seq, const int64_t *pos, int64_t n, int64_t H, int64_t KVH, int64_t D,
+                    float scale, float *out)
+{
+    const int64_t G = H / KVH;
+    #pragma omp parallel for collapse(2) schedule(dynamic, 4)
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t len = pos[i] + 1, g = h / G;
+            const float *qh = q + (i * H + h) * D;
+            const float *kb = k + seq[i] * k_seq + g * D;
+            const float *vb = v + seq[i] * v_seq + g * D;
+            float s[len];
+            float m = -INFINITY;
+            for (int64_t j = 0; j < len; j++) {
+                s[j] = dot(qh, kb + j * k_row, D) * scale;
+                if (s[j] > m) m = s[j];
+            }
+            float denom = 0.0f;
+            for (int64_t j = 0; j < len; j++) { s[j] = expf(s[j] - m); denom += s[j]; }
+            float acc[D];
+            for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
+            for (int64_t j = 0; j < len; j++) {
+                const float pj = s[j];
+                const float *vj = vb + j * v_row;
+                for (int64_t d = 0; d < D; d++) acc[d] += pj * vj[d];
+            }
+            float *o = out + (i * H + h) * D;
+            for (int64_t d = 0; d < D; d++) o[d] = acc[d] / denom;
+        }
+    }
+}
+"""
+
+_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-fast-math", "-shared", "-fPIC"]
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_why: str | None = None
+_tried = False
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("TTTR_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tttr")
+    return Path(base) / "kernels"
+
+
+def _build() -> tuple[ctypes.CDLL | None, str | None]:
+    if os.environ.get("TTTR_NO_C_KERNELS"):
+        return None, "TTTR_NO_C_KERNELS is set"
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        return None, "no C compiler (gcc/cc): install gcc for the compiled invariant attention"
+    # The .so is specific to the source, the flags, the compiler and this CPU (-march=native).
+    cpu = ""
+    try:
+        cpu = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "")
+    except OSError:
+        pass
+    key = hashlib.sha256("\0".join([SOURCE, *_FLAGS, cc, os.path.realpath(cc), cpu]).encode()).hexdigest()[:16]
+    target = _cache_dir() / f"attention-{key}.so"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            src, out = Path(tmp) / "attention.c", Path(tmp) / "attention.so"
+            src.write_text(SOURCE)
+            proc = subprocess.run([cc, *_FLAGS, "-o", str(out), str(src)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                first = (proc.stderr.strip().splitlines() or ["?"])[0]
+                return None, f"building the invariant attention with {cc} failed: {first}"
+            os.replace(out, target)  # atomic: concurrent builders agree
+    lib = ctypes.CDLL(str(target))
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    lib.tttr_attention.argtypes = [p, p, p, i, i, i, i, p, p, i, i, i, i, ctypes.c_float, p]
+    lib.tttr_attention.restype = None
+    return lib, None
+
+
+def _load() -> ctypes.CDLL | None:
+    global _lib, _why, _tried
+    if not _tried:
+        with _lock:
+            if not _tried:
+                try:
+                    _lib, _why = _build()
+                except OSError as exc:
+                    _lib, _why = None, f"loading the compiled invariant attention failed: {exc}"
+                _tried = True
+    return _lib
+
+
+def available() -> bool:
+    return _load() is not None
+
+
+def why_unavailable() -> str | None:
+    _load()
+    return _why
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor,
+              scale: float) -> torch.Tensor:
+    """q [n, H, D]; k, v [N, S, KVH, D] fp32 with unit stride in the last dim (any row and
+    sequence strides: a KV pool view works as it is); seq, pos [n] int64: query i attends
+    keys 0..pos[i] of sequence seq[i]. Returns [n, H, D] fp32."""
+    lib = _load()
+    if lib is None:
+        raise RuntimeError(_why)
+    n, h, d = q.shape
+    kvh = k.shape[2]
+    if h % kvh:
+        raise ValueError(f"attention: {h} query heads are not a multiple of {kvh} KV heads")
+    if k.stride(3) != 1 or v.stride(3) != 1 or k.stride(2) != d or v.stride(2) != d:
+        raise ValueError("attention: keys/values need contiguous [KVH, D] rows")
+    if n and int(pos.max()) >= k.shape[1]:
+        raise ValueError(f"attention: position {int(pos.max())} is past the {k.shape[1]} keys given")
+    q = q.to(torch.float32).contiguous()
+    seq = seq.to(torch.int64).contiguous()
+    pos = pos.to(torch.int64).contiguous()
+    out = torch.empty(n, h, d, dtype=torch.float32)
+    if n:
+        lib.tttr_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), k.stride(0), k.stride(1), v.stride(0),
+                           v.stride(1), seq.data_ptr(), pos.data_ptr(), n, h, kvh, d, float(scale), out.data_ptr())
+    return out
