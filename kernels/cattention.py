@@ -52,10 +52,10 @@ static float dot(const float *a, const float *b, int64_t D) {
 void tttr_attention(const float *q, const float *k, const float *v,
                     int64_t k_seq, int64_t k_row, int64_t v_seq, int64_t v_row,
                     const int64_t *seq, const int64_t *pos, int64_t n, int64_t H, int64_t KVH, int64_t D,
-                    float scale, float *out)
+                    float scale, float *out, int threads)
 {
     const int64_t G = H / KVH;
-    #pragma omp parallel for collapse(2) schedule(dynamic, 4)
+    #pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(threads)
     for (int64_t i = 0; i < n; i++) {
         for (int64_t h = 0; h < H; h++) {
             const int64_t len = pos[i] + 1, g = h / G;
@@ -123,7 +123,7 @@ def _build() -> tuple[ctypes.CDLL | None, str | None]:
             os.replace(out, target)  # atomic: concurrent builders agree
     lib = ctypes.CDLL(str(target))
     p, i = ctypes.c_void_p, ctypes.c_int64
-    lib.tttr_attention.argtypes = [p, p, p, i, i, i, i, p, p, i, i, i, i, ctypes.c_float, p]
+    lib.tttr_attention.argtypes = [p, p, p, i, i, i, i, p, p, i, i, i, i, ctypes.c_float, p, ctypes.c_int]
     lib.tttr_attention.restype = None
     return lib, None
 
@@ -172,5 +172,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tens
     out = torch.empty(n, h, d, dtype=torch.float32)
     if n:
         lib.tttr_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), k.stride(0), k.stride(1), v.stride(0),
-                           v.stride(1), seq.data_ptr(), pos.data_ptr(), n, h, kvh, d, float(scale), out.data_ptr())
+                           v.stride(1), seq.data_ptr(), pos.data_ptr(), n, h, kvh, d, float(scale), out.data_ptr(),
+                           torch.get_num_threads())  # each (query, head) is one thread's: any count, same bits
     return out
