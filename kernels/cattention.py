@@ -33,46 +33,90 @@ import torch
 SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
-#define LANES 16
-
-static float dot(const float *a, const float *b, int64_t D) {
-    float part[LANES] = {0};
-    int64_t d = 0;
-    for (; d + LANES <= D; d += LANES)
-        for (int l = 0; l < LANES; l++) part[l] += a[d + l] * b[d + l];
-    for (int l = 0; d < D; d++, l++) part[l] += a[d] * b[d];
-    for (int w = LANES / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; l++) part[l] = part[l] + part[l + w];
-    return part[0];
+/* exp(x) for x <= 0 by Cephes' single-precision polynomial: plain float arithmetic that the
+   compiler vectorises, so the same bits come out of the vector body and the scalar tail. */
+static inline float exp_neg(float x) {
+    const float under = x < -87.33654f;
+    x = x < -87.33654f ? -87.33654f : x;
+    float fx = x * 1.44269504088896341f + 0.5f;
+    int n = (int)fx;
+    n -= (float)n > fx;  /* floor */
+    const float fn = (float)n;
+    x = x - fn * 0.693359375f - fn * -2.12194440e-4f;
+    float y = 1.9875691500e-4f;
+    y = y * x + 1.3981999507e-3f;
+    y = y * x + 8.3334519073e-3f;
+    y = y * x + 4.1665795894e-2f;
+    y = y * x + 1.6666665459e-1f;
+    y = y * x + 5.0000001201e-1f;
+    y = y * x * x + x + 1.0f;
+    union { int32_t i; float f; } two = { .i = (n + 127) << 23 };
+    return under ? 0.0f : y * two.f;
 }
 
-/* Query i (row i of q [n, H, D], contiguous) attends keys 0..pos[i] of sequence seq[i]; key j
-   of KV head g starts at k + seq[i]*k_seq + j*k_row + g*D (v likewise). out: [n, H, D]. */
+/* Query i (row i of q [n, H, D], contiguous) attends keys 0..pos[i] of sequence seq[i] (of
+   n_seq); key j of KV head g starts at k + seq[i]*k_seq + j*k_row + g*D (v likewise).
+   out: [n, H, D]. */
 void tttr_attention(const float *q, const float *k, const float *v,
                     int64_t k_seq, int64_t k_row, int64_t v_seq, int64_t v_row,
-                    const int64_t *seq, const int64_t *pos, int64_t n, int64_t H, int64_t KVH, int64_t D,
-                    float scale, float *out, int threads)
+                    const int64_t *seq, const int64_t *pos, int64_t n, int64_t n_seq,
+                    int64_t H, int64_t KVH, int64_t D, float scale, float *out, int threads)
 {
     const int64_t G = H / KVH;
+    /* Keys of each (sequence, KV head) transposed to [D][len], len = what its queries reach,
+       so a score loop runs over contiguous keys. */
+    int64_t *len = calloc(n_seq + 1, sizeof(int64_t)), *off = calloc(n_seq + 1, sizeof(int64_t));
+    int64_t *queries = calloc(n_seq + 1, sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++) {
+        if (pos[i] + 1 > len[seq[i]]) len[seq[i]] = pos[i] + 1;
+        queries[seq[i]]++;
+    }
+    /* Only sequences with several queries (a prefill) are worth transposing; a decode query
+       reads its keys in place. Both loops add the same products in the same order. */
+    for (int64_t s = 0; s < n_seq; s++) {
+        if (queries[s] < 2) len[s] = 0;
+        off[s + 1] = off[s] + KVH * D * len[s];
+    }
+    float *kt = malloc((off[n_seq] > 0 ? off[n_seq] : 1) * sizeof(float));
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
+    for (int64_t s = 0; s < n_seq; s++)
+        for (int64_t g = 0; g < KVH; g++) {
+            float *dst = kt + off[s] + g * D * len[s];
+            const float *src = k + s * k_seq + g * D;
+            for (int64_t j = 0; j < len[s]; j++)
+                for (int64_t d = 0; d < D; d++) dst[d * len[s] + j] = src[j * k_row + d];
+        }
     #pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(threads)
     for (int64_t i = 0; i < n; i++) {
         for (int64_t h = 0; h < H; h++) {
-            const int64_t len = pos[i] + 1, g = h / G;
+            const int64_t L = pos[i] + 1, g = h / G, sq = seq[i], stride = len[sq];
             const float *qh = q + (i * H + h) * D;
-            const float *kb = k + seq[i] * k_seq + g * D;
-            const float *vb = v + seq[i] * v_seq + g * D;
-            float s[len];
-            float m = -INFINITY;
-            for (int64_t j = 0; j < len; j++) {
-                s[j] = dot(qh, kb + j * k_row, D) * scale;
-                if (s[j] > m) m = s[j];
+            const float *vb = v + sq * v_seq + g * D;
+            float s[L];
+            for (int64_t j = 0; j < L; j++) s[j] = 0.0f;
+            if (stride) {  /* each score sums the head dim in order, d = 0, 1, ... */
+                const float *kg = kt + off[sq] + g * D * stride;
+                for (int64_t d = 0; d < D; d++) {
+                    const float qd = qh[d], *kd = kg + d * stride;
+                    for (int64_t j = 0; j < L; j++) s[j] += qd * kd[j];
+                }
+            } else {
+                const float *kg = k + sq * k_seq + g * D;
+                for (int64_t d = 0; d < D; d++) {
+                    const float qd = qh[d], *kd = kg + d;
+                    for (int64_t j = 0; j < L; j++) s[j] += qd * kd[j * k_row];
+                }
             }
+            float m = -INFINITY;
+            for (int64_t j = 0; j < L; j++) { s[j] *= scale; m = s[j] > m ? s[j] : m; }
+            for (int64_t j = 0; j < L; j++) s[j] = exp_neg(s[j] - m);
             float denom = 0.0f;
-            for (int64_t j = 0; j < len; j++) { s[j] = expf(s[j] - m); denom += s[j]; }
+            for (int64_t j = 0; j < L; j++) denom += s[j];
             float acc[D];
             for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
-            for (int64_t j = 0; j < len; j++) {
+            for (int64_t j = 0; j < L; j++) {
                 const float pj = s[j];
                 const float *vj = vb + j * v_row;
                 for (int64_t d = 0; d < D; d++) acc[d] += pj * vj[d];
@@ -81,6 +125,7 @@ void tttr_attention(const float *q, const float *k, const float *v,
             for (int64_t d = 0; d < D; d++) o[d] = acc[d] / denom;
         }
     }
+    free(kt); free(len); free(off); free(queries);
 }
 """
 
@@ -123,7 +168,7 @@ def _build() -> tuple[ctypes.CDLL | None, str | None]:
             os.replace(out, target)  # atomic: concurrent builders agree
     lib = ctypes.CDLL(str(target))
     p, i = ctypes.c_void_p, ctypes.c_int64
-    lib.tttr_attention.argtypes = [p, p, p, i, i, i, i, p, p, i, i, i, i, ctypes.c_float, p, ctypes.c_int]
+    lib.tttr_attention.argtypes = [p, p, p, i, i, i, i, p, p, i, i, i, i, i, ctypes.c_float, p, ctypes.c_int]
     lib.tttr_attention.restype = None
     return lib, None
 
@@ -164,6 +209,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tens
         raise ValueError(f"attention: {h} query heads are not a multiple of {kvh} KV heads")
     if k.stride(3) != 1 or v.stride(3) != 1 or k.stride(2) != d or v.stride(2) != d:
         raise ValueError("attention: keys/values need contiguous [KVH, D] rows")
+    if n and (int(seq.min()) < 0 or int(seq.max()) >= k.shape[0]):
+        raise ValueError(f"attention: sequence index out of range for {k.shape[0]} sequences")
     if n and int(pos.max()) >= k.shape[1]:
         raise ValueError(f"attention: position {int(pos.max())} is past the {k.shape[1]} keys given")
     q = q.to(torch.float32).contiguous()
@@ -172,6 +219,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tens
     out = torch.empty(n, h, d, dtype=torch.float32)
     if n:
         lib.tttr_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), k.stride(0), k.stride(1), v.stride(0),
-                           v.stride(1), seq.data_ptr(), pos.data_ptr(), n, h, kvh, d, float(scale), out.data_ptr(),
+                           v.stride(1), seq.data_ptr(), pos.data_ptr(), n, k.shape[0], h, kvh, d, float(scale), out.data_ptr(),
                            torch.get_num_threads())  # each (query, head) is one thread's: any count, same bits
     return out
