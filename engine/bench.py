@@ -22,7 +22,7 @@ def _timed(fn) -> float:
 
 
 def run_bench(model_path=None, tokens: int = 100, kernels: str = "fast", reference: bool = True,
-              rounds: int = 2) -> dict:
+              rounds: int = 3) -> dict:
     """Each round measures ours (single, 8-way) and the reference back to back; the best round
     of each counts, so a burst of load from elsewhere on a shared machine hurts both sides alike."""
     import torch

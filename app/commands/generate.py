@@ -40,7 +40,7 @@ def register(sub, bench_sub) -> None:
     b.add_argument("--kernels", choices=("fast", "invariant"), default="fast", help="kernel mode (default fast)")
     b.add_argument("--threads", type=int, default=None,
                    help="torch intra-op threads for both sides (default: torch's default, the core count)")
-    b.add_argument("--rounds", type=int, default=2, help="measurement rounds; the best counts (default 2)")
+    b.add_argument("--rounds", type=int, default=3, help="measurement rounds, alternating ours and the reference; the best of each counts (default 3)")
     b.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=cmd_bench)
