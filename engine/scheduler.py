@@ -203,7 +203,7 @@ class Engine:
         logit_rows: list[int] = []
         plan = []
         shared: dict[tuple, tuple] = {}  # a fresh prompt already in this pass -> its rows
-        followers = []  # (sequence, the sequence whose prefill it shares)
+        followers = []  # (sequence, the (start, end, first_out, leader) of the prefill it shares)
         self._pool.arrange([seq.cache for seq, _ in batch])
         for seq, fut in batch:
             feed, n_out = self._feed(seq)
