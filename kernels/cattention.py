@@ -59,12 +59,16 @@ static inline float exp_neg(float x) {
 /* Query i (row i of q [n, H, D], contiguous) attends keys 0..pos[i] of sequence seq[i] (of
    n_seq); key j of KV head g starts at k + seq[i]*k_seq + j*k_row + g*D (v likewise).
    out: [n, H, D]. */
-void tttr_attention(const float *q, const float *k, const float *v,
-                    int64_t k_seq, int64_t k_row, int64_t v_seq, int64_t v_row,
-                    const int64_t *seq, const int64_t *pos, int64_t n, int64_t n_seq,
-                    int64_t H, int64_t KVH, int64_t D, float scale, float *out, int threads)
+int tttr_attention(const float *q, const float *k, const float *v,
+                   int64_t k_seq, int64_t k_row, int64_t v_seq, int64_t v_row,
+                   const int64_t *seq, const int64_t *pos, int64_t n, int64_t n_seq, int64_t n_keys,
+                   int64_t H, int64_t KVH, int64_t D, float scale, float *out, int threads)
 {
     const int64_t G = H / KVH;
+    for (int64_t i = 0; i < n; i++) {  /* never read outside the tensors given */
+        if (seq[i] < 0 || seq[i] >= n_seq) return 1;
+        if (pos[i] < 0 || pos[i] >= n_keys) return 2;
+    }
     /* Keys of each (sequence, KV head) transposed to [D][len], len = what its queries reach,
        so a score loop runs over contiguous keys. */
     int64_t *len = calloc(n_seq + 1, sizeof(int64_t)), *off = calloc(n_seq + 1, sizeof(int64_t));
@@ -126,6 +130,7 @@ void tttr_attention(const float *q, const float *k, const float *v,
         }
     }
     free(kt); free(len); free(off); free(queries);
+    return 0;
 }
 """
 
@@ -168,8 +173,8 @@ def _build() -> tuple[ctypes.CDLL | None, str | None]:
             os.replace(out, target)  # atomic: concurrent builders agree
     lib = ctypes.CDLL(str(target))
     p, i = ctypes.c_void_p, ctypes.c_int64
-    lib.tttr_attention.argtypes = [p, p, p, i, i, i, i, p, p, i, i, i, i, i, ctypes.c_float, p, ctypes.c_int]
-    lib.tttr_attention.restype = None
+    lib.tttr_attention.argtypes = [p, p, p, i, i, i, i, p, p, i, i, i, i, i, i, ctypes.c_float, p, ctypes.c_int]
+    lib.tttr_attention.restype = ctypes.c_int
     return lib, None
 
 
@@ -209,16 +214,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tens
         raise ValueError(f"attention: {h} query heads are not a multiple of {kvh} KV heads")
     if k.stride(3) != 1 or v.stride(3) != 1 or k.stride(2) != d or v.stride(2) != d:
         raise ValueError("attention: keys/values need contiguous [KVH, D] rows")
-    if n and (int(seq.min()) < 0 or int(seq.max()) >= k.shape[0]):
-        raise ValueError(f"attention: sequence index out of range for {k.shape[0]} sequences")
-    if n and int(pos.max()) >= k.shape[1]:
-        raise ValueError(f"attention: position {int(pos.max())} is past the {k.shape[1]} keys given")
     q = q.to(torch.float32).contiguous()
     seq = seq.to(torch.int64).contiguous()
     pos = pos.to(torch.int64).contiguous()
     out = torch.empty(n, h, d, dtype=torch.float32)
     if n:
-        lib.tttr_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), k.stride(0), k.stride(1), v.stride(0),
-                           v.stride(1), seq.data_ptr(), pos.data_ptr(), n, k.shape[0], h, kvh, d, float(scale), out.data_ptr(),
-                           torch.get_num_threads())  # each (query, head) is one thread's: any count, same bits
+        status = lib.tttr_attention(
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            seq.data_ptr(), pos.data_ptr(), n, k.shape[0], min(k.shape[1], v.shape[1]), h, kvh, d, float(scale),
+            out.data_ptr(), torch.get_num_threads())  # each (query, head) is one thread's: any count, same bits
+        if status == 1:
+            raise ValueError(f"attention: a sequence index is out of range for {k.shape[0]} sequences")
+        if status == 2:
+            raise ValueError(f"attention: a position is past the {k.shape[1]} keys given")
     return out

@@ -247,10 +247,8 @@ def attention(
         return _triton().attention(q, k, v, positions, scale)
     c = _compiled()
     if c is not None and q.shape[0]:
-        pos = positions.reshape(-1).to(torch.int64)
-        n_keys = int(pos.max()) + 1
-        out = c.attention(q, _kv_rows(k[:n_keys])[None], _kv_rows(v[:n_keys])[None],
-                          torch.zeros(q.shape[0], dtype=torch.int64), pos, scale)
+        out = c.attention(q, _kv_rows(k)[None], _kv_rows(v)[None], torch.zeros(q.shape[0], dtype=torch.int64),
+                          positions.reshape(-1), scale)
         return out.to(q.dtype)
     t, h, d = q.shape
     kvh = k.shape[1]

@@ -325,3 +325,13 @@ def test_compiled_attention_can_be_switched_off():
     env = {**__import__("os").environ, "TTTR_NO_C_KERNELS": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "blocked"
+
+
+def test_compiled_attention_refuses_out_of_range_reads():
+    if not cattention.available():
+        pytest.fail(f"the compiled attention did not build here: {cattention.why_unavailable()}")
+    q, k, v = _qkv(10)
+    with pytest.raises(ValueError, match="past the 10 keys"):
+        cattention.attention(q[:1], k[None], v[None], torch.tensor([0]), torch.tensor([10]), 0.125)
+    with pytest.raises(ValueError, match="sequence index"):
+        cattention.attention(q[:1], k[None], v[None], torch.tensor([1]), torch.tensor([3]), 0.125)
