@@ -59,19 +59,20 @@ def run_bench(model_path=None, tokens: int = 100, kernels: str = "fast", referen
                     out = ref_model.generate(x, min_new_tokens=n, max_new_tokens=n, **kw)
                 assert out.shape[1] - x.shape[1] == n
 
-    single = batch8 = ref = 0.0
+    singles, batch8s, refs = [], [], []
     with kernel_mode(kernels):
         engine = Engine(model)
         engine.generate([seq(n=8)])  # warm-up: first-call allocations, packing
         if ref_generate is not None:
             ref_generate(8)
         for _ in range(rounds):
-            single = max(single, tokens / _timed(lambda: engine.generate([seq()])))
+            singles.append(tokens / _timed(lambda: engine.generate([seq()])))
             if ref_generate is not None:
-                ref = max(ref, tokens / _timed(lambda: ref_generate(tokens)))
-            batch8 = max(batch8, 8 * tokens / _timed(
+                refs.append(tokens / _timed(lambda: ref_generate(tokens)))
+            batch8s.append(8 * tokens / _timed(
                 lambda: engine.generate([seq(seed=i, temperature=0.8) for i in range(8)])))
         engine.close()
+    single, batch8, ref = max(singles), max(batch8s), max(refs, default=0.0)
     return {
         "model": model.model_id,
         "kernel_mode": kernels,
@@ -84,6 +85,10 @@ def run_bench(model_path=None, tokens: int = 100, kernels: str = "fast", referen
         "reference": ref_status,
         "reference_tok_s": round(ref, 2) if ref_generate is not None else None,
         "ratio_vs_reference": round(single / ref, 2) if ref_generate is not None else None,
+        # each round's figures, in order: how much the machine moved during the run
+        "rounds_single_tok_s": [round(x, 2) for x in singles],
+        "rounds_batch8_tok_s": [round(x, 2) for x in batch8s],
+        "rounds_reference_tok_s": [round(x, 2) for x in refs] if ref_generate is not None else None,
     }
 
 
@@ -100,4 +105,6 @@ def format_report(r: dict) -> str:
     else:
         lines.append(f"transformers reference {r['reference_tok_s']:8.2f} tok/s   "
                      f"(single-stream is {r['ratio_vs_reference']:.2f}x; target >= 1.3x)")
+        per_round = " ".join(f"{a / b:.2f}x" for a, b in zip(r["rounds_single_tok_s"], r["rounds_reference_tok_s"]))
+        lines.append(f"single / reference by round: {per_round}   (the machine's spread; the figures above are bests)")
     return "\n".join(lines)
