@@ -14,7 +14,8 @@ Contract (shapes are for one call; the engine may call per sequence):
   and its rows after that are zero. Row i equals
   attention(q[i:i+1], k[i], v[i], positions[i:i+1], scale) (bit for bit when invariant).
 
-`fast` is stock PyTorch. `invariant` (kernels.invariant) gives each row a result that
+`fast` is stock PyTorch (with, at decode sizes, the packed-weight MKL GEMM that PyTorch's
+own compiler emits). `invariant` (kernels.invariant) gives each row a result that
 does not depend on how many rows share the call or where the row sits, and the same
 attention output for a query whether the prompt came in one prefill, in chunks, or
 token by token.
