@@ -13,15 +13,8 @@ import threading
 from functools import cached_property
 from pathlib import Path
 
+from kernels.cbuild import cache_dir
 from kernels.mode import check_mode, kernel_mode
-
-_TOKENIZER_CACHE = "tokenizers"
-
-
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tttr" / _TOKENIZER_CACHE
-
 
 class Runtime:
     def __init__(self, model: str | os.PathLike | None = None, kernel_mode: str = "invariant"):
@@ -121,7 +114,7 @@ def _load_tokenizer(path: Path, model_id: str):
         from engine.loader import load_checkpoint
 
         return load_checkpoint(path).tokenizer
-    cache = _cache_dir() / f"{model_id}.json"
+    cache = cache_dir() / "tokenizers" / f"{model_id}.json"
     if cache.is_file():
         try:
             return _read_cached(cache)

@@ -20,15 +20,12 @@ the run fingerprint records which one ran (`attention_kernel`)."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
 import threading
-from pathlib import Path
 
 import torch
+
+from kernels.cbuild import build_shared
 
 SOURCE = r"""
 #include <math.h>
@@ -141,36 +138,12 @@ _why: str | None = None
 _tried = False
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("TTTR_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tttr")
-    return Path(base) / "kernels"
-
-
 def _build() -> tuple[ctypes.CDLL | None, str | None]:
     if os.environ.get("TTTR_NO_C_KERNELS"):
         return None, "TTTR_NO_C_KERNELS is set"
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if not cc:
-        return None, "no C compiler (gcc/cc): install gcc for the compiled invariant attention"
-    # The .so is specific to the source, the flags, the compiler and this CPU (-march=native).
-    cpu = ""
-    try:
-        cpu = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "")
-    except OSError:
-        pass
-    key = hashlib.sha256("\0".join([SOURCE, *_FLAGS, cc, os.path.realpath(cc), cpu]).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"attention-{key}.so"
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            src, out = Path(tmp) / "attention.c", Path(tmp) / "attention.so"
-            src.write_text(SOURCE)
-            proc = subprocess.run([cc, *_FLAGS, "-o", str(out), str(src)], capture_output=True, text=True)
-            if proc.returncode != 0:
-                first = (proc.stderr.strip().splitlines() or ["?"])[0]
-                return None, f"building the invariant attention with {cc} failed: {first}"
-            os.replace(out, target)  # atomic: concurrent builders agree
+    target, why = build_shared("attention", SOURCE, _FLAGS, "the compiled invariant attention", subdir="kernels")
+    if target is None:
+        return None, why
     lib = ctypes.CDLL(str(target))
     p, i = ctypes.c_void_p, ctypes.c_int64
     lib.tttr_attention.argtypes = [p, p, p, i, i, i, i, p, p, i, i, i, i, i, i, ctypes.c_float, p, ctypes.c_int]
@@ -200,11 +173,21 @@ def why_unavailable() -> str | None:
     return _why
 
 
+def _kv_rows(x: torch.Tensor) -> torch.Tensor:
+    """fp32 with contiguous [KVH, D] rows, as the loop nest reads them (a copy only if not)."""
+    if x.dtype != torch.float32:
+        x = x.float()
+    if x.stride(-1) != 1 or x.stride(-2) != x.shape[-1]:
+        x = x.contiguous()
+    return x
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor,
               scale: float) -> torch.Tensor:
-    """q [n, H, D]; k, v [N, S, KVH, D] fp32 with unit stride in the last dim (any row and
-    sequence strides: a KV pool view works as it is); seq, pos [n] int64: query i attends
-    keys 0..pos[i] of sequence seq[i]. Returns [n, H, D] fp32."""
+    """q [n, H, D]; k, v [N, S, KVH, D] (fp32 with contiguous [KVH, D] rows and any row and
+    sequence strides are read in place: a KV pool view as it is; anything else is copied
+    first); seq, pos [n] int64: query i attends keys 0..pos[i] of sequence seq[i]. Returns
+    [n, H, D] fp32."""
     lib = _load()
     if lib is None:
         raise RuntimeError(_why)
@@ -212,8 +195,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tens
     kvh = k.shape[2]
     if h % kvh:
         raise ValueError(f"attention: {h} query heads are not a multiple of {kvh} KV heads")
-    if k.stride(3) != 1 or v.stride(3) != 1 or k.stride(2) != d or v.stride(2) != d:
-        raise ValueError("attention: keys/values need contiguous [KVH, D] rows")
+    k, v = _kv_rows(k), _kv_rows(v)
     q = q.to(torch.float32).contiguous()
     seq = seq.to(torch.int64).contiguous()
     pos = pos.to(torch.int64).contiguous()

@@ -231,15 +231,6 @@ def attention_kernel() -> str:
     return "compiled" if _compiled() is not None else "blocked"
 
 
-def _kv_rows(x: torch.Tensor) -> torch.Tensor:
-    """fp32 with contiguous [KVH, D] rows, as the compiled kernel reads them (a copy only if not)."""
-    if x.dtype != torch.float32:
-        x = x.float()
-    if x.stride(-1) != 1 or x.stride(-2) != x.shape[-1]:
-        x = x.contiguous()
-    return x
-
-
 def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, scale: float
 ) -> torch.Tensor:
@@ -247,7 +238,7 @@ def attention(
         return _triton().attention(q, k, v, positions, scale)
     c = _compiled()
     if c is not None and q.shape[0]:
-        out = c.attention(q, _kv_rows(k)[None], _kv_rows(v)[None], torch.zeros(q.shape[0], dtype=torch.int64),
+        out = c.attention(q, k[None], v[None], torch.zeros(q.shape[0], dtype=torch.int64),
                           positions.reshape(-1), scale)
         return out.to(q.dtype)
     t, h, d = q.shape
@@ -358,7 +349,7 @@ def decode_attention(
     c = _compiled()
     if c is not None:
         pos_t = torch.as_tensor(positions, dtype=torch.int64)
-        return c.attention(q, _kv_rows(k), _kv_rows(v), torch.arange(n), pos_t, scale).to(q.dtype)
+        return c.attention(q, k, v, torch.arange(n), pos_t, scale).to(q.dtype)
     kvh = k.shape[2]
     if h % kvh:
         raise ValueError(f"attention: {h} query heads are not a multiple of {kvh} KV heads")

@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from recorders.seedrandom import cache_dir
+from kernels.cbuild import cache_dir
 
 SANDBOX_ROOT = "/work"          # where the task tree appears inside the sandbox
 RUNTIME = "/run/tttr"           # runtime files inside the sandbox

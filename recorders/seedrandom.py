@@ -10,11 +10,9 @@ namespace when the same processes start.
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
+
+from kernels.cbuild import build_shared
 
 SOURCE = r"""
 #define _GNU_SOURCE
@@ -68,37 +66,9 @@ uint32_t arc4random_uniform(uint32_t upper) {
 """
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("TTTR_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tttr"
-    )
-    path = Path(base)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def build_shim() -> tuple[Path | None, str | None]:
     """(path of the compiled shim, None) or (None, why it could not be built)."""
-    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:16]
-    target = cache_dir() / f"seedrandom-{digest}.so"
-    if target.exists():
-        return target, None
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
-    if not cc:
-        return None, "no C compiler (gcc/cc/clang) to build the randomness shim; install gcc"
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src = Path(tmp) / "seedrandom.c"
-        src.write_text(SOURCE)
-        out = Path(tmp) / "seedrandom.so"
-        proc = subprocess.run(
-            [cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(src)],
-            capture_output=True, text=True,
-        )
-        if proc.returncode != 0:
-            first = (proc.stderr.strip().splitlines() or ["?"])[0]
-            return None, f"building the randomness shim with {cc} failed: {first}"
-        os.replace(out, target)  # atomic: concurrent builders agree
-    return target, None
+    return build_shared("seedrandom", SOURCE, ["-shared", "-fPIC", "-O2"], "the randomness shim")
 
 
 def step_seed(seed: int, step: int) -> int:

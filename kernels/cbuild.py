@@ -1,0 +1,59 @@
+"""TTTR's cache directory, and C shared libraries built there with the system compiler on
+first use (the compiled invariant attention here, the sandbox's randomness shim in
+recorders). No torch: importing this is cheap."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """$TTTR_CACHE, else $XDG_CACHE_HOME/tttr, else ~/.cache/tttr (created)."""
+    base = os.environ.get("TTTR_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tttr"
+    )
+    path = Path(base)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return ""
+
+
+def build_shared(stem: str, source: str, flags: list[str], what: str,
+                 subdir: str = "") -> tuple[Path | None, str | None]:
+    """(path of the compiled library, None) or (None, one line saying why it could not be
+    built). The file is named after the source, the flags and the compiler (and this CPU's
+    flags when compiled for it), so a change to any of them builds anew; concurrent
+    builders agree through an atomic rename."""
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
+    if not cc:
+        return None, f"no C compiler (gcc/cc/clang) to build {what}; install gcc"
+    parts = [source, *flags, cc, os.path.realpath(cc)]
+    if "-march=native" in flags:
+        parts.append(_cpu_flags())
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+    folder = cache_dir() / subdir if subdir else cache_dir()
+    target = folder / f"{stem}-{key}.so"
+    if target.exists():
+        return target, None
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        src, out = Path(tmp) / f"{stem}.c", Path(tmp) / f"{stem}.so"
+        src.write_text(source)
+        proc = subprocess.run([cc, *flags, "-o", str(out), str(src)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            first = (proc.stderr.strip().splitlines() or ["?"])[0]
+            return None, f"building {what} with {cc} failed: {first}"
+        os.replace(out, target)
+    return target, None
