@@ -1,5 +1,5 @@
 """Read a GGUF file: metadata -> ModelConfig + Tokenizer, tensors dequantized to fp32 with
-Hugging Face names. llama.cpp stores the Q/K rows of `llama` models permuted for its
+Hugging Face names, and the stored blocks of Q4_1/Q8_0 weights kept for kernels.cquant. llama.cpp stores the Q/K rows of `llama` models permuted for its
 interleaved rotary embedding; we undo that so one rotary implementation serves both formats."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from engine.checkpoint import Checkpoint
 from engine.config import GGUF_ARCHS, ModelConfig
 from engine.errors import EngineError
 from engine.tokenizer import Tokenizer
+from kernels.cquant import FORMATS as QUANT_FORMATS
 
 _LAYER_NAMES = {
     "attn_norm.weight": "input_layernorm.weight",
@@ -107,6 +108,7 @@ def load_gguf(path: Path) -> Checkpoint:
         rope_scaling=scaling,
     )
     tensors: dict[str, torch.Tensor] = {}
+    quantized: dict[str, tuple[str, np.ndarray]] = {}
     for t in reader.tensors:
         if t.name in _GLOBAL_NAMES:
             hf = _GLOBAL_NAMES[t.name]
@@ -118,9 +120,14 @@ def load_gguf(path: Path) -> Checkpoint:
         else:
             continue
         arr = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        raw = np.asarray(t.data) if t.tensor_type.name in QUANT_FORMATS and len(t.shape) == 2 else None
         if arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
             heads = n_heads if ".attn_q." in t.name else config.n_kv_heads
             arr = unpermute_qk(arr, heads)
+            raw = None if raw is None else unpermute_qk(raw, heads)  # whole rows move, blocks intact
         tensors[hf] = torch.from_numpy(np.array(arr, dtype=np.float32, order="C", copy=True))
+        if raw is not None:
+            quantized[hf] = (t.tensor_type.name, raw)
     tokenizer = Tokenizer.from_gguf_fields(fields)
-    return Checkpoint(config=config, tensors=tensors, tokenizer=tokenizer, name=path.stem, path=path)
+    return Checkpoint(config=config, tensors=tensors, tokenizer=tokenizer, name=path.stem, path=path,
+                      quantized=quantized)

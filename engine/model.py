@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from engine.checkpoint import Checkpoint
@@ -23,7 +24,7 @@ from engine.kv_cache import KV_ALIGN, KVCache
 from engine.loader import load_checkpoint
 from engine.model_id import model_id as compute_model_id
 from engine.tokenizer import Tokenizer
-from kernels import ops
+from kernels import crow, ops
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +98,34 @@ class Model:
         expect = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
         if self.layers[0][1].shape != (expect, cfg.d_model):
             raise EngineError(f"attention weights {tuple(self.layers[0][1].shape)} do not match the config's heads")
+        self._attach_blocks(checkpoint.quantized, tied=head is None)
         self._inv_freq = _inv_freq(cfg, t.get("rope_freqs"))
         self._cos = self._sin = torch.empty(0)
         self._rope_table(min(cfg.context_length, 4096))
         self.scale = 1.0 / math.sqrt(cfg.head_dim)
+
+    def _attach_blocks(self, quantized: dict, tied: bool) -> None:
+        """Products by a weight the GGUF file stored as Q4_1/Q8_0 blocks run from those blocks
+        (kernels.cquant: the same values, a fifth of the bytes); the rest stay dense fp32."""
+        self.block_weights = 0
+        if not quantized or self.dtype != torch.float32:
+            return
+        from kernels import cquant  # noqa: PLC0415 - numpy/ctypes only, and only for GGUF files
+
+        def attach(weight: torch.Tensor, names: list[str]) -> None:
+            parts = [quantized.get(n) for n in names]
+            if any(p is None for p in parts) or len({p[0] for p in parts}) != 1:
+                return  # a weight made of differently stored parts stays dense
+            raw = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+            self.block_weights += cquant.attach(weight, parts[0][0], raw)
+
+        for i, (_n1, wqkv, _b, wo, _n2, wgu, wdown) in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            attach(wqkv, [p + f"self_attn.{n}_proj.weight" for n in "qkv"])
+            attach(wo, [p + "self_attn.o_proj.weight"])
+            attach(wgu, [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
+            attach(wdown, [p + "mlp.down_proj.weight"])
+        attach(self.lm_head, ["model.embed_tokens.weight" if tied else "lm_head.weight"])
 
     # -- rotary --------------------------------------------------------------------------
     def _rope_table(self, n: int) -> None:
@@ -136,8 +161,10 @@ class Model:
         need = int(positions.max()) + 1
         if need > self._cos.shape[0]:
             self._rope_table(max(need, min(cfg.context_length, 2 * self._cos.shape[0])))
-        cos = self._cos.index_select(0, positions)[:, None, :]
-        sin = self._sin.index_select(0, positions)[:, None, :]
+        rope_in_place = self.dtype == torch.float32 and crow.available()
+        if not rope_in_place:
+            cos = self._cos.index_select(0, positions)[:, None, :]
+            sin = self._sin.index_select(0, positions)[:, None, :]
         spans = [(s.start, s.end, s.cache, s.cache.length, s.cache.length + s.end - s.start,
                   positions[s.start:s.end]) for s in segments]
         # Sequences that decode one token each share one attention call per layer (row i of
@@ -150,15 +177,19 @@ class Model:
         rest = [sp for sp in spans if batch is None or sp[1] - sp[0] != 1]
         if batch is not None and rest:
             rest_rows = torch.cat([torch.arange(sp[0], sp[1]) for sp in rest])
-        linear, rms_norm, attention, scale = ops.linear, ops.rms_norm, ops.attention, self.scale
-        F_ = cfg.ffn_dim
+        linear, rms_norm, add_rms_norm, attention, scale = ops.linear, ops.rms_norm, ops.add_rms_norm, ops.attention, self.scale
+        n_layers = len(self.layers)
 
         x = self.embed.index_select(0, tokens)
-        for li, (wn1, wqkv, bqkv, wo, wn2, wgu, wdown) in enumerate(self.layers):
-            h = rms_norm(x, wn1, eps)
+        h = rms_norm(x, self.layers[0][0], eps)
+        for li, (_wn1, wqkv, bqkv, wo, wn2, wgu, wdown) in enumerate(self.layers):
             qkv = linear(h, wqkv, bqkv).view(R, nqk + KVH, hd)
-            qk = qkv[:, :nqk]
-            qk = qk * cos + torch.roll(qk, half, -1) * sin
+            if rope_in_place:
+                crow.rope_(qkv, nqk, self._cos, self._sin, positions)
+                qk = qkv[:, :nqk]
+            else:
+                qk = qkv[:, :nqk]
+                qk = qk * cos + torch.roll(qk, half, -1) * sin
             q, k, v = qk[:, :H], qk[:, H:], qkv[:, nqk:]
             outs = []
             for start, end, cache, p0, p1, pos in rest:
@@ -174,14 +205,13 @@ class Model:
                 attn = q.new_empty(q.shape)
                 attn[batch.rows] = batch.attend(li, q, k, v, scale)
                 attn[rest_rows] = torch.cat(outs)
-            x = x + linear(attn.reshape(R, H * hd), wo)
-            h = rms_norm(x, wn2, eps)
-            gu = linear(h, wgu)
-            x = x + linear(ops.silu_mul(gu[:, :F_], gu[:, F_:]), wdown)
+            h = add_rms_norm(x, linear(attn.reshape(R, H * hd), wo), wn2, eps)
+            down = linear(ops.swiglu(linear(h, wgu)), wdown)
+            # the residual add, and the next layer's input norm (the last layer's is the final norm)
+            h = add_rms_norm(x, down, self.layers[li + 1][0] if li + 1 < n_layers else self.norm, eps)
         if logit_rows is not None:
-            x = x.index_select(0, logit_rows)
-        x = rms_norm(x, self.norm, eps)
-        return linear(x, self.lm_head).float()
+            h = h.index_select(0, logit_rows)
+        return linear(h, self.lm_head).float()
 
 
 class _DecodeBatch:

@@ -27,35 +27,68 @@ import torch
 
 from kernels.cbuild import build_shared
 
+EXP_NEG = r"""
+/* exp(x) for x <= 0 by Cephes' single-precision polynomial: plain float arithmetic, branch
+   free, that the compiler vectorises (with -fno-trapping-math), so the same bits come out of
+   the vector body and the scalar tail. */
+static inline float exp_neg(float x) {
+    const float xc = x < -87.33654f ? -87.33654f : x;
+    const float fn = floorf(xc * 1.44269504088896341f + 0.5f);
+    const float r = xc - fn * 0.693359375f - fn * -2.12194440e-4f;
+    float y = 1.9875691500e-4f;
+    y = y * r + 1.3981999507e-3f;
+    y = y * r + 8.3334519073e-3f;
+    y = y * r + 4.1665795894e-2f;
+    y = y * r + 1.6666665459e-1f;
+    y = y * r + 5.0000001201e-1f;
+    y = y * r * r + r + 1.0f;
+    union { int32_t i; float f; } two = { .i = ((int32_t)fn + 127) << 23 };
+    return x < -87.33654f ? 0.0f : y * two.f;
+}
+"""
+
 SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
-/* exp(x) for x <= 0 by Cephes' single-precision polynomial: plain float arithmetic that the
-   compiler vectorises, so the same bits come out of the vector body and the scalar tail. */
-static inline float exp_neg(float x) {
-    const float under = x < -87.33654f;
-    x = x < -87.33654f ? -87.33654f : x;
-    float fx = x * 1.44269504088896341f + 0.5f;
-    int n = (int)fx;
-    n -= (float)n > fx;  /* floor */
-    const float fn = (float)n;
-    x = x - fn * 0.693359375f - fn * -2.12194440e-4f;
-    float y = 1.9875691500e-4f;
-    y = y * x + 1.3981999507e-3f;
-    y = y * x + 8.3334519073e-3f;
-    y = y * x + 4.1665795894e-2f;
-    y = y * x + 1.6666665459e-1f;
-    y = y * x + 5.0000001201e-1f;
-    y = y * x * x + x + 1.0f;
-    union { int32_t i; float f; } two = { .i = (n + 127) << 23 };
-    return under ? 0.0f : y * two.f;
+""" + EXP_NEG + r"""
+/* y[i] += a * x[i], element by element (restrict: so the compiler vectorises it) */
+static inline void axpy(float *restrict y, const float *restrict x, const float a, const int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* The score of one key: lane l of 16 sums q_d * k_d for d = l, l+16, l+32, ... in order, then
+   the lanes are added pairwise (l += l+8, l += l+4, l += l+2, l += l+1). Vectorises along the
+   head dim as written; the scalar form gives the same bits. */
+static inline float dot_lanes(const float *restrict q, const float *restrict k, const int64_t D) {
+#if defined(__AVX512F__)
+    if (D % 16 == 0) {  /* the same fused multiply-adds and the same tree, in vector registers */
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t d = 0; d < D; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), acc);
+        __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+        __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
+        __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
+        __m128 a1 = _mm_add_ss(a2, _mm_shuffle_ps(a2, a2, 1));
+        return _mm_cvtss_f32(a1);
+    }
+#endif
+    float lane[16] = {0};
+    int64_t d = 0;
+    for (; d + 16 <= D; d += 16)
+        for (int l = 0; l < 16; l++) lane[l] += q[d + l] * k[d + l];
+    for (; d < D; d++) lane[d % 16] += q[d] * k[d];
+    for (int w = 8; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+    return lane[0];
 }
 
 /* Query i (row i of q [n, H, D], contiguous) attends keys 0..pos[i] of sequence seq[i] (of
    n_seq); key j of KV head g starts at k + seq[i]*k_seq + j*k_row + g*D (v likewise).
-   out: [n, H, D]. */
+   out: [n, H, D]. Keys and values are read in place. */
 int tttr_attention(const float *q, const float *k, const float *v,
                    int64_t k_seq, int64_t k_row, int64_t v_seq, int64_t v_row,
                    const int64_t *seq, const int64_t *pos, int64_t n, int64_t n_seq, int64_t n_keys,
@@ -66,72 +99,31 @@ int tttr_attention(const float *q, const float *k, const float *v,
         if (seq[i] < 0 || seq[i] >= n_seq) return 1;
         if (pos[i] < 0 || pos[i] >= n_keys) return 2;
     }
-    /* Keys of each (sequence, KV head) transposed to [D][len], len = what its queries reach,
-       so a score loop runs over contiguous keys. */
-    int64_t *len = calloc(n_seq + 1, sizeof(int64_t)), *off = calloc(n_seq + 1, sizeof(int64_t));
-    int64_t *queries = calloc(n_seq + 1, sizeof(int64_t));
-    for (int64_t i = 0; i < n; i++) {
-        if (pos[i] + 1 > len[seq[i]]) len[seq[i]] = pos[i] + 1;
-        queries[seq[i]]++;
-    }
-    /* Only sequences with several queries (a prefill) are worth transposing; a decode query
-       reads its keys in place. Both loops add the same products in the same order. */
-    for (int64_t s = 0; s < n_seq; s++) {
-        if (queries[s] < 2) len[s] = 0;
-        off[s + 1] = off[s] + KVH * D * len[s];
-    }
-    float *kt = malloc((off[n_seq] > 0 ? off[n_seq] : 1) * sizeof(float));
-    #pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
-    for (int64_t s = 0; s < n_seq; s++)
-        for (int64_t g = 0; g < KVH; g++) {
-            float *dst = kt + off[s] + g * D * len[s];
-            const float *src = k + s * k_seq + g * D;
-            for (int64_t j = 0; j < len[s]; j++)
-                for (int64_t d = 0; d < D; d++) dst[d * len[s] + j] = src[j * k_row + d];
-        }
     #pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(threads)
     for (int64_t i = 0; i < n; i++) {
         for (int64_t h = 0; h < H; h++) {
-            const int64_t L = pos[i] + 1, g = h / G, sq = seq[i], stride = len[sq];
+            const int64_t L = pos[i] + 1, g = h / G, sq = seq[i];
             const float *qh = q + (i * H + h) * D;
-            const float *vb = v + sq * v_seq + g * D;
+            const float *kb = k + sq * k_seq + g * D, *vb = v + sq * v_seq + g * D;
             float s[L];
-            for (int64_t j = 0; j < L; j++) s[j] = 0.0f;
-            if (stride) {  /* each score sums the head dim in order, d = 0, 1, ... */
-                const float *kg = kt + off[sq] + g * D * stride;
-                for (int64_t d = 0; d < D; d++) {
-                    const float qd = qh[d], *kd = kg + d * stride;
-                    for (int64_t j = 0; j < L; j++) s[j] += qd * kd[j];
-                }
-            } else {
-                const float *kg = k + sq * k_seq + g * D;
-                for (int64_t d = 0; d < D; d++) {
-                    const float qd = qh[d], *kd = kg + d;
-                    for (int64_t j = 0; j < L; j++) s[j] += qd * kd[j * k_row];
-                }
-            }
+            for (int64_t j = 0; j < L; j++) s[j] = dot_lanes(qh, kb + j * k_row, D) * scale;
             float m = -INFINITY;
-            for (int64_t j = 0; j < L; j++) { s[j] *= scale; m = s[j] > m ? s[j] : m; }
+            for (int64_t j = 0; j < L; j++) m = s[j] > m ? s[j] : m;
             for (int64_t j = 0; j < L; j++) s[j] = exp_neg(s[j] - m);
             float denom = 0.0f;
             for (int64_t j = 0; j < L; j++) denom += s[j];
             float acc[D];
             for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
-            for (int64_t j = 0; j < L; j++) {
-                const float pj = s[j];
-                const float *vj = vb + j * v_row;
-                for (int64_t d = 0; d < D; d++) acc[d] += pj * vj[d];
-            }
+            for (int64_t j = 0; j < L; j++) axpy(acc, vb + j * v_row, s[j], D);
             float *o = out + (i * H + h) * D;
             for (int64_t d = 0; d < D; d++) o[d] = acc[d] / denom;
         }
     }
-    free(kt); free(len); free(off); free(queries);
     return 0;
 }
 """
 
-_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-fast-math", "-shared", "-fPIC"]
+_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-fast-math", "-fno-trapping-math", "-shared", "-fPIC"]
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _why: str | None = None

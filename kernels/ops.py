@@ -26,6 +26,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kernels import cattention, crow
+from kernels.cquant import attached
+from kernels.cquant import linear as block_linear
 from kernels.mode import get_mode
 from kernels.packing import HAS_MKL_PACK, PACK_ROWS, mkl_linear, packed_weights
 
@@ -34,6 +37,7 @@ from kernels.packing import HAS_MKL_PACK, PACK_ROWS, mkl_linear, packed_weights
 # 16 rows and more (measured: 17 vs 13 ms at 16 rows, 33 vs 17 at 32), and for a whole
 # layer pass of the default model past 16 rows (a 30-row prefill: 75 vs 67 ms).
 _PACKED_MAX_ROWS = 16
+_ZERO = torch.zeros(1, dtype=torch.int64)
 _CACHED_WEIGHT_BYTES = 16 << 20
 
 
@@ -44,6 +48,11 @@ def _invariant():
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    blocks = attached.get(id(weight))
+    if blocks is not None and (qw := blocks.get(weight)) is not None:
+        # Stored GGUF blocks (kernels.cquant): batch-invariant as they stand, so both modes.
+        out = block_linear(x.reshape(-1, x.shape[-1]), qw).view(*x.shape[:-1], qw.shape[0])
+        return out if bias is None else out + bias
     if get_mode() == "invariant":
         return _invariant().linear(x, weight, bias)
     m = x.shape[0] if x.dim() == 2 else 0
@@ -55,10 +64,33 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
+def _row_kernels(*ts: torch.Tensor) -> bool:
+    """The compiled row-local kernels (kernels.crow, batch-invariant: both modes) take these."""
+    return crow.available() and all(t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous() for t in ts)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    if _row_kernels(x, weight):
+        return crow.rms_norm(x, weight, eps)
     if get_mode() == "invariant":
         return _invariant().rms_norm(x, weight, eps)
     return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The residual add then the next norm: x += delta in place; returns rms_norm(x) * weight."""
+    if _row_kernels(x, delta, weight):
+        return crow.add_rms_norm(x, delta, weight, eps)
+    x += delta
+    return rms_norm(x, weight, eps)
+
+
+def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
+    """[R, 2F] (gate then up, one fused product) -> silu(gate) * up [R, F]."""
+    if gate_up.dim() == 2 and _row_kernels(gate_up):
+        return crow.silu_mul(gate_up)
+    f = gate_up.shape[-1] // 2
+    return silu_mul(gate_up[..., :f], gate_up[..., f:])
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -90,6 +122,9 @@ def attention(
         return _invariant().attention(q, k, v, positions, scale)
     t, h, d = q.shape
     kvh = k.shape[1]
+    if t == 1 and not q.is_cuda and cattention.available():
+        # Decode: the compiled loop nest (one call, where stock attention takes eight ops)
+        return cattention.attention(q, k[None], v[None], _ZERO, positions.reshape(1), scale)
     if t == 1:
         # Decode: one query per sequence. Grouped-query heads share their KV head through a
         # view, and two small batched products beat SDPA's set-up at this size; the scale
@@ -116,6 +151,8 @@ def decode_attention(
     if get_mode() == "invariant":
         return _invariant().decode_attention(q, k, v, positions, scale)
     n, h, d = q.shape
+    if not q.is_cuda and cattention.available():
+        return cattention.attention(q, k, v, torch.arange(n), torch.as_tensor(positions, dtype=torch.int64), scale)
     if n == 1:
         return attention(q, k[0], v[0], torch.as_tensor(positions, dtype=torch.int64).view(1), scale)
     pos = torch.as_tensor(positions, dtype=torch.int64)

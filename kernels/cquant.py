@@ -1,0 +1,367 @@
+"""Matrix products straight from a GGUF file's quantized blocks, compiled C (built on first use
+with the system compiler, cached, called through ctypes), for both kernel modes.
+
+A GGUF weight stored as Q4_1 (w = d*q + m, q in 0..15, d and m fp16 per 32 inputs) or Q8_0
+(w = d*q, q in -128..127) holds the same values the fp32 copy holds, in 5 or 8.5 bits a
+weight instead of 32: the default model's 538 MB of fp32 products read 110 MB instead, which
+stays in the last-level cache from one decode step to the next. Each weight is expanded to
+exactly the fp32 value `gguf.quants.dequantize` gives (d*q is exact in fp32, so fma(d, q, m)
+rounds once, as d*q + m does) and multiplied in fp32: the same arithmetic on the same values
+as a dense fp32 product, in a summation order of its own.
+
+Layout, made once per weight (`pack`): output rows in groups of 16, one vector lane per row;
+per group and 32-input block, the 16 rows' scales (and minimums), then the quants input by
+input. Output row n, input row r sums its products in one fixed order:
+
+    acc_even = sum over even k (k = 0, 2, 4, ...) of x[r, k] * w[n, k], fused multiply-adds in order
+    acc_odd  = the same over odd k
+    out[r, n] = acc_even + acc_odd
+
+That order depends on nothing but K: not on how many rows share the call (they are taken 8
+at a time, each with its own accumulators), not on the row's place, not on the thread count
+(each group of 16 outputs is one thread's). So the product is batch-invariant as it stands,
+and serves the `invariant` mode as well as `fast`. The AVX-512, AVX2 and plain C bodies
+compute the same fused multiply-adds in the same order, so they agree bit for bit.
+
+`TTTR_NO_C_KERNELS=1` or no compiler: `available()` is False and the model keeps its fp32
+products (the fingerprint's `linear_kernel` says which ran)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from kernels.cbuild import build_shared
+
+GROUP = 16  # output rows per group (one AVX-512 vector)
+BLOCK = 32  # inputs per GGUF block, for both formats
+# bytes per (group, block): Q4_1 scales + minimums + 32 x 16 nibbles; Q8_0 scales + 32 x 16 int8
+_GROUP_BLOCK_BYTES = {"Q4_1": 2 * GROUP * 4 + 16 * GROUP, "Q8_0": GROUP * 4 + 32 * GROUP}
+_GGUF_BLOCK_BYTES = {"Q4_1": 20, "Q8_0": 34}
+FORMATS = tuple(_GROUP_BLOCK_BYTES)
+
+SOURCE = r"""
+#include <math.h>
+#include <stdint.h>
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#define G 16
+#define Q4_BYTES (2 * G * 4 + 16 * G)
+#define Q8_BYTES (G * 4 + 32 * G)
+#define MAXR 8
+
+/* One group (16 outputs) for R <= 8 input rows x (row stride ldx); out row stride ldo.
+   The three bodies below run the same fused multiply-adds in the same order. */
+#if defined(__AVX512F__)
+#define KERNEL_NAME "avx512"
+static inline __attribute__((always_inline)) void q4_group(const uint8_t *gw, int64_t nb, const float *x,
+                                                           int64_t ldx, const int R, float *out, int64_t ldo) {
+    __m512 acc0[MAXR], acc1[MAXR];
+    for (int r = 0; r < R; r++) { acc0[r] = _mm512_setzero_ps(); acc1[r] = _mm512_setzero_ps(); }
+    const __m512i low = _mm512_set1_epi32(15);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = gw + b * Q4_BYTES;
+        const __m512 d = _mm512_loadu_ps((const float *)blk), m = _mm512_loadu_ps((const float *)blk + G);
+        const uint8_t *qs = blk + 2 * G * 4;
+        const float *xb = x + b * 32;
+        for (int p = 0; p < 16; p++) {
+            const __m512i qv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + p * G)));
+            const __m512 w0 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(qv, low)), m);
+            const __m512 w1 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_srli_epi32(qv, 4)), m);
+            for (int r = 0; r < R; r++) {
+                acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
+                acc1[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + 2 * p + 1]), w1, acc1[r]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * ldo, _mm512_add_ps(acc0[r], acc1[r]));
+}
+static inline __attribute__((always_inline)) void q8_group(const uint8_t *gw, int64_t nb, const float *x,
+                                                           int64_t ldx, const int R, float *out, int64_t ldo) {
+    __m512 acc0[MAXR], acc1[MAXR];
+    for (int r = 0; r < R; r++) { acc0[r] = _mm512_setzero_ps(); acc1[r] = _mm512_setzero_ps(); }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = gw + b * Q8_BYTES;
+        const __m512 d = _mm512_loadu_ps((const float *)blk);
+        const int8_t *qs = (const int8_t *)(blk + G * 4);
+        const float *xb = x + b * 32;
+        for (int p = 0; p < 16; p++) {
+            const __m512 w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + 2 * p * G)))));
+            const __m512 w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + (2 * p + 1) * G)))));
+            for (int r = 0; r < R; r++) {
+                acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
+                acc1[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + 2 * p + 1]), w1, acc1[r]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * ldo, _mm512_add_ps(acc0[r], acc1[r]));
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+#define KERNEL_NAME "avx2"
+/* a group is two 8-lane halves: lanes 0-7 and 8-15 */
+static inline __attribute__((always_inline)) void q4_group(const uint8_t *gw, int64_t nb, const float *x,
+                                                           int64_t ldx, const int R, float *out, int64_t ldo) {
+    for (int h = 0; h < 2; h++) {
+        __m256 acc0[MAXR], acc1[MAXR];
+        for (int r = 0; r < R; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
+        const __m256i low = _mm256_set1_epi32(15);
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = gw + b * Q4_BYTES;
+            const __m256 d = _mm256_loadu_ps((const float *)blk + 8 * h), m = _mm256_loadu_ps((const float *)blk + G + 8 * h);
+            const uint8_t *qs = blk + 2 * G * 4 + 8 * h;
+            const float *xb = x + b * 32;
+            for (int p = 0; p < 16; p++) {
+                const __m256i qv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + p * G)));
+                const __m256 w0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(qv, low)), m);
+                const __m256 w1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_srli_epi32(qv, 4)), m);
+                for (int r = 0; r < R; r++) {
+                    acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
+                    acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p + 1]), w1, acc1[r]);
+                }
+            }
+        }
+        for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * ldo + 8 * h, _mm256_add_ps(acc0[r], acc1[r]));
+    }
+}
+static inline __attribute__((always_inline)) void q8_group(const uint8_t *gw, int64_t nb, const float *x,
+                                                           int64_t ldx, const int R, float *out, int64_t ldo) {
+    for (int h = 0; h < 2; h++) {
+        __m256 acc0[MAXR], acc1[MAXR];
+        for (int r = 0; r < R; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = gw + b * Q8_BYTES;
+            const __m256 d = _mm256_loadu_ps((const float *)blk + 8 * h);
+            const int8_t *qs = (const int8_t *)(blk + G * 4) + 8 * h;
+            const float *xb = x + b * 32;
+            for (int p = 0; p < 16; p++) {
+                const __m256 w0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 2 * p * G)))));
+                const __m256 w1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + (2 * p + 1) * G)))));
+                for (int r = 0; r < R; r++) {
+                    acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
+                    acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p + 1]), w1, acc1[r]);
+                }
+            }
+        }
+        for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * ldo + 8 * h, _mm256_add_ps(acc0[r], acc1[r]));
+    }
+}
+#else
+#define KERNEL_NAME "c"
+static inline void q4_group(const uint8_t *gw, int64_t nb, const float *x, int64_t ldx, const int R,
+                            float *out, int64_t ldo) {
+    float acc0[MAXR][G], acc1[MAXR][G];
+    for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) acc0[r][n] = acc1[r][n] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = gw + b * Q4_BYTES;
+        const float *d = (const float *)blk, *m = d + G;
+        const uint8_t *qs = blk + 2 * G * 4;
+        for (int p = 0; p < 16; p++)
+            for (int n = 0; n < G; n++) {
+                const float w0 = fmaf(d[n], (float)(qs[p * G + n] & 15), m[n]);
+                const float w1 = fmaf(d[n], (float)(qs[p * G + n] >> 4), m[n]);
+                for (int r = 0; r < R; r++) {
+                    acc0[r][n] = fmaf(x[r * ldx + b * 32 + 2 * p], w0, acc0[r][n]);
+                    acc1[r][n] = fmaf(x[r * ldx + b * 32 + 2 * p + 1], w1, acc1[r][n]);
+                }
+            }
+    }
+    for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) out[r * ldo + n] = acc0[r][n] + acc1[r][n];
+}
+static inline void q8_group(const uint8_t *gw, int64_t nb, const float *x, int64_t ldx, const int R,
+                            float *out, int64_t ldo) {
+    float acc0[MAXR][G], acc1[MAXR][G];
+    for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) acc0[r][n] = acc1[r][n] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = gw + b * Q8_BYTES;
+        const float *d = (const float *)blk;
+        const int8_t *qs = (const int8_t *)(blk + G * 4);
+        for (int p = 0; p < 16; p++)
+            for (int n = 0; n < G; n++) {
+                const float w0 = d[n] * (float)qs[2 * p * G + n], w1 = d[n] * (float)qs[(2 * p + 1) * G + n];
+                for (int r = 0; r < R; r++) {
+                    acc0[r][n] = fmaf(x[r * ldx + b * 32 + 2 * p], w0, acc0[r][n]);
+                    acc1[r][n] = fmaf(x[r * ldx + b * 32 + 2 * p + 1], w1, acc1[r][n]);
+                }
+            }
+    }
+    for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) out[r * ldo + n] = acc0[r][n] + acc1[r][n];
+}
+#endif
+
+typedef void (*group_fn)(const uint8_t *, int64_t, const float *, int64_t, float *, int64_t);
+#define SPECIALISE(F, R) static void F##_##R(const uint8_t *g, int64_t nb, const float *x, int64_t ldx, float *o, int64_t ldo) { F(g, nb, x, ldx, R, o, ldo); }
+#define ALL(F) SPECIALISE(F, 1) SPECIALISE(F, 2) SPECIALISE(F, 3) SPECIALISE(F, 4) \
+               SPECIALISE(F, 5) SPECIALISE(F, 6) SPECIALISE(F, 7) SPECIALISE(F, 8) \
+               static const group_fn F##_fns[MAXR + 1] = {0, F##_1, F##_2, F##_3, F##_4, F##_5, F##_6, F##_7, F##_8};
+ALL(q4_group)
+ALL(q8_group)
+
+const char *tttr_qlinear_kernel(void) { return KERNEL_NAME; }
+
+/* out[M, N] = x[M, K] @ w^T for a packed weight w (format 0: Q4_1, 1: Q8_0) of N rows
+   (a multiple of 16) and K inputs (a multiple of 32). Returns nonzero on bad sizes. */
+int tttr_qlinear(int format, const uint8_t *w, int64_t N, int64_t K, const float *x, int64_t M,
+                 float *out, int threads) {
+    if (N % G || K % 32 || M < 0 || (format != 0 && format != 1)) return 1;
+    const int64_t nb = K / 32, groups = N / G, gbytes = nb * (format == 0 ? Q4_BYTES : Q8_BYTES);
+    const group_fn *fns = format == 0 ? q4_group_fns : q8_group_fns;
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t r0 = 0; r0 < M; r0 += MAXR) {
+            const int R = M - r0 < MAXR ? (int)(M - r0) : MAXR;
+            fns[R](w + g * gbytes, nb, x + r0 * K, K, out + r0 * N + g * G, N);
+        }
+    return 0;
+}
+"""
+
+_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-fast-math", "-ffp-contract=off", "-shared", "-fPIC"]
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_why: str | None = None
+_tried = False
+
+
+def _build() -> tuple[ctypes.CDLL | None, str | None]:
+    if os.environ.get("TTTR_NO_C_KERNELS"):
+        return None, "TTTR_NO_C_KERNELS is set"
+    target, why = build_shared("qlinear", SOURCE, _FLAGS, "the compiled quantized-block products", subdir="kernels")
+    if target is None:
+        return None, why
+    lib = ctypes.CDLL(str(target))
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    lib.tttr_qlinear.argtypes = [ctypes.c_int, p, i, i, p, i, p, ctypes.c_int]
+    lib.tttr_qlinear.restype = ctypes.c_int
+    lib.tttr_qlinear_kernel.restype = ctypes.c_char_p
+    return lib, None
+
+
+def _load() -> ctypes.CDLL | None:
+    global _lib, _why, _tried
+    if not _tried:
+        with _lock:
+            if not _tried:
+                try:
+                    _lib, _why = _build()
+                except OSError as exc:
+                    _lib, _why = None, f"loading the compiled quantized-block products failed: {exc}"
+                _tried = True
+    return _lib
+
+
+def available() -> bool:
+    return _load() is not None
+
+
+def why_unavailable() -> str | None:
+    _load()
+    return _why
+
+
+def kernel_name() -> str | None:
+    """"avx512", "avx2" or "c" (the same bits from each), None when not built."""
+    lib = _load()
+    return None if lib is None else lib.tttr_qlinear_kernel().decode()
+
+
+def supports(fmt: str, n: int, k: int) -> bool:
+    return fmt in FORMATS and n % GROUP == 0 and k % BLOCK == 0
+
+
+@dataclass(frozen=True, eq=False)
+class QuantWeight:
+    """A weight's blocks in the kernel's layout; `shape` is the fp32 weight's [N, K]."""
+
+    fmt: str
+    shape: tuple[int, int]
+    data: np.ndarray  # uint8, [N / 16, K / 32, group-block bytes]
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+
+def pack(fmt: str, raw: np.ndarray, n: int, k: int) -> QuantWeight:
+    """`raw`: the GGUF tensor's bytes as rows, [n, k / 32 * block bytes] uint8 (what
+    `GGUFReader` gives, rows permuted or concatenated as the fp32 weight's were)."""
+    if not supports(fmt, n, k):
+        raise ValueError(f"cannot pack a {fmt} weight of shape {n}x{k} (needs rows % {GROUP} and inputs % {BLOCK})")
+    nb, ng = k // BLOCK, n // GROUP
+    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(n, nb, _GGUF_BLOCK_BYTES[fmt])
+
+    def per_group(a: np.ndarray) -> np.ndarray:  # [n, nb, ...] -> [ng, nb, ..., 16] (lane = row in group)
+        a = a.reshape(ng, GROUP, nb, *a.shape[2:])
+        return np.moveaxis(a, 1, -1)
+
+    out = np.empty((ng, nb, _GROUP_BLOCK_BYTES[fmt]), np.uint8)
+    d = blocks[:, :, 0:2].copy().view(np.float16).astype(np.float32)[:, :, 0]
+    out[:, :, :GROUP * 4] = np.ascontiguousarray(per_group(d)).view(np.uint8).reshape(ng, nb, GROUP * 4)
+    if fmt == "Q4_1":
+        m = blocks[:, :, 2:4].copy().view(np.float16).astype(np.float32)[:, :, 0]
+        out[:, :, GROUP * 4:2 * GROUP * 4] = np.ascontiguousarray(per_group(m)).view(np.uint8).reshape(ng, nb, GROUP * 4)
+        qs = blocks[:, :, 4:]  # byte j: input j (low nibble) and input j + 16 (high)
+        q = np.concatenate([qs & 15, qs >> 4], axis=2)  # [n, nb, 32], inputs in order
+        pairs = (q[:, :, 0::2] | (q[:, :, 1::2] << 4)).astype(np.uint8)  # byte p: inputs 2p, 2p+1
+        out[:, :, 2 * GROUP * 4:] = per_group(pairs).reshape(ng, nb, 16 * GROUP)
+    else:
+        out[:, :, GROUP * 4:] = per_group(blocks[:, :, 2:]).reshape(ng, nb, 32 * GROUP)
+    return QuantWeight(fmt, (n, k), out)
+
+
+def linear(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
+    """x [M, K] (any float dtype; made contiguous fp32) -> [M, N] fp32."""
+    lib = _load()
+    if lib is None:
+        raise RuntimeError(_why)
+    n, k = qw.shape
+    if x.dim() != 2 or x.shape[1] != k:
+        raise ValueError(f"linear: input {tuple(x.shape)} does not match a {n}x{k} weight")
+    x = x.to(torch.float32).contiguous()
+    out = torch.empty(x.shape[0], n, dtype=torch.float32)
+    status = lib.tttr_qlinear(FORMATS.index(qw.fmt), qw.data.ctypes.data, n, k, x.data_ptr(), x.shape[0],
+                              out.data_ptr(), torch.get_num_threads())  # any thread count, same bits
+    if status:
+        raise ValueError(f"linear: the compiled kernel refused a {qw.fmt} weight of shape {n}x{k}")
+    return out
+
+
+class _Attached:
+    """A weight's GGUF blocks, packed on first use; stale once the weight changes in place."""
+
+    __slots__ = ("ref", "version", "fmt", "raw", "packed")
+
+    def __init__(self, weight: torch.Tensor, fmt: str, raw: np.ndarray):
+        key = id(weight)
+        self.ref = weakref.ref(weight, lambda _r: attached.pop(key, None))
+        self.version, self.fmt, self.raw, self.packed = weight._version, fmt, raw, None
+
+    def get(self, weight: torch.Tensor) -> QuantWeight | None:
+        if self.ref() is not weight or weight._version != self.version:
+            return None  # another tensor at a recycled id, or values changed since: the dense path
+        if self.packed is None:
+            with _lock:
+                if self.packed is None:
+                    n, k = weight.shape
+                    self.packed, self.raw = pack(self.fmt, self.raw, n, k), None
+        return self.packed
+
+
+attached: dict[int, _Attached] = {}  # id(weight) -> its blocks; public so the hot path looks up without a call
+
+
+def attach(weight: torch.Tensor, fmt: str, raw: np.ndarray) -> bool:
+    """Let `linear` calls on this fp32 [N, K] weight run from its GGUF blocks (`raw` rows as
+    `pack` takes them). False, and nothing attached, when the kernel is unavailable or the
+    weight does not fit it."""
+    if weight.dtype != torch.float32 or weight.dim() != 2 or not supports(fmt, *weight.shape) or not available():
+        return False
+    attached[id(weight)] = _Attached(weight, fmt, raw)
+    return True
