@@ -36,10 +36,19 @@ def _cpu() -> tuple[str, list[str]]:
     return model, [f for f in _FLAGS if f in flags]
 
 
-def _attention_kernel() -> str:
-    from kernels.invariant import attention_kernel  # noqa: PLC0415 - builds the C kernel on first use
+def _kernels() -> dict:
+    """Which of TTTR's own kernels run here (each builds with the C compiler on first use)."""
+    from kernels import REVISION, cquant, crow  # noqa: PLC0415
+    from kernels.invariant import attention_kernel  # noqa: PLC0415
 
-    return attention_kernel()
+    return {
+        "attention_kernel": attention_kernel(),
+        # products by Q4_1/Q8_0 weights of a GGUF file run from its blocks ("blocks:avx512",
+        # ":avx2", ":c", the same bits from each), or all products are dense fp32 ("dense")
+        "linear_kernel": f"blocks:{cquant.kernel_name()}" if cquant.available() else "dense",
+        "row_kernels": "compiled" if crow.available() else "torch",
+        "kernels_revision": REVISION,
+    }
 
 
 def fingerprint(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> dict:
@@ -59,7 +68,7 @@ def fingerprint(device: str | torch.device = "cpu", dtype: torch.dtype = torch.f
         "blas": "mkl" if torch.backends.mkl.is_available() else "other",
         "mkldnn": torch.backends.mkldnn.is_available(),
         "dtype": str(dtype).replace("torch.", ""),
-        "attention_kernel": _attention_kernel(),
+        **_kernels(),
     }
     if device.type == "cuda" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(device)

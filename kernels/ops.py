@@ -3,6 +3,8 @@
 Contract (shapes are for one call; the engine may call per sequence):
 - linear(x [..., K], weight [N, K], bias [N] | None) -> [..., N]
 - rms_norm(x [..., D], weight [D], eps) -> [..., D]
+- add_rms_norm(x [R, D], delta [R, D], weight [D], eps) -> [R, D]: x += delta in place, then
+  rms_norm(x); swiglu(gate_up [R, 2F]) -> silu(gate) * up [R, F]
 - softmax(x, dim=-1), log_softmax(x, dim=-1), silu_mul(gate, up) (SwiGLU)
 - attention(q [T, H, D], k [S, KVH, D], v [S, KVH, D], positions [T] (int64, absolute
   positions of the queries), scale) -> [T, H, D]
@@ -14,8 +16,11 @@ Contract (shapes are for one call; the engine may call per sequence):
   and its rows after that are zero. Row i equals
   attention(q[i:i+1], k[i], v[i], positions[i:i+1], scale) (bit for bit when invariant).
 
-`fast` is stock PyTorch (with, at decode sizes, the packed-weight MKL GEMM that PyTorch's
-own compiler emits). `invariant` (kernels.invariant) gives each row a result that
+Whatever the mode, a weight with GGUF blocks attached (kernels.cquant) is multiplied from
+them, and the row-local steps run compiled (kernels.crow) when a C compiler is there: both
+are batch-invariant as they stand and faster than stock. Otherwise `fast` is stock PyTorch
+(with, at decode sizes, the packed-weight MKL GEMM that PyTorch's own compiler emits) and
+decodes with the compiled attention loop nest (kernels.cattention). `invariant` (kernels.invariant) gives each row a result that
 does not depend on how many rows share the call or where the row sits, and the same
 attention output for a query whether the prompt came in one prefill, in chunks, or
 token by token.

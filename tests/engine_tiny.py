@@ -110,7 +110,10 @@ _GGUF_LAYER = {
 }
 
 
-def write_gguf(path: Path, cfg: dict, weights: dict[str, torch.Tensor], arch: str | None = None) -> Path:
+def write_gguf(path: Path, cfg: dict, weights: dict[str, torch.Tensor], arch: str | None = None,
+               quant: str | None = None) -> Path:
+    """`quant` ("Q4_1", "Q8_0"): store the 2-D weights quantized as llama.cpp would (the
+    embedding as Q8_0, as the default model's file does); norms stay F32."""
     import gguf
 
     from engine.loader_gguf import permute_qk
@@ -151,7 +154,11 @@ def write_gguf(path: Path, cfg: dict, weights: dict[str, torch.Tensor], arch: st
             gname = f"blk.{idx}.{_GGUF_LAYER[rest]}"
             if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
                 a = permute_qk(a, h if "q_proj" in rest else kv)
-        w.add_tensor(gname, np.ascontiguousarray(a))
+        if quant and a.ndim == 2:
+            qtype = gguf.GGMLQuantizationType["Q8_0" if gname == "token_embd.weight" else quant]
+            w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(a), qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(gname, np.ascontiguousarray(a))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

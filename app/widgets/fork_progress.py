@@ -10,6 +10,8 @@ from textual.widgets import Label, ProgressBar
 class ForkProgress(Horizontal):
     """Hidden until the screen starts a fork; the screen sets its progress."""
 
+    started = 0  # forks this bar has shown (a short fork can be over before anyone looks)
+
     def compose(self) -> ComposeResult:
         yield Label("", id="fork-label")
         yield ProgressBar(total=None, show_eta=False, id="fork-bar")
@@ -19,6 +21,7 @@ class ForkProgress(Horizontal):
         self.query_one("#fork-label", Label).update(f"forking at {site} = {value!r} …")
         self.query_one("#fork-bar", ProgressBar).update(total=None, progress=0)
         self.display = True
+        self.started += 1
 
     def advance(self, done: int, total: int | None, text: str) -> None:
         self.query_one("#fork-bar", ProgressBar).update(total=total or None, progress=done)

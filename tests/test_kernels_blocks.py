@@ -1,0 +1,182 @@
+"""Products straight from GGUF blocks (kernels.cquant) and the compiled row-local steps
+(kernels.crow): close to the dense fp32 arithmetic, batch-invariant bit for bit, the same bits
+from every instruction-set body, and wired into the model for a quantized GGUF file."""
+
+from __future__ import annotations
+
+import ctypes
+
+import gguf
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels import cquant, crow
+from kernels.cbuild import build_shared, _cpu_flags
+from tests.engine_tiny import tiny_config, tiny_weights, write_gguf
+
+
+def _quantized(fmt: str, n: int, k: int, seed: int = 0) -> tuple[cquant.QuantWeight, torch.Tensor]:
+    """A random weight quantized by gguf, packed; and its dequantized fp32 values."""
+    rng = np.random.default_rng(seed)
+    dense = (rng.standard_normal((n, k)) * 0.05).astype(np.float32)
+    qtype = gguf.GGMLQuantizationType[fmt]
+    raw = gguf.quants.quantize(dense, qtype)
+    values = torch.from_numpy(np.asarray(gguf.quants.dequantize(raw, qtype), dtype=np.float32).copy())
+    return cquant.pack(fmt, raw, n, k), values
+
+
+@pytest.mark.parametrize("fmt", cquant.FORMATS)
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 17])
+def test_block_product_is_the_dense_product_of_the_same_values(fmt, rows):
+    qw, values = _quantized(fmt, 48, 96)
+    x = torch.randn(rows, 96)
+    out = cquant.linear(x, qw)
+    exact = x.double() @ values.double().T
+    assert out.dtype == torch.float32 and out.shape == (rows, 48)
+    # fp32 arithmetic on the very values: only the summation order differs from F.linear
+    assert (out.double() - exact).abs().max() < 1e-5
+    assert (F.linear(x, values).double() - exact).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("fmt", cquant.FORMATS)
+def test_block_product_rows_do_not_depend_on_the_batch_or_threads(fmt):
+    qw, _ = _quantized(fmt, 64, 128, seed=1)
+    x = torch.randn(17, 128)
+    full = cquant.linear(x, qw)
+    for rows in (1, 2, 7, 8, 9, 16):
+        for start in (0, 17 - rows):
+            assert torch.equal(cquant.linear(x[start:start + rows], qw), full[start:start + rows])
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert torch.equal(cquant.linear(x, qw), full)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_every_instruction_set_body_gives_the_same_bits():
+    flags = _cpu_flags().split()
+    variants = {"c": ["-mno-avx512f", "-mno-avx2"]}
+    if "avx2" in flags and "fma" in flags:
+        variants["avx2"] = ["-mno-avx512f"]
+    if "avx512f" in flags:
+        variants["avx512"] = []
+    results = {}
+    for fmt in cquant.FORMATS:
+        qw, _ = _quantized(fmt, 32, 64, seed=2)
+        x = torch.randn(11, 64)
+        for name, extra in variants.items():
+            path, why = build_shared(f"qlinear-test-{name}", cquant.SOURCE, cquant._FLAGS + extra, "a test build",
+                                     subdir="kernels")
+            assert path is not None, why
+            lib = ctypes.CDLL(str(path))
+            lib.tttr_qlinear_kernel.restype = ctypes.c_char_p
+            assert lib.tttr_qlinear_kernel().decode() == name
+            out = torch.empty(11, 32)
+            lib.tttr_qlinear.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                         ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
+            assert lib.tttr_qlinear(cquant.FORMATS.index(fmt), qw.data.ctypes.data, 32, 64, x.data_ptr(), 11,
+                                    out.data_ptr(), 2) == 0
+            results[(fmt, name)] = out
+        outs = [results[(fmt, name)] for name in variants]
+        assert all(torch.equal(o, outs[0]) for o in outs[1:]), f"{fmt}: bodies disagree"
+
+
+def test_pack_refuses_shapes_it_cannot_hold():
+    with pytest.raises(ValueError, match="cannot pack"):
+        cquant.pack("Q4_1", np.zeros((10, 40), np.uint8), 10, 64)  # 10 rows: not a multiple of 16
+    assert not cquant.supports("Q6_K", 16, 256)
+
+
+def test_attached_blocks_go_stale_when_the_weight_changes():
+    qw_fmt = "Q8_0"
+    rng = np.random.default_rng(3)
+    dense = (rng.standard_normal((16, 32)) * 0.1).astype(np.float32)
+    raw = gguf.quants.quantize(dense, gguf.GGMLQuantizationType.Q8_0)
+    weight = torch.from_numpy(np.asarray(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0)).copy())
+    assert cquant.attach(weight, qw_fmt, raw)
+    assert cquant.attached[id(weight)].get(weight) is not None
+    from kernels import ops
+
+    x = torch.randn(2, 32)
+    assert (ops.linear(x, weight) - x @ weight.T).abs().max() < 1e-5
+    weight.mul_(2.0)  # changed in place: the blocks no longer describe it
+    assert cquant.attached[id(weight)].get(weight) is None
+    assert torch.allclose(ops.linear(x, weight), x @ weight.T, atol=1e-5)
+
+
+def test_a_quantized_gguf_runs_from_its_blocks_with_the_dense_logits(tmp_path):
+    """The loader keeps the raw blocks, permuted like the fp32 rows (llama's Q/K), and the
+    model's products run from them: logits as the dense product's, to fp32 rounding."""
+    from engine.model import Segment, load_model
+
+    cfg = tiny_config("llama")
+    path = write_gguf(tmp_path / "tiny-q4.gguf", cfg, tiny_weights(cfg, seed=4), quant="Q4_1")
+    model = load_model(path)
+    assert model.block_weights == 4 * cfg["num_hidden_layers"] + (cfg["vocab_size"] % 16 == 0)
+    tokens = torch.tensor([5, 9, 13, 2, 7])
+
+    def logits():
+        cache = model.new_cache(32)
+        return model.forward(tokens, torch.arange(5), [Segment(0, 5, cache)])
+
+    blocks = logits()
+    saved = dict(cquant.attached)
+    try:
+        cquant.attached.clear()  # the same model on its dense fp32 copies
+        dense = logits()
+    finally:
+        cquant.attached.update(saved)
+    assert not torch.equal(blocks, dense)  # a different summation order did run
+    assert (blocks - dense).abs().max() < 1e-4
+
+
+# ---------------------------------------------------------------------------------- row-local
+
+
+@pytest.mark.parametrize("d", [64, 576, 70])
+def test_rms_norm_matches_stock_and_is_row_invariant(d):
+    x, w = torch.randn(9, d), torch.randn(d)
+    y = crow.rms_norm(x, w, 1e-5)
+    assert torch.allclose(y, F.rms_norm(x, (d,), w, 1e-5), atol=1e-5, rtol=1e-5)
+    for i in (0, 4, 8):
+        assert torch.equal(crow.rms_norm(x[i:i + 1].clone(), w, 1e-5)[0], y[i])
+    delta, x2 = torch.randn(9, d), x.clone()
+    y2 = crow.add_rms_norm(x2, delta, w, 1e-5)
+    assert torch.equal(x2, x + delta)  # the residual lands in place
+    assert torch.equal(y2, crow.rms_norm(x + delta, w, 1e-5))
+
+
+def test_rope_in_place_is_the_pytorch_formula_bit_for_bit():
+    d, half = 64, 32
+    cos, sin = torch.randn(40, d), torch.randn(40, d)
+    qkv = torch.randn(5, 7, d)
+    pos = torch.tensor([0, 3, 39, 12, 12])
+    qk = qkv[:, :5]
+    expect = qk * cos[pos][:, None, :] + torch.roll(qk, half, -1) * sin[pos][:, None, :]
+    rest = qkv[:, 5:].clone()
+    crow.rope_(qkv, 5, cos, sin, pos)
+    assert torch.equal(qkv[:, :5], expect) and torch.equal(qkv[:, 5:], rest)
+    with pytest.raises(ValueError, match="past the 40-row table"):
+        crow.rope_(qkv, 5, cos, sin, torch.tensor([0, 1, 2, 3, 40]))
+
+
+def test_swiglu_matches_stock_and_is_row_invariant():
+    gu = torch.randn(6, 2 * 100) * 6
+    y = crow.silu_mul(gu)
+    assert torch.allclose(y, F.silu(gu[:, :100]) * gu[:, 100:], atol=1e-5, rtol=1e-5)
+    assert torch.equal(crow.silu_mul(gu[3:4].clone())[0], y[3])
+
+
+def test_draw_is_the_cumulative_sum_search():
+    from engine.sampler import _draw, _uniforms
+
+    for trial in range(20):
+        logits = torch.randn(6, 3000) * (1 + trial % 5)
+        if trial % 4 == 0:
+            logits[:, 50:] = -1e4  # exact zeros after the softmax
+        probs = torch.softmax(logits, -1)
+        seeds, coords = [trial * 6 + i for i in range(6)], [(trial, i) for i in range(6)]
+        assert crow.draw(probs, _uniforms(seeds, coords).flatten()) == _draw(torch.cumsum(probs.double(), -1), seeds, coords)
