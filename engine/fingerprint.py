@@ -39,6 +39,7 @@ def _cpu() -> tuple[str, list[str]]:
 def _kernels() -> dict:
     """Which of TTTR's own kernels run here (each builds with the C compiler on first use)."""
     from kernels import REVISION, cquant, crow  # noqa: PLC0415
+    from engine.scheduler import LOGITS_DIGEST  # noqa: PLC0415
     from kernels.invariant import attention_kernel  # noqa: PLC0415
 
     return {
@@ -48,6 +49,7 @@ def _kernels() -> dict:
         "linear_kernel": f"blocks:{cquant.kernel_name()}" if cquant.available() else "dense",
         "row_kernels": "compiled" if crow.available() else "torch",
         "kernels_revision": REVISION,
+        "logits_digest": LOGITS_DIGEST,
     }
 
 

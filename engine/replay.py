@@ -189,13 +189,37 @@ def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation:
         fork_seq=fork_seq, progress=progress, cancel=cancel, max_steps=limits.max_steps,
     )
     _drive(oracle, task.instruction, limits)
+    notes = []
+    if oracle.logits_computed:
+        note = kernels_note(run.fingerprint or {})
+        if note:
+            notes.append(note)
     # Decisions: the actions taken and every token chosen. A live value that differs without
     # changing a decision (a live clock, say) is still reported as the divergence.
     identical = (oracle.actions == _recorded_actions(source)
                  and oracle.token_ids == [t["id"] for e in source.events if e.kind == "token" for t in [e.value]])
     return RunResult(child_id, oracle.status, oracle.outcome, oracle.actions, identical=identical,
                      divergence=oracle.divergence, parent=run.id,
-                     logits_computed=oracle.logits_computed, commands_run=oracle.commands_run)
+                     logits_computed=oracle.logits_computed, commands_run=oracle.commands_run,
+                     extra={"notes": notes} if notes else {})
+
+
+def kernels_note(recorded: dict) -> str | None:
+    """One line when the recording's logits came from another revision of TTTR's kernels (or
+    another digest): its tensor-layer values cannot match these bit for bit, whatever else
+    holds. None when they are comparable."""
+    from kernels import REVISION
+
+    from engine.scheduler import LOGITS_DIGEST
+
+    theirs = recorded.get("kernels_revision")
+    digest = recorded.get("logits_digest", "blake2b-128")
+    if theirs == REVISION and digest == LOGITS_DIGEST:
+        return None
+    which = "an earlier revision" if theirs is None else f"revision {theirs}"
+    return (f"note: the recording's logits come from TTTR kernels {which} ({digest} digests); this TTTR "
+            f"computes revision {REVISION} ({LOGITS_DIGEST}): tensor-layer values differ by construction, "
+            "so compare decisions, not logits digests")
 
 
 def _recorded_actions(source: Source) -> list[str]:

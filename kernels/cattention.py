@@ -61,6 +61,33 @@ static inline void axpy(float *restrict y, const float *restrict x, const float 
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+/* o_d = (sum over j = 0..L-1, one by one, of p_j * v_j,d) / denom. The accumulators stay in
+   registers for a head dim of 64 or 128 (a loop over memory would wait on a store every key);
+   the same fused multiply-adds in the same order either way. */
+static inline void weighted_values(const float *restrict p, const float *restrict vb, const int64_t v_row,
+                                   const int64_t L, const int64_t D, const float denom, float *restrict o) {
+#if defined(__AVX512F__)
+#define WV(NV) do { \
+        __m512 acc[NV]; \
+        for (int t = 0; t < NV; t++) acc[t] = _mm512_setzero_ps(); \
+        for (int64_t j = 0; j < L; j++) { \
+            const __m512 pj = _mm512_set1_ps(p[j]); \
+            for (int t = 0; t < NV; t++) acc[t] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vb + j * v_row + 16 * t), acc[t]); \
+        } \
+        const __m512 dn = _mm512_set1_ps(denom); \
+        for (int t = 0; t < NV; t++) _mm512_storeu_ps(o + 16 * t, _mm512_div_ps(acc[t], dn)); \
+        return; \
+    } while (0)
+    if (D == 64) WV(4);
+    if (D == 128) WV(8);
+#undef WV
+#endif
+    float acc[D];
+    for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
+    for (int64_t j = 0; j < L; j++) axpy(acc, vb + j * v_row, p[j], D);
+    for (int64_t d = 0; d < D; d++) o[d] = acc[d] / denom;
+}
+
 /* The score of one key: lane l of 16 sums q_d * k_d for d = l, l+16, l+32, ... in order, then
    the lanes are added pairwise (l += l+8, l += l+4, l += l+2, l += l+1). Vectorises along the
    head dim as written; the scalar form gives the same bits. */
@@ -112,11 +139,7 @@ int tttr_attention(const float *q, const float *k, const float *v,
             for (int64_t j = 0; j < L; j++) s[j] = exp_neg(s[j] - m);
             float denom = 0.0f;
             for (int64_t j = 0; j < L; j++) denom += s[j];
-            float acc[D];
-            for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
-            for (int64_t j = 0; j < L; j++) axpy(acc, vb + j * v_row, s[j], D);
-            float *o = out + (i * H + h) * D;
-            for (int64_t d = 0; d < D; d++) o[d] = acc[d] / denom;
+            weighted_values(s, vb, v_row, L, D, denom, out + (i * H + h) * D);
         }
     }
     return 0;

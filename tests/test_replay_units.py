@@ -77,3 +77,12 @@ def test_align_pairs_a_gap_in_order():
     rows = align(["a", "b"], ["c", "d", "e", "f", "g", "h"])
     assert [(r.a_step, r.b_step) for r in rows] == [(0, 0), (1, 1), (None, 2), (None, 3), (None, 4), (None, 5)]
     assert not any(r.same for r in rows)
+
+
+def test_a_recording_from_other_kernels_gets_a_note():
+    from engine.fingerprint import fingerprint
+    from engine.replay import kernels_note
+
+    assert kernels_note(fingerprint()) is None  # this TTTR's own recordings compare bit for bit
+    note = kernels_note({"attention_kernel": "compiled"})  # a session-2 fingerprint
+    assert note.startswith("note:") and "earlier revision" in note and "blake2b-128" in note

@@ -200,6 +200,8 @@ def _print_result(args, res, verb: str) -> None:
         print("decisions identical to the recording" if res.identical else "decisions differ from the recording")
     if res.divergence is not None:
         print(res.divergence.describe())
+    for note in res.extra.get("notes", ()):
+        print(note)
     if res.parent is not None:
         print(f"  logits computed: {res.logits_computed}, commands run: {res.commands_run}")
 
