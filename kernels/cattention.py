@@ -113,6 +113,35 @@ static inline float dot_lanes(const float *restrict q, const float *restrict k, 
     return lane[0];
 }
 
+#if defined(__AVX512F__)
+/* The scores of 16 consecutive keys at once, each exactly as dot_lanes computes it: the same
+   fused multiply-adds into one vector per key, then the same pairwise tree done for 16 keys
+   together by shuffles (level 1 adds lane l+8 to lane l, then l+4, l+2, l+1), and the 16 sums
+   put back in key order. */
+static inline void scores16(const float *restrict q, const float *restrict k, const int64_t k_row,
+                            const int64_t D, const float scale, float *restrict s) {
+    __m512 a[16], z[8], w[4], v[2];
+    for (int t = 0; t < 16; t++) a[t] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d += 16) {
+        const __m512 qd = _mm512_loadu_ps(q + d);
+        for (int t = 0; t < 16; t++) a[t] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k + t * k_row + d), a[t]);
+    }
+    for (int p = 0; p < 8; p++)  /* keys 2p | 2p+1, lanes 0-7 each: l + (l+8) */
+        z[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE));
+    for (int r = 0; r < 4; r++)  /* keys 4r..4r+3, a quarter each: l + (l+4) */
+        w[r] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * r], z[2 * r + 1], 0x88),
+                             _mm512_shuffle_f32x4(z[2 * r], z[2 * r + 1], 0xDD));
+    for (int h = 0; h < 2; h++)  /* l + (l+2) */
+        v[h] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * h], w[2 * h + 1], 0x44),
+                             _mm512_shuffle_ps(w[2 * h], w[2 * h + 1], 0xEE));
+    /* l0 + l1: lane 4i + m holds key 4m + i */
+    const __m512 u = _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(s, _mm512_mul_ps(_mm512_permutexvar_ps(order, u), _mm512_set1_ps(scale)));
+}
+#endif
+
 /* Query i (row i of q [n, H, D], contiguous) attends keys 0..pos[i] of sequence seq[i] (of
    n_seq); key j of KV head g starts at k + seq[i]*k_seq + j*k_row + g*D (v likewise).
    out: [n, H, D]. Keys and values are read in place. */
@@ -133,7 +162,12 @@ int tttr_attention(const float *q, const float *k, const float *v,
             const float *qh = q + (i * H + h) * D;
             const float *kb = k + sq * k_seq + g * D, *vb = v + sq * v_seq + g * D;
             float s[L];
-            for (int64_t j = 0; j < L; j++) s[j] = dot_lanes(qh, kb + j * k_row, D) * scale;
+            int64_t j = 0;
+#if defined(__AVX512F__)
+            if (D % 16 == 0)
+                for (; j + 16 <= L; j += 16) scores16(qh, kb + j * k_row, k_row, D, scale, s + j);
+#endif
+            for (; j < L; j++) s[j] = dot_lanes(qh, kb + j * k_row, D) * scale;
             float m = -INFINITY;
             for (int64_t j = 0; j < L; j++) m = s[j] > m ? s[j] : m;
             for (int64_t j = 0; j < L; j++) s[j] = exp_neg(s[j] - m);

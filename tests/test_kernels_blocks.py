@@ -180,3 +180,33 @@ def test_draw_is_the_cumulative_sum_search():
         probs = torch.softmax(logits, -1)
         seeds, coords = [trial * 6 + i for i in range(6)], [(trial, i) for i in range(6)]
         assert crow.draw(probs, _uniforms(seeds, coords).flatten()) == _draw(torch.cumsum(probs.double(), -1), seeds, coords)
+
+
+def test_compiled_attention_bodies_agree_bit_for_bit():
+    """The attention's AVX-512 paths (16 keys' scores at once, values in registers) compute
+    what its plain C loops compute."""
+    from kernels import cattention
+
+    flags = _cpu_flags().split()
+    torch.manual_seed(5)
+    n = 6
+    k, v, q = torch.randn(n, 300, 3, 64), torch.randn(n, 300, 3, 64), torch.randn(n, 9, 64)
+    seq, pos = torch.arange(n), torch.tensor([0, 15, 16, 47, 199, 299])
+    outs = []
+    for extra in ([], ["-mno-avx512f", "-mno-avx2"]) if "avx512f" in flags else ([], ["-mno-avx2"]):
+        path, why = build_shared("attention-test" + "".join(extra), cattention.SOURCE, cattention._FLAGS + extra,
+                                 "a test build", subdir="kernels")
+        assert path is not None, why
+        lib = ctypes.CDLL(str(path))
+        p, i = ctypes.c_void_p, ctypes.c_int64
+        lib.tttr_attention.argtypes = [p, p, p, i, i, i, i, p, p, i, i, i, i, i, i, ctypes.c_float, p, ctypes.c_int]
+        out = torch.empty(n, 9, 64)
+        assert lib.tttr_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), k.stride(0), k.stride(1), v.stride(0),
+                                  v.stride(1), seq.data_ptr(), pos.data_ptr(), n, n, 300, 9, 3, 64, 0.125,
+                                  out.data_ptr(), 2) == 0
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    exact = torch.stack([torch.stack([
+        torch.softmax(k[r, :pos[r] + 1, h // 3].double() @ q[r, h].double() * 0.125, 0) @ v[r, :pos[r] + 1, h // 3].double()
+        for h in range(9)]) for r in range(n)])
+    assert (outs[0].double() - exact).abs().max() < 1e-5
