@@ -4,6 +4,10 @@ A row's result depends only on the row: not on how many rows share the call, whe
 row sits, what else is there, nor (for attention) on whether the prompt came in one
 prefill, in chunks, or token by token. How each op gets there:
 
+(kernels.ops sends a weight with GGUF blocks to kernels.cquant and, with a C compiler,
+RMSNorm to kernels.crow, in either mode: both are batch-invariant by construction. What
+follows is what runs for dense weights and without a compiler.)
+
 - linear: MKL's packed GEMM (`cblas_sgemm_pack` once per weight, `cblas_sgemm_compute`
   per call). With the weight packed for an 8-row panel, MKL runs the same micro-kernel
   and the same K-order for every row count, so row results are identical for 1..256
