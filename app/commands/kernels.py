@@ -22,8 +22,10 @@ def register(sub, bench_sub) -> None:
         description="Generate the same prompt --runs times (greedy, and sampled at T=0.8 with a fixed seed), each "
                     "time co-batched with 0-15 random prompts at a random row, under each kernel mode; print the "
                     "number of unique completions and logits-digest sequences and the first differing position. "
-                    "Then compare one prefill, chunked prefill and token-by-token decode. Expected: fast differs, "
-                    "invariant gives exactly 1 and 1. Progress goes to stderr.",
+                    "Then compare one prefill, chunked prefill and token-by-token decode. Expected: invariant gives "
+                    "exactly 1 and 1 and identical prefill paths; fast differs in the prefill paths, and under "
+                    "co-batching too where its products are stock (dense weights; a quantized GGUF's products are "
+                    "invariant in both modes). Progress goes to stderr.",
     )
     d.add_argument("--runs", type=_positive, default=100, help="generations per mode and sampling (default 100)")
     d.add_argument("--tokens", type=_positive, default=40, help="tokens per generation (default 40)")
