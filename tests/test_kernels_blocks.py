@@ -210,3 +210,40 @@ def test_compiled_attention_bodies_agree_bit_for_bit():
         torch.softmax(k[r, :pos[r] + 1, h // 3].double() @ q[r, h].double() * 0.125, 0) @ v[r, :pos[r] + 1, h // 3].double()
         for h in range(9)]) for r in range(n)])
     assert (outs[0].double() - exact).abs().max() < 1e-5
+
+
+def test_without_c_kernels_the_model_runs_dense_with_the_same_logits(tmp_path):
+    """TTTR_NO_C_KERNELS=1 (or no compiler): every step falls back to PyTorch, the
+    fingerprint says so, and the logits agree with the compiled path to fp32 rounding."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from engine.model import Segment, load_model
+    from kernels.mode import kernel_mode
+
+    cfg = tiny_config("llama")
+    path = write_gguf(tmp_path / "tiny-q8.gguf", cfg, tiny_weights(cfg, seed=6), quant="Q8_0")
+    tokens = [5, 9, 13, 2, 7, 11]
+    code = (
+        "import json, sys, torch\n"
+        "from engine.model import Segment, load_model\n"
+        "from engine.fingerprint import fingerprint\n"
+        "from kernels.mode import kernel_mode\n"
+        f"m = load_model({str(path)!r})\n"
+        "with kernel_mode('invariant'):\n"
+        f"    out = m.forward(torch.tensor({tokens}), torch.arange({len(tokens)}), [Segment(0, {len(tokens)}, m.new_cache(32))])\n"
+        "fp = fingerprint()\n"
+        "print(json.dumps({'blocks': m.block_weights, 'linear': fp['linear_kernel'], 'rows': fp['row_kernels'],"
+        " 'attention': fp['attention_kernel'], 'logits': out.tolist()}))\n"
+    )
+    env = {**os.environ, "TTTR_NO_C_KERNELS": "1"}
+    got = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                    check=True).stdout)
+    assert (got["blocks"], got["linear"], got["rows"], got["attention"]) == (0, "dense", "torch", "blocked")
+    model = load_model(path)
+    assert model.block_weights > 0
+    with kernel_mode("invariant"):
+        here = model.forward(torch.tensor(tokens), torch.arange(len(tokens)), [Segment(0, len(tokens), model.new_cache(32))])
+    assert (here - torch.tensor(got["logits"])).abs().max() < 1e-4
