@@ -4,6 +4,10 @@ interleaved rotary embedding; we undo that so one rotary implementation serves b
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +17,7 @@ from engine.checkpoint import Checkpoint
 from engine.config import GGUF_ARCHS, ModelConfig
 from engine.errors import EngineError
 from engine.tokenizer import Tokenizer
+from kernels.cbuild import cache_dir
 from kernels.cquant import FORMATS as QUANT_FORMATS
 
 _LAYER_NAMES = {
@@ -64,14 +69,67 @@ def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+@dataclass(frozen=True)
+class _Tensor:
+    name: str
+    tensor_type: object  # gguf.GGMLQuantizationType
+    shape: tuple[int, ...]
+    data: np.ndarray  # a view of the mapped file, as GGUFReader gives it
+
+
+_HEADER_FORMAT = 1  # bump when what _read_header caches changes
+
+
+def _read_header(path: Path) -> tuple[dict, list[_Tensor]]:
+    """The file's metadata fields and its tensors (views of the mapped file). GGUFReader
+    parses every metadata item through numpy (~5 s for the default model's 49k-token
+    vocabulary); what it found is cached under the cache directory, keyed by the file's path,
+    size and mtime, so later loads map the file and slice it at the recorded offsets."""
+    import gguf
+
+    st = path.stat()
+    key = hashlib.blake2b(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode(), digest_size=12).hexdigest()
+    cache = cache_dir() / "gguf" / f"{path.stem}-{key}.json"
+    header = None
+    try:
+        header = json.loads(cache.read_text())
+        if header.get("format") != _HEADER_FORMAT:
+            header = None
+    except (OSError, ValueError, AttributeError):
+        header = None
+    if header is None:
+        try:
+            reader = gguf.GGUFReader(str(path))
+        except Exception as exc:  # noqa: BLE001 - any parse failure means "not a usable GGUF"
+            raise EngineError(f"{path} is not a readable GGUF file ({exc}): pass a .gguf model or a model folder") from exc
+        fields = {name: _field(f) for name, f in reader.fields.items()}
+        header = {"format": _HEADER_FORMAT, "fields": fields, "tensors": [
+            {"name": t.name, "type": t.tensor_type.name, "shape": [int(d) for d in t.shape],
+             "offset": int(t.data_offset), "dtype": t.data.dtype.str, "data_shape": list(t.data.shape)}
+            for t in reader.tensors]}
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(header))
+            os.replace(tmp, cache)
+        except (OSError, TypeError, ValueError):
+            pass  # an unwritable cache (or a field JSON cannot hold) only costs a parse next time
+    mapped = np.memmap(path, mode="r")
+    tensors = []
+    for t in header["tensors"]:
+        dtype = np.dtype(t["dtype"])
+        count = int(np.prod(t["data_shape"]))
+        if t["offset"] + count * dtype.itemsize > mapped.size:
+            raise EngineError(f"{path} is truncated: tensor {t['name']!r} runs past the end of the file")
+        data = np.ndarray(t["data_shape"], dtype=dtype, buffer=mapped, offset=t["offset"])
+        tensors.append(_Tensor(t["name"], gguf.GGMLQuantizationType[t["type"]], tuple(t["shape"]), data))
+    return header["fields"], tensors
+
+
 def load_gguf(path: Path) -> Checkpoint:
     import gguf
 
-    try:
-        reader = gguf.GGUFReader(str(path))
-    except Exception as exc:  # noqa: BLE001 - any parse failure means "not a usable GGUF"
-        raise EngineError(f"{path} is not a readable GGUF file ({exc}): pass a .gguf model or a model folder") from exc
-    fields = {name: _field(f) for name, f in reader.fields.items()}
+    fields, reader_tensors = _read_header(path)
     arch = fields.get("general.architecture")
     if arch not in GGUF_ARCHS:
         raise EngineError(
@@ -83,7 +141,7 @@ def load_gguf(path: Path) -> Checkpoint:
         value = fields.get(f"{arch}.{key}")
         return default if value is None else value
 
-    names = {t.name for t in reader.tensors}
+    names = {t.name for t in reader_tensors}
     n_heads = int(meta("attention.head_count"))
     d = int(meta("embedding_length"))
     tokens = fields.get("tokenizer.ggml.tokens") or []
@@ -109,7 +167,7 @@ def load_gguf(path: Path) -> Checkpoint:
     )
     tensors: dict[str, torch.Tensor] = {}
     quantized: dict[str, tuple[str, np.ndarray]] = {}
-    for t in reader.tensors:
+    for t in reader_tensors:
         if t.name in _GLOBAL_NAMES:
             hf = _GLOBAL_NAMES[t.name]
         elif t.name.startswith("blk."):

@@ -13,8 +13,9 @@ _FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 
 
 def _cache_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tttr" / "model_ids.json"
+    from kernels.cbuild import cache_dir  # noqa: PLC0415 - $TTTR_CACHE, else ~/.cache/tttr
+
+    return cache_dir() / "model_ids.json"
 
 
 def _content_files(path: Path) -> list[Path]:

@@ -135,3 +135,34 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path):
         out = subprocess.run([sys.executable, "-m", "app", *argv], cwd=ROOT, capture_output=True, text=True)
         assert out.returncode == 2, (argv, out.stderr)
         assert out.stderr.startswith("tttr: error: ") and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_gguf_header_is_cached_and_follows_the_file(tmp_path, monkeypatch):
+    """The second load of a GGUF reads the metadata GGUFReader found from the cache (no
+    parse) and gives the same checkpoint; rewriting the file makes a new entry."""
+    import gguf
+
+    monkeypatch.setenv("TTTR_CACHE", str(tmp_path / "cache"))
+    cfg = tiny_config("llama")
+    path = write_gguf(tmp_path / "m.gguf", cfg, tiny_weights(cfg, seed=1), quant="Q4_1")
+    first = load_checkpoint(path)
+    entries = list((tmp_path / "cache" / "gguf").glob("*.json"))
+    assert len(entries) == 1
+
+    def no_parse(*_a, **_k):
+        raise AssertionError("the header should come from the cache")
+
+    monkeypatch.setattr(gguf, "GGUFReader", no_parse)
+    second = load_checkpoint(path)
+    assert second.config == first.config
+    assert all(torch.equal(second.tensors[k], t) for k, t in first.tensors.items())
+    assert {k: (f, r.tobytes()) for k, (f, r) in second.quantized.items()} == \
+        {k: (f, r.tobytes()) for k, (f, r) in first.quantized.items()}
+    assert second.tokenizer.encode(TEXT) == first.tokenizer.encode(TEXT)
+    monkeypatch.undo()
+    monkeypatch.setenv("TTTR_CACHE", str(tmp_path / "cache"))
+    write_gguf(path, cfg, tiny_weights(cfg, seed=2))  # a different file at the same path
+    third = load_checkpoint(path)
+    assert len(list((tmp_path / "cache" / "gguf").glob("*.json"))) == 2
+    assert not torch.equal(third.tensors["model.norm.weight"], first.tensors["model.norm.weight"]) or \
+        not torch.equal(third.tensors["model.embed_tokens.weight"], first.tensors["model.embed_tokens.weight"])
