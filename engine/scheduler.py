@@ -30,7 +30,7 @@ from engine.kv_cache import KVCache, KVPool
 from engine.model import Model, Segment
 from engine.sampler import sample_rows
 from engine.sequence import Sequence, TokenRecord
-from kernels import ops
+from kernels import crow, ops
 from kernels.mode import check_mode, get_mode, kernel_mode
 
 TOPK = 5
@@ -246,7 +246,10 @@ class Engine:
                 seq.cache.k[:, :end - start] = leader.cache.k[:, :end - start]
                 seq.cache.v[:, :end - start] = leader.cache.v[:, :end - start]
             logprobs = ops.log_softmax(logits, dim=-1)
-            top_v, top_i = torch.topk(logprobs, self.topk, dim=-1)
+            if crow.available() and logprobs.is_contiguous() and 0 < self.topk <= crow.TOPK_MAX:
+                top_v, top_i = crow.topk(logprobs, self.topk)  # one scan a row, rows in parallel
+            else:
+                top_v, top_i = torch.topk(logprobs, self.topk, dim=-1)
             top_v, top_i = top_v.tolist(), top_i.tolist()
             drawn = self._draw(plan, logits)
             digests = logits_digests(logits)

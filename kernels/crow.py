@@ -11,6 +11,7 @@ batch-invariant as they stand and serve both kernel modes:
   r = 1 / sqrt(sum / D + eps), y_i = (x_i * r) * w_i;
 - rotary: y_i = x_i * cos_i + x_(i+D/2 mod D) * sin'_i (sin' with its first half negated: the
   model's tables), three rounded operations as in the PyTorch formulation, same bits;
+- topk: one scan a row keeping the k largest (3x torch.topk on the vocabulary here);
 - draw: a sampler's inverse CDF, summed in double entry by entry as torch.cumsum does;
 - silu_mul: g * sigmoid(g) * u with sigmoid from one exp of -|g| (Cephes' polynomial, plain
   float arithmetic the compiler vectorises: vector body and scalar tail agree).
@@ -99,6 +100,29 @@ void tttr_silu_mul(const float *gu, float *y, int64_t rows, int64_t f) {
     }
 }
 
+/* The k largest of each row, largest first, the lower index first among equals (k <= 64);
+   NaNs are skipped (a row with fewer than k others pads with -inf at index -1). */
+void tttr_topk(const float *x, int64_t n, int64_t m, int64_t k, float *vals, int64_t *idx, int threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t r = 0; r < n; r++) {
+        const float *xr = x + r * m;
+        float v[64];
+        int64_t id[64];
+        int64_t have = 0;
+        for (int64_t i = 0; i < m; i++) {
+            const float xi = xr[i];
+            if (xi != xi || (have == k && !(xi > v[k - 1]))) continue;
+            int64_t j = have < k ? have++ : k - 1;
+            while (j > 0 && xi > v[j - 1]) { v[j] = v[j - 1]; id[j] = id[j - 1]; j--; }
+            v[j] = xi; id[j] = i;
+        }
+        for (int64_t j = 0; j < k; j++) {
+            vals[r * k + j] = j < have ? v[j] : -INFINITY;
+            idx[r * k + j] = j < have ? id[j] : -1;
+        }
+    }
+}
+
 /* Inverse CDF for each of n rows of probs [n, m] (unnormalised): the first index i whose
    running sum, accumulated in double one entry after another, exceeds u[r] times the whole
    row's sum so accumulated; clamped to m - 1. The same index as torch.searchsorted(
@@ -142,7 +166,9 @@ def _build() -> tuple[ctypes.CDLL | None, str | None]:
     lib.tttr_rope.restype = ctypes.c_int
     lib.tttr_silu_mul.argtypes = [p, p, i, i]
     lib.tttr_draw.argtypes = [p, p, i, i, p, ctypes.c_int]
-    lib.tttr_draw.restype = None
+    lib.tttr_topk.argtypes = [p, i, i, i, p, p, ctypes.c_int]
+    for fn in (lib.tttr_draw, lib.tttr_topk):
+        fn.restype = None
     for fn in (lib.tttr_rms_norm, lib.tttr_add_rms_norm, lib.tttr_silu_mul):
         fn.restype = None
     return lib, None
@@ -225,3 +251,19 @@ def draw(probs: torch.Tensor, u: torch.Tensor) -> list[int]:
     out = torch.empty(n, dtype=torch.int64)
     load().tttr_draw(probs.data_ptr(), u.data_ptr(), n, m, out.data_ptr(), torch.get_num_threads())
     return out.tolist()
+
+
+TOPK_MAX = 64
+
+
+def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, indices) of the k largest of each row of a 2-D fp32 tensor, largest first
+    (the lower index first among equals), like torch.topk(x, k) for k <= TOPK_MAX."""
+    x = _rows(x)
+    n, m = x.shape
+    if not 0 < k <= min(m, TOPK_MAX):
+        raise ValueError(f"topk: k={k} must be in 1..{min(m, TOPK_MAX)}")
+    vals = torch.empty(n, k, dtype=torch.float32)
+    idx = torch.empty(n, k, dtype=torch.int64)
+    load().tttr_topk(x.data_ptr(), n, m, k, vals.data_ptr(), idx.data_ptr(), torch.get_num_threads())
+    return vals, idx

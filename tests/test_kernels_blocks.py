@@ -247,3 +247,17 @@ def test_without_c_kernels_the_model_runs_dense_with_the_same_logits(tmp_path):
     with kernel_mode("invariant"):
         here = model.forward(torch.tensor(tokens), torch.arange(len(tokens)), [Segment(0, len(tokens), model.new_cache(32))])
     assert (here - torch.tensor(got["logits"])).abs().max() < 1e-4
+
+
+def test_topk_is_torch_topk_with_ties_to_the_lower_index():
+    torch.manual_seed(7)
+    x = torch.randn(9, 5000) * 3
+    vals, idx = crow.topk(x, 5)
+    ref = torch.topk(x, 5)
+    assert torch.equal(vals, ref.values) and torch.equal(idx, ref.indices)
+    tied = torch.tensor([[1.0, 3.0, float("nan"), 3.0, 2.0, 3.0]])
+    vals, idx = crow.topk(tied, 4)
+    assert idx.tolist() == [[1, 3, 5, 4]] and vals.tolist() == [[3.0, 3.0, 3.0, 2.0]]
+    assert torch.equal(crow.topk(x[4:5].clone(), 5)[1][0], crow.topk(x, 5)[1][4])
+    with pytest.raises(ValueError, match="k=0"):
+        crow.topk(x, 0)
