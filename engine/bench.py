@@ -107,4 +107,6 @@ def format_report(r: dict) -> str:
                      f"(single-stream is {r['ratio_vs_reference']:.2f}x; target >= 1.3x)")
         per_round = " ".join(f"{a / b:.2f}x" for a, b in zip(r["rounds_single_tok_s"], r["rounds_reference_tok_s"]))
         lines.append(f"single / reference by round: {per_round}   (the machine's spread; the figures above are bests)")
+    per_round = " ".join(f"{b / a:.2f}x" for a, b in zip(r["rounds_single_tok_s"], r["rounds_batch8_tok_s"]))
+    lines.append(f"8-way / single by round: {per_round}")
     return "\n".join(lines)

@@ -20,10 +20,11 @@ def test_report_prints_bests_targets_and_each_rounds_ratio():
     assert "(4.20x single-stream; target >= 4x)" in lines[2]
     assert "(single-stream is 1.36x; target >= 1.3x)" in lines[3]
     assert lines[4].startswith("single / reference by round: 1.36x 1.38x 1.00x")
+    assert lines[5] == "8-way / single by round: 4.20x 4.36x 4.17x"
 
 
 def test_report_without_the_reference_says_how_to_get_it():
     text = format_report(_result(reference="not installed", reference_tok_s=None, ratio_vs_reference=None,
                                  rounds_reference_tok_s=None))
     assert "not installed: pip install transformers" in text
-    assert "by round" not in text
+    assert "single / reference by round" not in text and "8-way / single by round: 4.20x" in text
