@@ -20,12 +20,10 @@ the run fingerprint records which one ran (`attention_kernel`)."""
 from __future__ import annotations
 
 import ctypes
-import os
-import threading
 
 import torch
 
-from kernels.cbuild import build_shared
+from kernels.cbuild import CLibrary
 
 EXP_NEG = r"""
 /* exp(x) for x <= 0 by Cephes' single-precision polynomial: plain float arithmetic, branch
@@ -181,45 +179,16 @@ int tttr_attention(const float *q, const float *k, const float *v,
 """
 
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-fast-math", "-fno-trapping-math", "-shared", "-fPIC"]
-_lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
-_why: str | None = None
-_tried = False
 
 
-def _build() -> tuple[ctypes.CDLL | None, str | None]:
-    if os.environ.get("TTTR_NO_C_KERNELS"):
-        return None, "TTTR_NO_C_KERNELS is set"
-    target, why = build_shared("attention", SOURCE, _FLAGS, "the compiled invariant attention", subdir="kernels")
-    if target is None:
-        return None, why
-    lib = ctypes.CDLL(str(target))
+def _declare(lib) -> None:
     p, i = ctypes.c_void_p, ctypes.c_int64
     lib.tttr_attention.argtypes = [p, p, p, i, i, i, i, p, p, i, i, i, i, i, i, ctypes.c_float, p, ctypes.c_int]
     lib.tttr_attention.restype = ctypes.c_int
-    return lib, None
 
 
-def _load() -> ctypes.CDLL | None:
-    global _lib, _why, _tried
-    if not _tried:
-        with _lock:
-            if not _tried:
-                try:
-                    _lib, _why = _build()
-                except OSError as exc:
-                    _lib, _why = None, f"loading the compiled invariant attention failed: {exc}"
-                _tried = True
-    return _lib
-
-
-def available() -> bool:
-    return _load() is not None
-
-
-def why_unavailable() -> str | None:
-    _load()
-    return _why
+_library = CLibrary("attention", SOURCE, _FLAGS, "the compiled invariant attention", _declare)
+load, available, why_unavailable = _library.load, _library.available, _library.why_unavailable
 
 
 def _kv_rows(x: torch.Tensor) -> torch.Tensor:
@@ -237,9 +206,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tens
     sequence strides are read in place: a KV pool view as it is; anything else is copied
     first); seq, pos [n] int64: query i attends keys 0..pos[i] of sequence seq[i]. Returns
     [n, H, D] fp32."""
-    lib = _load()
+    lib = load()
     if lib is None:
-        raise RuntimeError(_why)
+        raise RuntimeError(why_unavailable())
     n, h, d = q.shape
     kvh = k.shape[2]
     if h % kvh:

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 
@@ -57,3 +58,48 @@ def build_shared(stem: str, source: str, flags: list[str], what: str,
             return None, f"building {what} with {cc} failed: {first}"
         os.replace(out, target)
     return target, None
+
+
+class CLibrary:
+    """One of TTTR's compiled kernels: C source built on first use (`build_shared`, under the
+    cache's `kernels/`), loaded with ctypes, its functions declared by `declare(lib)`. Built
+    once per process, from any thread. `TTTR_NO_C_KERNELS=1` switches every one of them off;
+    without a compiler `load()` is None and `why_unavailable()` says why in one line."""
+
+    def __init__(self, stem: str, source: str, flags: list[str], what: str, declare) -> None:
+        self.stem, self.source, self.flags, self.what, self._declare = stem, source, flags, what, declare
+        self._lock = threading.Lock()
+        self._lib = None
+        self._why: str | None = None
+        self._tried = False
+
+    def _build(self):
+        if os.environ.get("TTTR_NO_C_KERNELS"):
+            return None, "TTTR_NO_C_KERNELS is set"
+        target, why = build_shared(self.stem, self.source, self.flags, self.what, subdir="kernels")
+        if target is None:
+            return None, why
+        import ctypes  # noqa: PLC0415 - only when a kernel is wanted
+
+        lib = ctypes.CDLL(str(target))
+        self._declare(lib)
+        return lib, None
+
+    def load(self):
+        """The ctypes library, or None."""
+        if not self._tried:
+            with self._lock:
+                if not self._tried:
+                    try:
+                        self._lib, self._why = self._build()
+                    except OSError as exc:
+                        self._lib, self._why = None, f"loading {self.what} failed: {exc}"
+                    self._tried = True
+        return self._lib
+
+    def available(self) -> bool:
+        return self.load() is not None
+
+    def why_unavailable(self) -> str | None:
+        self.load()
+        return self._why

@@ -29,7 +29,6 @@ products (the fingerprint's `linear_kernel` says which ran)."""
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kernels.cbuild import build_shared
+from kernels.cbuild import CLibrary
 
 GROUP = 16  # output rows per group (one AVX-512 vector)
 BLOCK = 32  # inputs per GGUF block, for both formats
@@ -224,51 +223,23 @@ int tttr_qlinear(int format, const uint8_t *w, int64_t N, int64_t K, const float
 """
 
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-fast-math", "-ffp-contract=off", "-shared", "-fPIC"]
-_lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
-_why: str | None = None
-_tried = False
+_pack_lock = threading.Lock()  # packing a weight's blocks, once
 
 
-def _build() -> tuple[ctypes.CDLL | None, str | None]:
-    if os.environ.get("TTTR_NO_C_KERNELS"):
-        return None, "TTTR_NO_C_KERNELS is set"
-    target, why = build_shared("qlinear", SOURCE, _FLAGS, "the compiled quantized-block products", subdir="kernels")
-    if target is None:
-        return None, why
-    lib = ctypes.CDLL(str(target))
+def _declare(lib) -> None:
     p, i = ctypes.c_void_p, ctypes.c_int64
     lib.tttr_qlinear.argtypes = [ctypes.c_int, p, i, i, p, i, p, ctypes.c_int]
     lib.tttr_qlinear.restype = ctypes.c_int
     lib.tttr_qlinear_kernel.restype = ctypes.c_char_p
-    return lib, None
 
 
-def _load() -> ctypes.CDLL | None:
-    global _lib, _why, _tried
-    if not _tried:
-        with _lock:
-            if not _tried:
-                try:
-                    _lib, _why = _build()
-                except OSError as exc:
-                    _lib, _why = None, f"loading the compiled quantized-block products failed: {exc}"
-                _tried = True
-    return _lib
-
-
-def available() -> bool:
-    return _load() is not None
-
-
-def why_unavailable() -> str | None:
-    _load()
-    return _why
+_library = CLibrary("qlinear", SOURCE, _FLAGS, "the compiled quantized-block products", _declare)
+load, available, why_unavailable = _library.load, _library.available, _library.why_unavailable
 
 
 def kernel_name() -> str | None:
     """"avx512", "avx2" or "c" (the same bits from each), None when not built."""
-    lib = _load()
+    lib = load()
     return None if lib is None else lib.tttr_qlinear_kernel().decode()
 
 
@@ -318,9 +289,9 @@ def pack(fmt: str, raw: np.ndarray, n: int, k: int) -> QuantWeight:
 
 def linear(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
     """x [M, K] (any float dtype; made contiguous fp32) -> [M, N] fp32."""
-    lib = _load()
+    lib = load()
     if lib is None:
-        raise RuntimeError(_why)
+        raise RuntimeError(why_unavailable())
     n, k = qw.shape
     if x.dim() != 2 or x.shape[1] != k:
         raise ValueError(f"linear: input {tuple(x.shape)} does not match a {n}x{k} weight")
@@ -347,7 +318,7 @@ class _Attached:
         if self.ref() is not weight or weight._version != self.version:
             return None  # another tensor at a recycled id, or values changed since: the dense path
         if self.packed is None:
-            with _lock:
+            with _pack_lock:
                 if self.packed is None:
                     n, k = weight.shape
                     self.packed, self.raw = pack(self.fmt, self.raw, n, k), None

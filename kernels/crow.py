@@ -22,13 +22,11 @@ the PyTorch formulations."""
 from __future__ import annotations
 
 import ctypes
-import os
-import threading
 
 import torch
 
 from kernels.cattention import EXP_NEG
-from kernels.cbuild import build_shared
+from kernels.cbuild import CLibrary
 
 SOURCE = r"""
 #include <math.h>
@@ -146,19 +144,9 @@ void tttr_draw(const float *probs, const double *u, int64_t n, int64_t m, int64_
 """
 
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-fast-math", "-fno-trapping-math", "-ffp-contract=off", "-shared", "-fPIC"]
-_lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
-_why: str | None = None
-_tried = False
 
 
-def _build() -> tuple[ctypes.CDLL | None, str | None]:
-    if os.environ.get("TTTR_NO_C_KERNELS"):
-        return None, "TTTR_NO_C_KERNELS is set"
-    target, why = build_shared("rowwise", SOURCE, _FLAGS, "the compiled row-local kernels", subdir="kernels")
-    if target is None:
-        return None, why
-    lib = ctypes.CDLL(str(target))
+def _declare(lib) -> None:
     p, i, f = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
     lib.tttr_rms_norm.argtypes = [p, p, p, i, i, f]
     lib.tttr_add_rms_norm.argtypes = [p, p, p, p, i, i, f]
@@ -167,34 +155,12 @@ def _build() -> tuple[ctypes.CDLL | None, str | None]:
     lib.tttr_silu_mul.argtypes = [p, p, i, i]
     lib.tttr_draw.argtypes = [p, p, i, i, p, ctypes.c_int]
     lib.tttr_topk.argtypes = [p, i, i, i, p, p, ctypes.c_int]
-    for fn in (lib.tttr_draw, lib.tttr_topk):
+    for fn in (lib.tttr_rms_norm, lib.tttr_add_rms_norm, lib.tttr_silu_mul, lib.tttr_draw, lib.tttr_topk):
         fn.restype = None
-    for fn in (lib.tttr_rms_norm, lib.tttr_add_rms_norm, lib.tttr_silu_mul):
-        fn.restype = None
-    return lib, None
 
 
-def load() -> ctypes.CDLL | None:
-    """The library, or None (see `why_unavailable`)."""
-    global _lib, _why, _tried
-    if not _tried:
-        with _lock:
-            if not _tried:
-                try:
-                    _lib, _why = _build()
-                except OSError as exc:
-                    _lib, _why = None, f"loading the compiled row-local kernels failed: {exc}"
-                _tried = True
-    return _lib
-
-
-def available() -> bool:
-    return load() is not None
-
-
-def why_unavailable() -> str | None:
-    load()
-    return _why
+_library = CLibrary("rowwise", SOURCE, _FLAGS, "the compiled row-local kernels", _declare)
+load, available, why_unavailable = _library.load, _library.available, _library.why_unavailable
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:

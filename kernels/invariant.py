@@ -345,7 +345,7 @@ def decode_attention(
     blocks past it never enter its sums."""
     if q.is_cuda:
         return torch.cat([_triton().attention(q[i : i + 1], k[i], v[i],
-                                              torch.as_tensor([int(p)], device=q.device), scale)
+                                              torch.as_tensor([int(positions[i])], device=q.device), scale)
                           for i in range(q.shape[0])])
     n, h, d = q.shape
     if n == 0:
