@@ -103,7 +103,7 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams], coords: list
     """The tokens for the rows of logits [n, vocab]: row i under params[i] at (step, position)
     coords[i]. Row i's token is `sample(logits[i], ...)` whatever the other rows: greedy rows
     take an argmax each; rows at the same temperature without top-k/top-p share one softmax
-    and one cumulative sum (both reduce each row on its own, in an order fixed by the row);
+    and one inverse-CDF call (each reduces every row on its own, in an order fixed by the row);
     filtered rows go one by one through `filtered_distribution`."""
     out: list[int | None] = [None] * len(params)
     greedy = [i for i, p in enumerate(params) if p.greedy]

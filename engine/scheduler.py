@@ -48,15 +48,16 @@ def _close_all() -> None:
 LOGITS_DIGEST = "xxh3-128"  # recorded in the run fingerprint (blake2b-128 before kernels revision 2)
 
 
-def logits_digest(row: torch.Tensor) -> str:
-    """xxh3-128 hex of one position's fp32 logits bytes (native byte order): a check that two
-    computations gave the same bits, ~10 GB/s (blake2b took a quarter millisecond a row)."""
-    return xxhash.xxh3_128_hexdigest(row.detach().to(torch.float32).contiguous().numpy())
-
-
 def logits_digests(logits: torch.Tensor) -> list[str]:
-    """`logits_digest` of each row of logits [n, vocab]."""
+    """xxh3-128 hex of each row's fp32 logits bytes (native byte order), logits [n, vocab]: a
+    check that two computations gave the same bits, ~10 GB/s (blake2b took a quarter
+    millisecond a row)."""
     return [xxhash.xxh3_128_hexdigest(r) for r in logits.detach().to(torch.float32).contiguous().numpy()]
+
+
+def logits_digest(row: torch.Tensor) -> str:
+    """`logits_digests` of one position's logits [vocab]."""
+    return logits_digests(row.reshape(1, -1))[0]
 
 
 class Engine:

@@ -57,44 +57,35 @@ SOURCE = r"""
 #define Q8_BYTES (G * 4 + 32 * G)
 #define MAXR 8
 
-/* One group (16 outputs) for R <= 8 input rows x (row stride ldx); out row stride ldo.
-   The three bodies below run the same fused multiply-adds in the same order. */
+/* One group (16 outputs) of a format-FMT weight (0: Q4_1, 1: Q8_0; a constant once inlined)
+   for R <= 8 input rows x (row stride ldx); out row stride ldo. Per 32-input block and input
+   pair p, the two weight vectors are expanded (Q4_1: fma(d, q, m); Q8_0: d * q, exact) and
+   every row takes its two fused multiply-adds. The three bodies below run the same fused
+   multiply-adds in the same order. */
+#define BLOCK_BYTES(FMT) ((FMT) == 0 ? Q4_BYTES : Q8_BYTES)
 #if defined(__AVX512F__)
 #define KERNEL_NAME "avx512"
-static inline __attribute__((always_inline)) void q4_group(const uint8_t *gw, int64_t nb, const float *x,
-                                                           int64_t ldx, const int R, float *out, int64_t ldo) {
+static inline __attribute__((always_inline)) void group(const int fmt, const uint8_t *gw, int64_t nb, const float *x,
+                                                        int64_t ldx, const int R, float *out, int64_t ldo) {
     __m512 acc0[MAXR], acc1[MAXR];
     for (int r = 0; r < R; r++) { acc0[r] = _mm512_setzero_ps(); acc1[r] = _mm512_setzero_ps(); }
     const __m512i low = _mm512_set1_epi32(15);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = gw + b * Q4_BYTES;
-        const __m512 d = _mm512_loadu_ps((const float *)blk), m = _mm512_loadu_ps((const float *)blk + G);
-        const uint8_t *qs = blk + 2 * G * 4;
-        const float *xb = x + b * 32;
-        for (int p = 0; p < 16; p++) {
-            const __m512i qv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + p * G)));
-            const __m512 w0 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(qv, low)), m);
-            const __m512 w1 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_srli_epi32(qv, 4)), m);
-            for (int r = 0; r < R; r++) {
-                acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
-                acc1[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + 2 * p + 1]), w1, acc1[r]);
-            }
-        }
-    }
-    for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * ldo, _mm512_add_ps(acc0[r], acc1[r]));
-}
-static inline __attribute__((always_inline)) void q8_group(const uint8_t *gw, int64_t nb, const float *x,
-                                                           int64_t ldx, const int R, float *out, int64_t ldo) {
-    __m512 acc0[MAXR], acc1[MAXR];
-    for (int r = 0; r < R; r++) { acc0[r] = _mm512_setzero_ps(); acc1[r] = _mm512_setzero_ps(); }
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = gw + b * Q8_BYTES;
+        const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
         const __m512 d = _mm512_loadu_ps((const float *)blk);
-        const int8_t *qs = (const int8_t *)(blk + G * 4);
+        const __m512 m = fmt == 0 ? _mm512_loadu_ps((const float *)blk + G) : d;
+        const uint8_t *qs = blk + (fmt == 0 ? 2 : 1) * G * 4;
         const float *xb = x + b * 32;
         for (int p = 0; p < 16; p++) {
-            const __m512 w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + 2 * p * G)))));
-            const __m512 w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + (2 * p + 1) * G)))));
+            __m512 w0, w1;
+            if (fmt == 0) {
+                const __m512i qv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + p * G)));
+                w0 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(qv, low)), m);
+                w1 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_srli_epi32(qv, 4)), m);
+            } else {
+                w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + 2 * p * G)))));
+                w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + (2 * p + 1) * G)))));
+            }
             for (int r = 0; r < R; r++) {
                 acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
                 acc1[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + 2 * p + 1]), w1, acc1[r]);
@@ -106,43 +97,28 @@ static inline __attribute__((always_inline)) void q8_group(const uint8_t *gw, in
 #elif defined(__AVX2__) && defined(__FMA__)
 #define KERNEL_NAME "avx2"
 /* a group is two 8-lane halves: lanes 0-7 and 8-15 */
-static inline __attribute__((always_inline)) void q4_group(const uint8_t *gw, int64_t nb, const float *x,
-                                                           int64_t ldx, const int R, float *out, int64_t ldo) {
+static inline __attribute__((always_inline)) void group(const int fmt, const uint8_t *gw, int64_t nb, const float *x,
+                                                        int64_t ldx, const int R, float *out, int64_t ldo) {
     for (int h = 0; h < 2; h++) {
         __m256 acc0[MAXR], acc1[MAXR];
         for (int r = 0; r < R; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
         const __m256i low = _mm256_set1_epi32(15);
         for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = gw + b * Q4_BYTES;
-            const __m256 d = _mm256_loadu_ps((const float *)blk + 8 * h), m = _mm256_loadu_ps((const float *)blk + G + 8 * h);
-            const uint8_t *qs = blk + 2 * G * 4 + 8 * h;
-            const float *xb = x + b * 32;
-            for (int p = 0; p < 16; p++) {
-                const __m256i qv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + p * G)));
-                const __m256 w0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(qv, low)), m);
-                const __m256 w1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_srli_epi32(qv, 4)), m);
-                for (int r = 0; r < R; r++) {
-                    acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
-                    acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p + 1]), w1, acc1[r]);
-                }
-            }
-        }
-        for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * ldo + 8 * h, _mm256_add_ps(acc0[r], acc1[r]));
-    }
-}
-static inline __attribute__((always_inline)) void q8_group(const uint8_t *gw, int64_t nb, const float *x,
-                                                           int64_t ldx, const int R, float *out, int64_t ldo) {
-    for (int h = 0; h < 2; h++) {
-        __m256 acc0[MAXR], acc1[MAXR];
-        for (int r = 0; r < R; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = gw + b * Q8_BYTES;
+            const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
             const __m256 d = _mm256_loadu_ps((const float *)blk + 8 * h);
-            const int8_t *qs = (const int8_t *)(blk + G * 4) + 8 * h;
+            const __m256 m = fmt == 0 ? _mm256_loadu_ps((const float *)blk + G + 8 * h) : d;
+            const uint8_t *qs = blk + (fmt == 0 ? 2 : 1) * G * 4 + 8 * h;
             const float *xb = x + b * 32;
             for (int p = 0; p < 16; p++) {
-                const __m256 w0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 2 * p * G)))));
-                const __m256 w1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + (2 * p + 1) * G)))));
+                __m256 w0, w1;
+                if (fmt == 0) {
+                    const __m256i qv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + p * G)));
+                    w0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(qv, low)), m);
+                    w1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_srli_epi32(qv, 4)), m);
+                } else {
+                    w0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 2 * p * G)))));
+                    w1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + (2 * p + 1) * G)))));
+                }
                 for (int r = 0; r < R; r++) {
                     acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
                     acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p + 1]), w1, acc1[r]);
@@ -154,37 +130,24 @@ static inline __attribute__((always_inline)) void q8_group(const uint8_t *gw, in
 }
 #else
 #define KERNEL_NAME "c"
-static inline void q4_group(const uint8_t *gw, int64_t nb, const float *x, int64_t ldx, const int R,
-                            float *out, int64_t ldo) {
+static inline void group(const int fmt, const uint8_t *gw, int64_t nb, const float *x, int64_t ldx, const int R,
+                         float *out, int64_t ldo) {
     float acc0[MAXR][G], acc1[MAXR][G];
     for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) acc0[r][n] = acc1[r][n] = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = gw + b * Q4_BYTES;
+        const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
         const float *d = (const float *)blk, *m = d + G;
-        const uint8_t *qs = blk + 2 * G * 4;
+        const uint8_t *qs = blk + (fmt == 0 ? 2 : 1) * G * 4;
         for (int p = 0; p < 16; p++)
             for (int n = 0; n < G; n++) {
-                const float w0 = fmaf(d[n], (float)(qs[p * G + n] & 15), m[n]);
-                const float w1 = fmaf(d[n], (float)(qs[p * G + n] >> 4), m[n]);
-                for (int r = 0; r < R; r++) {
-                    acc0[r][n] = fmaf(x[r * ldx + b * 32 + 2 * p], w0, acc0[r][n]);
-                    acc1[r][n] = fmaf(x[r * ldx + b * 32 + 2 * p + 1], w1, acc1[r][n]);
+                float w0, w1;
+                if (fmt == 0) {
+                    w0 = fmaf(d[n], (float)(qs[p * G + n] & 15), m[n]);
+                    w1 = fmaf(d[n], (float)(qs[p * G + n] >> 4), m[n]);
+                } else {
+                    w0 = d[n] * (float)((const int8_t *)qs)[2 * p * G + n];
+                    w1 = d[n] * (float)((const int8_t *)qs)[(2 * p + 1) * G + n];
                 }
-            }
-    }
-    for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) out[r * ldo + n] = acc0[r][n] + acc1[r][n];
-}
-static inline void q8_group(const uint8_t *gw, int64_t nb, const float *x, int64_t ldx, const int R,
-                            float *out, int64_t ldo) {
-    float acc0[MAXR][G], acc1[MAXR][G];
-    for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) acc0[r][n] = acc1[r][n] = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = gw + b * Q8_BYTES;
-        const float *d = (const float *)blk;
-        const int8_t *qs = (const int8_t *)(blk + G * 4);
-        for (int p = 0; p < 16; p++)
-            for (int n = 0; n < G; n++) {
-                const float w0 = d[n] * (float)qs[2 * p * G + n], w1 = d[n] * (float)qs[(2 * p + 1) * G + n];
                 for (int r = 0; r < R; r++) {
                     acc0[r][n] = fmaf(x[r * ldx + b * 32 + 2 * p], w0, acc0[r][n]);
                     acc1[r][n] = fmaf(x[r * ldx + b * 32 + 2 * p + 1], w1, acc1[r][n]);
@@ -196,12 +159,16 @@ static inline void q8_group(const uint8_t *gw, int64_t nb, const float *x, int64
 #endif
 
 typedef void (*group_fn)(const uint8_t *, int64_t, const float *, int64_t, float *, int64_t);
-#define SPECIALISE(F, R) static void F##_##R(const uint8_t *g, int64_t nb, const float *x, int64_t ldx, float *o, int64_t ldo) { F(g, nb, x, ldx, R, o, ldo); }
-#define ALL(F) SPECIALISE(F, 1) SPECIALISE(F, 2) SPECIALISE(F, 3) SPECIALISE(F, 4) \
-               SPECIALISE(F, 5) SPECIALISE(F, 6) SPECIALISE(F, 7) SPECIALISE(F, 8) \
-               static const group_fn F##_fns[MAXR + 1] = {0, F##_1, F##_2, F##_3, F##_4, F##_5, F##_6, F##_7, F##_8};
-ALL(q4_group)
-ALL(q8_group)
+#define SPECIALISE(FMT, R) static void group_##FMT##_##R(const uint8_t *g, int64_t nb, const float *x, int64_t ldx, \
+                                                          float *o, int64_t ldo) { group(FMT, g, nb, x, ldx, R, o, ldo); }
+#define ALL(FMT) SPECIALISE(FMT, 1) SPECIALISE(FMT, 2) SPECIALISE(FMT, 3) SPECIALISE(FMT, 4) \
+                 SPECIALISE(FMT, 5) SPECIALISE(FMT, 6) SPECIALISE(FMT, 7) SPECIALISE(FMT, 8)
+ALL(0)
+ALL(1)
+static const group_fn group_fns[2][MAXR + 1] = {
+    {0, group_0_1, group_0_2, group_0_3, group_0_4, group_0_5, group_0_6, group_0_7, group_0_8},
+    {0, group_1_1, group_1_2, group_1_3, group_1_4, group_1_5, group_1_6, group_1_7, group_1_8},
+};
 
 const char *tttr_qlinear_kernel(void) { return KERNEL_NAME; }
 
@@ -210,8 +177,8 @@ const char *tttr_qlinear_kernel(void) { return KERNEL_NAME; }
 int tttr_qlinear(int format, const uint8_t *w, int64_t N, int64_t K, const float *x, int64_t M,
                  float *out, int threads) {
     if (N % G || K % 32 || M < 0 || (format != 0 && format != 1)) return 1;
-    const int64_t nb = K / 32, groups = N / G, gbytes = nb * (format == 0 ? Q4_BYTES : Q8_BYTES);
-    const group_fn *fns = format == 0 ? q4_group_fns : q8_group_fns;
+    const int64_t nb = K / 32, groups = N / G, gbytes = nb * BLOCK_BYTES(format);
+    const group_fn *fns = group_fns[format];
     #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t g = 0; g < groups; g++)
         for (int64_t r0 = 0; r0 < M; r0 += MAXR) {
