@@ -36,3 +36,7 @@ class Event:
     site: str
     value: Any
     origin: int | None = None  # the run that recorded it: `run`, or an ancestor for a fork's prefix
+    # Why the stored value is unreadable (cannot be decoded, or has the wrong type/shape for
+    # its kind), naming the problem; `value` is then None. Readers that show events mark it;
+    # readers that need the value (replay, fork, diff) refuse the run with this line.
+    problem: str | None = None

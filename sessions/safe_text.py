@@ -1,0 +1,32 @@
+"""Text from a session database is untrusted: it is shown, never interpreted.
+
+`visible` makes every control character visible as a Python-style escape, so that a
+recorded string cannot move the cursor, retitle the terminal, clear the screen or hide
+text (bidirectional overrides). Newlines and tabs stay, because outputs are multi-line.
+Markup is a separate matter: callers pass the result to Rich as `Text`, never as markup.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 except \t and \n, DEL, C1, and the Unicode formatting characters that reorder or hide
+# text (bidi embeddings/overrides/isolates, zero-width joiners are harmless and kept).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def _escape(match: re.Match) -> str:
+    ch = match.group()
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: object, *, newlines: bool = True) -> str:
+    """`text` as a string with its control characters shown as escapes (`\\x1b`, `\\u202e`).
+
+    newlines=False escapes \\n and \\t too, for one-line places (titles, table cells)."""
+    s = text if isinstance(text, str) else str(text)
+    out = _CONTROL.sub(_escape, s)
+    if not newlines:
+        out = out.replace("\n", "\\n").replace("\t", "\\t")
+    return out
