@@ -10,29 +10,56 @@ import json
 import math
 from typing import Any
 
-from pygments.lexers import BashLexer, BashSessionLexer
+from pygments.lexers import BashLexer
+from pygments.token import Token
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
 from rich.text import Text
 
-from app.runview import LAYERS, RunView, is_blob
+from app.runview import LAYERS, LOADING, TOO_LARGE, RunView, is_blob, value_problem
+from sessions.safe_text import visible
 
 THEME = "ansi_dark"  # the terminal's own palette, so light and dark terminals both read
 _BASH = BashLexer()
-_CONSOLE = BashSessionLexer()
+
+
+SHOWN_CHARS = 16 * 1024  # of an output in the detail pane: laying out more costs every cursor move
+SHOWN_LINES = 300
+
+
+def safe(value: Any, style: str = "", *, one_line: bool = False) -> Text:
+    """Recorded text as Rich Text: never parsed as markup, control characters visible."""
+    return Text(visible("" if value is None else value, newlines=not one_line), style=style)
+
+
+def clip(text: str, chars: int = SHOWN_CHARS, lines: int = SHOWN_LINES) -> str:
+    """At most `chars` characters and `lines` lines of `text`, saying what was left out."""
+    head = text[:chars]
+    cut = head.split("\n", lines)
+    if len(cut) > lines:
+        head = "\n".join(cut[:lines])
+    if len(head) < len(text):
+        head += f"\n… {TOO_LARGE}: {len(text) - len(head)} more characters not shown"
+    return head
 
 
 def highlight_bash(code: str) -> Text:
-    text = Syntax("", _BASH, theme=THEME, background_color="default").highlight(code)
+    text = Syntax("", _BASH, theme=THEME, background_color="default").highlight(clip(visible(code[:SHOWN_CHARS * 4])))
     text.rstrip()
     return text
 
 
 def highlight_console(cmd: str, output: str) -> Text:
-    """A command and its output as a shell transcript, highlighted by pygments."""
-    transcript = f"$ {cmd}\n{output}" if output else f"$ {cmd}"
-    text = Syntax("", _CONSOLE, theme=THEME, background_color="default").highlight(transcript)
-    text.rstrip()
+    """A command and its output as a shell transcript: the command highlighted by
+    pygments, the output in the transcript's output style. (The session lexer takes
+    time quadratic in a line's length, and an output line can be any length.)"""
+    theme = Syntax.get_theme(THEME)
+    text = Text()
+    text.append("$ ", style=theme.get_style_for_token(Token.Generic.Prompt))
+    text.append_text(highlight_bash(clip(visible(cmd[:8192]), 4096, 20)))
+    output = clip(visible(output[:SHOWN_CHARS * 4])).rstrip()
+    if output:
+        text.append("\n" + output, style=theme.get_style_for_token(Token.Generic.Output))
     return text
 
 
@@ -41,18 +68,23 @@ def layer_tag(layer: str) -> Text:
     return Text(letter, style=f"bold {colour}")
 
 
-def token_text(text: str) -> str:
-    """A token's text made visible: quotes, escapes for newlines and tabs."""
-    return json.dumps(text, ensure_ascii=False)
+def token_text(text: Any) -> str:
+    """A token's text made visible: quotes, escapes for newlines, tabs and controls."""
+    return visible(json.dumps(str(text)[:200], ensure_ascii=False), newlines=False)
 
 
-def short(text: str, width: int = 80) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+def short(text: Any, width: int = 80) -> str:
+    """One line of at most `width` characters, whitespace collapsed, controls visible."""
+    raw = str(text)
+    head = raw[: width * 8]  # enough for the line; never split a huge value
+    line = visible(" ".join(head.split()))
+    if len(line) <= width and len(head) == len(raw):
+        return line
+    return line[: width - 1] + "…"
 
 
-def size_label(n: int | None) -> str:
-    if n is None:
+def size_label(n: Any) -> str:
+    if not isinstance(n, (int, float)) or isinstance(n, bool) or n < 0:
         return "?"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -64,7 +96,7 @@ def size_label(n: int | None) -> str:
 def rows_label(rows: Any) -> str:
     """A batch's row list, runs of consecutive rows written as ranges: 0–319, 4, 7–9."""
     if not isinstance(rows, list) or not all(isinstance(r, int) for r in rows):
-        return str(rows)
+        return short(rows, 40)
     parts, i = [], 0
     while i < len(rows):
         j = i
@@ -72,6 +104,9 @@ def rows_label(rows: Any) -> str:
             j += 1
         parts.append(str(rows[i]) if i == j else f"{rows[i]}–{rows[j]}")
         i = j + 1
+        if len(parts) > 64:
+            parts.append("…")
+            break
     return ", ".join(parts)
 
 
@@ -80,31 +115,62 @@ def _field(value: Any, key: str, default: Any = None) -> Any:
 
 
 def _text_field(value: Any, key: str) -> str:
+    """A field as one line of text, a blob by its size (summaries never read blobs)."""
     field = _field(value, key)
     if is_blob(field):
         return f"‹blob {size_label(field.get('size'))}›"
-    return "" if field is None else str(field)
+    return "" if field is None else short(field, 200)
+
+
+def _number(value: Any) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def preview(value: Any, width: int = 2000) -> str:
+    """A value of any shape as visible JSON text, at most `width` characters."""
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        text = f"‹{type(value).__name__} too deeply nested to show›"
+    if len(text) > width:
+        text = text[:width] + f"… ({TOO_LARGE})"
+    return visible(text)
+
+
+def unreadable_label(problem: str) -> Text:
+    return Text("✗ unreadable: " + visible(problem, newlines=False), style="bold red")
 
 
 # -- one line per event ------------------------------------------------------------------
 def summary(event) -> Text:
-    """What an event says, in one line, without reading any blob."""
+    """What an event says, in one line, without reading any blob. A value that is not the
+    shape of its kind says it is unreadable, and why."""
+    problem = value_problem(event)
+    if problem is not None:
+        return unreadable_label(short(problem, 200))
+    try:
+        return _summary(event)
+    except Exception as exc:  # noqa: BLE001 - a shape the checks missed is still only a line
+        return unreadable_label(f"{type(exc).__name__}: {short(exc, 100)}")
+
+
+def _summary(event) -> Text:
     v, kind = event.value, event.kind
     if kind == "clock":
-        return Text(str(_field(v, "t", v)), style="yellow")
+        return safe(short(_field(v, "t", v), 60), style="yellow")
     if kind == "tool":
         line = highlight_bash("$ " + short(_text_field(v, "cmd"), 60))
         code = _field(v, "exit_code")
-        line.append(f"  → exit {code}", style="green" if code == 0 else "bold red")
-        line.append(f" · {_field(v, 'duration_ms', '?')} ms", style="dim")
+        line.append(f"  → exit {short(code, 12)}", style="green" if code == 0 else "bold red")
+        line.append(f" · {short(_field(v, 'duration_ms', '?'), 12)} ms", style="dim")
         out = _text_field(v, "stdout")
         if out:
             line.append("  " + short(out, 40), style="dim")
         return line
     if kind == "token":
-        line = Text(token_text(str(_field(v, "text", ""))), style="bold")
-        lp = _field(v, "logprob")
-        if isinstance(lp, (int, float)):
+        line = Text(token_text(_field(v, "text", "")), style="bold")
+        lp = _number(_field(v, "logprob"))
+        if lp is not None:
             line.append(f"  lp {lp:.3f}", style="dim")
         if _field(v, "forced"):
             line.append("  forced", style="italic cyan")
@@ -114,15 +180,15 @@ def summary(event) -> Text:
         line = Text()
         if topk:
             first = topk[0]
-            line.append(f"top #{first[0]} lp {first[1]:.3f}", style="magenta")
+            line.append(f"top #{first[0]} lp {float(first[1]):.3f}", style="magenta")
         batch = _field(v, "batch")
         if isinstance(batch, list) and len(batch) == 2:
-            line.append(f" · batch {batch[0]} rows [{rows_label(batch[1])}]", style="dim")
-        line.append(f" · {str(_field(v, 'digest', ''))[:10]}", style="dim")
-        line.append(f" · {_field(v, 'mode', '?')}", style="dim")
+            line.append(f" · batch {short(batch[0], 8)} rows [{rows_label(batch[1])}]", style="dim")
+        line.append(f" · {short(_field(v, 'digest', ''), 11)[:10]}", style="dim")
+        line.append(f" · {short(_field(v, 'mode', '?'), 12)}", style="dim")
         return line
     if kind == "prompt":
-        return Text(f"{_field(v, 'n_tokens', '?')} tokens  ", style="dim") + Text(
+        return Text(f"{short(_field(v, 'n_tokens', '?'), 10)} tokens  ", style="dim") + Text(
             short(_text_field(v, "text"), 60)
         )
     if kind == "message":
@@ -134,23 +200,24 @@ def summary(event) -> Text:
     if kind == "outcome":
         passed = _field(v, "passed")
         return Text(
-            f"{'passed' if passed else 'failed'} (checker exit {_field(v, 'checker_exit', '?')})",
+            f"{'passed' if passed else 'failed'} (checker exit {short(_field(v, 'checker_exit', '?'), 12)})",
             style="bold green" if passed else "bold red",
         )
-    return Text(short(json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v, 80), style="dim")
+    return Text(short(preview(v, 400), 80), style="dim")
 
 
 # -- the detail pane ------------------------------------------------------------------------
 def _kv(rows: list[tuple[str, Any]]) -> Text:
     """Key/value lines with the keys in one column (plain Text: far cheaper than a
-    rich Table, and the pane re-renders on every cursor move)."""
+    rich Table, and the pane re-renders on every cursor move). Values that are not Text
+    are recorded data: shown with controls visible, never as markup."""
     width = max((len(k) for k, _ in rows), default=0) + 2
     out = Text()
     for i, (key, val) in enumerate(rows):
         if i:
             out.append("\n")
         out.append(f"{key:<{width}}", style="bold")
-        value = val if isinstance(val, Text) else Text(str(val))
+        value = val if isinstance(val, Text) else safe(clip(preview(val, 4000), 4000, 40))
         out.append_text(_indent(value, width))
     return out
 
@@ -170,52 +237,71 @@ def _indent(text: Text, width: int) -> Text:
 
 def heading(event) -> Text:
     text = layer_tag(event.layer)
-    text.append(f" {event.layer} · {event.kind}", style="bold")
-    text.append(f"   site {event.site}   seq {event.seq}   step {event.step}", style="dim")
+    text.append(f" {short(event.layer, 12)} · {short(event.kind, 20)}", style="bold")
+    text.append(f"   site {short(event.site, 40)}   seq {event.seq}   step {event.step}", style="dim")
     return text
 
 
 def detail(view: RunView, event, token_texts=None) -> RenderableType:
     """Everything the pane shows about `event`. `token_texts(ids) -> {id: text}` names
-    the top-k alternatives when a tokenizer is at hand."""
-    kind = event.kind
-    if kind in ("token", "logits"):
-        body = token_detail(view, event, token_texts)
-    elif kind == "tool":
-        body = tool_detail(view, event)
-    elif kind == "clock":
-        body = clock_detail(view, event)
-    elif kind in ("message", "prompt"):
-        body = Text(view.text(_field(event.value, "text")))
-    elif kind == "action":
-        cmd = _field(event.value, "cmd")
-        body = Text("done: the agent stopped", style="green") if cmd is None else highlight_bash(str(cmd))
-    elif kind == "outcome":
-        v = event.value
-        body = Group(
-            summary(event),
-            Text(view.text(_field(v, "checker_output")), style="dim"),
-        )
-    else:
-        body = Text(json.dumps(event.value, indent=2, ensure_ascii=False))
+    the top-k alternatives when a tokenizer is at hand. Blobs come from `view.text`
+    (placeholders while a deferring view loads them)."""
+    problem = value_problem(event)
+    if problem is not None:
+        return unreadable_detail(event, problem)
+    try:
+        body = _detail_body(view, event, token_texts)
+    except Exception as exc:  # noqa: BLE001 - a shape the checks missed is shown as such
+        return unreadable_detail(event, f"{type(exc).__name__}: {exc}")
     hint = Text()
-    if kind in ("clock", "tool", "token"):
+    if event.kind in ("clock", "tool", "token"):
         hint = Text("press e to edit this value and fork the run here", style="italic dim")
     return Group(heading(event), Text(""), body, Text(""), hint)
 
 
+def unreadable_detail(event, problem: str) -> RenderableType:
+    parts: list[RenderableType] = [heading(event), Text(""), unreadable_label(problem)]
+    if event.value is not None:
+        parts += [Text(""), Text("the stored value:", style="dim"), safe(preview(event.value))]
+    parts += [Text(""), Text("this value cannot be shown as its kind, nor edited", style="italic dim")]
+    return Group(*parts)
+
+
+def _detail_body(view: RunView, event, token_texts) -> RenderableType:
+    kind = event.kind
+    if kind in ("token", "logits"):
+        return token_detail(view, event, token_texts)
+    if kind == "tool":
+        return tool_detail(view, event)
+    if kind == "clock":
+        return clock_detail(view, event)
+    if kind in ("message", "prompt"):
+        return safe(clip(view.text(_field(event.value, "text"))))
+    if kind == "action":
+        cmd = _field(event.value, "cmd")
+        return Text("done: the agent stopped", style="green") if cmd is None else highlight_bash(view.text(cmd))
+    if kind == "outcome":
+        return Group(summary(event), safe(clip(view.text(_field(event.value, "checker_output"))), style="dim"))
+    return safe(preview(event.value, SHOWN_CHARS))
+
+
+def _readable(event):
+    """`event` if its value can be shown as its kind, else None."""
+    return event if event is not None and value_problem(event) is None else None
+
+
 def token_detail(view: RunView, event, token_texts=None) -> RenderableType:
-    token = event if event.kind == "token" else view.token_for(event)
-    logits = event if event.kind == "logits" else view.logits_for(event)
+    token = event if event.kind == "token" else _readable(view.token_for(event))
+    logits = event if event.kind == "logits" else _readable(view.logits_for(event))
     rows: list[tuple[str, Any]] = []
     if token is not None:
         v = token.value
-        lp = _field(v, "logprob")
+        lp = _number(_field(v, "logprob"))
         rows += [
-            ("token", Text(token_text(str(_field(v, "text", ""))), style="bold reverse")),
+            ("token", Text(token_text(_field(v, "text", "")), style="bold reverse")),
             ("id", _field(v, "id")),
             ("how", "forced (context identical to the recording)" if _field(v, "forced") else "sampled"),
-            ("logprob", f"{lp:.4f}   p = {math.exp(lp):.4f}" if isinstance(lp, (int, float)) else lp),
+            ("logprob", f"{lp:.4f}   p = {math.exp(min(lp, 0.0)):.4f}" if lp is not None else _field(v, "logprob")),
             ("rng", _field(v, "rng")),
         ]
     chosen = _field(token.value, "id") if token is not None else None
@@ -224,16 +310,16 @@ def token_detail(view: RunView, event, token_texts=None) -> RenderableType:
         v = logits.value
         batch = _field(v, "batch")
         if isinstance(batch, list) and len(batch) == 2:
-            batch_text = f"{batch[0]} rows in the pass; this sequence's rows {rows_label(batch[1])}"
+            batch_text = f"{short(batch[0], 8)} rows in the pass; this sequence's rows {rows_label(batch[1])}"
         else:
-            batch_text = str(batch)
+            batch_text = short(batch, 60)
         parts += [
             Text(""),
             _kv([
-                ("logits", Text(logits.site, style="magenta")),
-                ("digest", str(_field(v, "digest"))),
+                ("logits", safe(logits.site, style="magenta", one_line=True)),
+                ("digest", short(_field(v, "digest"), 80)),
                 ("batch", batch_text),
-                ("kernels", str(_field(v, "mode"))),
+                ("kernels", short(_field(v, "mode"), 20)),
             ]),
             Text(""),
             topk_table(_field(v, "topk") or [], chosen, token_texts),
@@ -243,87 +329,101 @@ def token_detail(view: RunView, event, token_texts=None) -> RenderableType:
     return Group(*parts)
 
 
-def alternatives(view: RunView, event, token_texts=None) -> list[tuple[int, str | None, float]]:
-    """The recorded top-k at a token's position: (id, text or None, logprob)."""
-    logits = event if event.kind == "logits" else view.logits_for(event)
-    topk = _field(logits.value, "topk") if logits is not None else None
-    if not topk:
-        return []
-    names = token_texts([int(e[0]) for e in topk]) if token_texts else {}
+def _topk_entries(topk: Any, limit: int | None = None) -> list[tuple[int, Any, float]]:
+    """(id, recorded text or None, logprob) of the well-formed top-k entries."""
     out = []
-    for entry in topk:
-        text = entry[2] if len(entry) > 2 else names.get(int(entry[0]))
-        out.append((int(entry[0]), text, float(entry[1])))
+    for entry in topk if isinstance(topk, list) else []:
+        if not (isinstance(entry, list) and len(entry) >= 2 and type(entry[0]) is int and _number(entry[1]) is not None):
+            continue
+        out.append((entry[0], entry[2] if len(entry) > 2 else None, float(entry[1])))
+        if limit is not None and len(out) >= limit:
+            break
     return out
 
 
+def alternatives(view: RunView, event, token_texts=None) -> list[tuple[int, str | None, float]]:
+    """The recorded top-k at a token's position: (id, text or None, logprob)."""
+    logits = event if event.kind == "logits" else _readable(view.logits_for(event))
+    entries = _topk_entries(_field(logits.value, "topk") if logits is not None else None)
+    if not entries:
+        return []
+    names = token_texts([tid for tid, _, _ in entries]) if token_texts else {}
+    return [(tid, text if text is not None else names.get(tid), lp) for tid, text, lp in entries]
+
+
 def topk_table(topk: list, chosen: int | None, token_texts=None) -> Text:
-    names = token_texts([int(e[0]) for e in topk[:5]]) if token_texts else {}
+    entries = _topk_entries(topk, 5)
+    names = token_texts([tid for tid, _, _ in entries]) if token_texts else {}
     out = Text("top-5 alternatives\n", style="italic")
     out.append(f"  {'id':>6}  {'text':<14} {'logprob':>8} {'p':>6}", style="dim")
-    for entry in topk[:5]:
-        tid, lp = int(entry[0]), float(entry[1])
-        text = entry[2] if len(entry) > 2 else names.get(tid)
+    for tid, text, lp in entries:
+        text = text if text is not None else names.get(tid)
         shown = token_text(text) if text is not None else "·"
         mark = "▶" if tid == chosen else " "
-        out.append(f"\n{mark} {tid:>6}  {shown:<14} {lp:>8.3f} {math.exp(lp):>6.3f}",
+        out.append(f"\n{mark} {tid:>6}  {shown:<14} {lp:>8.3f} {math.exp(min(lp, 0.0)):>6.3f}",
                    style="bold cyan" if tid == chosen else "")
     return out
 
 
 def tool_detail(view: RunView, event) -> RenderableType:
     v = event.value if isinstance(event.value, dict) else {}
-    clock = view.at(f"{event.step}:clock")
+    clock = _readable(view.at(f"{event.step}:clock"))
     code = v.get("exit_code")
     rows: list[tuple[str, Any]] = [
-        ("clock", Text(str(_field(clock.value, "t")) if clock else "not recorded", style="yellow")),
-        ("cwd", str(v.get("cwd", "?"))),
-        ("exit code", Text(str(code), style="green" if code == 0 else "bold red")),
-        ("duration", f"{v.get('duration_ms', '?')} ms"),
+        ("clock", safe(short(_field(clock.value, "t"), 60) if clock else "not recorded", style="yellow")),
+        ("cwd", short(view.text(v.get("cwd")) or "?", 200)),
+        ("exit code", Text(short(code, 12), style="green" if code == 0 else "bold red")),
+        ("duration", f"{short(v.get('duration_ms', '?'), 12)} ms"),
         ("output", f"stdout {size_label(v.get('stdout_size'))}, stderr {size_label(v.get('stderr_size'))}"
                    + ("  (truncated)" if v.get("truncated") else "")),
         ("files changed", files_label(view.files_changed(event))),
-        ("tree", f"{str(v.get('tree_before', '?'))[:12]} → {str(v.get('tree_after', '?'))[:12]}"),
+        ("tree", f"{short(v.get('tree_before', '?'), 13)[:12]} → {short(v.get('tree_after', '?'), 13)[:12]}"),
     ]
     parts: list[RenderableType] = [
         highlight_console(view.text(v.get("cmd")), view.text(v.get("stdout"))),
     ]
     stderr = view.text(v.get("stderr"))
     if stderr:
-        parts.append(Text(stderr.rstrip("\n"), style="red"))
+        parts.append(safe(clip(stderr.rstrip("\n")), style="red"))
     parts += [Text(""), _kv(rows)]
     env = v.get("env")
     if isinstance(env, dict) and env:
+        keys = sorted(env, key=str)[:200]
         parts += [Text(""), Text("environment", style="bold"),
-                  _kv([(k, str(env[k])) for k in sorted(env)])]
+                  _kv([(short(k, 40), short(env[k], 400)) for k in keys])]
     return Group(*parts)
 
 
 def files_label(changes) -> Text:
+    if changes is LOADING:
+        return Text("loading the snapshots …", style="dim italic")
     if changes is None:
         return Text("unknown (no snapshot recorded for this step)", style="dim")
     if not changes:
         return Text("none", style="dim")
     marks = {"added": ("+", "green"), "removed": ("-", "red"), "modified": ("~", "yellow")}
     text = Text()
-    for i, change in enumerate(changes):
+    for i, change in enumerate(changes[:SHOWN_LINES]):
         mark, colour = marks.get(change.change, ("?", "white"))
-        text.append(("\n" if i else "") + f"{mark} {change.path}", style=colour)
+        text.append(("\n" if i else "") + f"{mark} {visible(change.path, newlines=False)}", style=colour)
+    if len(changes) > SHOWN_LINES:
+        text.append(f"\n… {len(changes) - SHOWN_LINES} more", style="dim")
     return text
 
 
 def clock_detail(view: RunView, event) -> RenderableType:
-    rows: list[tuple[str, Any]] = [("clock", Text(str(_field(event.value, "t")), style="bold yellow"))]
-    before = view.at(f"{event.step - 1}:clock") if event.step > 0 else None
+    rows: list[tuple[str, Any]] = [("clock", safe(short(_field(event.value, "t"), 60), style="bold yellow"))]
+    before = _readable(view.at(f"{event.step - 1}:clock")) if event.step > 0 else None
     if before is not None:
-        rows.append(("previous step", str(_field(before.value, "t"))))
-    tool = view.at(f"{event.step}:tool")
+        rows.append(("previous step", short(_field(before.value, "t"), 60)))
+    tool = _readable(view.at(f"{event.step}:tool"))
     if tool is not None:
         rows.append(("read by", highlight_bash("$ " + short(view.text(_field(tool.value, "cmd")), 70))))
     return _kv(rows)
 
 
 # -- runs -------------------------------------------------------------------------------------
+# A run's metadata comes from the database as it is: any field may hold any type.
 def lineage(run) -> str:
     parent = getattr(run, "parent", None)
     if parent is None:
@@ -332,13 +432,14 @@ def lineage(run) -> str:
     replay = meta.get("replay") if isinstance(meta, dict) else None
     if replay is not None:
         free = replay.get("free") if isinstance(replay, dict) else None
-        return f"replay of #{parent}, free: {', '.join(free) if free else 'none'}"
+        shown = ", ".join(short(f, 20) for f in free) if isinstance(free, list) and free else "none"
+        return f"replay of #{short(parent, 12)}, free: {short(shown, 60)}"
     mutation = getattr(run, "mutation", None)
     site = getattr(run, "fork_site", None)
     shown = mutation
     if isinstance(mutation, dict):
         shown = mutation.get("text", mutation.get("value", mutation))
-    return f"fork of #{parent} at {site} = {short(json.dumps(shown, ensure_ascii=False), 30)}"
+    return f"fork of #{short(parent, 12)} at {short(site, 30)} = {short(preview(shown, 200), 30)}"
 
 
 def outcome_label(run) -> Text:
@@ -347,18 +448,19 @@ def outcome_label(run) -> Text:
         return Text("—", style="dim")
     passed = outcome.get("passed") if isinstance(outcome, dict) else None
     if passed is None:
-        return Text(short(json.dumps(outcome), 20))
+        return Text(short(preview(outcome, 200), 20))
     return Text("pass", style="bold green") if passed else Text("fail", style="bold red")
 
 
 def status_label(run) -> Text:
-    status = str(getattr(run, "status", "?"))
+    status = short(getattr(run, "status", "?"), 20)
     colour = {"complete": "green", "incomplete": "yellow", "failed": "red", "recording": "cyan"}.get(status, "white")
     return Text(status, style=colour)
 
 
 def run_title(run) -> str:
+    """One line naming the run, its controls made visible (it is not markup: pass it to Text)."""
     return (
-        f"run #{run.id} · {run.task} · {short(run.model_id or '?', 32)} · "
-        f"{run.kernel_mode} · seed {run.seed}"
+        f"run #{run.id} · {short(run.task, 40)} · {short(run.model_id or '?', 32)} · "
+        f"{short(run.kernel_mode, 12)} · seed {short(run.seed, 24)}"
     )

@@ -12,7 +12,11 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+
+from sessions.records import Event
+from sessions.safe_text import visible
 
 # Layer → (letter, colour). Letters make the timeline readable without colour:
 # T tensor (logits), K token (sampling), R trace (the world: clock, tools), A agent (derived).
@@ -28,10 +32,98 @@ EDITABLE_KINDS = ("clock", "tool", "token")
 WINDOW = 256  # events per cached window
 MAX_WINDOWS = 16  # windows kept; ~4k events, a few screens either side of the cursor
 BLOB_PREVIEW = 64 * 1024  # bytes of a blob shown in the detail pane
+TOO_LARGE = "too large to show in full"
 
 
 def is_blob(value: Any) -> bool:
-    return isinstance(value, dict) and "$blob" in value
+    return isinstance(value, dict) and isinstance(value.get("$blob"), str)
+
+
+# -- what a value of each kind must look like to be shown as that kind --------------------
+# The store checks values at its boundary and marks a bad one with `Event.problem`; the app
+# checks again, so that a value of the wrong type never reaches code that assumes its shape
+# (a database is untrusted input, and it may come from a store older than those checks).
+_TEXT = (str, type(None))  # or a blob reference
+_NUMBER = (int, float)
+_SHAPES: dict[str, dict[str, tuple]] = {
+    "clock": {"t": (str,)},
+    "tool": {"cmd": _TEXT, "stdout": _TEXT, "stderr": _TEXT, "exit_code": (int, type(None)),
+             "cwd": _TEXT, "env": (dict, type(None))},
+    "token": {"id": (int,), "text": (str,), "logprob": _NUMBER + (type(None),)},
+    "logits": {"topk": (list, type(None)), "batch": (list, type(None))},
+    "action": {"cmd": _TEXT},
+    "message": {"text": _TEXT},
+    "prompt": {"text": _TEXT},
+    "outcome": {"checker_output": _TEXT},
+    "setup": {},
+}
+_REQUIRED = {"clock": ("t",), "token": ("id", "text")}
+
+
+def value_problem(event) -> str | None:
+    """Why `event`'s value cannot be shown as its kind (the store's reason first), or None."""
+    problem = getattr(event, "problem", None)
+    if problem:
+        return str(problem)
+    kind, value = event.kind, event.value
+    fields = _SHAPES.get(kind)
+    if fields is None:
+        return None  # a kind this app does not know: shown as plain JSON
+    if not isinstance(value, dict):
+        return f"a {kind} value must be an object, not {type(value).__name__}"
+    for key in _REQUIRED.get(kind, ()):
+        if key not in value:
+            return f"a {kind} value has no {key!r}"
+    for key, types in fields.items():
+        field = value.get(key)
+        if key in value and not isinstance(field, types) and not (_TEXT == types and is_blob(field)):
+            return f"{kind} field {key!r} is {type(field).__name__}, not {' or '.join(t.__name__ for t in types)}"
+        if isinstance(field, bool) and bool not in types and int in types:
+            return f"{kind} field {key!r} is a boolean, not a number"
+    if kind == "clock":
+        try:
+            datetime.fromisoformat(value["t"])
+        except ValueError:
+            return f"clock value {visible(repr(value['t'][:40]), newlines=False)} is not an ISO date-time"
+    if kind == "logits":
+        for entry in value.get("topk") or ():
+            if not (isinstance(entry, list) and len(entry) >= 2 and type(entry[0]) is int
+                    and isinstance(entry[1], _NUMBER) and not isinstance(entry[1], bool)):
+                return "logits topk entries must be [token id, logprob]"
+    if kind == "action" and "cmd" not in value and not value.get("done"):
+        return "an action value has neither 'cmd' nor 'done'"
+    return None
+
+
+def unreadable_event(run_id: int, seq: int, problem: str, near=None) -> Event:
+    """A stand-in for an event the store could not read at all: it keeps its place in the
+    timeline (step of its neighbour, no kind) and says why."""
+    step = near.step if near is not None else -1
+    return Event(run_id, seq, step, "?", "?", f"seq {seq}", None, None, problem)
+
+
+def read_blob_text(store, ref: Any, limit: int = BLOB_PREVIEW) -> str:
+    """A blob's first `limit` bytes as text; says so when the rest is not shown. Never
+    raises: a missing, damaged or oversized blob reads as a line saying what is wrong."""
+    digest = visible(ref.get("$blob", ""), newlines=False)[:12]
+    try:
+        data = store.get_blob(ref["$blob"])
+    except MemoryError:
+        return f"‹blob {digest}: {TOO_LARGE}›"
+    except Exception as exc:  # noqa: BLE001 - a blob that does not read is shown, not raised
+        message = str(exc)
+        if any(word in message.lower() for word in ("too large", "exceeds", "larger than", "limit")):
+            return f"‹blob {digest}: {TOO_LARGE} ({message})›"
+        return f"‹blob {digest} unreadable: {message}›"
+    truncated = bool(getattr(data, "truncated", False))
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        data = getattr(data, "data", b"")
+    text = bytes(data[:limit]).decode("utf-8", "replace")
+    if truncated or len(data) > limit:
+        size = ref.get("size")
+        total = f"{size} bytes" if isinstance(size, int) and not isinstance(size, bool) else "more"
+        text += f"\n… {TOO_LARGE}: first {min(len(data), limit)} bytes of {total}"
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +135,7 @@ class FileChange:
 class RunView:
     """Windowed, cached access to one run of a store (called from the UI thread only)."""
 
-    def __init__(self, store, run_id: int) -> None:
+    def __init__(self, store, run_id: int, *, defer_blobs: bool = False) -> None:
         self.store = store
         self.run = store.run(run_id)
         self.run_id = run_id
@@ -53,6 +145,12 @@ class RunView:
         self._step_tokens: OrderedDict[int, list] = OrderedDict()
         self._sites: OrderedDict[str, Any] = OrderedDict()
         self._diffs: OrderedDict[str, list[FileChange] | None] = OrderedDict()
+        # With defer_blobs (the app's UI thread), `text` and `files_changed` never read a
+        # blob: they answer from what is loaded and list the rest in `wanted`, for a worker
+        # to load with `load_wanted` on a connection of its own. A script reads directly.
+        self.defer_blobs = defer_blobs
+        self._blob_texts: OrderedDict[str, str] = OrderedDict()
+        self.wanted: dict[str, Any] = {}  # key -> blob reference, or (before, after) of a diff
 
     # -- events by index (index == seq: a run's seqs are 0..count-1) ------------------
     def event(self, index: int):
@@ -66,7 +164,10 @@ class RunView:
         window = self._windows.get(number)
         if window is None:
             start = number * WINDOW
-            window = self.store.events(self.run_id, start, start + WINDOW)
+            try:
+                window = self.store.events(self.run_id, start, start + WINDOW)
+            except Exception:  # noqa: BLE001 - one unreadable event must not hide its window
+                window = self._one_by_one(start, min(start + WINDOW, self.count))
             self._windows[number] = window
             while len(self._windows) > MAX_WINDOWS:
                 self._windows.popitem(last=False)
@@ -74,10 +175,33 @@ class RunView:
             self._windows.move_to_end(number)
         return window
 
+    def _one_by_one(self, start: int, stop: int) -> list:
+        """Events start..stop-1 read singly, an unreadable one replaced by a stand-in that
+        says why (the store raised for it instead of marking it)."""
+        out: list = []
+        for seq in range(start, stop):
+            try:
+                out.extend(self.store.events(self.run_id, seq, seq + 1))
+            except Exception as exc:  # noqa: BLE001 - shown as the event's problem
+                out.append(unreadable_event(self.run_id, seq, _reason(exc), out[-1] if out else None))
+        return out
+
+    def _scan(self, indexes, match) -> int | None:
+        """The first of `indexes` whose event satisfies `match`, read through the windows
+        (the slow path, for when an indexed read fails on an unreadable event)."""
+        for i in indexes:
+            event = self.event(i)
+            if event is not None and match(event):
+                return i
+        return None
+
     # -- navigation ----------------------------------------------------------------------
     def next_of_layer(self, index: int, layer: str) -> int | None:
         """The first event after `index` in `layer` (one indexed read)."""
-        found = self.store.events(self.run_id, index + 1, None, layer=layer, limit=1)
+        try:
+            found = self.store.events(self.run_id, index + 1, None, layer=layer, limit=1)
+        except Exception:  # noqa: BLE001 - an unreadable event on the way: scan instead
+            return self._scan(range(index + 1, self.count), lambda e: e.layer == layer)
         return found[0].seq if found else None
 
     def prev_of_layer(self, index: int, layer: str) -> int | None:
@@ -86,7 +210,10 @@ class RunView:
         stop, span = index, WINDOW
         while stop > 0:
             start = max(0, stop - span)
-            found = self.store.events(self.run_id, start, stop, layer=layer)
+            try:
+                found = self.store.events(self.run_id, start, stop, layer=layer)
+            except Exception:  # noqa: BLE001 - an unreadable event on the way: scan instead
+                return self._scan(range(stop - 1, -1, -1), lambda e: e.layer == layer)
             if found:
                 return found[-1].seq
             stop, span = start, span * 4
@@ -94,8 +221,11 @@ class RunView:
 
     def step_start(self, step: int) -> int | None:
         if step not in self._step_starts:
-            found = self.store.events(self.run_id, 0, None, step=step, limit=1)
-            self._step_starts[step] = found[0].seq if found else None
+            try:
+                found = self.store.events(self.run_id, 0, None, step=step, limit=1)
+                self._step_starts[step] = found[0].seq if found else None
+            except Exception:  # noqa: BLE001 - an unreadable event on the way: scan instead
+                self._step_starts[step] = self._scan(range(self.count), lambda e: e.step == step)
         return self._step_starts[step]
 
     def next_step(self, index: int) -> int | None:
@@ -126,7 +256,10 @@ class RunView:
     # -- what the detail pane and the message strip need ----------------------------------
     def at(self, site: str):
         if site not in self._sites:
-            self._sites[site] = self.store.event_at(self.run_id, site)
+            try:
+                self._sites[site] = self.store.event_at(self.run_id, site)
+            except Exception as exc:  # noqa: BLE001 - shown as the event's problem
+                self._sites[site] = Event(self.run_id, -1, -1, "?", "?", site, None, None, _reason(exc))
             while len(self._sites) > 512:
                 self._sites.popitem(last=False)
         return self._sites[site]
@@ -134,7 +267,10 @@ class RunView:
     def step_tokens(self, step: int) -> list:
         tokens = self._step_tokens.get(step)
         if tokens is None:
-            tokens = self.store.events(self.run_id, 0, None, step=step, kind="token")
+            try:
+                tokens = self.store.events(self.run_id, 0, None, step=step, kind="token")
+            except Exception:  # noqa: BLE001 - a step with an unreadable token shows none
+                tokens = []
             self._step_tokens[step] = tokens
             while len(self._step_tokens) > 8:
                 self._step_tokens.popitem(last=False)
@@ -149,50 +285,104 @@ class RunView:
         return None if pos is None else self.at(f"{logits_event.step}:token:{pos}")
 
     def text(self, value: Any, limit: int = BLOB_PREVIEW) -> str:
-        """A field of an event's value as text, with a blob read from the store."""
+        """A field of an event's value as text, with a blob read from the store (or, with
+        defer_blobs, a placeholder until a worker has loaded it)."""
         if value is None:
             return ""
         if is_blob(value):
-            try:
-                data = self.store.get_blob(value["$blob"])
-            except Exception as exc:  # noqa: BLE001 - a missing blob is shown, not raised
-                return f"<blob {value['$blob'][:12]} unreadable: {exc}>"
-            text = data[:limit].decode("utf-8", "replace")
-            if len(data) > limit:
-                text += f"\n… ({len(data) - limit} more bytes)"
-            return text
-        return value if isinstance(value, str) else json.dumps(value)
+            digest = value["$blob"]
+            text = self._blob_texts.get(digest)
+            if text is not None:
+                self._blob_texts.move_to_end(digest)
+                return text
+            if self.defer_blobs:
+                self.wanted[digest] = value
+                size = value.get("size")
+                return f"‹loading blob {visible(digest, newlines=False)[:12]}" + (
+                    f" ({size} bytes)" if isinstance(size, int) else "") + " …›"
+            return self._keep_text(digest, read_blob_text(self.store, value, limit))
+        if isinstance(value, str):
+            return value
+        try:
+            return json.dumps(value)
+        except (TypeError, ValueError, RecursionError):
+            return f"‹{type(value).__name__} that cannot be shown›"
+
+    def _keep_text(self, digest: str, text: str) -> str:
+        self._blob_texts[digest] = text
+        while len(self._blob_texts) > 16:
+            self._blob_texts.popitem(last=False)
+        return text
+
+    def take_wanted(self) -> dict[str, Any]:
+        """What `text` and `files_changed` deferred since the last call, for a worker."""
+        wanted, self.wanted = self.wanted, {}
+        return wanted
+
+    def merge_loaded(self, loaded: dict[str, Any]) -> None:
+        """Keep what `load_wanted` read (on the thread that owns this view)."""
+        for key, result in loaded.items():
+            if isinstance(result, str):
+                self._keep_text(key, result)
+            else:
+                self._diffs[key] = result
 
     def files_changed(self, tool_event) -> list[FileChange] | None:
         """Files this command changed: the trace recorder's diff of the snapshots before
-        and after it. None when the run holds no snapshot to compare."""
+        and after it. None when the run holds no snapshot to compare, LOADING while a
+        worker reads it."""
         value = tool_event.value if isinstance(tool_event.value, dict) else {}
         before, after = value.get("tree_before"), value.get("tree_after")
         if before and before == after:
             return []
         snapshot = value.get("snapshot")
-        if not snapshot:
+        if not snapshot or not isinstance(snapshot, str):
             return None
-        if not (before and self.store.has_blob(before)):
-            before = self._snapshot_before(tool_event)
+        try:
+            if not (isinstance(before, str) and before and self.store.has_blob(before)):
+                before = self._snapshot_before(tool_event)
+        except Exception:  # noqa: BLE001 - a store that cannot answer: no diff to show
+            return None
         key = f"{before}>{snapshot}"
         if key not in self._diffs:
+            if self.defer_blobs:
+                self.wanted[key] = (before, snapshot)
+                return LOADING
             self._diffs[key] = _diff_trees(self.store, before, snapshot)
-            while len(self._diffs) > 32:
-                self._diffs.popitem(last=False)
+        while len(self._diffs) > 32:
+            self._diffs.popitem(last=False)
         return self._diffs[key]
 
     def _snapshot_before(self, tool_event) -> str | None:
         for step in range(tool_event.step - 1, -2, -1):
             for site in (f"{step}:tool", f"{step}:setup"):
                 event = self.at(site)
-                if event is not None and isinstance(event.value, dict) and event.value.get("snapshot"):
+                if event is not None and isinstance(event.value, dict) and isinstance(event.value.get("snapshot"), str):
                     return event.value["snapshot"]
         return None
 
 
+LOADING: list[FileChange] = []  # the files_changed answer while a worker reads the snapshots
+
+
+def load_wanted(store, wanted: dict[str, Any]) -> dict[str, Any]:
+    """Read what a deferring RunView wanted (blob texts, snapshot diffs) through `store`,
+    a connection of the calling thread; hand the result to `RunView.merge_loaded`."""
+    loaded: dict[str, Any] = {}
+    for key, what in wanted.items():
+        loaded[key] = _diff_trees(store, *what) if isinstance(what, tuple) else read_blob_text(store, what)
+    return loaded
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, RecursionError):
+        text = "nested too deeply to read"
+    return visible(text, newlines=False)
+
+
 def token_pos(event) -> int | None:
-    parts = event.site.split(":")
+    parts = str(event.site).split(":")
     return int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else None
 
 
@@ -204,4 +394,5 @@ def _diff_trees(store, before: str | None, after: str) -> list[FileChange] | Non
     except Exception:  # noqa: BLE001 - a manifest that does not read shows as "unknown"
         return None
     names = {"added": "added", "removed": "removed", "changed": "modified"}
-    return sorted((FileChange(p, names[k]) for k in names for p in diff.get(k, [])), key=lambda c: c.path)
+    return sorted((FileChange(visible(p, newlines=False), names[k]) for k in names for p in diff.get(k, [])),
+                  key=lambda c: c.path)
