@@ -24,6 +24,10 @@ class Run:
     fork_site: str | None
     mutation: Any
     meta: dict
+    # What is wrong with the stored metadata ("its sampling is a list, not an object; ..."),
+    # or None. The fields named hold safe stand-ins (None, {}), so the run can be listed;
+    # replay, fork and diff refuse it with this line.
+    problem: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

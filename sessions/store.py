@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import blobs, codec, liveness, opening, schema
+from . import blobs, codec, liveness, opening, schema, values
 from .records import Event, Run
 from .errors import StoreError
 
@@ -36,6 +36,7 @@ _RUN_COLUMNS = (
     "id, task, model_id, kernel_mode, sampling, seed, fingerprint, status, outcome, created,"
     " finished, parent, fork_seq, fork_site, mutation, meta, writer"
 )
+_RUN_FIELDS = tuple(c.strip() for c in _RUN_COLUMNS.split(","))
 
 
 class _Recording:
@@ -75,6 +76,13 @@ def _guarded(method):
                 raise opening.database_error(self.path, exc) from None
             except (struct.error, zlib.error, json.JSONDecodeError) as exc:
                 raise StoreError(f"{self.path} holds a value that cannot be decoded ({exc}); the file is damaged, restore it from a copy") from None
+            except OverflowError:
+                raise StoreError(
+                    f"a number given to {method.__name__} is beyond SQLite's integer range; run ids, seqs "
+                    f"and limits are 0..{2**63 - 1}"
+                ) from None
+            except RecursionError:
+                raise StoreError(f"{self.path} holds a value nested too deeply to read") from None
 
     return wrapper
 
@@ -307,14 +315,14 @@ class Store:
 
     # ------------------------------------------------------------------ runs
     def _to_run(self, row: tuple) -> Run:
-        rid, task, model, mode, sampling, seed, fp, status, outcome, created, finished, parent, fseq, fsite, mut, meta, writer = row
-        if status == "recording" and rid not in self._recording and not liveness.alive(writer):
-            status = "incomplete"
-        loads = lambda text, empty: empty if text is None else json.loads(text)  # noqa: E731
-        return Run(
-            rid, task, model, mode, loads(sampling, {}), seed, loads(fp, {}), status, loads(outcome, None),
-            created, finished, parent, fseq, fsite, loads(mut, None), loads(meta, {}),
-        )
+        fields, problems = values.check_run_fields(dict(zip(_RUN_FIELDS, row)))
+        writer = fields.pop("writer")
+        if fields["status"] == "recording" and fields["id"] not in self._recording and not liveness.alive(
+                writer if type(writer) is str else None):
+            fields["status"] = "incomplete"
+        elif fields["status"] not in STATUSES:
+            problems.append(f"its status {fields['status'][:40]!r} is not one of {', '.join(STATUSES)}")
+        return Run(**fields, problem="; ".join(problems) or None)
 
     @_guarded
     def runs(self) -> list[Run]:
@@ -338,9 +346,11 @@ class Store:
             row = self._conn.execute("SELECT parent, fork_seq, seed FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
                 raise self._unknown_run(run_id)
-            first = (row[1] or 0) if row[0] is not None else 0
-            chain = self._chains[run_id] = (row[0], first)
-            self._seeds[run_id] = row[2]
+            # A hand-edited file may hold anything here; `run()` names the problem, reads stay safe.
+            parent = row[0] if values.is_int(row[0]) else None
+            first = row[1] if parent is not None and values.is_int(row[1], 0, _END) else 0
+            chain = self._chains[run_id] = (parent, first)
+            self._seeds[run_id] = row[2] if values.is_int(row[2]) else None
         return chain
 
     def _segments(self, run_id: int) -> list[tuple[int, int, int]]:
@@ -363,21 +373,35 @@ class Store:
         return [c for c, (lay, kin) in self._kinds.items() if layer in (None, lay) and kind in (None, kin)]
 
     def _event(self, run_id: int, source: int, row: tuple) -> Event:
+        """One row as an Event; what is wrong with it (a value that cannot be decoded or does
+        not fit its kind, a column of the wrong type) is its `problem`, never an exception."""
         key, step, code, pos, verbatim, stored = row
         seq = key & _MASK
         if code not in self._kinds:
             self._load_kinds()  # another writer added a kind since we opened
         if source not in self._seeds:
             self._chain(source)
-        try:
-            layer, kind = self._kinds[code]
-            value = codec.decode(stored, self._seeds[source], step, pos)
-        except (KeyError, ValueError, IndexError, TypeError, struct.error) as exc:
-            raise StoreError(
-                f"{self.path}: event {seq} of run {source} cannot be decoded ({type(exc).__name__}: {exc}); "
-                "the file is damaged, restore it from a copy"
-            ) from None
-        return Event(run_id, seq, step, layer, kind, codec.join_site(step, kind, pos, verbatim), value, source)
+        layer, kind = self._kinds.get(code, ("?", "?"))
+        problem = None
+        if (layer, kind) == ("?", "?"):
+            problem = f"its kind code {code!r} is not in the kinds table"
+        elif type(layer) is not str or type(kind) is not str:
+            layer, kind = str(layer), str(kind)
+            problem = "its layer or kind is not text"
+        if not values.is_int(step, -(2**31), 2**31):
+            problem = problem or f"its step is {step!r:.40}, not an integer"
+            step = -1
+        if pos is not None and not values.is_int(pos, 0, 2**32):
+            problem = problem or f"its position is {pos!r:.40}, not an integer"
+            pos = None
+        if verbatim is not None and type(verbatim) is not str:
+            problem = problem or "its site is not text"
+            verbatim = repr(verbatim)[:60]
+        site = codec.join_site(step, kind, pos, verbatim)
+        if problem:
+            return Event(run_id, seq, step, layer, kind, site, None, source, problem)
+        value, problem = values.decode_value(kind, stored, self._seeds[source], step, pos)
+        return Event(run_id, seq, step, layer, kind, site, value, source, problem)
 
     def _step_range(self, source: int, step: int) -> tuple[int, int] | None:
         row = self._conn.execute("SELECT first_seq, last_seq FROM steps WHERE run = ? AND step = ?", (source, step)).fetchone()
