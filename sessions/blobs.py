@@ -8,6 +8,7 @@ import hashlib
 import sqlite3
 import zlib
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from .errors import StoreError
 
@@ -26,17 +27,74 @@ def put(conn: sqlite3.Connection, data: bytes) -> str:
     return digest
 
 
-def get(conn: sqlite3.Connection, digest: str, path: Path) -> bytes:
-    row = conn.execute("SELECT codec, data FROM blobs WHERE digest = ?", (digest,)).fetchone()
+MAX_BYTES = 64 << 20  # a blob that expands beyond this is refused (or cut, for display)
+
+
+class BlobPart(NamedTuple):
+    """What `get_part` read: the blob's first bytes, and whether that is all of it."""
+
+    data: bytes
+    complete: bool
+    size: int | None  # the size the file claims for it (untrusted), for "… of N bytes"
+
+
+def _row(conn: sqlite3.Connection, digest: str, path: Path) -> tuple[str, bytes, Any]:
+    if type(digest) is not str or len(digest) > 128:
+        raise StoreError(f"bad blob reference {str(digest)[:80]!r}: a blob is named by its sha256 hex digest")
+    row = conn.execute("SELECT codec, data, size FROM blobs WHERE digest = ?", (digest,)).fetchone()
     if row is None:
         raise StoreError(f"no blob {digest} in {path}; the value refers to content that was never stored")
-    codec, stored = row
+    codec, stored, size = row
     if codec not in ("zlib", "raw"):
-        raise StoreError(f"blob {digest} in {path} has unknown codec {codec!r}; it needs a newer tttr")
-    data = zlib.decompress(stored) if codec == "zlib" else bytes(stored)
+        raise StoreError(f"blob {digest} in {path} has unknown codec {str(codec)[:40]!r}; it needs a newer tttr")
+    if not isinstance(stored, bytes):
+        stored = stored.encode("utf-8", "surrogateescape") if isinstance(stored, str) else b""
+    return codec, stored, size if type(size) is int else None
+
+
+def _inflate(stored: bytes, limit: int, digest: str, path: Path) -> tuple[bytes, bool]:
+    """At most `limit` bytes of the decompressed blob, and whether that was all of it; never
+    more than limit + 1 bytes are produced, whatever the stream claims."""
+    inflater = zlib.decompressobj()
+    try:
+        data = inflater.decompress(stored, limit + 1)
+    except zlib.error as exc:
+        raise StoreError(f"blob {digest} in {path} cannot be decompressed ({exc}); the file is damaged") from None
+    if len(data) > limit:
+        return data[:limit], False
+    if not inflater.eof:
+        raise StoreError(f"blob {digest} in {path} is cut short (its compressed data ends early); the file is damaged")
+    return data, True
+
+
+def get(conn: sqlite3.Connection, digest: str, path: Path, limit: int = MAX_BYTES) -> bytes:
+    """The blob's bytes, checked against its digest; StoreError if it expands beyond `limit`."""
+    codec, stored, _ = _row(conn, digest, path)
+    if codec == "zlib":
+        data, complete = _inflate(stored, limit, digest, path)
+    else:
+        data, complete = stored, len(stored) <= limit
+    if not complete:
+        raise StoreError(
+            f"blob {digest} in {path} is larger than {limit:,} bytes when expanded; it is refused as "
+            "too large (a damaged or hostile file; pass a larger limit to read it anyway)"
+        )
     if hashlib.sha256(data).hexdigest() != digest:
         raise StoreError(f"blob {digest} in {path} does not match its digest; the file is damaged, restore it from a copy")
     return data
+
+
+def get_part(conn: sqlite3.Connection, digest: str, path: Path, limit: int) -> BlobPart:
+    """For showing a blob: its first `limit` bytes (complete=False when there is more). Only a
+    complete blob is checked against its digest."""
+    codec, stored, size = _row(conn, digest, path)
+    if codec == "zlib":
+        data, complete = _inflate(stored, limit, digest, path)
+    else:
+        data, complete = stored[:limit], len(stored) <= limit
+    if complete and hashlib.sha256(data).hexdigest() != digest:
+        raise StoreError(f"blob {digest} in {path} does not match its digest; the file is damaged, restore it from a copy")
+    return BlobPart(bytes(data), complete, size)
 
 
 def has(conn: sqlite3.Connection, digest: str) -> bool:

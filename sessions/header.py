@@ -9,7 +9,9 @@ left to SQLite (`sessions.opening`).
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
 from .errors import StoreError
@@ -38,12 +40,62 @@ def newer_error(path: Path, version: int) -> StoreError:
     )
 
 
+def _what(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def status(path: Path) -> os.stat_result | None:
+    """os.stat of `path`, None if nothing is there; StoreError for a symlink loop or a path
+    that cannot be looked at. Never opens it."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise StoreError(
+                f"{path} is a symbolic link to {os.readlink(path)!r}, which does not exist; fix the link or pass the file"
+            ) from None
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StoreError(f"{path} is a symbolic link loop (too many levels of links); fix the link or pass the file itself") from None
+        raise StoreError(f"cannot look at {path}: {exc.strerror}; check the path and its permissions") from None
+
+
+def regular_file(path: Path, *, missing_ok: bool = False) -> bool:
+    """True if `path` is a regular file (False if absent and missing_ok); StoreError for
+    anything else, before anything opens it: opening a FIFO blocks forever, a device may
+    never end."""
+    st = status(path)
+    if st is None:
+        if missing_ok:
+            return False
+        raise StoreError(f"{path} does not exist; check the path (a session database is made by recording a run into it)")
+    if not stat.S_ISREG(st.st_mode):
+        what = _what(st.st_mode)
+        hint = "pass the database file" if what == "a directory" else "pass a session database file"
+        raise StoreError(f"{path} is {what}, not a session database; {hint}")
+    for suffix in ("-wal", "-shm", "-journal"):  # SQLite opens these beside it
+        side = Path(f"{path}{suffix}")
+        try:
+            st = os.lstat(side)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreError(
+                f"{side} beside the database is {_what(st.st_mode) if not stat.S_ISLNK(st.st_mode) else 'a symbolic link'}, "
+                f"not a regular file; SQLite would open it: remove it, or copy {path.name} elsewhere"
+            )
+    return True
+
+
 def check(path: Path, *, may_be_new: bool) -> None:
     """Raise StoreError unless `path` is (or, with may_be_new, may become) a TTTR database."""
-    if not path.exists():
-        raise StoreError(f"{path} does not exist; check the path (a session database is made by recording a run into it)")
-    if path.is_dir():
-        raise StoreError(f"{path} is a directory, not a session database; pass the database file")
+    regular_file(path)
     try:
         with open(path, "rb") as f:
             head = f.read(100)

@@ -7,6 +7,7 @@ is migrated in a private copy in memory.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -19,7 +20,7 @@ TABLES = {"runs", "kinds", "events", "steps", "blobs"}
 
 def connect(path: Path, *, readonly: bool, may_be_new: bool) -> tuple[sqlite3.Connection, int]:
     """An autocommit connection to an up-to-date database, and the schema version the file had."""
-    if may_be_new and not path.exists():
+    if may_be_new and not header.regular_file(path, missing_ok=True):
         if not path.parent.is_dir():
             raise StoreError(f"cannot create {path}: folder {path.parent} does not exist; create it first")
     else:
@@ -82,6 +83,16 @@ def database_error(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
     text = str(exc)
     if "locked" in text or "busy" in text:
         return StoreError(f"{path} is locked by another writer (waited {BUSY_MS // 1000} s); try again when it is done")
+    folder = path.parent
+    if not os.access(folder, os.W_OK):
+        # SQLite creates <db>-wal and <db>-shm beside a WAL database, even to read it.
+        return StoreError(
+            f"{path} cannot be opened: its folder {folder} is not writable, and SQLite needs to create "
+            f"{path.name}-wal/-shm there even to read it ({text}); the file itself is not known to be "
+            "damaged: copy it (with any -wal file) to a writable folder and open the copy"
+        )
     if "readonly" in text or "read-only" in text:
         return StoreError(f"{path} cannot be written ({text}); check the permissions of the file and its folder")
+    if "unable to open" in text:
+        return StoreError(f"{path} cannot be opened ({text}); check the permissions of the file, its folder and any -wal/-shm files beside it")
     return StoreError(f"{path} is corrupt ({text}); restore it from a copy (`tttr info {path}` checks its integrity)")

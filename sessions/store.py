@@ -306,8 +306,16 @@ class Store:
         return blobs.put(self._conn, data)
 
     @_guarded
-    def get_blob(self, digest: str) -> bytes:
-        return blobs.get(self._conn, digest, self.path)
+    def get_blob(self, digest: str, limit: int = blobs.MAX_BYTES) -> bytes:
+        """The blob's bytes; StoreError when it expands beyond `limit` (64 MiB): a small
+        blob of a hostile file can expand to gigabytes."""
+        return blobs.get(self._conn, digest, self.path, limit)
+
+    @_guarded
+    def get_blob_part(self, digest: str, limit: int = 1 << 20) -> blobs.BlobPart:
+        """For display: (data, complete, size): at most `limit` bytes of the blob, and whether
+        that is all of it, so a viewer can say "too large to show in full" instead of loading it."""
+        return blobs.get_part(self._conn, digest, self.path, limit)
 
     @_guarded
     def has_blob(self, digest: str) -> bool:
