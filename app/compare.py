@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.runview import RunView, is_blob, value_problem
+
 
 @dataclass(frozen=True, slots=True)
 class StepInfo:
@@ -16,6 +18,8 @@ class StepInfo:
     action: str
     exit_code: int | None = None
     output: str = ""  # first line of the command's output
+    problem: str | None = None  # why the action's value is unreadable
+    tool_problem: str | None = None  # why the tool result's value is unreadable
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,7 @@ class Comparison:
     mutation: Any = None
     outcome_a: Any = None
     outcome_b: Any = None
+    note: str | None = None  # why the steps are aligned one to one instead of by the engine's diff
 
     @property
     def first(self):
@@ -57,7 +62,7 @@ _RANK = {"setup": 0, "prompt": 1, "token": 2, "logits": 2, "message": 3, "action
 
 
 def site_order(site: str) -> tuple[int, int, int]:
-    parts = site.split(":")
+    parts = str(site).split(":")
     try:
         step = int(parts[0])
     except ValueError:
@@ -67,51 +72,84 @@ def site_order(site: str) -> tuple[int, int, int]:
     return (step, _RANK.get(name, 9), pos)
 
 
-def _steps(store, run_id: int) -> list[StepInfo]:
-    """One StepInfo per action of the run, in order (DiffRow steps index this list)."""
-    from engine.diff import action_text  # domain import kept inside: app startup stays light
+def _events(store, run_id: int, kind: str) -> list:
+    """The run's events of `kind`; when the store refuses the indexed read (an event it
+    cannot decode), read window by window with stand-ins for the unreadable ones."""
+    try:
+        return store.events(run_id, kind=kind)
+    except Exception:  # noqa: BLE001 - the slow path finds the unreadable one
+        view = RunView(store, run_id)
+        return [e for e in (view.event(i) for i in range(view.count)) if e is not None and e.kind in (kind, "?")]
 
-    tools = {e.step: e.value for e in store.events(run_id, kind="tool")}
+
+def _action_text(value: dict) -> str:
+    if value.get("done"):
+        return "done"
+    cmd = value.get("cmd", "")
+    return f"‹blob {cmd.get('size', '?')} bytes›" if is_blob(cmd) else str(cmd)
+
+
+def _steps(store, run_id: int) -> list[StepInfo]:
+    """One StepInfo per action of the run, in order (DiffRow steps index this list). An
+    unreadable action or tool result keeps its row and says why."""
+    tools = {e.step: e for e in _events(store, run_id, "tool") if e.kind == "tool"}
     out = []
-    for e in store.events(run_id, kind="action"):
-        tool = tools.get(e.step) if isinstance(tools.get(e.step), dict) else {}
-        stdout = tool.get("stdout") if tool else ""
-        if isinstance(stdout, dict):  # a blob: not worth reading for one line
-            stdout = f"‹{stdout.get('size', '?')} bytes›"
-        first_line = next((ln for ln in str(stdout or tool.get("stderr", "") or "").splitlines() if ln.strip()), "")
-        out.append(StepInfo(e.step, action_text(e.value), tool.get("exit_code") if tool else None, first_line))
+    for e in _events(store, run_id, "action"):
+        problem = value_problem(e)
+        tool = tools.get(e.step)
+        tool_problem = value_problem(tool) if tool is not None else None
+        code, first_line = None, ""
+        if tool is not None and tool_problem is None:
+            value = tool.value
+            stdout = value.get("stdout")
+            if is_blob(stdout):  # not worth reading for one line
+                stdout = f"‹{stdout.get('size', '?')} bytes›"
+            text = str(stdout or value.get("stderr", "") or "")[:4096]
+            first_line = next((ln for ln in text.splitlines() if ln.strip()), "")
+            code = value.get("exit_code")
+        action = "" if problem is not None or e.kind != "action" else _action_text(e.value)
+        out.append(StepInfo(e.step, action, code, first_line, problem, tool_problem))
     return out
 
 
 def build_comparison(store, run_a: int, run_b: int) -> Comparison:
     """Rows of the two runs side by side. A child run (fork or replay) is aligned with its
     parent step by step, since it is the same run up to the fork; any other pair is
-    aligned by `diff_runs` (edit distance over the actions)."""
+    aligned by `diff_runs` (edit distance over the actions). When the engine refuses to
+    diff the runs (an unreadable value), they are aligned step by step and `note` says why."""
     from engine.diff import DiffRow, diff_runs
 
-    diff = diff_runs(store, run_a, run_b)
     a_steps, b_steps = _steps(store, run_a), _steps(store, run_b)
+    note = None
+    try:
+        diff = diff_runs(store, run_a, run_b)
+        divergences = dict(diff.first_divergence)
+    except Exception as exc:  # noqa: BLE001 - the rows still show, with the unreadable ones marked
+        diff, divergences = None, {}
+        note = f"{type(exc).__name__}: {exc}" if getattr(exc, "exit_code", None) is None else str(exc)
     run_b_meta = store.run(run_b)
     child = run_b_meta.parent == run_a
-    fork_site = run_b_meta.fork_site if child else None
-    if child:
-        diff.rows = [
+    fork_site = run_b_meta.fork_site if child and isinstance(run_b_meta.fork_site, str) else None
+    if child or diff is None:
+        rows = [
             DiffRow(i if i < len(a_steps) else None, i if i < len(b_steps) else None,
                     a_steps[i].action if i < len(a_steps) else None,
                     b_steps[i].action if i < len(b_steps) else None,
-                    i < len(a_steps) and i < len(b_steps) and a_steps[i].action == b_steps[i].action)
+                    i < len(a_steps) and i < len(b_steps) and _same(a_steps[i], b_steps[i]))
             for i in range(max(len(a_steps), len(b_steps)))
         ]
+    else:
+        rows = diff.rows
     comparison = Comparison(
-        run_a, run_b, divergences=dict(diff.first_divergence), fork_site=fork_site,
+        run_a, run_b, divergences=divergences, fork_site=fork_site,
         mutation=run_b_meta.mutation if fork_site else None,
-        outcome_a=store.run(run_a).outcome, outcome_b=run_b_meta.outcome,
+        outcome_a=store.run(run_a).outcome, outcome_b=run_b_meta.outcome, note=note,
     )
     fork_step = site_order(fork_site)[0] if fork_site else None
     first = comparison.first
     first_step = site_order(first.site)[0] if first is not None else None
     marked_fork = marked_first = False
-    for row in diff.rows:
+    for row in rows:
         a = a_steps[row.a_step] if row.a_step is not None and row.a_step < len(a_steps) else None
         b = b_steps[row.b_step] if row.b_step is not None and row.b_step < len(b_steps) else None
         steps = {s.step for s in (a, b) if s is not None}
@@ -121,5 +159,10 @@ def build_comparison(store, run_a: int, run_b: int) -> Comparison:
         )
         marked_fork |= is_fork
         marked_first |= is_first
-        comparison.rows.append(CompareRow(a, b, row.same, is_fork, is_first))
+        same = row.same and not any(s is not None and (s.problem or s.tool_problem) for s in (a, b))
+        comparison.rows.append(CompareRow(a, b, same, is_fork, is_first))
     return comparison
+
+
+def _same(a: StepInfo, b: StepInfo) -> bool:
+    return a.problem is None and b.problem is None and a.action == b.action

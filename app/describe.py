@@ -126,10 +126,14 @@ def _number(value: Any) -> float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def preview(value: Any, width: int = 2000) -> str:
-    """A value of any shape as visible JSON text, at most `width` characters."""
+def preview(value: Any, width: int = 2000, *, quote: bool = False) -> str:
+    """A value of any shape as visible JSON text, at most `width` characters; a string as
+    it is, or quoted as JSON with `quote`."""
     try:
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+        if isinstance(value, str) and not quote:
+            text = value
+        else:
+            text = json.dumps(value, ensure_ascii=False, default=repr)
     except (TypeError, ValueError, RecursionError):
         text = f"‹{type(value).__name__} too deeply nested to show›"
     if len(text) > width:
@@ -439,7 +443,7 @@ def lineage(run) -> str:
     shown = mutation
     if isinstance(mutation, dict):
         shown = mutation.get("text", mutation.get("value", mutation))
-    return f"fork of #{short(parent, 12)} at {short(site, 30)} = {short(preview(shown, 200), 30)}"
+    return f"fork of #{short(parent, 12)} at {short(site, 30)} = {short(preview(shown, 200, quote=True), 30)}"
 
 
 def outcome_label(run) -> Text:
@@ -448,7 +452,7 @@ def outcome_label(run) -> Text:
         return Text("—", style="dim")
     passed = outcome.get("passed") if isinstance(outcome, dict) else None
     if passed is None:
-        return Text(short(preview(outcome, 200), 20))
+        return Text(short(preview(outcome, 200, quote=True), 20))
     return Text("pass", style="bold green") if passed else Text("fail", style="bold red")
 
 

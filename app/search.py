@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from rapidfuzz import fuzz, process
 
-from app.runview import RunView
+from app.runview import RunView, value_problem
 
 MAX_OUTPUT_LINES = 400  # per command; the rest of a long output is not indexed
 
@@ -19,7 +19,7 @@ MAX_OUTPUT_LINES = 400  # per command; the rest of a long output is not indexed
 class Entry:
     seq: int  # the event a hit jumps to
     step: int
-    what: str  # "command" | "output" | "stderr" | "message"
+    what: str  # "command" | "output" | "stderr" | "message" | "unreadable"
     text: str
 
 
@@ -29,21 +29,46 @@ class Hit:
     score: float
 
 
+def _events(view: RunView, kind: str) -> list:
+    """The run's events of `kind`; when the store refuses the indexed read (an event it
+    cannot decode), the events read one window at a time, stand-ins included."""
+    try:
+        return view.store.events(view.run_id, kind=kind)
+    except Exception:  # noqa: BLE001 - the slow path finds the unreadable one
+        return [e for e in (view.event(i) for i in range(view.count)) if e is not None and e.kind in (kind, "?")]
+
+
 def build_corpus(view: RunView) -> list[Entry]:
-    store, run = view.store, view.run_id
+    """Lines to search. Text is kept as recorded (controls made visible, never markup,
+    where it is shown); an event whose value is unreadable is indexed as such."""
     entries: list[Entry] = []
-    for event in store.events(run, kind="message"):
-        text = view.text(event.value.get("text") if isinstance(event.value, dict) else None)
+    seen: set[int] = set()
+
+    def unreadable(event) -> bool:
+        problem = value_problem(event)
+        if problem is not None and event.seq not in seen:
+            seen.add(event.seq)
+            entries.append(Entry(event.seq, event.step, "unreadable", f"{event.site}: {problem}"))
+        return problem is not None
+
+    for event in _events(view, "message"):
+        if unreadable(event):
+            continue
+        text = view.text(event.value.get("text"))
         for line in text.splitlines():
             if line.strip():
                 entries.append(Entry(event.seq, event.step, "message", line.strip()))
-    for event in store.events(run, kind="tool"):
-        value = event.value if isinstance(event.value, dict) else {}
+    for event in _events(view, "tool"):
+        if unreadable(event):
+            continue
+        value = event.value
         entries.append(Entry(event.seq, event.step, "command", view.text(value.get("cmd"))))
         for what in ("stdout", "stderr"):
             lines = [ln for ln in view.text(value.get(what)).splitlines() if ln.strip()]
             for line in lines[:MAX_OUTPUT_LINES]:
                 entries.append(Entry(event.seq, event.step, "output" if what == "stdout" else what, line.strip()))
+    for event in _events(view, "action"):
+        unreadable(event)
     entries.sort(key=lambda e: (e.seq, e.what != "command"))
     return entries
 

@@ -18,6 +18,7 @@ from app.runview import RunView
 from app.screens.help import HelpScreen, key_label
 from app.screens.runs import RunsScreen
 from app.screens.timeline import TimelineScreen
+from sessions.safe_text import visible
 
 
 class TTTRApp(App):
@@ -57,7 +58,12 @@ class TTTRApp(App):
 
     # -- navigation -------------------------------------------------------------------
     def open_run(self, run_id: int, step: int | None = None) -> None:
-        view = RunView(self.store, run_id)
+        try:
+            view = RunView(self.store, run_id, defer_blobs=True)
+        except Exception as exc:  # noqa: BLE001 - a run the store cannot read is reported, not fatal
+            self.notify(f"run #{run_id} cannot be opened: {visible(str(exc))}", severity="error",
+                        timeout=10, markup=False)
+            return
         start = (view.step_start(step) or 0) if step is not None else 0
         self.push_screen(TimelineScreen(view, start=start))
 
@@ -124,7 +130,7 @@ class TTTRApp(App):
     def _tokenizer_worker(self) -> None:
         """Off the UI thread: load the tokenizer of each model in the database that is
         the model at hand, so top-k alternatives read as text."""
-        for model_id in {run.model_id for run in self.store.runs()}:
+        for model_id in {run.model_id for run in self.store.runs() if isinstance(run.model_id, str)}:
             tokenizer = self.tokenizer_for(model_id)
             if tokenizer is not None:
                 self.call_from_thread(self._tokenizer_ready, model_id, tokenizer)

@@ -112,6 +112,8 @@ def test_fuzzy_search_jumps_to_the_hit(db):
         timeline = app.screen.query_one(Timeline)
         await pilot.press("slash")
         assert isinstance(app.screen, SearchScreen)
+        search_screen = app.screen
+        await wait_for(pilot, lambda: search_screen.corpus is not None)  # indexed in a worker
         await pilot.press(*"gzip -k")
         await pilot.press("enter")
         assert isinstance(app.screen, TimelineScreen)

@@ -6,8 +6,6 @@ both sides."""
 
 from __future__ import annotations
 
-import json
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -53,7 +51,7 @@ class CompareScreen(Screen):
         from sessions.store import Store
 
         try:
-            store = Store.open(self.app.db_path, create=False)
+            store = Store.open(self.app.db_path, create=False, readonly=True)
             try:
                 comparison = build_comparison(store, self.run_a, self.run_b)
             finally:
@@ -66,7 +64,8 @@ class CompareScreen(Screen):
     def on_comparison_ready(self, message: ComparisonReady) -> None:
         self.query_one("#compare-loading").display = False
         if message.comparison is None:
-            self.query_one("#compare-summary", Static).update(Text(f"diff failed: {message.error}", style="red"))
+            self.query_one("#compare-summary", Static).update(
+                Text(f"diff failed: {describe.short(message.error, 300)}", style="red"))
             return
         self.comparison = c = message.comparison
         side = self.query_one(SideBySide)
@@ -80,8 +79,12 @@ class CompareScreen(Screen):
         store = self.app.store
         text = Text()
         for side, run_id, outcome in (("left", c.run_a, c.outcome_a), ("right", c.run_b, c.outcome_b)):
-            run = store.run(run_id)
             text.append(f"{side}: #{run_id} ", style="bold")
+            try:
+                run = store.run(run_id)
+            except Exception as exc:  # noqa: BLE001 - the title says so; the rows still show
+                text.append(describe.short(exc, 60) + "    ", style="red")
+                continue
             text.append(describe.lineage(run) + " ", style="dim")
             text.append_text(describe.outcome_label(run))
             text.append("    ")
@@ -92,25 +95,32 @@ class CompareScreen(Screen):
         if c.fork_site:
             value = c.mutation.get("input", c.mutation.get("value")) if isinstance(c.mutation, dict) else c.mutation
             text.append("⋔ fork ", style="bold magenta")
-            text.append(f"at {c.fork_site} = {json.dumps(value, ensure_ascii=False)}")
+            text.append(f"at {describe.short(c.fork_site, 40)} = {describe.short(describe.preview(value, 400, quote=True), 80)}")
             token_id = c.mutation.get("value") if isinstance(c.mutation, dict) else None
             if ":token:" in c.fork_site and isinstance(token_id, int):
                 model_id = self.app.store.run(c.run_b).model_id
                 name = self.app.token_texts([token_id], model_id).get(token_id)
                 if name is not None:
-                    text.append(f"  (token {token_id} = {json.dumps(name, ensure_ascii=False)})", style="dim")
+                    text.append(f"  (token {token_id} = {describe.token_text(name)})", style="dim")
             text.append("\n")
+        if c.note is not None:
+            text.append("✗ the runs cannot be diffed site by site: ", style="bold red")
+            text.append(describe.short(c.note, 200) + "\n", style="red")
+            text.append("steps are shown side by side in order; unreadable ones are marked", style="dim")
+            return text
         first = c.first
         if first is None:
             text.append("identical: no site differs between the two runs", style="bold green")
             return text
         text.append("▶ first divergence " + ("after the fork " if c.fork_site else ""), style="bold red")
-        text.append(f"{first.site} ({first.layer}): {_short(first.a_value)} → {_short(first.b_value)}\n")
+        text.append(f"{describe.short(first.site, 40)} ({describe.short(first.layer, 10)}): "
+                    f"{_short(first.a_value)} → {_short(first.b_value)}\n")
         for layer in ("tensor", "token", "trace", "agent"):
             d = c.divergences.get(layer)
             if d is not None:
                 text.append(f"  {layer:<7}", style="bold")
-                text.append(f"first differs at {d.site}: {_short(d.a_value)} → {_short(d.b_value)}\n", style="dim")
+                text.append(f"first differs at {describe.short(d.site, 40)}: {_short(d.a_value)} → {_short(d.b_value)}\n",
+                            style="dim")
         differing = sum(1 for r in c.rows if not r.same)
         text.append(f"{differing} of {len(c.rows)} aligned steps differ · n/p next/previous difference", style="dim")
         return text
@@ -129,4 +139,4 @@ class CompareScreen(Screen):
 
 
 def _short(value, width: int = 50) -> str:
-    return describe.short(json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value), width)
+    return describe.short(describe.preview(value, 400) if not isinstance(value, str) else repr(value[:400]), width)

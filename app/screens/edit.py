@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList
 from textual.widgets.option_list import Option
+
+from sessions.safe_text import visible
 
 HELP = {
     "clock": "an ISO date-time (2026-03-01T09:00:00) or a shift of the recorded value: +90, -3600, +2h, -1d",
@@ -45,15 +48,15 @@ class EditScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="edit-dialog"):
-            yield Label(f"Edit {self.site} and fork", id="edit-title")
-            yield Label(f"recorded: {self.current}", id="edit-current")
+            yield Label(Text(f"Edit {visible(self.site, newlines=False)} and fork"), id="edit-title")
+            yield Label(Text(f"recorded: {visible(self.current, newlines=False)}"), id="edit-current")
             if self.alternatives:
                 yield Label("recorded alternatives (enter picks one):", classes="edit-hint")
                 yield OptionList(
                     *[Option(self._alternative_label(a), id=f"alt-{a[0]}") for a in self.alternatives],
                     id="edit-alternatives",
                 )
-            yield Label(HELP.get(self.kind, ""), classes="edit-hint")
+            yield Label(Text(HELP.get(self.kind, "")), classes="edit-hint")
             yield Input(value=self.current, id="edit-value", select_on_focus=True)
             yield Label("", id="edit-error")
             with Horizontal(id="edit-buttons"):
@@ -65,10 +68,10 @@ class EditScreen(ModalScreen[str | None]):
         self.query_one(target).focus()
 
     @staticmethod
-    def _alternative_label(alt: tuple[int, str | None, float]) -> str:
+    def _alternative_label(alt: tuple[int, str | None, float]) -> Text:
         token_id, text, logprob = alt
-        shown = json.dumps(text, ensure_ascii=False) if text is not None else "?"
-        return f"{token_id:>6}  {shown:<16}  lp {logprob:.3f}"
+        shown = visible(json.dumps(str(text), ensure_ascii=False), newlines=False) if text is not None else "?"
+        return Text(f"{token_id:>6}  {shown:<16}  lp {logprob:.3f}")
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         token_id = int(str(event.option.id).removeprefix("alt-"))
@@ -89,7 +92,7 @@ class EditScreen(ModalScreen[str | None]):
         reason = self.validate(value)
         error = self.query_one("#edit-error", Label)
         if reason is not None:
-            error.update(reason)
+            error.update(Text(visible(reason)))
             error.add_class("-shown")
             return
         self.dismiss(value)

@@ -10,6 +10,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from app import describe
+from sessions.safe_text import visible
 
 COLUMNS = ("", "run", "task", "model", "kernels", "seed", "steps", "outcome", "status", "lineage")
 
@@ -46,28 +47,41 @@ class RunsScreen(Screen):
         table = self.query_one(DataTable)
         row = table.cursor_row
         table.clear()
-        runs = store.runs()
+        title = Text(visible(self.app.db_path.name, newlines=False), style="bold")
+        try:
+            runs = store.runs()
+        except Exception as exc:  # noqa: BLE001 - a database whose runs do not read is reported
+            title.append(f"  · cannot list the runs: {describe.short(exc, 200)}", style="bold red")
+            self.query_one("#runs-title", Static).update(title)
+            return
         for run in runs:
-            table.add_row(
-                Text("●" if run.id in self.marked else "", style="bold magenta"),
-                Text(f"#{run.id}", style="bold"),
-                run.task,
-                describe.short(run.model_id or "", 28),
-                run.kernel_mode or "",
-                str(run.seed),
-                str(store.steps(run.id)),
-                describe.outcome_label(run),
-                describe.status_label(run),
-                describe.lineage(run),
-                key=str(run.id),
-            )
+            table.add_row(*self._cells(store, run), key=str(run.id))
         if runs:
             table.move_cursor(row=min(row, len(runs) - 1))
-        title = Text(self.app.db_path.name, style="bold")
         title.append(f"  · {len(runs)} runs", style="dim")
         if self.marked:
             title.append(f"  · marked for diff: {', '.join(f'#{m}' for m in self.marked)}", style="magenta")
         self.query_one("#runs-title", Static).update(title)
+
+    def _cells(self, store, run) -> list[Text]:
+        """One row of the table. Every cell is Text: a DataTable reads a str cell as markup,
+        and recorded text is never markup."""
+        try:
+            steps = str(store.steps(run.id))
+        except Exception:  # noqa: BLE001 - a count the store cannot give is unknown
+            steps = "?"
+        return [
+            Text("●" if run.id in self.marked else "", style="bold magenta"),
+            Text(f"#{run.id}", style="bold"),
+            Text(describe.short(run.task, 40)),
+            Text(describe.short(run.model_id or "", 28)),
+            Text(describe.short(run.kernel_mode or "", 12)),
+            Text(describe.short(run.seed, 20)),
+            Text(steps),
+            describe.outcome_label(run),
+            describe.status_label(run),
+            Text(describe.lineage(run)),
+        ]
 
     def _current(self) -> int | None:
         table = self.query_one(DataTable)
@@ -102,11 +116,15 @@ class RunsScreen(Screen):
         if len(pair) < 2 and current is not None and current not in pair:
             pair.append(current)
         if len(pair) == 1 and current is not None:
-            parent = self.app.store.run(current).parent
-            if parent is not None:
+            try:
+                parent = self.app.store.run(current).parent
+            except Exception:  # noqa: BLE001 - no parent to compare with
+                parent = None
+            if isinstance(parent, int):
                 pair = [parent, current]
         if len(pair) != 2:
-            self.notify("mark two runs with space (or stand on a fork) to compare them", severity="warning")
+            self.notify("mark two runs with space (or stand on a fork) to compare them", severity="warning",
+                        markup=False)
             return
         from app.screens.compare import CompareScreen
 

@@ -22,7 +22,8 @@ class SearchScreen(ModalScreen[int | None]):
         Binding("down", "focus_hits", "hits", show=False),
     ]
 
-    def __init__(self, corpus: list[search.Entry], query: str = "") -> None:
+    def __init__(self, corpus: list[search.Entry] | None, query: str = "") -> None:
+        """`corpus` None: it is being built; the screen below calls `set_corpus`."""
         super().__init__()
         self.corpus = corpus
         self.query_text = query
@@ -43,20 +44,35 @@ class SearchScreen(ModalScreen[int | None]):
     def _changed(self, event: Input.Changed) -> None:
         self._refresh_hits(event.value)
 
+    def set_corpus(self, corpus: list[search.Entry]) -> None:
+        self.corpus = corpus
+        if self.is_mounted:
+            self._refresh_hits(self.query_one("#search-input", Input).value)
+
+    def index_failed(self, error: str) -> None:
+        if self.is_mounted:
+            self.query_one("#search-count", Label).update(
+                Text(f"cannot index this run: {short(error, 200)}", style="bold red"))
+
     def _refresh_hits(self, query: str) -> None:
+        count = self.query_one("#search-count", Label)
+        if self.corpus is None:
+            count.update(Text("indexing commands, outputs and messages …", style="italic"))
+            return
         self.hits = search.search(self.corpus, query)
         hits = self.query_one("#search-hits", OptionList)
         hits.clear_options()
         for i, hit in enumerate(self.hits):
             label = Text(f"step {hit.entry.step:>3} ", style="bold")
-            label.append(f"{hit.entry.what:<8}", style={"command": "yellow", "message": "green"}.get(hit.entry.what, "dim"))
-            label.append(" " + short(hit.entry.text, 90))
+            style = {"command": "yellow", "message": "green", "unreadable": "bold red"}.get(hit.entry.what, "dim")
+            label.append(f"{hit.entry.what:<8}", style=style)
+            label.append(" " + short(hit.entry.text, 90), style="bold red" if hit.entry.what == "unreadable" else "")
             label.append(f"  {hit.score:.0f}", style="dim")
             hits.add_option(Option(label, id=f"hit-{i}"))
         if self.hits:
             hits.highlighted = 0
         shown = f"{len(self.hits)} hits" if query.strip() else f"{len(self.corpus)} lines indexed"
-        self.query_one("#search-count", Label).update(shown)
+        count.update(Text(shown))
 
     @on(Input.Submitted, "#search-input")
     def _submitted(self) -> None:

@@ -5,11 +5,14 @@ happened (EventSelected), it sets what they show."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from functools import partial
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.message import Message
+from textual.worker import get_current_worker
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
@@ -17,13 +20,22 @@ from textual.widgets import Footer, Static
 
 from app import describe
 from app.forking import ForkFailed, ForkFinished, ForkProgressed, run_fork
-from app.runview import EDITABLE_KINDS, LAYERS, RunView, token_pos
+from app.runview import EDITABLE_KINDS, LAYERS, TOO_LARGE, RunView, is_blob, token_pos, value_problem
 from app.screens.edit import EditScreen
 from app.screens.search import SearchScreen
 from app.widgets.detail import DetailPane
 from app.widgets.fork_progress import ForkProgress
 from app.widgets.message import MessageStrip
 from app.widgets.timeline import Timeline
+from sessions.safe_text import visible
+
+
+class BlobsLoaded(Message):
+    """A worker read blobs the detail pane was waiting for: {key: text or file changes}."""
+
+    def __init__(self, loaded: dict) -> None:
+        super().__init__()
+        self.loaded = loaded
 
 
 class TimelineScreen(Screen):
@@ -93,11 +105,46 @@ class TimelineScreen(Screen):
         event = self.view.event(message.index)
         if event is None:
             return
-        self.query_one(DetailPane).show(describe.detail(self.view, event, self.token_texts))
+        self._show_detail(event)
         pos = token_pos(event) if event.kind in ("token", "logits") else None
         if self.message_shown != (event.step, pos):
             self.message_shown = (event.step, pos)
             self.query_one(MessageStrip).show_tokens(event.step, self.view.step_tokens(event.step), pos)
+
+    def _show_detail(self, event) -> None:
+        """The detail of `event`, from what is loaded; blobs it needs (outputs, snapshots)
+        load in a worker, and the pane shows placeholders until they arrive."""
+        self.query_one(DetailPane).show(describe.detail(self.view, event, self.token_texts))
+        wanted = self.view.take_wanted()
+        if wanted:
+            self.run_worker(partial(self._load_blobs, wanted), thread=True, exclusive=True, group="blobs",
+                            exit_on_error=False, name="blobs")
+
+    def _load_blobs(self, wanted: dict) -> None:
+        """In a worker thread, on a connection of its own: read the wanted blobs (a slow or
+        huge one never blocks the screen; `q` still quits)."""
+        from app.runview import load_wanted
+        from sessions.store import Store
+
+        worker = get_current_worker()
+        try:
+            store = Store.open(self.app.db_path, create=False, readonly=True)
+        except Exception as exc:  # noqa: BLE001 - shown where the blob would be
+            loaded = {key: f"‹cannot read the database: {exc}›" for key, what in wanted.items()
+                      if not isinstance(what, tuple)}
+        else:
+            try:
+                loaded = load_wanted(store, wanted)
+            finally:
+                store.close()
+        if not worker.is_cancelled:
+            self.post_message(BlobsLoaded(loaded))
+
+    def on_blobs_loaded(self, message: BlobsLoaded) -> None:
+        self.view.merge_loaded(message.loaded)
+        event = self.current
+        if event is not None:
+            self._show_detail(event)
 
     def on_timeline_layer_chosen(self, message: Timeline.LayerChosen) -> None:
         self.query_one("#run-title", Static).update(self._title(message.layer))
@@ -108,11 +155,32 @@ class TimelineScreen(Screen):
 
     # -- search -------------------------------------------------------------------------
     def action_search(self) -> None:
+        screen = SearchScreen(self.corpus)
         if self.corpus is None:
-            from app.search import build_corpus
+            self.run_worker(partial(self._index, screen), thread=True, exclusive=True, group="index",
+                            exit_on_error=False, name="search index")
+        self.app.push_screen(screen, self._jump_to_hit)
 
-            self.corpus = build_corpus(self.view)
-        self.app.push_screen(SearchScreen(self.corpus), self._jump_to_hit)
+    def _index(self, screen: SearchScreen) -> None:
+        """In a worker thread, on a connection of its own: the search corpus (it reads
+        every command's output, blobs included)."""
+        from app.search import build_corpus
+        from sessions.store import Store
+
+        try:
+            store = Store.open(self.app.db_path, create=False, readonly=True)
+            try:
+                corpus = build_corpus(RunView(store, self.view.run_id))
+            finally:
+                store.close()
+        except Exception as exc:  # noqa: BLE001 - shown in the dialog
+            self.app.call_from_thread(screen.index_failed, f"{type(exc).__name__}: {exc}")
+            return
+        self.app.call_from_thread(self._indexed, screen, corpus)
+
+    def _indexed(self, screen: SearchScreen, corpus) -> None:
+        self.corpus = corpus
+        screen.set_corpus(corpus)
 
     def _jump_to_hit(self, seq: int | None) -> None:
         if seq is not None:
@@ -124,15 +192,36 @@ class TimelineScreen(Screen):
         event = self.current
         if event is None:
             return
+        problem = value_problem(event)
+        if problem is not None:
+            self.notify(f"{describe.short(event.site, 40)} is unreadable ({describe.short(problem, 120)}): "
+                        "its value cannot be edited, nor the run forked there", severity="error", markup=False)
+            return
         if event.kind not in EDITABLE_KINDS:
             self.notify(
-                f"a {event.kind} event cannot be edited: move to a clock or tool event (R) or a token (K)",
-                severity="warning",
+                f"a {describe.short(event.kind, 20)} event cannot be edited: move to a clock or tool event (R) "
+                "or a token (K)",
+                severity="warning", markup=False,
             )
             return
         if self.fork_cancel is not None:
-            self.notify("a fork is already running: wait for it, or press x to cancel it", severity="warning")
+            self.notify("a fork is already running: wait for it, or press x to cancel it", severity="warning",
+                        markup=False)
             return
+        if event.kind == "tool":
+            # The dialog starts from the recorded output: it must be all there, as recorded.
+            stdout = event.value.get("stdout")
+            text = self.view.loaded_text(stdout)
+            if text is None:
+                self._show_detail(event)  # (re)starts its loading
+                self.notify("the recorded output is still loading: press e again in a moment",
+                            severity="warning", markup=False)
+                return
+            if is_blob(stdout) and (TOO_LARGE in text or text.startswith("‹blob")):
+                self.notify("the recorded output is too large to show in full (or unreadable), so it cannot "
+                            "be edited here: fork from the command line with `tttr fork`",
+                            severity="error", markup=False)
+                return
         alternatives = []
         if event.kind == "token":
             alternatives = describe.alternatives(self.view, event, self.token_texts)
@@ -198,15 +287,17 @@ class TimelineScreen(Screen):
 
     def on_fork_failed(self, message: ForkFailed) -> None:
         self._fork_done()
-        self.notify(f"fork at {message.site} failed: {message.error}", severity="error", timeout=10)
+        self.notify(visible(f"fork at {message.site} failed: {message.error}"), severity="error", timeout=10,
+                    markup=False)
 
     def on_fork_finished(self, message: ForkFinished) -> None:
         self._fork_done()
         result = message.result
         if message.cancelled or result.status != "complete":
-            self.notify(f"fork cancelled: run #{result.run_id} is stored {result.status}", severity="warning")
+            self.notify(visible(f"fork cancelled: run #{result.run_id} is stored {result.status}"),
+                        severity="warning", markup=False)
             return
-        self.notify(f"fork at {message.site} stored as run #{result.run_id}")
+        self.notify(visible(f"fork at {message.site} stored as run #{result.run_id}"), markup=False)
         from app.screens.compare import CompareScreen
 
         self.app.push_screen(CompareScreen(message.parent, result.run_id))
@@ -244,12 +335,21 @@ class TimelineScreen(Screen):
 
 
 def editable_text(view: RunView, event) -> str:
-    """The recorded value as the edit dialog shows it (the syntax parse_mutation takes)."""
+    """The recorded value as the edit dialog shows it (the syntax parse_mutation takes).
+    JSON escapes control characters, so the text is safe to show and edit on one line."""
     value = event.value if isinstance(event.value, dict) else {}
     if event.kind == "clock":
-        return str(value.get("t", ""))
+        return visible(str(value.get("t", "")), newlines=False)
     if event.kind == "token":
-        return json.dumps(str(value.get("text", "")), ensure_ascii=False)
+        return _json(str(value.get("text", "")))
     # JSON keeps newlines editable on one line, and is a form parse_mutation takes.
-    return json.dumps({"stdout": view.text(value.get("stdout")), "exit_code": value.get("exit_code")},
-                      ensure_ascii=False)
+    return _json({"stdout": view.text(value.get("stdout")), "exit_code": value.get("exit_code")})
+
+
+# What json.dumps(ensure_ascii=False) leaves raw and a terminal would act on: DEL, C1, and
+# the formatting characters that reorder text. Escaped as JSON, they stay the same value.
+_RAW_CONTROLS = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def _json(value) -> str:
+    return _RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False))

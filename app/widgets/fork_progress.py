@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, ProgressBar
+
+from sessions.safe_text import visible
 
 
 class ForkProgress(Horizontal):
@@ -18,7 +21,7 @@ class ForkProgress(Horizontal):
         yield Label("x cancel", id="fork-hint")
 
     def start(self, site: str, value: str) -> None:
-        self.query_one("#fork-label", Label).update(f"forking at {site} = {value!r} …")
+        self.query_one("#fork-label", Label).update(Text(visible(f"forking at {site} = {value!r} …", newlines=False)))
         self.query_one("#fork-bar", ProgressBar).update(total=None, progress=0)
         self.display = True
         self.started += 1
@@ -26,7 +29,7 @@ class ForkProgress(Horizontal):
     def advance(self, done: int, total: int | None, text: str) -> None:
         self.query_one("#fork-bar", ProgressBar).update(total=total or None, progress=done)
         if text:
-            self.query_one("#fork-label", Label).update(text)
+            self.query_one("#fork-label", Label).update(Text(visible(str(text), newlines=False)))
 
     def stopping(self) -> None:
         self.query_one("#fork-label", Label).update("cancelling: the fork stops after this step …")

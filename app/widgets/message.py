@@ -9,7 +9,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from app.runview import token_pos
+from app.runview import token_pos, value_problem
+from sessions.safe_text import visible
 
 LINES_BEFORE = 2  # lines of text shown before the selected token (about)
 LINES = 5
@@ -24,7 +25,7 @@ class MessageStrip(Static):
             self.update(title + Text("(no generated tokens in this step)", style="dim"), layout=False)
             return
         width = max(20, self.content_size.width)
-        pieces = [str(e.value.get("text", "")) if isinstance(e.value, dict) else "" for e in tokens]
+        pieces = [visible(e.value.get("text", "")) if value_problem(e) is None else "✗" for e in tokens]
         at = 0
         if selected is not None:
             at = next((i for i, e in enumerate(tokens) if token_pos(e) == selected), 0)

@@ -101,15 +101,19 @@ class SideBySide(ScrollView, can_focus=True):
         if info is None:
             text = Text("   —  (no step)" if sub == 0 else "", style="dim")
         elif sub == 0:
-            text = Text(f"{info.step:>4} ", style="bold")
-            if info.action == "done":
+            text = Text(f"{describe.short(info.step, 6):>4} ", style="bold")
+            if info.problem is not None:
+                text.append_text(describe.unreadable_label(describe.short(info.problem, width)))
+            elif info.action == "done":
                 text.append("done", style="bold green")
             else:
                 text.append_text(describe.highlight_bash("$ " + describe.short(info.action, width)))
         else:
             text = Text("       ")
-            if info.exit_code is not None:
-                text.append(f"exit {info.exit_code} ", style="green" if info.exit_code == 0 else "red")
+            if info.tool_problem is not None:
+                text.append_text(describe.unreadable_label(describe.short(info.tool_problem, width)))
+            elif info.exit_code is not None:
+                text.append(f"exit {describe.short(info.exit_code, 12)} ", style="green" if info.exit_code == 0 else "red")
             text.append(describe.short(info.output, width), style="dim")
         text.truncate(width, overflow="ellipsis", pad=True)
         return text

@@ -99,7 +99,12 @@ class Timeline(ScrollView, can_focus=True):
         key = (index, width)
         strip = self._lines.get(key)
         if strip is None:
-            strip = self._render_event(index, width, base)
+            try:
+                strip = self._render_event(index, width, base)
+            except Exception as exc:  # noqa: BLE001 - an event no check foresaw is still one line
+                line = Text(f"      ✗ unreadable event {index}: {describe.short(exc, 80)}", style="bold red",
+                            no_wrap=True, end="")
+                strip = Strip(list(line.render(self.app.console))).adjust_cell_length(width, base)
             self._lines[key] = strip
             while len(self._lines) > 512:
                 self._lines.popitem(last=False)
@@ -118,7 +123,7 @@ class Timeline(ScrollView, can_focus=True):
         last = after is None or after.step != event.step
         gutter_style = self._style("timeline--gutter")
         line = Text(no_wrap=True, end="", style=base)
-        step = "setup" if event.step < 0 else str(event.step)
+        step = "setup" if event.step < 0 else describe.short(event.step, 5)
         if index == self._fork_seq:
             line.append("    ⋔ ", style=self._style("timeline--fork"))
         elif first:
@@ -129,7 +134,7 @@ class Timeline(ScrollView, can_focus=True):
         line.append_text(describe.layer_tag(event.layer))
         line.append(" ")
         colour = LAYERS.get(event.layer, ("", "white"))[1]
-        line.append(f"{event.site:<{SITE_WIDTH}}"[: SITE_WIDTH + 2], style=f"dim {colour}")
+        line.append(f"{describe.short(event.site, SITE_WIDTH + 2):<{SITE_WIDTH}}", style=f"dim {colour}")
         line.append(" ")
         line.append_text(describe.summary(event))
         segments = list(line.render(self.app.console))
