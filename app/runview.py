@@ -308,6 +308,10 @@ class RunView:
         except (TypeError, ValueError, RecursionError):
             return f"‹{type(value).__name__} that cannot be shown›"
 
+    def loaded_text(self, value: Any) -> str | None:
+        """A blob's text if it is loaded (None while it is not); any other value as `text`."""
+        return self._blob_texts.get(value["$blob"]) if is_blob(value) else self.text(value)
+
     def _keep_text(self, digest: str, text: str) -> str:
         self._blob_texts[digest] = text
         while len(self._blob_texts) > 16:
