@@ -19,6 +19,8 @@ class Limits:
     memory_mb: int = 2048            # RLIMIT_AS per process
     file_size_mb: int = 1024         # RLIMIT_FSIZE: largest file a command may write
     output_cap: int = 64 * 1024      # bytes of stdout and of stderr kept; the rest is counted
+    tree_mb: int = 1024              # the task tree's size quota (the command is killed past it)
+    tmp_mb: int = 256                # size of the sandbox's /tmp and of its /dev/shm (each a tmpfs)
 
     def __post_init__(self) -> None:
         checks = {
@@ -27,12 +29,14 @@ class Limits:
             "memory_mb": self.memory_mb >= 64,
             "file_size_mb": self.file_size_mb >= 1,
             "output_cap": self.output_cap >= 256,
+            "tree_mb": self.tree_mb >= 1,
+            "tmp_mb": self.tmp_mb >= 1,
         }
         for name, ok in checks.items():
             if not ok:
                 raise SandboxError(
                     f"bad limit {name}={getattr(self, name)!r}: timeout_s > 0, max_processes >= 8, "
-                    "memory_mb >= 64, file_size_mb >= 1, output_cap >= 256"
+                    "memory_mb >= 64, file_size_mb >= 1, output_cap >= 256, tree_mb >= 1, tmp_mb >= 1"
                 )
 
     def ulimit_line(self) -> str:

@@ -1,4 +1,8 @@
-"""What this machine allows the sandbox to use, detected once per process."""
+"""What this machine allows the sandbox to use, detected once per process.
+
+Each mechanism is tried with a real bubblewrap start; what the machine refuses is said in
+one line (`SandboxSupport.line()`). As root, a sandbox that cannot run as an unprivileged
+uid in a user namespace is refused outright: its processes would be host root."""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from recorders.launcher import SECCOMP_FD, build_launcher, launch_prefix, sandbox_host_uid
 from recorders.limits import find_pids_root
+from recorders.seccomp import seccomp_program
 from recorders.seedrandom import build_shim
 
 NAMESPACE_FLAGS = ["--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-ipc"]
@@ -33,6 +39,11 @@ class SandboxSupport:
     nproc_rlimit: bool           # RLIMIT_NPROC binds (not root)
     reason: str | None           # why the sandbox is refused, one line; None when it works
     notes: tuple[str, ...] = ()  # mechanisms missing without refusing (clock, randomness, pids)
+    launcher: str | None = None  # compiled launcher (drops root, passes the seccomp program)
+    host_uid: int | None = None  # unprivileged host uid the sandbox runs as when TTTR is root
+    no_userns: bool = False      # bwrap --disable-userns: no user namespaces inside
+    seccomp: str | None = None   # BPF program file for bwrap --seccomp
+    proc_entries: frozenset[str] | None = None  # names in a sandbox's /proc
 
     @property
     def ok(self) -> bool:
@@ -44,6 +55,13 @@ class SandboxSupport:
             out += ["bwrap", "pid-ns", "net-ns", "uts-ns", "ipc-ns"]
             if self.userns:
                 out.append("user-ns")
+            if self.host_uid is not None or os.geteuid() != 0:
+                out.append("unprivileged-uid")
+            out += ["cap-drop", "ro-root", "ro-proc-sys", "masked-proc"]
+            if self.no_userns:
+                out.append("no-userns")
+            if self.seccomp:
+                out.append("seccomp")
         if self.faketime:
             out.append("faketime")
         if self.shim:
@@ -65,7 +83,8 @@ class SandboxSupport:
         return {
             "ok": self.ok, "reason": self.reason, "mechanisms": self.mechanisms(),
             "notes": list(self.notes), "bwrap": self.bwrap, "faketime": self.faketime,
-            "shim": self.shim, "pids_cgroup": self.pids_cgroup,
+            "shim": self.shim, "pids_cgroup": self.pids_cgroup, "launcher": self.launcher,
+            "host_uid": self.host_uid, "seccomp": self.seccomp,
         }
 
 
@@ -80,21 +99,23 @@ def find_faketime() -> str | None:
     return None
 
 
-def _try_bwrap(bwrap: str, extra: list[str]) -> str | None:
-    args = [bwrap, *extra, *NAMESPACE_FLAGS, "--die-with-parent"]
+def _try_bwrap(prefix: list[str], bwrap: str, extra: list[str]) -> tuple[str | None, str]:
+    """(None, stdout) when bwrap starts a sandbox with `extra` and lists its /proc there,
+    else (the last line bwrap said, "")."""
+    args = [*prefix, bwrap, *extra, *NAMESPACE_FLAGS, "--die-with-parent"]
     for d in ("/usr", "/bin", "/lib", "/lib64"):
         if os.path.islink(d):
             args += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
-    args += ["--proc", "/proc", "--dev", "/dev", "true"]
+    args += ["--proc", "/proc", "--dev", "/dev", "ls", "-1", "/proc"]
     try:
         proc = subprocess.run(args, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
+        return str(exc), ""
     if proc.returncode == 0:
-        return None
-    return (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return None, proc.stdout
+    return (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1], ""
 
 
 @functools.lru_cache(maxsize=1)
@@ -110,20 +131,68 @@ def probe() -> SandboxSupport:
     nproc = os.geteuid() != 0
     if not pids_root and not nproc:
         notes.append("running as root without a writable pids cgroup: no process limit, only the timeout")
+    seccomp, why = seccomp_program()
+    root = os.geteuid() == 0
+    launcher, why_launcher = build_launcher()
+    host_uid = sandbox_host_uid() if root else None
 
     bwrap = shutil.which("bwrap")
     reason = None
-    userns = False
+    userns = no_userns = False
+    listing = ""
     if bwrap is None:
         reason = "bubblewrap (bwrap) is not installed; install the bubblewrap package"
+    elif root and launcher is None:
+        reason = f"as root the sandbox must drop to an unprivileged uid, which needs its launcher: {why_launcher}"
     else:
-        err_userns = _try_bwrap(bwrap, ["--unshare-user", "--uid", "1000", "--gid", "1000"])
-        if err_userns is None:
-            userns = True
+        if launcher is None:
+            notes.append(f"{why_launcher}: no seccomp filter")
+            seccomp = None
+        elif why:
+            notes.append(why)
+
+        def attempt(user: bool, nested_off: bool, filtered: bool) -> tuple[str | None, str]:
+            extra = ["--unshare-user", "--uid", "1000", "--gid", "1000"] if user else []
+            extra += ["--cap-drop", "ALL"]
+            if nested_off:
+                extra.append("--disable-userns")
+            if filtered:
+                extra += ["--seccomp", str(SECCOMP_FD)]
+            prefix = launch_prefix(str(launcher), seccomp if filtered else None, host_uid) if launcher else []
+            return _try_bwrap(prefix, bwrap, extra)
+
+        err, listing = attempt(True, True, bool(seccomp))
+        if err is None:
+            userns = no_userns = True
         else:
-            err = _try_bwrap(bwrap, [])
-            if err is not None:
-                reason = f"bubblewrap cannot create namespaces here: {err}"
+            err_user, listing = attempt(True, False, False)
+            if err_user is None:
+                userns = True
+                err_nested, _ = attempt(True, True, False)
+                no_userns = err_nested is None
+                if not no_userns:
+                    notes.append(f"bwrap --disable-userns refused ({err_nested}): nested user namespaces "
+                                 "are only stopped by seccomp")
+                if seccomp:
+                    err_filter, _ = attempt(True, no_userns, True)
+                    if err_filter is not None:
+                        notes.append(f"bwrap refused the seccomp program ({err_filter}): no seccomp filter")
+                        seccomp = None
+                    else:
+                        err, listing = attempt(True, no_userns, True)
+            elif root:
+                reason = (f"as root the sandbox must run as unprivileged uid {host_uid} in a user namespace, "
+                          f"and this machine refuses it: {err_user}")
+            else:
+                err_plain, listing = attempt(False, False, False)
+                if err_plain is not None:
+                    reason = f"bubblewrap cannot create namespaces here: {err_plain}"
+                else:
+                    notes.append(f"user namespaces refused ({err_user}): no nested-namespace lock")
+                    if seccomp and attempt(False, False, True)[0] is not None:
+                        notes.append("bwrap refused the seccomp program: no seccomp filter")
+                        seccomp = None
+    entries = frozenset(listing.split()) if listing else None
     return SandboxSupport(
         bwrap=bwrap if reason is None else None,
         namespaces=reason is None,
@@ -134,6 +203,11 @@ def probe() -> SandboxSupport:
         nproc_rlimit=nproc,
         reason=reason,
         notes=tuple(notes),
+        launcher=str(launcher) if launcher and reason is None else None,
+        host_uid=host_uid if reason is None else None,
+        no_userns=no_userns,
+        seccomp=seccomp if reason is None else None,
+        proc_entries=entries,
     )
 
 

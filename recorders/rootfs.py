@@ -1,6 +1,11 @@
 """The file system a sandboxed command sees: the host's programs read-only, a small
 synthetic /etc, private /dev, /proc and /tmp, the task tree read-write at /work, and
-a runtime directory (/run/tttr) holding the randomness shim and the bash start file."""
+a runtime directory (/run/tttr) holding the randomness shim and the bash start file.
+
+Everything else is read-only: the root, /dev (but /dev/shm), and the kernel interfaces
+under /proc, as Docker and Flatpak do: /proc/sys, /proc/bus, /proc/fs, /proc/irq are
+bound read-only and files such as /proc/sysrq-trigger, /proc/keys, /proc/timer_list are
+covered with /dev/null. /tmp and /dev/shm are tmpfs mounts of a fixed size."""
 
 from __future__ import annotations
 
@@ -41,7 +46,7 @@ BASHENV = '[ -n "$TTTR_SEED" ] && RANDOM=$(( 16#${TTTR_SEED:0:8} ^ $$ ))\n'
 
 def runtime_dir(shim: Path | None) -> Path:
     """A directory in the cache with the synthetic /etc files, bashenv and the shim."""
-    key = hashlib.sha256(repr((SYNTHETIC_ETC, BASHENV, str(shim))).encode()).hexdigest()[:16]
+    key = hashlib.sha256(repr((SYNTHETIC_ETC, BASHENV, str(shim), "empty")).encode()).hexdigest()[:16]
     path = cache_dir() / f"runtime-{key}"
     if (path / "ready").exists():
         return path
@@ -51,6 +56,7 @@ def runtime_dir(shim: Path | None) -> Path:
     for name, text in SYNTHETIC_ETC.items():
         (tmp / "etc" / name).write_text(text)
     (tmp / "bashenv").write_text(BASHENV)
+    (tmp / "empty").mkdir()
     if shim is not None:
         shutil.copy2(shim, tmp / "seedrandom.so")
     (tmp / "ready").write_text("")
@@ -61,7 +67,35 @@ def runtime_dir(shim: Path | None) -> Path:
     return path
 
 
-def bwrap_fs_args(tree: Path, runtime: Path) -> list[str]:
+# Kernel interfaces under /proc: read-only where they are directories of settings,
+# covered where reading them leaks host state or writing them acts on the host.
+PROC_READ_ONLY = ("sys", "bus", "fs", "irq")
+PROC_MASKED_FILES = ("sysrq-trigger", "kcore", "keys", "key-users", "timer_list", "timer_stats",
+                     "sched_debug", "latency_stats", "kmsg", "kallsyms")
+PROC_MASKED_DIRS = ("acpi", "asound", "scsi")
+
+
+def proc_args(proc_entries: frozenset[str] | None, runtime: str) -> list[str]:
+    """bwrap arguments that make /proc's kernel interfaces read-only or empty. `proc_entries`
+    are the names a sandbox's /proc holds (the probe lists them): bwrap cannot cover a
+    name that is not there."""
+    have = proc_entries if proc_entries is not None else frozenset(os.listdir("/proc"))
+    args: list[str] = []
+    for name in PROC_READ_ONLY:
+        if name in have and os.path.exists(f"/proc/{name}"):
+            args += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+    for name in PROC_MASKED_FILES:
+        if name in have:
+            args += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    for name in PROC_MASKED_DIRS:
+        if name in have:
+            args += ["--ro-bind", f"{runtime}/empty", f"/proc/{name}"]
+    return args
+
+
+def bwrap_fs_args(tree: str, runtime: str, tmp_bytes: int, proc_entries: frozenset[str] | None) -> list[str]:
+    """The mounts of a sandbox. `tree` and `runtime` are the paths bwrap opens (the
+    launcher's stage when TTTR runs as root); `tmp_bytes` sizes /tmp and /dev/shm."""
     args: list[str] = []
     for d in PROGRAM_DIRS:
         if os.path.islink(d):
@@ -73,13 +107,18 @@ def bwrap_fs_args(tree: Path, runtime: Path) -> list[str]:
         if os.path.lexists(src) and os.path.exists(src):
             args += ["--ro-bind", src, src]
     for name in SYNTHETIC_ETC:
-        args += ["--ro-bind", str(runtime / "etc" / name), f"/etc/{name}"]
+        args += ["--ro-bind", f"{runtime}/etc/{name}", f"/etc/{name}"]
+    args += ["--ro-bind", runtime, RUNTIME, "--proc", "/proc", *proc_args(proc_entries, runtime)]
     args += [
-        "--ro-bind", str(runtime), RUNTIME,
-        "--proc", "/proc",
         "--dev", "/dev",
-        "--tmpfs", "/tmp",
-        "--dir", "/var/tmp",
-        "--bind", str(tree), SANDBOX_ROOT,
+        "--size", str(tmp_bytes), "--tmpfs", "/dev/shm",
+        "--size", str(tmp_bytes), "--tmpfs", "/tmp",
+        "--symlink", "../tmp", "/var/tmp",
+        "--bind", tree, SANDBOX_ROOT,
     ]
     return args
+
+
+# After every other mount (the per-command ones included): nothing but the tree, /tmp and
+# /dev/shm stays writable.
+READ_ONLY_TAIL = ["--remount-ro", "/dev", "--remount-ro", "/"]

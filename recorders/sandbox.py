@@ -5,6 +5,11 @@ bubblewrap sandbox (new PID, network, UTS, IPC and, where allowed, user namespac
 the task tree at /work, a pinned environment, a virtual clock (libfaketime) set to the
 step's value, randomness seeded from (run seed, step), and resource limits. Shell state
 (cwd, exports) is carried explicitly from one command to the next.
+
+Whoever runs TTTR, the command cannot change the host outside its tree: it runs as an
+unprivileged host uid (as root, the launcher drops to SANDBOX_HOST_UID and the tree is
+handed to that uid before each command), with no capabilities, no nested user
+namespaces, a read-only root and /proc/sys, and a seccomp filter (recorders/seccomp.py).
 """
 
 from __future__ import annotations
@@ -21,13 +26,15 @@ from pathlib import Path
 from recorders.clock import clock_epoch, faketime_spec, iso, normalize_clock
 from recorders.errors import SandboxError
 from recorders.filetimes import clamp_times
+from recorders.launcher import SECCOMP_FD, STAGE, launch_prefix
 from recorders.limits import Limits, PidsCgroup
 from recorders.output import CappedBuffer, pump
 from recorders.probe import NAMESPACE_FLAGS, SandboxSupport, probe, shim_path
-from recorders.rootfs import RUNTIME, SANDBOX_ROOT, UID, bwrap_fs_args, runtime_dir
+from recorders.rootfs import READ_ONLY_TAIL, RUNTIME, SANDBOX_ROOT, UID, bwrap_fs_args, runtime_dir
 from recorders.seedrandom import step_seed
 from recorders.shell import ShellState, parse_state, prelude
 from recorders.spawner import STATE_FD, Spawner, kill_group
+from recorders.treeown import hand_over
 
 __all__ = ["Executor", "CommandResult", "ShellState", "SandboxError", "SandboxSupport", "Limits", "probe"]
 
@@ -100,6 +107,7 @@ class Executor:
         self._spawn: Spawner | None = None
         self._finalizer = None
         self._fs_args: list[str] | None = None
+        self._host_uid = self.support.host_uid if self.sandboxed else None
 
     # -- public ---------------------------------------------------------------------------
 
@@ -136,6 +144,9 @@ class Executor:
         state = state or ShellState()
         out, err, dump = (CappedBuffer(self.limits.output_cap), CappedBuffer(self.limits.output_cap),
                           CappedBuffer(STATE_CAP))
+        if self._host_uid is not None:
+            # root wrote or restored files since the last command: the sandbox's uid must own them
+            hand_over(str(self.tree), self._host_uid, self._host_uid)
         spawner = self._spawner()
         pipes = [os.pipe() for _ in range(3)]  # stdout, stderr, state channel
         prep = self._prepare(command, clock, step, state, state_fd=STATE_FD if spawner else pipes[2][1])
@@ -245,18 +256,39 @@ class Executor:
         shell = ["/bin/bash", "--noprofile", "--norc", "-c", script, "bash", command]
         if not self.sandboxed:
             return _Prepared(shell, seen, seen, base, str(self.tree))
-        argv = [self.support.bwrap]
-        if self.support.userns:
-            argv += ["--unshare-user", "--uid", str(UID), "--gid", str(UID)]
-        argv += [*NAMESPACE_FLAGS, "--die-with-parent", "--new-session", "--hostname", "sandbox"]
         if self._fs_args is None:
-            self._fs_args = bwrap_fs_args(self.tree, self._runtime)
-        argv += self._fs_args
+            self._fs_args = self._bwrap_args()
+        argv = list(self._fs_args)
+        argv += READ_ONLY_TAIL
         argv += ["--chdir", SANDBOX_ROOT]
         if preload:
             argv += ["--setenv", "LD_PRELOAD", preload]
         argv += shell
         return _Prepared(argv, env, seen, base, None)
+
+
+    def _bwrap_args(self) -> list[str]:
+        """The launcher and bwrap arguments common to every command of this executor."""
+        sup = self.support
+        tree, runtime = str(self.tree), str(self._runtime)
+        argv: list[str] = []
+        if sup.launcher:
+            binds = None
+            if self._host_uid is not None:  # bwrap, unprivileged, opens them at the stage
+                binds = {"w": tree, "r": runtime}
+                tree, runtime = f"{STAGE}/w", f"{STAGE}/r"
+            argv += launch_prefix(sup.launcher, sup.seccomp, self._host_uid, binds)
+        argv.append(sup.bwrap)
+        if sup.userns:
+            argv += ["--unshare-user", "--uid", str(UID), "--gid", str(UID)]
+        argv += ["--cap-drop", "ALL"]
+        if sup.no_userns:
+            argv.append("--disable-userns")
+        if sup.seccomp and sup.launcher:
+            argv += ["--seccomp", str(SECCOMP_FD)]
+        argv += [*NAMESPACE_FLAGS, "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        argv += bwrap_fs_args(tree, runtime, self.limits.tmp_mb << 20, sup.proc_entries)
+        return argv
 
 
 class _Running:
