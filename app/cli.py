@@ -75,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         code = getattr(exc, "exit_code", None)
         if code is None:
             raise
-        print(f"tttr: error: {exc}", file=sys.stderr)
+        from sessions.safe_text import visible
+
+        # One line, and nothing from a database (quoted in the message) acts on the terminal.
+        print(f"tttr: error: {visible(exc, newlines=False)}", file=sys.stderr)
         return int(code)
 
 

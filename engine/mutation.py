@@ -40,6 +40,10 @@ def parse_mutation(store, run_id: int, site_text: str, value_text: str, tokenize
             "or a sampled token (STEP:token:POS)"
         )
     event = store.event_at(run_id, str(site))
+    if event is not None and event.problem:
+        from sessions.safe_text import visible
+
+        raise MutationError(f"run {run_id}, site {site}: {visible(event.problem, newlines=False)}")
     if event is None:
         steps = store.steps(run_id)
         raise MutationError(
@@ -58,16 +62,44 @@ def _clock(text: str, recorded: dict) -> datetime:
     m = _SHIFT.match(text)
     if m:
         seconds = float(m.group(2)) * _UNITS[m.group(3)] * (1 if m.group(1) == "+" else -1)
-        return datetime.fromisoformat(recorded["t"]) + timedelta(seconds=seconds)
+        try:
+            t = datetime.fromisoformat(recorded["t"]) + timedelta(seconds=seconds)
+        except (OverflowError, ValueError):  # beyond year 1..9999, or an infinite float
+            raise MutationError(
+                f"clock shift {text[:40]!r} goes beyond the calendar from {recorded['t']}; "
+                f"the virtual clock shows years {_YEARS}"
+            ) from None
+        return _in_range(t, text)
     try:
         t = datetime.fromisoformat(text)
     except ValueError:
         raise MutationError(
-            f"clock value {text!r} does not parse: give an ISO date-time like 2026-03-01T09:00:00 "
+            f"clock value {text[:60]!r} does not parse: give an ISO date-time like 2026-03-01T09:00:00 "
             "or a shift like +90, -3600, +2h, -1d"
         ) from None
     if t.tzinfo is not None:
-        t = t.astimezone(timezone.utc).replace(tzinfo=None)  # the sandbox clock is UTC
+        try:
+            t = t.astimezone(timezone.utc).replace(tzinfo=None)  # the sandbox clock is UTC
+        except OverflowError:
+            raise MutationError(f"clock value {text!r} is beyond the calendar in UTC") from None
+    return _in_range(t, text)
+
+
+_YEARS = "1971–2999"
+
+
+def _in_range(t: datetime, text: str) -> datetime:
+    """The sandbox's virtual clock shows only these years: refuse the rest here, not as a
+    run that dies at its first command."""
+    from recorders.clock import normalize_clock
+    from recorders.errors import SandboxError
+
+    try:
+        normalize_clock(t)
+    except SandboxError:
+        raise MutationError(
+            f"clock value {text[:40]!r} gives {t.isoformat()}, outside the virtual clock's years {_YEARS}"
+        ) from None
     return t
 
 
@@ -106,6 +138,8 @@ def _token(text: str, tokenizer) -> int:
     stripped = text.strip()
     m = re.fullmatch(r"(?:id:)?(-?\d+)", stripped)
     if m:
+        if len(m.group(1)) > 19:
+            raise MutationError(f"token id {m.group(1)[:20]}… is outside the vocabulary (0..{vocab - 1})")
         token_id = int(m.group(1))
         if not 0 <= token_id < vocab:
             raise MutationError(f"token id {token_id} is outside the vocabulary (0..{vocab - 1})")

@@ -40,6 +40,8 @@ from engine.policy import Policy
 from engine import sites
 
 BLOB_THRESHOLD = 1024
+UNRUNNABLE_EXIT = 126  # the shell's "cannot execute"
+NUL_STDERR = "tttr: the command contains a NUL byte (\\x00), which no shell command line can hold; it was not run\n"
 
 
 class OracleError(RuntimeError):
@@ -79,8 +81,9 @@ class Source:
 
     def __init__(self, store, run_id: int):
         self.store = store
-        self.run = store.run(run_id)
-        self.events = store.events(run_id)
+        # Every event decoded and checked: an unreadable one refuses the run here, in one
+        # line naming the run and site, before anything is written.
+        self.run, self.events = store.load_run(run_id)
         self.by_site = {e.site: e for e in self.events}
         self.tokens: dict[int, list[dict]] = {}
         self.logits: dict[int, list[dict]] = {}
@@ -338,6 +341,8 @@ class Oracle:
     def _run_live(self, step: int, cmd: str, clock: datetime, before: str, shell: ShellState) -> dict:
         from recorders.sandbox import ShellState as SandboxShell
 
+        if "\0" in cmd:
+            return self._unrunnable(cmd, before, shell, NUL_STDERR)
         tree_dir = self._materialise()
         ex = self._executor_for(tree_dir)
         res = ex.run(cmd, clock=clock, step=step, state=SandboxShell(cwd=shell.cwd, exports=dict(shell.exports)))
@@ -360,6 +365,18 @@ class Oracle:
             "snapshot": manifest if after != before else None,
             "cwd_after": res.state_after.cwd,
             "exports_after": dict(res.state_after.exports),
+        }
+
+    def _unrunnable(self, cmd: str, before: str, shell: ShellState, stderr: str) -> dict:
+        """A command no shell can be given (the model wrote a NUL byte): a failed tool call,
+        as a shell reports a command it cannot run, not the end of the run. Nothing ran,
+        so the tree and the shell state stay as they were."""
+        return {
+            "cmd": cmd, "cwd": shell.cwd, "exports": dict(shell.exports), "env": {},
+            "stdout": "", "stderr": stderr, "exit_code": UNRUNNABLE_EXIT, "duration_ms": 0.0,
+            "stdout_size": 0, "stderr_size": len(stderr.encode()), "truncated": False,
+            "tree_before": before, "tree_after": before, "snapshot": None,
+            "cwd_after": shell.cwd, "exports_after": dict(shell.exports),
         }
 
     # ------------------------------------------------------------------ tokens

@@ -13,7 +13,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Any, Callable
 
 from engine.agent import AgentLimits, run_agent
 from engine.oracle import Divergence, Mutation, Oracle, Source
@@ -124,6 +124,7 @@ def record(
     seed = _fresh_seed() if seed is None else seed
     sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
     base = clock or getattr(task, "clock", None) or datetime.now(timezone.utc).replace(tzinfo=None)
+    base = sandbox_clock(base, "the starting clock")  # refused here, before the run is begun
     run_id = None
     if write:
         run_id = store.begin_run(
@@ -149,26 +150,97 @@ def _limits_json(limits: AgentLimits) -> dict:
     return {k: getattr(limits, k) for k in limits.__slots__}
 
 
-def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation: Mutation | None,
-           progress, cancel, unsafe_no_sandbox: bool, seed: int | None) -> RunResult:
-    run = source.run
-    task = _load_task(run.task)
+def sandbox_clock(t: datetime, what: str) -> datetime:
+    """`t` if the sandbox's virtual clock can show it, else ReplayError, so that a run is
+    refused before it begins rather than dying at its first command."""
+    from recorders.clock import normalize_clock
+    from recorders.errors import SandboxError
+
+    try:
+        return normalize_clock(t)
+    except SandboxError as exc:
+        raise ReplayError(f"{what} {exc.args[0].removeprefix('bad clock ')}") from None
+
+
+@dataclass(slots=True)
+class _Plan:
+    """Everything a child run needs, worked out (and so checked) before it is begun."""
+
+    task: Any
+    seed: int
+    sampling: Any
+    limits: AgentLimits
+    base: datetime
+    fork_seq: int
+
+
+def _plan(source: Source, runtime: Runtime, policy: Policy, mutation: Mutation | None, seed: int | None) -> _Plan:
+    """Check the source run as a whole and derive the child's settings; raises before any write.
+
+    What the replay will feed the sandbox and the sampler is checked here: the task exists,
+    the sampling parameters and limits are valid, every recorded clock is one the virtual
+    clock can show, and every blob and snapshot the run refers to can be read."""
     from engine.sampler import SamplingParams
 
+    run = source.run
+    if type(run.task) is not str:
+        raise ReplayError(f"run {run.id} names no task: it cannot be replayed")
+    task = _load_task(run.task)
     if policy.pinned("token"):
         seed = run.seed
     elif seed is None:
         seed = _fresh_seed()
     params = dict(run.sampling)
-    sampling = SamplingParams(temperature=params.get("temperature", 0.0), top_p=params.get("top_p", 1.0),
-                              top_k=params.get("top_k", 0), seed=seed)
-    meta_limits = (run.meta or {}).get("limits") or {}
-    limits = AgentLimits(**{k: v for k, v in meta_limits.items() if k in AgentLimits.__slots__})
+    try:
+        sampling = SamplingParams(temperature=params.get("temperature", 0.0), top_p=params.get("top_p", 1.0),
+                                  top_k=params.get("top_k", 0), seed=seed if seed is not None else 0)
+        meta_limits = run.meta.get("limits") or {}
+        limits = AgentLimits(**{k: v for k, v in meta_limits.items() if k in AgentLimits.__slots__})
+    except (ValueError, TypeError) as exc:
+        raise ReplayError(f"run {run.id}: its recorded settings cannot be used: {exc}") from None
+    if seed is None:
+        raise ReplayError(f"run {run.id} has no recorded seed: replay it with --free token")
+    _check_values(source)
     if policy.pinned("trace"):
-        base = datetime.fromisoformat((run.meta or {}).get("clock") or source.value("-1:clock")["t"])
+        recorded = run.meta.get("clock") or (source.value("-1:clock") or {}).get("t")
+        if recorded is None:
+            raise ReplayError(f"run {run.id} has no starting clock (meta.clock or -1:clock): replay it with --free trace")
+        base = sandbox_clock(datetime.fromisoformat(recorded), f"run {run.id}: its starting clock")
     else:
         base = datetime.now(timezone.utc).replace(tzinfo=None)
     fork_seq = source.seq_of(str(mutation.site)) if mutation is not None else 0
+    return _Plan(task, seed, sampling, limits, base, fork_seq)
+
+
+def _check_values(source: Source) -> None:
+    """Recorded values the store accepts by shape but the replay would fail on half way."""
+    store, rid = source.store, source.run.id
+    for e in source.events:
+        v = e.value
+        if e.kind == "clock":
+            sandbox_clock(datetime.fromisoformat(v["t"]), f"run {rid}, site {e.site}: the clock")
+        elif e.kind in ("setup", "tool"):
+            refs = [v.get(k) for k in ("stdout", "stderr") if isinstance(v.get(k), dict)]
+            try:
+                for ref in refs:
+                    store.get_blob(ref["$blob"])  # bounded and checked against its digest
+                snapshot = v.get("snapshot")
+                if snapshot and not store.has_blob(snapshot):
+                    raise ReplayError(f"its snapshot {snapshot[:16]}… is not in the file")
+            except ReplayError as exc:
+                raise ReplayError(f"run {rid}, site {e.site}: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - StoreError and kin: say where
+                if getattr(exc, "exit_code", None) is None:
+                    raise
+                raise ReplayError(f"run {rid}, site {e.site}: {exc}") from None
+
+
+def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation: Mutation | None,
+           progress, cancel, unsafe_no_sandbox: bool, seed: int | None) -> RunResult:
+    run = source.run
+    plan = _plan(source, runtime, policy, mutation, seed)
+    task, seed, sampling, limits, base, fork_seq = (plan.task, plan.seed, plan.sampling, plan.limits,
+                                                   plan.base, plan.fork_seq)
     meta = {"clock": base.isoformat(), "limits": _limits_json(limits),
             "sandbox": runtime.sandbox_mechanisms(unsafe_no_sandbox)}
     if mutation is None:
@@ -228,6 +300,30 @@ def _recorded_actions(source: Source) -> list[str]:
     return [action_text(e.value) for e in source.events if e.kind == "action"]
 
 
+def check_replay(store, run_id: int, free=(), *, runtime: Runtime) -> Source:
+    """Everything `replay` checks before it writes, on any store (a read-only one too)."""
+    policy = Policy(frozenset(free)) if not isinstance(free, Policy) else free
+    source = Source(store, run_id)
+    _check_source(source)
+    _check_model(runtime, source.run)
+    _plan(source, runtime, policy, None, None)
+    return source
+
+
+def check_fork(store, run_id: int, site: str, value: str, *, runtime: Runtime) -> Mutation:
+    """Everything `fork` checks before it writes, on any store (a read-only one too): the
+    source run, the model, the site and the new value; returns the parsed mutation."""
+    from engine.mutation import parse_mutation
+
+    source = Source(store, run_id)
+    _check_source(source)
+    _check_model(runtime, source.run)
+    mutation = parse_mutation(store, run_id, site, value, tokenizer=runtime.tokenizer)
+    _check_mutation_site(source, mutation)
+    _plan(source, runtime, Policy(), mutation, None)
+    return mutation
+
+
 def replay(store, run_id: int, free=(), *, runtime: Runtime | None = None, progress=None, cancel=None,
            unsafe_no_sandbox: bool = False, seed: int | None = None) -> RunResult:
     runtime = runtime or Runtime(kernel_mode=store.run(run_id).kernel_mode)
@@ -248,6 +344,7 @@ def fork(store, run_id: int, site: str, value: str, *, runtime: Runtime | None =
     _check_source(source)
     _check_model(runtime, source.run)
     mutation = parse_mutation(store, run_id, site, value, tokenizer=runtime.tokenizer)
+    _check_mutation_site(source, mutation)
     return _child(store, source, runtime, policy=Policy(), mutation=mutation, progress=progress,
                   cancel=cancel, unsafe_no_sandbox=unsafe_no_sandbox, seed=None)
 
@@ -257,3 +354,13 @@ def _check_source(source: Source) -> None:
         raise ReplayError(
             f"run {source.run.id} is {source.run.status}: only complete runs can be replayed or forked"
         )
+
+
+def _check_mutation_site(source: Source, mutation: Mutation) -> None:
+    """What the oracle needs at the site to apply the mutation is in the recording."""
+    site = mutation.site
+    if site.name == "token":
+        if f"{site.step}:prompt" not in source.by_site or f"{site.step}:logits:{site.pos}" not in source.by_site:
+            raise ReplayError(f"run {source.run.id} has no prompt or logits recorded for {site}: it cannot be forked there")
+    if site.name == "tool" and source.value(str(site)) is None:
+        raise ReplayError(f"run {source.run.id} has no tool result recorded at {site} to change")

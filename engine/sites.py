@@ -38,6 +38,8 @@ class Site:
                 f"bad site {text!r}: use STEP:clock, STEP:tool or STEP:token:POS "
                 "(`tttr events DB RUN --json` lists every site of a run)"
             )
+        if len(m.group(1)) > 10 or (m.group(3) and len(m.group(3)) > 10):
+            raise SiteError(f"bad site {text[:40]!r}: its step or position is far beyond any run's")
         step, name, pos = int(m.group(1)), m.group(2), m.group(3)
         if (name in POSITIONAL) != (pos is not None):
             raise SiteError(

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import blobs, codec, liveness, opening, schema, values
+from . import blobs, codec, liveness, opening, safe_text, schema, values
 from .records import Event, Run
 from .errors import StoreError
 
@@ -493,6 +493,28 @@ class Store:
         return None
 
     @_guarded
+    def load_run(self, run_id: int) -> tuple[Run, list[Event]]:
+        """A run and all its events, for readers that need every value (replay, fork, diff):
+        StoreError naming the run, the site and the problem when any of them is unreadable,
+        so that such a reader refuses the run before it writes anything."""
+        run = self.run(run_id)
+        if run.problem:
+            raise StoreError(f"run {run_id}: {safe_text.visible(run.problem, newlines=False)}")
+        chain = [a for a, _, _ in self._segments(run_id) if a != run_id]
+        for ancestor in chain:
+            problem = self.run(ancestor).problem
+            if problem:
+                raise StoreError(f"run {run_id} shares the events of run {ancestor}, which cannot be read: "
+                                 f"{safe_text.visible(problem, newlines=False)}")
+        events = self.events(run_id)
+        for e in events:
+            if e.problem:
+                where = "" if e.origin == run_id else f" (recorded by run {e.origin})"
+                raise StoreError(f"run {run_id}, site {safe_text.visible(e.site, newlines=False)}{where}: "
+                                 f"{safe_text.visible(e.problem, newlines=False)}")
+        return run, events
+
+    @_guarded
     def count_events(self, run_id: int) -> int:
         """Committed events, the shared prefix of a fork included (seqs are dense)."""
         _, first = self._chain(run_id)
@@ -518,8 +540,10 @@ class Store:
         """Figures for `tttr info`."""
         q = lambda sql: self._conn.execute(sql).fetchone()  # noqa: E731
         statuses = {s: 0 for s in STATUSES}
+        unreadable = 0
         for run in self.runs():
             statuses[run.status] = statuses.get(run.status, 0) + 1
+            unreadable += run.problem is not None
         blobs, raw, stored = q("SELECT count(*), coalesce(sum(size), 0), coalesce(sum(length(data)), 0) FROM blobs")
         return {
             "path": str(self.path),
@@ -530,6 +554,7 @@ class Store:
             "file_bytes": self.path.stat().st_size,
             "runs": sum(statuses.values()),
             "statuses": statuses,
+            "unreadable_runs": unreadable,
             "events": q("SELECT count(*) FROM events")[0],
             "blobs": blobs,
             "blob_bytes": raw,

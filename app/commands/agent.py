@@ -6,6 +6,9 @@ import argparse
 import json
 import sys
 
+from app.commands import args as argtypes
+from app.commands.store import safe_json, shown
+
 DEFAULT_DB = "tttr.db"
 
 
@@ -18,14 +21,14 @@ def register(sub, bench_sub) -> None:
     )
     p.add_argument("--task", required=True, help="task name (see `tttr tasks`)")
     _model_args(p)
-    p.add_argument("--seed", type=int, help="sampling and sandbox seed (default: random)")
+    p.add_argument("--seed", type=argtypes.seed, help="sampling and sandbox seed (default: random)")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7; 0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default 1.0)")
-    p.add_argument("--top-k", type=int, default=0, help="top-k sampling (default 0 = off)")
+    p.add_argument("--top-k", type=argtypes.count, default=0, help="top-k sampling (default 0 = off)")
     p.add_argument("--kernels", choices=("fast", "invariant"), default="invariant",
                    help="kernel mode (default invariant: replays are the same arithmetic)")
     p.add_argument("--clock", help="virtual clock at the start, ISO (default: the task's clock, else now)")
-    p.add_argument("--max-steps", type=int, default=6, help="step limit (default 6)")
+    p.add_argument("--max-steps", type=argtypes.steps, default=6, help="step limit (default 6)")
     _common(p)
     p.set_defaults(func=cmd_record)
 
@@ -37,10 +40,10 @@ def register(sub, bench_sub) -> None:
                     "Prints whether the decisions are identical and, if not, the first divergence. "
                     "The replay is stored as a child run.",
     )
-    p.add_argument("run", type=int, help="run id (see `tttr runs DB`)")
+    p.add_argument("run", type=argtypes.run_id, help="run id (see `tttr runs DB`)")
     p.add_argument("--free", default="", metavar="LAYERS",
                    help="comma-separated layers to compute live: tensor, token, trace")
-    p.add_argument("--seed", type=int, help="seed for a freed token layer (default: random)")
+    p.add_argument("--seed", type=argtypes.seed, help="seed for a freed token layer (default: random)")
     _model_args(p)
     _common(p)
     p.set_defaults(func=cmd_replay)
@@ -53,7 +56,7 @@ def register(sub, bench_sub) -> None:
                     "(ISO time or +/-seconds, +2h, -1d), STEP:tool (stdout text, exit=N, or JSON with "
                     "stdout/stderr/exit_code), STEP:token:POS (a token id or one token's text).",
     )
-    p.add_argument("run", type=int, help="run id to fork")
+    p.add_argument("run", type=argtypes.run_id, help="run id to fork")
     p.add_argument("--at", required=True, metavar="SITE", help="e.g. 2:clock, 1:tool, 0:token:3")
     p.add_argument("--set", required=True, dest="value", metavar="VALUE", help="the new value")
     _model_args(p)
@@ -65,8 +68,8 @@ def register(sub, bench_sub) -> None:
         description="Align two runs step by step (actions aligned by edit distance), report the first "
                     "divergence per layer, and print both trajectories side by side.",
     )
-    p.add_argument("run_a", type=int)
-    p.add_argument("run_b", type=int)
+    p.add_argument("run_a", type=argtypes.run_id)
+    p.add_argument("run_b", type=argtypes.run_id)
     p.add_argument("--db", default=DEFAULT_DB, help=f"session database (default {DEFAULT_DB})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_diff)
@@ -78,7 +81,7 @@ def register(sub, bench_sub) -> None:
                     "speed of faithful replay and of a late fork against recording, and recording's "
                     "overhead against the same run unrecorded.",
     )
-    b.add_argument("--runs", type=int, default=10, help="runs to record (default 10)")
+    b.add_argument("--runs", type=argtypes.steps, default=10, help="runs to record (default 10)")
     b.add_argument("--db", help="database to keep the runs in (default: a temporary file)")
     _model_args(b)
     b.add_argument("--json", action="store_true")
@@ -118,6 +121,12 @@ def _open_store(path: str, create: bool):
     return Store.open(path, create=create)
 
 
+def _open_readonly(path: str):
+    from sessions.store import Store
+
+    return Store.open(path, create=False, readonly=True)
+
+
 def _runtime(args, kernel_mode: str | None = None):
     from engine.runtime import Runtime
 
@@ -128,7 +137,7 @@ def cmd_record(args) -> int:
     from datetime import datetime
 
     from engine.agent import AgentLimits
-    from engine.replay import ReplayError, record
+    from engine.replay import ReplayError, record, sandbox_clock
 
     clock = None
     if args.clock:
@@ -136,12 +145,14 @@ def cmd_record(args) -> int:
             clock = datetime.fromisoformat(args.clock).replace(tzinfo=None)
         except ValueError:
             raise ReplayError(f"--clock {args.clock!r} does not parse: give an ISO date-time like 2026-03-01T09:00:00") from None
+        clock = sandbox_clock(clock, "--clock")
     limits = AgentLimits(max_steps=args.max_steps)
     runtime = _runtime(args, args.kernels)
     runtime.check_sampling(args.temperature, args.top_p, args.top_k, args.seed)
     from recorders.tasks import load_task
 
-    load_task(args.task)  # an unknown task fails before the database is touched
+    task = load_task(args.task)  # an unknown task fails before the database is touched
+    sandbox_clock(clock or getattr(task, "clock", None) or datetime.now(), f"task {args.task}'s clock")
     store = _open_store(args.db, create=True)
     try:
         res = record(store, args.task, runtime=runtime, seed=args.seed, temperature=args.temperature,
@@ -155,13 +166,16 @@ def cmd_record(args) -> int:
 
 def cmd_replay(args) -> int:
     from engine.policy import Policy
-    from engine.replay import replay
+    from engine.replay import check_replay, replay
 
     policy = Policy.parse(args.free)
+    # Checked on a read-only connection first: a run that cannot be replayed (a value of the
+    # wrong shape, a clock the sandbox cannot show, another model) is refused with the file untouched.
+    with _open_readonly(args.db) as reader:
+        runtime = _runtime(args, reader.run(args.run).kernel_mode)
+        check_replay(reader, args.run, policy, runtime=runtime)
     store = _open_store(args.db, create=False)
     try:
-        run = store.run(args.run)
-        runtime = _runtime(args, run.kernel_mode)
         res = replay(store, args.run, policy, runtime=runtime, seed=args.seed,
                      unsafe_no_sandbox=args.unsafe_no_sandbox,
                      progress=_progress(not args.json, f"replaying run {args.run} ({policy.describe()}) …"))
@@ -172,12 +186,15 @@ def cmd_replay(args) -> int:
 
 
 def cmd_fork(args) -> int:
-    from engine.replay import fork
+    from engine.replay import check_fork, fork
 
+    # The run, the site and the new value are all checked on a read-only connection before
+    # the file is opened for writing: a refused fork writes nothing and prints no progress.
+    with _open_readonly(args.db) as reader:
+        runtime = _runtime(args, reader.run(args.run).kernel_mode)
+        check_fork(reader, args.run, args.at, args.value, runtime=runtime)
     store = _open_store(args.db, create=False)
     try:
-        run = store.run(args.run)
-        runtime = _runtime(args, run.kernel_mode)
         res = fork(store, args.run, args.at, args.value, runtime=runtime,
                    unsafe_no_sandbox=args.unsafe_no_sandbox,
                    progress=_progress(not args.json, f"forking run {args.run} at {args.at} …"))
@@ -189,51 +206,53 @@ def cmd_fork(args) -> int:
 
 def _print_result(args, res, verb: str) -> None:
     if args.json:
-        print(json.dumps(res.to_json(), default=str))
+        print(safe_json(res.to_json(), default=str))
         return
+    from sessions.safe_text import visible
+
+    def say(text: str) -> None:  # actions and values come from the model or the file
+        print(visible(text, newlines=False))
+
     outcome = "passed" if res.passed else ("failed" if res.passed is False else res.status)
     head = f"{verb} run {res.run_id}" + (f" (child of {res.parent})" if res.parent is not None else "")
-    print(f"{head}: {len(res.actions)} steps, outcome {outcome}, status {res.status}")
+    say(f"{head}: {len(res.actions)} steps, outcome {outcome}, status {res.status}")
     for i, action in enumerate(res.actions):
-        print(f"  step {i}: {action}")
+        say(f"  step {i}: {action}")
     if res.identical is not None:
-        print("decisions identical to the recording" if res.identical else "decisions differ from the recording")
+        say("decisions identical to the recording" if res.identical else "decisions differ from the recording")
     if res.divergence is not None:
-        print(res.divergence.describe())
+        say(res.divergence.describe())
     for note in res.extra.get("notes", ()):
-        print(note)
+        say(note)
     if res.parent is not None:
-        print(f"  logits computed: {res.logits_computed}, commands run: {res.commands_run}")
+        say(f"  logits computed: {res.logits_computed}, commands run: {res.commands_run}")
 
 
 def cmd_diff(args) -> int:
     from engine.diff import diff_runs
 
-    store = _open_store(args.db, create=False)
-    try:
+    with _open_readonly(args.db) as store:  # a diff only reads
         d = diff_runs(store, args.run_a, args.run_b)
-    finally:
-        store.close()
     if args.json:
-        print(json.dumps(d.to_json(), default=str))
+        print(safe_json(d.to_json(), default=str))
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(highlight=False)
     table = Table(title=f"run {args.run_a}  vs  run {args.run_b}", show_lines=False)
     table.add_column("step A", justify="right")
     table.add_column(f"run {args.run_a}", overflow="fold")
     table.add_column("step B", justify="right")
     table.add_column(f"run {args.run_b}", overflow="fold")
     for r in d.rows:
-        style = None if r.same else "bold red"
-        table.add_row(_s(r.a_step), r.a_action or "", _s(r.b_step), r.b_action or "", style=style)
+        style = "" if r.same else "bold red"
+        table.add_row(shown(_s(r.a_step)), shown(r.a_action), shown(_s(r.b_step)), shown(r.b_action), style=style or None)
     console.print(table)
     if d.identical:
         console.print("the runs are identical at every compared site")
     for layer, div in d.first_divergence.items():
-        console.print(f"first divergence, {layer} layer: {div.describe()}", markup=False, highlight=False)
+        console.print(shown(f"first divergence, {layer} layer: {div.describe()}"))
     return 0
 
 

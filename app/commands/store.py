@@ -2,14 +2,19 @@
 `tttr bench store`: how fast and how small the store is.
 
 Reading commands open the file read-only and never create or migrate it, so a wrong path
-or a foreign file is reported and left exactly as it was.
+or a foreign file is reported and left exactly as it was. Everything read from the file is
+untrusted: it is printed with its control characters made visible (`sessions.safe_text`)
+and handed to Rich as `Text`, never as markup.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+
+from app.commands import args as argtypes
 
 LAYERS = ("tensor", "token", "trace", "agent")  # sessions.store.LAYERS, without importing it for --help
 HUMAN_LIMIT = 100
@@ -38,12 +43,12 @@ def register(sub, bench_sub) -> None:
         description="Print a run's events in seq order; a fork shows its parent's prefix then its own. Read-only.",
     )
     p.add_argument("db", metavar="DB", help="session database file")
-    p.add_argument("run", metavar="RUN", type=int, help="run id (see `tttr runs DB`)")
+    p.add_argument("run", metavar="RUN", type=argtypes.run_id, help="run id (see `tttr runs DB`)")
     p.add_argument("--layer", choices=LAYERS, help="only this layer")
     p.add_argument("--kind", metavar="K", help="only this kind (token, logits, clock, tool, message, action, ...)")
-    p.add_argument("--from", dest="start", metavar="SEQ", type=int, default=0, help="first seq (default 0)")
+    p.add_argument("--from", dest="start", metavar="SEQ", type=argtypes.count, default=0, help="first seq (default 0)")
     p.add_argument(
-        "--limit", metavar="N", type=int,
+        "--limit", metavar="N", type=argtypes.count,
         help=f"at most N events (default: {HUMAN_LIMIT} in a table, all with --json)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per line: run, seq, step, layer, kind, site, value, origin")
@@ -73,6 +78,27 @@ def _console():
     return Console(highlight=False, soft_wrap=False)
 
 
+def shown(value: object, style: str = "") -> "Text":
+    """Text from the file (or the command line) as Rich `Text` on one line: control
+    characters visible, brackets literal."""
+    from rich.text import Text
+
+    from sessions.safe_text import visible
+
+    return Text(visible("" if value is None else value, newlines=False), style=style)
+
+
+# C1 controls and the bidi/format characters `visible` shows; JSON leaves them raw (only
+# C0 must be escaped), so `--json` escapes them itself. Valid JSON either way.
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff\u2028\u2029]")
+
+
+def safe_json(value: object, **kwargs) -> str:
+    """json.dumps whose output holds no control character a terminal would act on."""
+    text = json.dumps(value, ensure_ascii=False, **kwargs)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def info(args: argparse.Namespace) -> int:
     from sessions.store import StoreError
 
@@ -83,7 +109,7 @@ def info(args: argparse.Namespace) -> int:
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         raise StoreError(f"{args.db} is corrupt: {problems[0]}{more}; restore it from a copy")
     if args.json:
-        print(json.dumps({**stats, "integrity": "ok"}))
+        print(safe_json({**stats, "integrity": "ok"}))
         return 0
     from rich.table import Table
 
@@ -91,13 +117,15 @@ def info(args: argparse.Namespace) -> int:
     table.add_column(style="bold")
     table.add_column()
     migrated = "" if stats["schema_version"] == stats["reads_as_version"] else f" (read as {stats['reads_as_version']}; opening it for writing migrates it)"
-    statuses = ", ".join(f"{n} {s}" for s, n in stats["statuses"].items() if n)
-    table.add_row("file", f"{stats['path']}  {stats['file_bytes']:,} bytes, page size {stats['page_size']}, journal {stats['journal_mode']}")
-    table.add_row("schema", f"version {stats['schema_version']}{migrated}")
-    table.add_row("runs", f"{stats['runs']:,}" + (f"  ({statuses})" if statuses else ""))
-    table.add_row("events", f"{stats['events']:,}")
-    table.add_row("blobs", f"{stats['blobs']:,}  ({stats['blob_bytes']:,} bytes, {stats['blob_stored_bytes']:,} stored)")
-    table.add_row("integrity", "[green]ok[/]")
+    statuses = ", ".join(f"{n} {s}" for s, n in stats["statuses"].items() if n)  # a status may be anything the file holds
+    table.add_row("file", shown(f"{stats['path']}  {stats['file_bytes']:,} bytes, page size {stats['page_size']}, journal {stats['journal_mode']}"))
+    table.add_row("schema", shown(f"version {stats['schema_version']}{migrated}"))
+    table.add_row("runs", shown(f"{stats['runs']:,}" + (f"  ({statuses})" if statuses else "")))
+    table.add_row("events", shown(f"{stats['events']:,}"))
+    table.add_row("blobs", shown(f"{stats['blobs']:,}  ({stats['blob_bytes']:,} bytes, {stats['blob_stored_bytes']:,} stored)"))
+    table.add_row("integrity", shown("ok", "green"))
+    if stats.get("unreadable_runs"):
+        table.add_row("unreadable", shown(f"{stats['unreadable_runs']:,} run(s) with metadata of the wrong type (`tttr runs` names them)", "yellow"))
     _console().print(table)
     return 0
 
@@ -113,13 +141,11 @@ def runs(args: argparse.Namespace) -> int:
         rows = [_run_json(store, r) for r in store.runs()]
     if args.json:
         for row in rows:
-            print(json.dumps(row))
+            print(safe_json(row))
         return 0
-    from rich.markup import escape
-
     console = _console()
     if not rows:
-        console.print(f"{args.db}: no runs yet")
+        console.print(shown(f"{args.db}: no runs yet"))
         return 0
     cells = []
     for r in rows:
@@ -128,20 +154,32 @@ def runs(args: argparse.Namespace) -> int:
         if isinstance(outcome, dict) and "passed" in outcome:
             outcome = "passed" if outcome["passed"] else "failed check"
         elif outcome is not None:
-            outcome = json.dumps(outcome)[:40]
+            outcome = json.dumps(outcome, ensure_ascii=False)[:40]
+        status = r["status"] + (" (unreadable)" if r["problem"] else "")
         cells.append([
-            str(r["id"]), r["status"], r["task"] or "", r["model_id"] or "", r["kernel_mode"] or "",
+            str(r["id"]), status, r["task"] or "", r["model_id"] or "", r["kernel_mode"] or "",
             "" if r["seed"] is None else str(r["seed"]), parent, f"{r['steps']:,}", f"{r['events']:,}",
             outcome or "", (r["created"] or "")[:16].replace("T", " "),
         ])
+    cells = [[_cell(x) for x in c] for c in cells]
     heads = ("run", "status", "task", "model", "kernels", "seed", "parent", "steps", "events", "outcome", "created (UTC)")
     right = ("run", "seed", "steps", "events")
-    table = _fitted_table(console, f"{args.db}: {len(rows)} run(s)", heads, cells, squeeze=("model", "task", "outcome"), right=right)
-    for c in cells:
-        style = STATUS_STYLE.get(c[1], "none")
-        table.add_row(*(f"[{style}]{c[1]}[/]" if i == 1 else escape(x) for i, x in enumerate(c)))
+    table = _fitted_table(console, shown(f"{args.db}: {len(rows)} run(s)"), heads, cells, squeeze=("model", "task", "outcome"), right=right)
+    for r, c in zip(rows, cells):
+        style = "red" if r["problem"] else STATUS_STYLE.get(r["status"], "none")
+        table.add_row(*(shown(x, style if i == 1 else "") for i, x in enumerate(c)))
     console.print(table)
+    for r in rows:
+        if r["problem"]:
+            console.print(shown(f"run {r['id']} cannot be replayed: {r['problem']}", "red"))
     return 0
+
+
+def _cell(value: str) -> str:
+    """A table cell's text: one line, control characters visible (widths are measured on this)."""
+    from sessions.safe_text import visible
+
+    return visible(value, newlines=False)
 
 
 def _fitted_table(console, title: str, heads, cells, *, squeeze, right):
@@ -155,7 +193,7 @@ def _fitted_table(console, title: str, heads, cells, *, squeeze, right):
         over = sum(widths.values()) - room
         if over > 0:
             widths[head] = max(min(widths[head], 8), widths[head] - over)
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left")  # title: Text, never markup
     for head in heads:
         table.add_column(head, no_wrap=True, overflow="ellipsis", width=widths[head],
                          justify="right" if head in right else "left")
@@ -165,11 +203,11 @@ def _fitted_table(console, title: str, heads, cells, *, squeeze, right):
 
 
 def _event_json(e) -> str:
-    return json.dumps(
-        {"run": e.run, "seq": e.seq, "step": e.step, "layer": e.layer, "kind": e.kind, "site": e.site,
-         "value": e.value, "origin": e.origin},
-        ensure_ascii=False,
-    )
+    row = {"run": e.run, "seq": e.seq, "step": e.step, "layer": e.layer, "kind": e.kind, "site": e.site,
+           "value": e.value, "origin": e.origin}
+    if e.problem:
+        row["problem"] = e.problem  # the value cannot be read: it is null, and this says why
+    return safe_json(row)
 
 
 def events(args: argparse.Namespace) -> int:
@@ -204,28 +242,31 @@ def _print_json(store, args) -> None:
 
 
 def _print_table(args, found, *, more: bool, total: int) -> None:
-    from rich.markup import escape
-
     console = _console()
     what = " ".join(x for x in (args.layer and f"layer {args.layer}", args.kind and f"kind {args.kind}") if x)
     title = f"run {args.run}: {total:,} events" + (f", showing {what}" if what else "")
     if not found:
-        console.print(f"{title}: none from seq {args.start}")
+        console.print(shown(f"{title}: none from seq {args.start}"))
         return
     fork = any(e.origin != e.run for e in found)
     cells = [
-        [str(e.seq), e.site, e.layer, e.kind, json.dumps(e.value, ensure_ascii=False)[:500]]
+        [str(e.seq), _cell(e.site), _cell(e.layer), _cell(e.kind), _value_cell(e)]
         + ([("" if e.origin == e.run else str(e.origin))] if fork else [])
         for e in found
     ]
     heads = ["seq", "site", "layer", "kind", "value"] + (["from run"] if fork else [])
-    table = _fitted_table(console, title, heads, cells, squeeze=("value",), right=("seq", "from run"))
-    for c in cells:
-        c[4] = escape(c[4])
-        table.add_row(*c)
+    table = _fitted_table(console, shown(title), heads, cells, squeeze=("value",), right=("seq", "from run"))
+    for e, c in zip(found, cells):
+        table.add_row(*(shown(x, "red" if e.problem and i == 4 else "") for i, x in enumerate(c)))
     console.print(table)
     if more:
-        console.print(f"more after seq {found[-1].seq}: `tttr events {args.db} {args.run} --from {found[-1].seq + 1}` (or --limit N, --json)")
+        console.print(shown(f"more after seq {found[-1].seq}: `tttr events {args.db} {args.run} --from {found[-1].seq + 1}` (or --limit N, --json)"))
+
+
+def _value_cell(e) -> str:
+    if e.problem:
+        return _cell(f"unreadable: {e.problem}")
+    return _cell(json.dumps(e.value, ensure_ascii=False)[:500])
 
 
 def bench(args: argparse.Namespace) -> int:

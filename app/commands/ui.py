@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from app.commands import args as argtypes
+
 DEMO_TASK = "write-line"
 
 
@@ -18,7 +20,7 @@ def register(sub, bench_sub) -> None:
                     "opened read-only; a fork is written by a connection of its own.",
     )
     p.add_argument("db", help="session database (written by tttr record / tttr demo)")
-    p.add_argument("--run", type=int, help="open this run's timeline directly")
+    p.add_argument("--run", type=argtypes.run_id, help="open this run's timeline directly")
     _model_args(p)
     p.set_defaults(func=cmd_open)
 
@@ -29,7 +31,7 @@ def register(sub, bench_sub) -> None:
     )
     p.add_argument("--task", default=DEMO_TASK, help=f"task to record (default {DEMO_TASK}; `tttr tasks` lists them)")
     p.add_argument("--db", help="new database file (default: tttr-demo-<time>.db in this folder)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--seed", type=argtypes.seed, default=0, help="sampling seed (default 0)")
     p.add_argument("--no-open", action="store_true", help="record only; print the `tttr open` line")
     _model_args(p)
     p.set_defaults(func=cmd_demo)
