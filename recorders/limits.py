@@ -3,13 +3,18 @@ process limit where the rlimit cannot (root is exempt from RLIMIT_NPROC)."""
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from recorders.errors import SandboxError
+
+
+MAX_TIMEOUT_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,8 +28,10 @@ class Limits:
     tmp_mb: int = 256                # size of the sandbox's /tmp and of its /dev/shm (each a tmpfs)
 
     def __post_init__(self) -> None:
+        t = self.timeout_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or not 0 < t <= MAX_TIMEOUT_S:
+            raise SandboxError(f"bad limit timeout_s={t!r}: give a number of seconds > 0 and <= {MAX_TIMEOUT_S:g}")
         checks = {
-            "timeout_s": self.timeout_s > 0,
             "max_processes": self.max_processes >= 8,
             "memory_mb": self.memory_mb >= 64,
             "file_size_mb": self.file_size_mb >= 1,
@@ -43,7 +50,7 @@ class Limits:
         """bash builtin call that sets soft and hard limits inside the sandbox."""
         return (
             f"ulimit -u {self.max_processes} -v {self.memory_mb * 1024} "
-            f"-f {self.file_size_mb * 1024} -c 0 2>/dev/null"
+            f"-f {min(self.file_size_mb, self.tree_mb) * 1024} -c 0 2>/dev/null"
         )
 
 
@@ -75,10 +82,46 @@ def find_pids_root() -> Path | None:
     return None
 
 
+CGROUP_NAME = re.compile(r"tttr-(\d+)-\d+")
+
+
+def remove_stale_cgroups(root: Path) -> list[str]:
+    """Remove the cgroups `tttr-<pid>-<ns>` under `root` whose recorder (pid) is dead: a
+    recorder killed with SIGKILL never ran its cleanup. Returns the names removed. A pid
+    that is alive again (reused) keeps its cgroup; one still holding processes too."""
+    removed = []
+    try:
+        names = [e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return removed
+    for name in names:
+        m = CGROUP_NAME.fullmatch(name)
+        if not m or _alive(int(m.group(1))):
+            continue
+        try:
+            (root / name).rmdir()
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 class PidsCgroup:
-    """One cgroup per executor; every command of the executor is started inside it."""
+    """One cgroup per executor; every command of the executor is started inside it.
+    Creating one first removes those that recorders killed with SIGKILL left behind."""
 
     def __init__(self, root: Path, max_processes: int):
+        remove_stale_cgroups(root)
         self.path = root / f"tttr-{os.getpid()}-{time.monotonic_ns()}"
         try:
             self.path.mkdir()

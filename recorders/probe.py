@@ -67,6 +67,8 @@ class SandboxSupport:
         if self.shim:
             out.append("seeded-getrandom")
         out += ["seeded-$RANDOM", "pinned-env", "timeout", "rlimit-as", "rlimit-fsize", "output-cap"]
+        if self.ok:
+            out += ["tree-quota", "tmp-size"]
         if self.pids_cgroup:
             out.append("pids-cgroup")
         if self.nproc_rlimit:

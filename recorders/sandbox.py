@@ -34,10 +34,14 @@ from recorders.rootfs import READ_ONLY_TAIL, RUNTIME, SANDBOX_ROOT, UID, bwrap_f
 from recorders.seedrandom import step_seed
 from recorders.shell import ShellState, parse_state, prelude
 from recorders.spawner import STATE_FD, Spawner, kill_group
-from recorders.treeown import hand_over
+from recorders.treeown import hand_over, tree_bytes
 
 __all__ = ["Executor", "CommandResult", "ShellState", "SandboxError", "SandboxSupport", "Limits", "probe"]
 
+# What CommandResult.limit_hit can name: the wall-clock timeout (exit 124), the tree's size
+# quota (the command is killed), a full /tmp or /dev/shm (seen while it ran, or ENOSPC on
+# stderr), a file at the largest size a command may write (RLIMIT_FSIZE: EFBIG on stderr).
+LIMITS_HIT = ("timeout", "tree-quota", "tmp-full", "file-size")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STATE_CAP = 1 << 20
 REFUSAL = (
@@ -63,6 +67,7 @@ class CommandResult:
     env: dict[str, str]          # the environment it saw
     state_after: ShellState
     mechanisms: tuple[str, ...]  # what confined and pinned it
+    limit_hit: str | None = None  # LIMITS_HIT: which limit stopped or constrained the command
 
     def to_json(self) -> dict:
         return {
@@ -71,6 +76,7 @@ class CommandResult:
             "stdout_size": self.stdout_size, "stderr_size": self.stderr_size, "truncated": self.truncated,
             "timed_out": self.timed_out, "clock": self.clock, "step": self.step,
             "state_after": self.state_after.to_json(), "mechanisms": list(self.mechanisms),
+            "limit_hit": self.limit_hit,
         }
 
 
@@ -162,11 +168,13 @@ class Executor:
         finally:
             for _, w in pipes:
                 os.close(w)
+        watch = _Watch(self, proc) if self.sandboxed else None
         try:
-            timed_out = pump(
+            hit = pump(
                 {reads[0]: out, reads[1]: err, reads[2]: dump},
                 deadline=time.monotonic() + self.limits.timeout_s,
                 exited=lambda: proc.poll() is not None, kill=proc.kill,
+                watch=watch,
             )
             code = proc.wait()
         finally:
@@ -178,17 +186,32 @@ class Executor:
         if code < 0:
             code = 128 - code
         stderr = err.text()
-        if timed_out:
-            code = 124
-            stderr += f"[tttr: command killed after the {self.limits.timeout_s:g} s timeout]\n"
+        if hit is None and watch is not None:
+            hit = watch.after(stderr)
+        if hit is not None:
+            if hit == "timeout":
+                code = 124
+            elif hit == "tree-quota":
+                code = code or 1
+            stderr += f"[tttr: {self._limit_line(hit)}]\n"
+        timed_out = hit == "timeout"
         root = SANDBOX_ROOT if self.sandboxed else str(self.tree)
         after = parse_state(bytes(dump.data), state, prep.base_env, root=root) if not timed_out else state
         return CommandResult(
             command=command, stdout=out.text(), stderr=stderr, exit_code=code, duration_ms=duration_ms,
             stdout_size=out.size, stderr_size=err.size, truncated=out.truncated or err.truncated,
             timed_out=timed_out, clock=iso(clock), step=step, cwd=state.cwd, env=prep.env_seen,
-            state_after=after, mechanisms=self.mechanisms,
+            state_after=after, mechanisms=self.mechanisms, limit_hit=hit,
         )
+
+    def _limit_line(self, hit: str) -> str:
+        lim = self.limits
+        return {
+            "timeout": f"command killed after the {lim.timeout_s:g} s timeout",
+            "tree-quota": f"the tree went past its {lim.tree_mb} MB quota; command stopped",
+            "tmp-full": f"/tmp or /dev/shm is full (each holds {lim.tmp_mb} MB)",
+            "file-size": f"a file reached the {min(lim.file_size_mb, lim.tree_mb)} MB a command may write",
+        }[hit]
 
     def close(self) -> None:
         """Stop the spawner and remove the cgroup; a later run() starts them again."""
@@ -313,6 +336,58 @@ class _Running:
         kill_group(self.pid)  # bwrap dies; --die-with-parent and the PID namespace take the rest
         if self.cgroup is not None:
             self.cgroup.kill_all(spare=self.spawner.pid if self.spawner else None)
+
+
+class _Watch:
+    """Checked by the pump every WATCH_EVERY_S while a command runs, and once after: the
+    tree's size against its quota, and whether /tmp or /dev/shm is full."""
+
+    def __init__(self, ex: Executor, proc: "_Running"):
+        self.tree = str(ex.tree)
+        self.quota = ex.limits.tree_mb << 20
+        self.proc = proc
+        self.inner: int | None = None  # the sandbox's first process (bwrap's child)
+        self.tmp_full = False
+
+    def _inner(self) -> int | None:
+        if self.inner is None:
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                    kids = f.read().split()
+                self.inner = int(kids[0]) if kids else None
+            except (OSError, ValueError):
+                return None
+        return self.inner
+
+    def _full(self) -> bool:
+        pid = self._inner()
+        if pid is None:
+            return False
+        for mount in ("tmp", "dev/shm"):
+            try:
+                st = os.statvfs(f"/proc/{pid}/root/{mount}")
+            except OSError:
+                return False
+            if st.f_bavail * st.f_frsize < 64 * 1024:
+                return True
+        return False
+
+    def __call__(self) -> str | None:
+        if tree_bytes(self.tree, stop_above=self.quota) > self.quota:
+            return "tree-quota"
+        if not self.tmp_full and self._full():
+            self.tmp_full = True  # not stopped for it: the command sees ENOSPC and goes on
+        return None
+
+    def after(self, stderr: str) -> str | None:
+        """The limit a command that ran to its end hit, if any."""
+        if tree_bytes(self.tree, stop_above=self.quota) > self.quota:
+            return "tree-quota"
+        if self.tmp_full or "No space left on device" in stderr:
+            return "tmp-full"
+        if "File too large" in stderr:
+            return "file-size"
+        return None
 
 
 def _cleanup(spawner: Spawner | None, cgroup: PidsCgroup | None) -> None:

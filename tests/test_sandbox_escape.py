@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
+from recorders.errors import SandboxError
+from recorders.limits import Limits, PidsCgroup
 from recorders.probe import probe
 from recorders.sandbox import Executor
 from tests.sandbox_helpers import CLOCK, needs_sandbox
@@ -15,6 +21,7 @@ from tests.sandbox_helpers import CLOCK, needs_sandbox
 pytestmark = needs_sandbox
 ROOT = os.geteuid() == 0
 X86_64 = platform.machine() == "x86_64"
+REPO = Path(__file__).resolve().parent.parent
 
 PROC_SYS = ("kernel/printk_ratelimit", "kernel/core_pattern", "vm/drop_caches", "kernel/panic")
 
@@ -139,3 +146,100 @@ def test_a_file_root_writes_between_commands_is_writable_by_the_next(tree):
         r = ex.run("echo two >> d/f && echo three >> d/g && cat d/g", CLOCK)
     assert r.exit_code == 0, r.stderr
     assert r.stdout == "from the host\nthree\n"
+
+
+# -- limits ------------------------------------------------------------------------------
+
+def test_the_tree_quota_stops_a_command_and_is_reported(tree):
+    with Executor(tree, limits=Limits(tree_mb=4, timeout_s=60)) as ex:
+        # small files, one at a time: no single file meets RLIMIT_FSIZE, the watcher stops it
+        r = ex.run("for i in $(seq 400); do head -c 100000 /dev/zero > f$i; sleep 0.01; done; echo FINISHED", CLOCK)
+        assert r.limit_hit == "tree-quota" and r.exit_code != 0 and "FINISHED" not in r.stdout
+        assert "[tttr: the tree went past its 4 MB quota" in r.stderr
+        assert r.to_json()["limit_hit"] == "tree-quota"
+        # a command that ends before the watcher looks is reported after it
+        r = ex.run("rm -f f*; head -c 3000000 /dev/zero > a; head -c 3000000 /dev/zero > b", CLOCK)
+        assert r.limit_hit == "tree-quota" and r.exit_code != 0
+        # no file larger than the quota can be written at all
+        r = ex.run("rm -f a b; head -c 5000000 /dev/zero > big", CLOCK)
+        assert r.limit_hit == "file-size" and (tree / "big").stat().st_size <= 4 << 20
+        assert ex.run("rm -f big; echo fine", CLOCK).limit_hit is None
+
+
+def test_tmp_and_dev_shm_have_a_size_and_a_full_one_is_reported(tree):
+    with Executor(tree, limits=Limits(tmp_mb=2)) as ex:
+        for where in ("/tmp", "/dev/shm", "/var/tmp"):
+            r = ex.run(f"head -c 3000000 /dev/zero > {where}/x; echo rc=$?; stat -c %s {where}/x", CLOCK)
+            assert "rc=1" in r.stdout and int(r.stdout.split()[-1]) <= 2 << 20, (where, r.stdout, r.stderr)
+            assert r.limit_hit == "tmp-full" and "[tttr: /tmp or /dev/shm is full" in r.stderr
+        assert "tmp-size" in r.mechanisms
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), -1.0, 0, 3601])
+def test_the_timeout_is_bounded(bad):
+    with pytest.raises(SandboxError) as info:
+        Limits(timeout_s=bad)
+    assert "timeout_s" in str(info.value) and info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-5", "1e9"])
+def test_cli_refuses_an_unbounded_timeout_in_one_line(value):
+    out = subprocess.run([sys.executable, "-m", "app", "sandbox", "exec", "--timeout", value, "--", "true"],
+                         cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "timeout" in out.stderr
+
+
+def test_cli_exits_with_the_commands_status(tmp_path):
+    def status(*args: str) -> int:
+        return subprocess.run([sys.executable, "-m", "app", "sandbox", "exec", "--tree", str(tmp_path), *args],
+                              cwd=REPO, capture_output=True, text=True).returncode
+
+    assert status("--", "true") == 0
+    assert status("--", "exit 7") == 7
+    assert status("--json", "--", "false") == 1
+    assert status("--timeout", "0.5", "--", "sleep 5") == 124
+
+
+# -- leftovers -------------------------------------------------------------------------
+
+@pytest.mark.skipif(not probe().pids_cgroup, reason="no writable pids cgroup here")
+def test_a_killed_recorders_cgroup_is_removed_by_the_next(tmp_path):
+    root = Path(probe().pids_cgroup)
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that no longer exists (reaped)
+    stale = root / f"tttr-{dead.pid}-123"
+    stale.mkdir()
+    alive = root / f"tttr-{os.getpid()}-456"  # our own pid: alive, kept
+    alive.mkdir()
+    try:
+        cg = PidsCgroup(root, 64)
+        cg.close()
+        assert not stale.exists()
+        assert alive.exists()
+    finally:
+        for p in (stale, alive):
+            if p.exists():
+                p.rmdir()
+
+
+def test_a_recorder_killed_with_sigkill_leaves_no_cgroup_after_the_next_starts(tmp_path):
+    if not probe().pids_cgroup:
+        pytest.skip("no writable pids cgroup here")
+    root = Path(probe().pids_cgroup)
+    code = ("import sys; from datetime import datetime; from recorders.sandbox import Executor; "
+            f"ex = Executor({str(tmp_path)!r}); ex.run('true', datetime(2026, 3, 2)); "
+            "print(ex._cgroup.path, flush=True); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    path = Path(child.stdout.readline().strip())
+    assert path.parent == root and path.exists()
+    child.kill()
+    child.wait()
+    for _ in range(100):  # its spawner leaves the cgroup once its socket closes
+        if not (path / "cgroup.procs").exists() or not (path / "cgroup.procs").read_text().split():
+            break
+        time.sleep(0.05)
+    with Executor(tmp_path) as ex:
+        ex.run("true", CLOCK)
+    assert not path.exists()

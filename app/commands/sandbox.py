@@ -19,13 +19,16 @@ def register(sub, bench_sub) -> None:
         "exec", help="run COMMAND in the sandbox and print what the agent would see",
         description="Run one shell command in the sandbox exactly as the agent's tool call would and "
                     "print its stdout, stderr, exit code, duration, clock and the mechanisms that "
-                    "were active. Example: tttr sandbox exec --clock 2026-03-02T10:00:00 -- 'date; ls -l'",
+                    "were active. Exits with the command's status (124 when the timeout killed it), "
+                    "like `timeout` and `docker exec`. "
+                    "Example: tttr sandbox exec --clock 2026-03-02T10:00:00 -- 'date; ls -l'",
     )
     e.add_argument("--clock", help="virtual clock, ISO (default: now, UTC)")
     e.add_argument("--seed", type=int, default=0, help="run seed for the sandbox's randomness (default 0)")
     e.add_argument("--step", type=int, default=0, help="agent step: randomness depends on (seed, step) (default 0)")
     e.add_argument("--tree", help="directory mounted read-write at /work (default: a fresh empty one)")
-    e.add_argument("--timeout", type=float, default=30.0, help="seconds before the command is killed (default 30)")
+    e.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds before the command is killed (default 30, at most 3600)")
     e.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="where bubblewrap or namespaces are refused, run the command unconfined (unsafe)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
@@ -99,7 +102,7 @@ def cmd_exec(args) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         print(json.dumps(res.to_json(), indent=2))
-        return 0
+        return res.exit_code
     print(f"$ {command}")
     print(f"--- stdout ({res.stdout_size} bytes{', truncated' if res.stdout_size > len(res.stdout.encode()) else ''})")
     sys.stdout.write(res.stdout if res.stdout.endswith("\n") or not res.stdout else res.stdout + "\n")
@@ -107,13 +110,15 @@ def cmd_exec(args) -> int:
     sys.stdout.write(res.stderr if res.stderr.endswith("\n") or not res.stderr else res.stderr + "\n")
     print("---")
     print(f"exit code  {res.exit_code}{' (timed out)' if res.timed_out else ''}")
+    if res.limit_hit:
+        print(f"limit hit  {res.limit_hit}")
     print(f"duration   {res.duration_ms:.1f} ms")
     print(f"clock      {res.clock} (UTC)   seed {args.seed}, step {res.step}")
     print(f"cwd        {res.cwd} -> {res.state_after.cwd}")
     if res.state_after.exports:
         print("exports    " + " ".join(f"{k}={v}" for k, v in res.state_after.exports.items()))
     print(f"mechanisms {', '.join(res.mechanisms)}")
-    return 0
+    return res.exit_code
 
 
 def cmd_probe(args) -> int:
