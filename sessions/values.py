@@ -90,7 +90,8 @@ def decode_value(kind: str, stored: Any, seed: Any, step: int, pos: Any) -> tupl
 
 
 def _sql_type(v: Any) -> str:
-    return {type(None): "NULL", int: "an integer", float: "a real number", bytes: "bytes"}.get(type(v), type(v).__name__)
+    return {type(None): "NULL", int: "an integer", float: "a real number", bytes: "bytes", str: "text"}.get(
+        type(v), type(v).__name__)
 
 
 def _first_line(exc: BaseException) -> str:
