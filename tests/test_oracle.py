@@ -139,3 +139,18 @@ def test_clock_mutation_keeps_later_clocks_pinned_and_shares_the_prefix(recordin
     parent_events = [(e.seq, e.site) for e in store.events(run)]
     child_events = [(e.seq, e.site) for e in store.events(child)]
     assert child_events[:fork_seq] == parent_events[:fork_seq]
+
+
+def test_a_command_with_a_nul_byte_is_a_failed_tool_call_not_the_end_of_the_run(tmp_path, tokenizer):
+    """No shell command line can hold a NUL; a model that writes one gets a failed command back."""
+    with Store.open(tmp_path / "nul.db", create=True) as store:
+        model = ScriptedModel(tokenizer, ["echo a\x00b > x.txt\n```", "done\n```"])
+        run = _begin(store)
+        oracle = _oracle(store, tokenizer, model, run_id=run, policy=Policy.record())
+        run_agent(oracle, load_task(TASK).instruction, AgentLimits(max_steps=3))
+        assert oracle.status == "complete" and store.run(run).status == "complete"
+        tool = store.event_at(run, "0:tool")
+        assert tool.problem is None and tool.value["cmd"] == "echo a\x00b > x.txt"
+        assert tool.value["exit_code"] == 126 and "NUL byte" in tool.value["stderr"]
+        assert tool.value["tree_after"] == tool.value["tree_before"] and oracle.commands_run == 0
+        assert oracle.actions == ["echo a\x00b > x.txt", "done"]
