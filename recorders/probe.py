@@ -66,6 +66,12 @@ class SandboxSupport:
             out.append("faketime")
         if self.shim:
             out.append("seeded-getrandom")
+        if self.ok:
+            out.append("seeded-urandom")          # /dev/urandom and /dev/random: a seeded FIFO
+            if self.faketime or self.shim:
+                out.append("preload-all")         # /etc/ld.so.preload: whatever LD_PRELOAD says
+            if self.faketime and self.shim:
+                out.append("pinned-clock-vars")   # FAKETIME & co. answered from a read-only file
         out += ["seeded-$RANDOM", "pinned-env", "timeout", "rlimit-as", "rlimit-fsize", "output-cap"]
         if self.ok:
             out += ["tree-quota", "tmp-size"]

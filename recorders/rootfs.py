@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from kernels.cbuild import cache_dir
+from recorders.seedrandom import STEP_DIR
 
 SANDBOX_ROOT = "/work"          # where the task tree appears inside the sandbox
 RUNTIME = "/run/tttr"           # runtime files inside the sandbox
@@ -44,9 +45,10 @@ SYNTHETIC_ETC = {
 BASHENV = '[ -n "$TTTR_SEED" ] && RANDOM=$(( 16#${TTTR_SEED:0:8} ^ $$ ))\n'
 
 
-def runtime_dir(shim: Path | None) -> Path:
-    """A directory in the cache with the synthetic /etc files, bashenv and the shim."""
-    key = hashlib.sha256(repr((SYNTHETIC_ETC, BASHENV, str(shim), "empty")).encode()).hexdigest()[:16]
+def runtime_dir(shim: Path | None, preload: tuple[str, ...] = ()) -> Path:
+    """A directory in the cache with the synthetic /etc files, bashenv, the shim and the
+    sandbox's /etc/ld.so.preload (`preload`: paths inside the sandbox)."""
+    key = hashlib.sha256(repr((SYNTHETIC_ETC, BASHENV, str(shim), "empty", preload)).encode()).hexdigest()[:16]
     path = cache_dir() / f"runtime-{key}"
     if (path / "ready").exists():
         return path
@@ -57,6 +59,8 @@ def runtime_dir(shim: Path | None) -> Path:
         (tmp / "etc" / name).write_text(text)
     (tmp / "bashenv").write_text(BASHENV)
     (tmp / "empty").mkdir()
+    if preload:
+        (tmp / "ld.so.preload").write_text("".join(f"{lib}\n" for lib in preload))
     if shim is not None:
         shutil.copy2(shim, tmp / "seedrandom.so")
     (tmp / "ready").write_text("")
@@ -93,9 +97,11 @@ def proc_args(proc_entries: frozenset[str] | None, runtime: str) -> list[str]:
     return args
 
 
-def bwrap_fs_args(tree: str, runtime: str, tmp_bytes: int, proc_entries: frozenset[str] | None) -> list[str]:
+def bwrap_fs_args(tree: str, runtime: str, tmp_bytes: int, proc_entries: frozenset[str] | None,
+                  preload: bool = False) -> list[str]:
     """The mounts of a sandbox. `tree` and `runtime` are the paths bwrap opens (the
-    launcher's stage when TTTR runs as root); `tmp_bytes` sizes /tmp and /dev/shm."""
+    launcher's stage when TTTR runs as root); `tmp_bytes` sizes /tmp and /dev/shm;
+    `preload`: the runtime dir holds an ld.so.preload for /etc."""
     args: list[str] = []
     for d in PROGRAM_DIRS:
         if os.path.islink(d):
@@ -108,6 +114,8 @@ def bwrap_fs_args(tree: str, runtime: str, tmp_bytes: int, proc_entries: frozens
             args += ["--ro-bind", src, src]
     for name in SYNTHETIC_ETC:
         args += ["--ro-bind", f"{runtime}/etc/{name}", f"/etc/{name}"]
+    if preload:
+        args += ["--ro-bind", f"{runtime}/ld.so.preload", "/etc/ld.so.preload"]
     args += ["--ro-bind", runtime, RUNTIME, "--proc", "/proc", *proc_args(proc_entries, runtime)]
     args += [
         "--dev", "/dev",
@@ -117,6 +125,14 @@ def bwrap_fs_args(tree: str, runtime: str, tmp_bytes: int, proc_entries: frozens
         "--bind", tree, SANDBOX_ROOT,
     ]
     return args
+
+
+def step_args(step: str) -> list[str]:
+    """One command's files (`step`, as bwrap opens it): the pinned clock and seed
+    variables at STEP_DIR, the clock as /etc/faketimerc, and the seeded FIFO as
+    /dev/urandom and /dev/random."""
+    return ["--ro-bind", step, STEP_DIR, "--ro-bind", f"{step}/faketimerc", "/etc/faketimerc",
+            "--ro-bind", f"{step}/urandom", "/dev/urandom", "--ro-bind", f"{step}/urandom", "/dev/random"]
 
 
 # After every other mount (the per-command ones included): nothing but the tree, /tmp and

@@ -30,10 +30,11 @@ from recorders.launcher import SECCOMP_FD, STAGE, launch_prefix
 from recorders.limits import Limits, PidsCgroup
 from recorders.output import CappedBuffer, pump
 from recorders.probe import NAMESPACE_FLAGS, SandboxSupport, probe, shim_path
-from recorders.rootfs import READ_ONLY_TAIL, RUNTIME, SANDBOX_ROOT, UID, bwrap_fs_args, runtime_dir
+from recorders.rootfs import READ_ONLY_TAIL, RUNTIME, SANDBOX_ROOT, UID, bwrap_fs_args, runtime_dir, step_args
 from recorders.seedrandom import step_seed
 from recorders.shell import ShellState, parse_state, prelude
 from recorders.spawner import STATE_FD, Spawner, kill_group
+from recorders.stepfiles import StepFiles
 from recorders.treeown import hand_over, tree_bytes
 
 __all__ = ["Executor", "CommandResult", "ShellState", "SandboxError", "SandboxSupport", "Limits", "probe"]
@@ -108,7 +109,8 @@ class Executor:
         self.sandboxed = self.support.ok
         self.clamp_file_times = clamp_file_times
         self._shim = shim_path(self.support)
-        self._runtime = runtime_dir(self._shim)
+        inside = tuple(self._preload_libs(inside=True)) if self.sandboxed else ()
+        self._runtime = runtime_dir(self._shim, inside)
         self._cgroup: PidsCgroup | None = None
         self._spawn: Spawner | None = None
         self._finalizer = None
@@ -153,33 +155,39 @@ class Executor:
         if self._host_uid is not None:
             # root wrote or restored files since the last command: the sandbox's uid must own them
             hand_over(str(self.tree), self._host_uid, self._host_uid)
-        spawner = self._spawner()
-        pipes = [os.pipe() for _ in range(3)]  # stdout, stderr, state channel
-        prep = self._prepare(command, clock, step, state, state_fd=STATE_FD if spawner else pipes[2][1])
-        reads = [r for r, _ in pipes]
-        started_ns = time.time_ns()
-        t0 = time.perf_counter()
+        files = StepFiles(self.base_env(clock, step), step_seed(self.seed, step)) if self.sandboxed else None
         try:
-            proc = self._launch(prep, spawner, tuple(w for _, w in pipes))
-        except BaseException:
-            for r in reads:
-                os.close(r)
-            raise
+            spawner = self._spawner()
+            pipes = [os.pipe() for _ in range(3)]  # stdout, stderr, state channel
+            prep = self._prepare(command, clock, step, state, state_fd=STATE_FD if spawner else pipes[2][1],
+                                 step_dir=files.path if files else None)
+            reads = [r for r, _ in pipes]
+            started_ns = time.time_ns()
+            t0 = time.perf_counter()
+            try:
+                proc = self._launch(prep, spawner, tuple(w for _, w in pipes))
+            except BaseException:
+                for r in reads:
+                    os.close(r)
+                raise
+            finally:
+                for _, w in pipes:
+                    os.close(w)
+            watch = _Watch(self, proc) if self.sandboxed else None
+            try:
+                hit = pump(
+                    {reads[0]: out, reads[1]: err, reads[2]: dump},
+                    deadline=time.monotonic() + self.limits.timeout_s,
+                    exited=lambda: proc.poll() is not None, kill=proc.kill,
+                    watch=watch, feed=files.feed if files else None,
+                )
+                code = proc.wait()
+            finally:
+                for r in reads:
+                    os.close(r)
         finally:
-            for _, w in pipes:
-                os.close(w)
-        watch = _Watch(self, proc) if self.sandboxed else None
-        try:
-            hit = pump(
-                {reads[0]: out, reads[1]: err, reads[2]: dump},
-                deadline=time.monotonic() + self.limits.timeout_s,
-                exited=lambda: proc.poll() is not None, kill=proc.kill,
-                watch=watch,
-            )
-            code = proc.wait()
-        finally:
-            for r in reads:
-                os.close(r)
+            if files is not None:
+                files.close()
         duration_ms = (time.perf_counter() - t0) * 1000
         if self.clamp_file_times:
             clamp_times(str(self.tree), started_ns, time.time_ns(), clock_epoch(clock))
@@ -259,16 +267,20 @@ class Executor:
             raise SandboxError(f"cannot start the sandbox ({prep.argv[0]}): {exc}") from None
         return _Running(popen.pid, popen=popen)
 
-    def _preload(self, inside: bool) -> str:
+    def _preload_libs(self, inside: bool) -> list[str]:
+        """The shim first (its getenv() answers libfaketime's), then libfaketime."""
         libs = []
         if self._shim is not None:
             libs.append(f"{RUNTIME}/seedrandom.so" if inside else str(self._runtime / "seedrandom.so"))
         if self.support.faketime:
             libs.append(self.support.faketime)
-        return ":".join(libs)
+        return libs
+
+    def _preload(self, inside: bool) -> str:
+        return ":".join(self._preload_libs(inside))
 
     def _prepare(self, command: str, clock: datetime, step: int, state: ShellState,
-                 state_fd: int = STATE_FD) -> _Prepared:
+                 state_fd: int = STATE_FD, step_dir: str | None = None) -> _Prepared:
         base = self.base_env(clock, step)
         env = {**base, **state.exports}
         preload = self._preload(inside=self.sandboxed)
@@ -281,7 +293,19 @@ class Executor:
             return _Prepared(shell, seen, seen, base, str(self.tree))
         if self._fs_args is None:
             self._fs_args = self._bwrap_args()
-        argv = list(self._fs_args)
+        sup = self.support
+        argv: list[str] = []
+        step_src = step_dir
+        if sup.launcher:
+            binds = None
+            if self._host_uid is not None:  # bwrap, unprivileged, opens them at the stage
+                binds = {"w": str(self.tree), "r": str(self._runtime)}
+                if step_dir:
+                    binds["s"], step_src = step_dir, f"{STAGE}/s"
+            argv += launch_prefix(sup.launcher, sup.seccomp, self._host_uid, binds)
+        argv += self._fs_args
+        if step_src:
+            argv += step_args(step_src)
         argv += READ_ONLY_TAIL
         argv += ["--chdir", SANDBOX_ROOT]
         if preload:
@@ -291,17 +315,12 @@ class Executor:
 
 
     def _bwrap_args(self) -> list[str]:
-        """The launcher and bwrap arguments common to every command of this executor."""
+        """The bwrap arguments common to every command of this executor."""
         sup = self.support
         tree, runtime = str(self.tree), str(self._runtime)
-        argv: list[str] = []
-        if sup.launcher:
-            binds = None
-            if self._host_uid is not None:  # bwrap, unprivileged, opens them at the stage
-                binds = {"w": tree, "r": runtime}
-                tree, runtime = f"{STAGE}/w", f"{STAGE}/r"
-            argv += launch_prefix(sup.launcher, sup.seccomp, self._host_uid, binds)
-        argv.append(sup.bwrap)
+        if sup.launcher and self._host_uid is not None:  # the launcher's stage
+            tree, runtime = f"{STAGE}/w", f"{STAGE}/r"
+        argv = [sup.bwrap]
         if sup.userns:
             argv += ["--unshare-user", "--uid", str(UID), "--gid", str(UID)]
         argv += ["--cap-drop", "ALL"]
@@ -310,7 +329,8 @@ class Executor:
         if sup.seccomp and sup.launcher:
             argv += ["--seccomp", str(SECCOMP_FD)]
         argv += [*NAMESPACE_FLAGS, "--die-with-parent", "--new-session", "--hostname", "sandbox"]
-        argv += bwrap_fs_args(tree, runtime, self.limits.tmp_mb << 20, sup.proc_entries)
+        argv += bwrap_fs_args(tree, runtime, self.limits.tmp_mb << 20, sup.proc_entries,
+                              preload=bool(self._preload_libs(inside=True)))
         return argv
 
 

@@ -1,10 +1,23 @@
-"""The seeded-randomness shim: an LD_PRELOAD library that answers getrandom,
-getentropy and arc4random from a stream seeded by (run seed, step, pid).
+"""The seeded-randomness shim: a preloaded library that answers getrandom, getentropy
+and arc4random from a stream seeded by (run seed, step, pid), and pins the variables
+that steer the virtual clock.
 
 It is shipped as C source and compiled with the system C compiler on first use into
 the cache directory. Seeding by pid as well keeps two processes of one command from
 drawing the same bytes, and stays deterministic because PIDs repeat in a fresh PID
 namespace when the same processes start.
+
+Inside the sandbox the shim and libfaketime are listed in /etc/ld.so.preload, so they are
+loaded into every dynamically linked process whatever its environment (unsetting
+LD_PRELOAD changes nothing). The shim also answers getenv() for libfaketime's variables
+(FAKE*, DONT_FAKE*, NO_FAKE*) and TTTR_SEED from a read-only file the executor writes for
+each command (PINNED_FILE): setting FAKETIME or FAKETIME_SKIP_CMDS in the sandbox changes
+nothing either. The shim comes first in the preload order, so libfaketime's own getenv()
+calls reach it. Outside the sandbox (no such file) it reads the environment as libc does.
+
+The sandbox's /dev/urandom and /dev/random are a FIFO the executor fills with
+`urandom_stream(step seed)`, and a raw getrandom system call answers ENOSYS (seccomp), so
+programs that bypass libc's getrandom() fall back to that seeded stream.
 """
 
 from __future__ import annotations
@@ -14,14 +27,94 @@ from pathlib import Path
 
 from kernels.cbuild import build_shared
 
+STEP_DIR = "/run/tttr-step"             # per-command files, inside the sandbox (read-only)
+PINNED_FILE = f"{STEP_DIR}/pinned"
+URANDOM_BLOCK = 1 << 16
+
 SOURCE = r"""
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+extern char **environ;
+static char tttr_pinned[8192];
+static int tttr_pinned_ok;
+static pthread_once_t tttr_pinned_once = PTHREAD_ONCE_INIT;
+
+static void tttr_load_pinned(void) {
+    int fd = open("PINNED_FILE", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, tttr_pinned, sizeof tttr_pinned - 1);
+    close(fd);
+    if (n <= 0) return;
+    tttr_pinned[n] = 0;
+    for (ssize_t i = 0; i < n; i++) if (tttr_pinned[i] == '\n') tttr_pinned[i] = 0;
+    tttr_pinned_ok = 1;
+}
+
+static int tttr_is_pinned(const char *name) {
+    return !strncmp(name, "FAKE", 4) || !strncmp(name, "DONT_FAKE", 9) || !strncmp(name, "NO_FAKE", 7)
+        || !strcmp(name, "TTTR_SEED");
+}
+
+static char *tttr_lookup(char *const *entries, const char *name, size_t len) {
+    for (; *entries; entries++)
+        if (!strncmp(*entries, name, len) && (*entries)[len] == '=') return *entries + len + 1;
+    return NULL;
+}
+
+static char *tttr_pinned_get(const char *name, size_t len) {
+    char *p = tttr_pinned, *end = tttr_pinned + sizeof tttr_pinned;
+    while (p < end && *p) {
+        if (!strncmp(p, name, len) && p[len] == '=') return p + len + 1;
+        p += strlen(p) + 1;
+    }
+    return NULL;
+}
+
+/* Before main (and before libfaketime reads them, the shim being first in the preload
+   order): the environment's clock and seed variables become the pinned ones, and those
+   the sandbox does not pin are dropped; for programs such as bash that define their own
+   getenv(), which libfaketime's calls reach instead of ours. */
+__attribute__((constructor)) static void tttr_pin_environ(void) {
+    pthread_once(&tttr_pinned_once, tttr_load_pinned);
+    if (!tttr_pinned_ok || !environ) return;
+    char **out = environ;
+    for (char **e = environ; *e; e++) {
+        char *eq = strchr(*e, '=');
+        if (eq) {
+            char name[128];
+            size_t len = (size_t)(eq - *e);
+            if (len < sizeof name) {
+                memcpy(name, *e, len);
+                name[len] = 0;
+                if (tttr_is_pinned(name)) {
+                    char *v = tttr_pinned_get(name, len);
+                    if (!v) continue;        /* not pinned: dropped */
+                    *out++ = v - len - 1;    /* "NAME=value" inside tttr_pinned */
+                    continue;
+                }
+            }
+        }
+        *out++ = *e;
+    }
+    *out = NULL;
+}
+
+char *getenv(const char *name) {
+    size_t len = strlen(name);
+    if (tttr_is_pinned(name)) {
+        pthread_once(&tttr_pinned_once, tttr_load_pinned);
+        if (tttr_pinned_ok) return tttr_pinned_get(name, len);
+    }
+    return environ ? tttr_lookup(environ, name, len) : NULL;
+}
 
 static uint64_t tttr_state;
 static pid_t tttr_pid;
@@ -68,7 +161,33 @@ uint32_t arc4random_uniform(uint32_t upper) {
 
 def build_shim() -> tuple[Path | None, str | None]:
     """(path of the compiled shim, None) or (None, why it could not be built)."""
-    return build_shared("seedrandom", SOURCE, ["-shared", "-fPIC", "-O2"], "the randomness shim")
+    source = SOURCE.replace("PINNED_FILE", PINNED_FILE)
+    return build_shared("seedrandom", source, ["-shared", "-fPIC", "-O2", "-pthread"], "the randomness shim")
+
+
+def pinned_text(env: dict[str, str]) -> str:
+    """The PINNED_FILE for one command: the clock's and the seed's variables, one a line."""
+    return "".join(f"{k}={v}\n" for k, v in env.items() if is_pinned_name(k))
+
+
+def is_pinned_name(name: str) -> bool:
+    """The names the shim answers from PINNED_FILE (its tttr_is_pinned())."""
+    return name.startswith(("FAKE", "DONT_FAKE", "NO_FAKE")) or name == "TTTR_SEED"
+
+
+def urandom_stream(seed: int):
+    """Blocks of the seeded stream the sandbox's /dev/urandom serves: SHAKE-256 of
+    (step seed, block number), 64 KiB each."""
+    key = b"tttr-urandom:" + seed.to_bytes(8, "big")
+    counter = 0
+
+    def chunk() -> bytes:
+        nonlocal counter
+        block = hashlib.shake_256(key + counter.to_bytes(8, "big")).digest(URANDOM_BLOCK)
+        counter += 1
+        return block
+
+    return chunk
 
 
 def step_seed(seed: int, step: int) -> int:

@@ -243,3 +243,66 @@ def test_a_recorder_killed_with_sigkill_leaves_no_cgroup_after_the_next_starts(t
     with Executor(tmp_path) as ex:
         ex.run("true", CLOCK)
     assert not path.exists()
+
+
+# -- clock and randomness --------------------------------------------------------------
+
+CLOCK_ESCAPES = [
+    "date +%F",
+    "env -u LD_PRELOAD date +%F",
+    "LD_PRELOAD= date +%F",
+    "FAKETIME=+1y date +%F",
+    "FAKETIME='@2000-01-01 00:00:00' date +%F",
+    "FAKETIME_SKIP_CMDS=date date +%F",
+    "FAKETIME_ONLY_CMDS=nothing date +%F",
+    "env -i /bin/date +%F",
+    "printf '%(%F)T\\n' -1",
+    "FAKETIME=+1y bash -c 'printf \"%(%F)T\\n\" -1'",
+    "env -u LD_PRELOAD FAKETIME=-5y python3 -c 'import datetime; print(datetime.date.today())'",
+    "python3 -c 'import os, subprocess; os.environ.pop(\"LD_PRELOAD\"); os.environ[\"FAKETIME\"] = \"+9y\"; "
+    "subprocess.run([\"date\", \"+%F\"])'",
+]
+
+
+@pytest.mark.skipif(not (probe().faketime and probe().shim), reason=probe().line())
+def test_the_virtual_clock_holds_whatever_the_environment_says(tree):
+    with Executor(tree) as ex:
+        r = ex.run("; ".join(CLOCK_ESCAPES), CLOCK)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.split() == [CLOCK.date().isoformat()] * len(CLOCK_ESCAPES), r.stdout
+    for m in ("preload-all", "pinned-clock-vars"):
+        assert m in r.mechanisms
+
+
+RANDOMNESS = (
+    "head -c 16 /dev/urandom | od -An -tx1; head -c 8 /dev/random | od -An -tx1; "
+    "dd if=/dev/urandom bs=1k count=200 2>/dev/null | md5sum; "
+    "python3 -c 'import ctypes, errno, os, random, uuid; "
+    "libc = ctypes.CDLL(None, use_errno=True); buf = ctypes.create_string_buffer(8); "
+    "rc = libc.syscall(318, buf, 8, 0); "
+    "print(rc, errno.errorcode.get(ctypes.get_errno()), random.random(), uuid.uuid4(), os.urandom(8).hex())'; "
+    "env -u LD_PRELOAD python3 -c 'import os; print(os.urandom(8).hex())'"
+)
+
+
+def _draws(tmp_path, name: str, seed: int, step: int = 0) -> str:
+    t = tmp_path / name
+    t.mkdir()
+    with Executor(t, seed=seed) as ex:
+        r = ex.run(RANDOMNESS, CLOCK, step=step)
+    assert r.exit_code == 0, r.stderr
+    assert "seeded-urandom" in r.mechanisms
+    return r.stdout
+
+
+@pytest.mark.skipif(not probe().shim, reason=probe().line())
+def test_urandom_and_a_raw_getrandom_are_seeded(tmp_path):
+    a, b = _draws(tmp_path, "a", 7), _draws(tmp_path, "b", 7)
+    c, d = _draws(tmp_path, "c", 8), _draws(tmp_path, "d", 7, step=1)
+    assert a == b
+    lines_a = a.splitlines()
+    for other in (c, d):
+        assert all(x != y for x, y in zip(lines_a[:3], other.splitlines()[:3])), (a, other)
+        assert a.splitlines()[3].split()[2:] != other.splitlines()[3].split()[2:]
+    if X86_64 and probe().seccomp:
+        assert lines_a[3].split()[:2] == ["-1", "ENOSYS"]  # so programs fall back to /dev/urandom
