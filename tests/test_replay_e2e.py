@@ -114,6 +114,17 @@ def test_fork_a_token_and_diff(recorded, runtime):
     assert not d.identical
 
 
+def test_a_forced_nul_token_gives_a_failed_command_not_an_incomplete_fork(recorded, runtime):
+    store, res, _ = recorded
+    (nul,) = runtime.tokenizer.encode("\x00")
+    child = fork(store, res.run_id, "0:token:0", json.dumps("\x00"), runtime=runtime)
+    assert store.event_at(child.run_id, "0:token:0").value["id"] == nul
+    assert child.status == "complete" and store.run(child.run_id).status == "complete"
+    assert "\x00" in child.actions[0]
+    tool = store.event_at(child.run_id, "0:tool").value
+    assert tool["exit_code"] == 126 and "NUL byte" in tool["stderr"]
+
+
 def test_bad_mutations_are_refused(recorded, runtime):
     store, res, _ = recorded
     tk = runtime.tokenizer
@@ -155,6 +166,10 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(recorded, tmp_path)
         (["replay", str(foreign)], "recorded with model another-model"),
         (["replay", str(res.run_id), "--free", "tensors"], "unknown layer"),
         (["replay", "999"], "999"),
+        # beyond the virtual clock's years or the calendar: refused before the fork begins
+        (["fork", str(res.run_id), "--at", "0:clock", "--set", "+999999d"], "outside the virtual clock's years"),
+        (["fork", str(res.run_id), "--at", "0:clock", "--set", "+99999999d"], "beyond the calendar"),
+        (["fork", str(res.run_id), "--at", "99999999999999999999:clock", "--set", "+1h"], "far beyond"),
     ]
     for argv, reason in cases:
         out = subprocess.run([sys.executable, "-m", "app", *argv, "--db", str(db)], cwd=ROOT,
