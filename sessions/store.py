@@ -330,6 +330,10 @@ class Store:
             fields["status"] = "incomplete"
         elif fields["status"] not in STATUSES:
             problems.append(f"its status {fields['status'][:40]!r} is not one of {', '.join(STATUSES)}")
+        parent = fields["parent"]
+        if parent is not None and (parent == fields["id"] or self._conn.execute(
+                "SELECT 1 FROM runs WHERE id = ?", (parent,)).fetchone() is None):
+            problems.append(f"its parent run {parent} is not in the file")
         return Run(**fields, problem="; ".join(problems) or None)
 
     @_guarded
@@ -368,6 +372,9 @@ class Store:
         seen = set()
         while source is not None and source not in seen:
             seen.add(source)  # a cycle can only come from a hand-edited file; stop rather than loop
+            if source != run_id and source not in self._chains and self._conn.execute(
+                    "SELECT 1 FROM runs WHERE id = ?", (source,)).fetchone() is None:
+                break  # a parent that is not in the file (`run()` names it as the run's problem)
             parent, first = self._chain(source)
             if first < end:
                 segments.append((source, first, end))
@@ -413,7 +420,11 @@ class Store:
 
     def _step_range(self, source: int, step: int) -> tuple[int, int] | None:
         row = self._conn.execute("SELECT first_seq, last_seq FROM steps WHERE run = ? AND step = ?", (source, step)).fetchone()
-        return None if row is None else (row[0], row[1] + 1)
+        if row is None:
+            return None
+        if not (values.is_int(row[0], 0, _END) and values.is_int(row[1], -1, _END)):
+            return (0, _END)  # a damaged index row: scan the whole run rather than trust it
+        return (row[0], row[1] + 1)
 
     @_guarded
     def events(
@@ -528,7 +539,8 @@ class Store:
         top = -1
         for source, first, end in self._segments(run_id):
             (m,) = self._conn.execute(
-                "SELECT max(step) FROM steps WHERE run = ? AND first_seq < ? AND last_seq >= ?", (source, end, first)
+                "SELECT max(step) FROM steps WHERE run = ? AND first_seq < ? AND last_seq >= ?"
+                " AND typeof(step) = 'integer'", (source, end, first)
             ).fetchone()
             if m is not None:
                 top = max(top, m)

@@ -195,6 +195,11 @@ CASES: dict[str, dict] = {
     "a created time that is bytes": dict(make=lambda p: set_run(p, "created", b"\x00\xff"), refused={"diff": "its created is bytes"}),
     "a sampling temperature that is text": dict(make=lambda p: set_run(p, "sampling", json.dumps({"temperature": "hot"})),
                                                 refused={"diff": "field 'temperature'"}),
+    "a parent run that is not in the file": dict(make=lambda p: (set_run(p, "parent", 99, run=2), set_run(p, "fork_seq", 3, run=2)),
+                                                 refused={"diff": "run 2: its parent run 99 is not in the file"}),
+    "runs that are each other's parent": dict(make=lambda p: (set_run(p, "parent", 2, run=1), set_run(p, "fork_seq", 3, run=1),
+                                                              set_run(p, "parent", 1, run=2), set_run(p, "fork_seq", 3, run=2))),
+    "a steps index of the wrong types": dict(make=lambda p: sql(p, "UPDATE steps SET step = 'x' || step, first_seq = 'a', last_seq = 'b'")),
     # ---- too large: a compression bomb is only ever read bounded
     "a compression bomb blob": dict(make=_bomb),
 }
