@@ -125,6 +125,7 @@ def record(
     sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
     base = clock or getattr(task, "clock", None) or datetime.now(timezone.utc).replace(tzinfo=None)
     base = sandbox_clock(base, "the starting clock")  # refused here, before the run is begun
+    check_machine(runtime, unsafe_no_sandbox)
     run_id = None
     if write:
         run_id = store.begin_run(
@@ -148,6 +149,20 @@ def record(
 
 def _limits_json(limits: AgentLimits) -> dict:
     return {k: getattr(limits, k) for k in limits.__slots__}
+
+
+def check_machine(runtime: Runtime, unsafe_no_sandbox: bool, *, commands: bool = True) -> None:
+    """The model's tokenizer loads and (when the run will run commands) the sandbox works
+    here: checked before a run is begun, so that neither can leave an incomplete run behind
+    at its first use. A faithful replay runs no command."""
+    from recorders.probe import probe
+    from recorders.sandbox import REFUSAL
+
+    runtime.tokenizer  # noqa: B018 - reads the model file's vocabulary; a bad file fails here
+    if commands and not unsafe_no_sandbox:
+        support = probe()
+        if not support.ok:
+            raise ReplayError(f"{support.line()}; {REFUSAL}")
 
 
 def sandbox_clock(t: datetime, what: str) -> datetime:
@@ -239,6 +254,7 @@ def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation:
            progress, cancel, unsafe_no_sandbox: bool, seed: int | None) -> RunResult:
     run = source.run
     plan = _plan(source, runtime, policy, mutation, seed)
+    check_machine(runtime, unsafe_no_sandbox, commands=mutation is not None or not policy.faithful)
     task, seed, sampling, limits, base, fork_seq = (plan.task, plan.seed, plan.sampling, plan.limits,
                                                    plan.base, plan.fork_seq)
     meta = {"clock": base.isoformat(), "limits": _limits_json(limits),
@@ -300,17 +316,19 @@ def _recorded_actions(source: Source) -> list[str]:
     return [action_text(e.value) for e in source.events if e.kind == "action"]
 
 
-def check_replay(store, run_id: int, free=(), *, runtime: Runtime) -> Source:
+def check_replay(store, run_id: int, free=(), *, runtime: Runtime, unsafe_no_sandbox: bool = False) -> Source:
     """Everything `replay` checks before it writes, on any store (a read-only one too)."""
     policy = Policy(frozenset(free)) if not isinstance(free, Policy) else free
     source = Source(store, run_id)
     _check_source(source)
     _check_model(runtime, source.run)
     _plan(source, runtime, policy, None, None)
+    check_machine(runtime, unsafe_no_sandbox, commands=not policy.faithful)
     return source
 
 
-def check_fork(store, run_id: int, site: str, value: str, *, runtime: Runtime) -> Mutation:
+def check_fork(store, run_id: int, site: str, value: str, *, runtime: Runtime,
+               unsafe_no_sandbox: bool = False) -> Mutation:
     """Everything `fork` checks before it writes, on any store (a read-only one too): the
     source run, the model, the site and the new value; returns the parsed mutation."""
     from engine.mutation import parse_mutation
@@ -321,6 +339,7 @@ def check_fork(store, run_id: int, site: str, value: str, *, runtime: Runtime) -
     mutation = parse_mutation(store, run_id, site, value, tokenizer=runtime.tokenizer)
     _check_mutation_site(source, mutation)
     _plan(source, runtime, Policy(), mutation, None)
+    check_machine(runtime, unsafe_no_sandbox)
     return mutation
 
 

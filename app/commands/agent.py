@@ -137,7 +137,7 @@ def cmd_record(args) -> int:
     from datetime import datetime
 
     from engine.agent import AgentLimits
-    from engine.replay import ReplayError, record, sandbox_clock
+    from engine.replay import ReplayError, check_machine, record, sandbox_clock
 
     clock = None
     if args.clock:
@@ -153,6 +153,7 @@ def cmd_record(args) -> int:
 
     task = load_task(args.task)  # an unknown task fails before the database is touched
     sandbox_clock(clock or getattr(task, "clock", None) or datetime.now(), f"task {args.task}'s clock")
+    check_machine(runtime, args.unsafe_no_sandbox)
     store = _open_store(args.db, create=True)
     try:
         res = record(store, args.task, runtime=runtime, seed=args.seed, temperature=args.temperature,
@@ -173,7 +174,7 @@ def cmd_replay(args) -> int:
     # wrong shape, a clock the sandbox cannot show, another model) is refused with the file untouched.
     with _open_readonly(args.db) as reader:
         runtime = _runtime(args, reader.run(args.run).kernel_mode)
-        check_replay(reader, args.run, policy, runtime=runtime)
+        check_replay(reader, args.run, policy, runtime=runtime, unsafe_no_sandbox=args.unsafe_no_sandbox)
     store = _open_store(args.db, create=False)
     try:
         res = replay(store, args.run, policy, runtime=runtime, seed=args.seed,
@@ -192,7 +193,7 @@ def cmd_fork(args) -> int:
     # the file is opened for writing: a refused fork writes nothing and prints no progress.
     with _open_readonly(args.db) as reader:
         runtime = _runtime(args, reader.run(args.run).kernel_mode)
-        check_fork(reader, args.run, args.at, args.value, runtime=runtime)
+        check_fork(reader, args.run, args.at, args.value, runtime=runtime, unsafe_no_sandbox=args.unsafe_no_sandbox)
     store = _open_store(args.db, create=False)
     try:
         res = fork(store, args.run, args.at, args.value, runtime=runtime,
