@@ -110,7 +110,9 @@ def _progress(enabled: bool, header: str):
         if not started:
             started.append(True)
             print(header, file=sys.stderr, flush=True)
-        print(f"  [{done}/{total}] {message}", file=sys.stderr, flush=True)
+        from sessions.safe_text import visible
+
+        print(f"  [{done}/{total}] {visible(message, newlines=False)}", file=sys.stderr, flush=True)  # the model's command
 
     return report
 

@@ -127,6 +127,9 @@ def cmd_demo(args) -> int:
 
 
 def _demo_progress(done: int, total: int | None, message: str = "") -> None:
+    from sessions.safe_text import visible
+
+    message = visible(message, newlines=False)  # it quotes the model's command
     width = 30
     if total:
         filled = min(width, int(width * done / total))
