@@ -75,11 +75,13 @@ def load_json(text: Any, what: str = "the value") -> Any:
 
 def decode_value(kind: str, stored: Any, seed: Any, step: int, pos: Any) -> tuple[Any, str | None]:
     """(value, None), or (None, problem) for a value that cannot be decoded or does not fit its kind."""
-    if isinstance(stored, bytes) and stored[:1] in (bytes((codec.TOKEN_TAG,)), bytes((codec.LOGITS_TAG,))):
+    if isinstance(stored, bytes):  # a binary record (sessions.codec); its first byte names the format
+        if not stored:
+            return None, "the value is empty bytes"
         try:
             value = codec.decode(stored, seed, step, pos)
         except (ValueError, struct.error, IndexError, TypeError, OverflowError) as exc:
-            return None, f"the binary {kind} record cannot be decoded ({_first_line(exc)})"
+            return None, f"the binary record cannot be decoded ({_first_line(exc)})"
     else:
         try:
             value = load_json(stored)
