@@ -229,6 +229,8 @@ def _plan(source: Source, runtime: Runtime, policy: Policy, mutation: Mutation |
 
 def _check_values(source: Source) -> None:
     """Recorded values the store accepts by shape but the replay would fail on half way."""
+    from sessions.values import ValueProblem, load_json
+
     store, rid = source.store, source.run.id
     for e in source.events:
         v = e.value
@@ -240,8 +242,13 @@ def _check_values(source: Source) -> None:
                 for ref in refs:
                     store.get_blob(ref["$blob"])  # bounded and checked against its digest
                 snapshot = v.get("snapshot")
-                if snapshot and not store.has_blob(snapshot):
-                    raise ReplayError(f"its snapshot {snapshot[:16]}… is not in the file")
+                if snapshot:
+                    if not store.has_blob(snapshot):
+                        raise ReplayError(f"its snapshot {snapshot[:16]}… is not in the file")
+                    try:  # restoring it is the sandbox's business; it must at least be JSON of sane depth
+                        load_json(store.get_blob(snapshot), "its snapshot manifest")
+                    except ValueProblem as exc:
+                        raise ReplayError(str(exc)) from None
             except ReplayError as exc:
                 raise ReplayError(f"run {rid}, site {e.site}: {exc}") from None
             except Exception as exc:  # noqa: BLE001 - StoreError and kin: say where
