@@ -37,6 +37,10 @@ class BlobPart(NamedTuple):
     complete: bool
     size: int | None  # the size the file claims for it (untrusted), for "… of N bytes"
 
+    @property
+    def truncated(self) -> bool:
+        return not self.complete
+
 
 def _row(conn: sqlite3.Connection, digest: str, path: Path) -> tuple[str, bytes, Any]:
     if type(digest) is not str or len(digest) > 128:
