@@ -462,6 +462,12 @@ def status_label(run) -> Text:
     return Text(status, style=colour)
 
 
+def run_problem(run) -> Text | None:
+    """Why the store cannot read the run's metadata, as a label; None when it can."""
+    problem = getattr(run, "problem", None)
+    return unreadable_label(short(problem, 200)) if problem else None
+
+
 def run_title(run) -> str:
     """One line naming the run, its controls made visible (it is not markup: pass it to Text)."""
     return (

@@ -48,7 +48,7 @@ def build_corpus(view: RunView) -> list[Entry]:
         problem = value_problem(event)
         if problem is not None and event.seq not in seen:
             seen.add(event.seq)
-            entries.append(Entry(event.seq, event.step, "unreadable", f"{event.site}: {problem}"))
+            entries.append(Entry(event.seq, event.step, "unreadable", f"unreadable {event.site}: {problem}"))
         return problem is not None
 
     for event in _events(view, "message"):

@@ -80,7 +80,7 @@ class RunsScreen(Screen):
             Text(steps),
             describe.outcome_label(run),
             describe.status_label(run),
-            Text(describe.lineage(run)),
+            describe.run_problem(run) or Text(describe.lineage(run)),
         ]
 
     def _current(self) -> int | None:

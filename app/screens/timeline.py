@@ -76,6 +76,10 @@ class TimelineScreen(Screen):
         text.append(" ")
         text.append_text(describe.outcome_label(run))
         text.append(f"  {self.view.count} events · {describe.lineage(run)}", style="dim")
+        problem = describe.run_problem(run)
+        if problem is not None:
+            text.append("  ")
+            text.append_text(problem)
         return text
 
     @staticmethod
