@@ -32,7 +32,7 @@ from recorders.output import CappedBuffer, pump
 from recorders.probe import NAMESPACE_FLAGS, SandboxSupport, probe, shim_path
 from recorders.rootfs import READ_ONLY_TAIL, RUNTIME, SANDBOX_ROOT, UID, bwrap_fs_args, runtime_dir, step_args
 from recorders.seedrandom import step_seed
-from recorders.shell import ShellState, parse_state, prelude
+from recorders.shell import TMP_FULL_MARK, ShellState, parse_state, prelude
 from recorders.spawner import STATE_FD, Spawner, kill_group
 from recorders.stepfiles import StepFiles
 from recorders.treeown import hand_over, tree_bytes
@@ -40,8 +40,8 @@ from recorders.treeown import hand_over, tree_bytes
 __all__ = ["Executor", "CommandResult", "ShellState", "SandboxError", "SandboxSupport", "Limits", "probe"]
 
 # What CommandResult.limit_hit can name: the wall-clock timeout (exit 124), the tree's size
-# quota (the command is killed), a full /tmp or /dev/shm (seen while it ran, or ENOSPC on
-# stderr), a file at the largest size a command may write (RLIMIT_FSIZE: EFBIG on stderr).
+# quota (the command is killed), a full /tmp or /dev/shm (seen while it ran, or by the exit
+# trap), a file at the largest size a command may write (RLIMIT_FSIZE: EFBIG on stderr).
 LIMITS_HIT = ("timeout", "tree-quota", "tmp-full", "file-size")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STATE_CAP = 1 << 20
@@ -195,7 +195,7 @@ class Executor:
             code = 128 - code
         stderr = err.text()
         if hit is None and watch is not None:
-            hit = watch.after(stderr)
+            hit = watch.after(stderr, tmp_full=TMP_FULL_MARK in bytes(dump.data))
         if hit is not None:
             if hit == "timeout":
                 code = 124
@@ -287,7 +287,7 @@ class Executor:
         seen = {**env, "LD_PRELOAD": preload} if preload else dict(env)
         root = SANDBOX_ROOT if self.sandboxed else str(self.tree)
         # Popen keeps an inherited descriptor's number; the spawner puts it at STATE_FD.
-        script = prelude(state, self.limits.ulimit_line(), root=root, state_fd=state_fd)
+        script = prelude(state, self.limits.ulimit_line(), root=root, state_fd=state_fd, probe_tmp=self.sandboxed)
         shell = ["/bin/bash", "--noprofile", "--norc", "-c", script, "bash", command]
         if not self.sandboxed:
             return _Prepared(shell, seen, seen, base, str(self.tree))
@@ -399,11 +399,12 @@ class _Watch:
             self.tmp_full = True  # not stopped for it: the command sees ENOSPC and goes on
         return None
 
-    def after(self, stderr: str) -> str | None:
-        """The limit a command that ran to its end hit, if any."""
+    def after(self, stderr: str, tmp_full: bool) -> str | None:
+        """The limit a command that ran to its end hit, if any. `tmp_full`: the exit trap
+        found no room in /tmp or /dev/shm."""
         if tree_bytes(self.tree, stop_above=self.quota) > self.quota:
             return "tree-quota"
-        if self.tmp_full or "No space left on device" in stderr:
+        if self.tmp_full or tmp_full:
             return "tmp-full"
         if "File too large" in stderr:
             return "file-size"

@@ -40,17 +40,34 @@ class ShellState:
         return cls(cwd=value.get("cwd", SANDBOX_ROOT), exports=dict(value.get("exports", {})))
 
 
-def prelude(state: ShellState, ulimit_line: str, root: str = SANDBOX_ROOT, state_fd: int = 3) -> str:
-    """The bash program that restores `state`, runs the command ($1) and reports state."""
+# In the state dump after the variables: the sandbox's /tmp or /dev/shm had no room left
+# when the command ended (a pair whose name is no identifier, so never an export).
+TMP_FULL_MARK = b"tttr:tmp-full"
+
+
+def prelude(state: ShellState, ulimit_line: str, root: str = SANDBOX_ROOT, state_fd: int = 3,
+            probe_tmp: bool = False) -> str:
+    """The bash program that restores `state`, runs the command ($1) and reports state.
+    With `probe_tmp` (only in a sandbox, whose /tmp is its own), the exit trap also tries
+    to write one byte to /tmp and /dev/shm with builtins and reports TMP_FULL_MARK when
+    either has no room left."""
+    full = (
+        # noclobber: O_EXCL, so a symlink the command left there is never written through
+        "__tttr_full=; set -C; for __tttr_d in /tmp /dev/shm; do { printf x > $__tttr_d/.tttr-room.$$; } "
+        "2>/dev/null || __tttr_full=1; done; "
+        if probe_tmp else ""
+    )
+    mark = f"[ -n \"$__tttr_full\" ] && printf '{TMP_FULL_MARK.decode()}\\0\\0'; " if probe_tmp else ""
     cwd = state.cwd
     if root != SANDBOX_ROOT and (cwd == SANDBOX_ROOT or cwd.startswith(SANDBOX_ROOT + "/")):
         cwd = root + cwd[len(SANDBOX_ROOT):]  # unsafe mode: the tree is not mounted at /work
     # One line: bash numbers the lines of a `-c` program, so the agent's command, eval'd on
     # line 1, gets the same "bash: line N:" messages as under a plain `bash -c`.
     return (
-        "__tttr_save() { __tttr_rc=$?; trap - EXIT; "
+        "__tttr_save() { __tttr_rc=$?; trap - EXIT; " + full +
         "{ printf 'cwd\\0%s\\0' \"$PWD\"; "
         "for __tttr_n in $(compgen -e); do printf '%s\\0%s\\0' \"$__tttr_n\" \"${!__tttr_n}\"; done; "
+        + mark +
         f"}} >&{PRIVATE_FD} 2>/dev/null; exit $__tttr_rc; }}; "
         f"exec {PRIVATE_FD}>&{state_fd} {state_fd}>&-; "
         + (f"{ulimit_line}; " if ulimit_line else "")

@@ -45,9 +45,9 @@ class StepFiles:
                 f.write(env.get("FAKETIME", "+0") + "\n")
             os.chmod(rc, 0o444)
             fifo = os.path.join(self.path, "urandom")
-            os.mkfifo(fifo, 0o444)
-            os.chmod(fifo, 0o444)  # whatever the umask
+            os.mkfifo(fifo, 0o600)
             self.fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+            os.chmod(fifo, 0o444)  # the sandbox only reads it
             fcntl.fcntl(self.fd, fcntl.F_SETFL, os.O_NONBLOCK)
             self.feed = Feed(self.fd, urandom_stream(seed))
             self.feed.fill()  # full before the command starts: its first reads never wait
