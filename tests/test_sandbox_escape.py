@@ -309,3 +309,35 @@ def test_urandom_and_a_raw_getrandom_are_seeded(tmp_path):
         assert a.splitlines()[3].split()[2:] != other.splitlines()[3].split()[2:]
     if X86_64 and probe().seccomp:
         assert lines_a[3].split()[:2] == ["-1", "ENOSYS"]  # so programs fall back to /dev/urandom
+
+
+# -- what other machines refuse ----------------------------------------------------------
+
+def _probe_refusing(monkeypatch, refuse: set[str], euid: int):
+    import recorders.probe as probe_mod
+
+    def fake(prefix, bwrap, extra):
+        if ("userns" in refuse and "--unshare-user" in extra) or \
+           ("nested" in refuse and "--disable-userns" in extra) or \
+           ("seccomp" in refuse and "--seccomp" in extra):
+            return "bwrap: refused here (test)", ""
+        return None, "self\nsys\n"
+
+    monkeypatch.setattr(probe_mod, "_try_bwrap", fake)
+    monkeypatch.setattr(probe_mod.os, "geteuid", lambda: euid)
+    return probe_mod.probe.__wrapped__()
+
+
+@pytest.mark.skipif(not probe().launcher, reason="no launcher here (no C compiler)")
+def test_probe_says_what_the_machine_refuses(monkeypatch):
+    sup = _probe_refusing(monkeypatch, {"nested", "seccomp"}, euid=0)
+    assert sup.ok and "no-userns" not in sup.mechanisms() and "seccomp" not in sup.mechanisms()
+    line = sup.line()
+    assert "\n" not in line and "--disable-userns refused" in line and "refused the seccomp program" in line
+
+    sup = _probe_refusing(monkeypatch, {"userns"}, euid=0)
+    assert not sup.ok and "unprivileged uid" in sup.reason and "refuses it" in sup.reason
+    assert sup.line().startswith("sandbox: refused (")
+
+    sup = _probe_refusing(monkeypatch, {"userns"}, euid=1000)  # a user may still use a setuid bwrap
+    assert sup.ok and not sup.userns and "user namespaces refused" in sup.line()

@@ -29,6 +29,9 @@ def register(sub, bench_sub) -> None:
     e.add_argument("--tree", help="directory mounted read-write at /work (default: a fresh empty one)")
     e.add_argument("--timeout", type=float, default=30.0,
                    help="seconds before the command is killed (default 30, at most 3600)")
+    e.add_argument("--tree-mb", type=int, default=1024,
+                   help="size quota of the tree; the command is stopped past it (default 1024)")
+    e.add_argument("--tmp-mb", type=int, default=256, help="size of the sandbox's /tmp and /dev/shm (default 256)")
     e.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="where bubblewrap or namespaces are refused, run the command unconfined (unsafe)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
@@ -88,6 +91,7 @@ def cmd_exec(args) -> int:
     clock = parse_clock(args.clock) if args.clock else datetime.now(timezone.utc).replace(tzinfo=None)
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
     command = " ".join(cmd)
+    limits = Limits(timeout_s=args.timeout, tree_mb=args.tree_mb, tmp_mb=args.tmp_mb)  # refused before any file
     tmp = None
     tree = args.tree
     if tree is None:
@@ -95,7 +99,7 @@ def cmd_exec(args) -> int:
         tree = tmp
     try:
         with Executor(tree, seed=args.seed, unsafe_no_sandbox=args.unsafe_no_sandbox,
-                      limits=Limits(timeout_s=args.timeout)) as ex:
+                      limits=limits) as ex:
             res = ex.run(command, clock, step=args.step)
     finally:
         if tmp:
