@@ -104,32 +104,31 @@ def unreadable_event(run_id: int, seq: int, problem: str, near=None) -> Event:
 
 def read_blob_text(store, ref: Any, limit: int = BLOB_PREVIEW) -> str:
     """A blob's first `limit` bytes as text; says so when the rest is not shown. Never
-    raises: a missing, damaged or oversized blob reads as a line saying what is wrong."""
+    raises: a missing, damaged or oversized blob reads as a line saying what is wrong.
+    Only the first bytes are expanded (`get_blob_part`), so a small blob of a hostile
+    file that expands to gigabytes costs no more than a small one."""
     digest = visible(ref.get("$blob", ""), newlines=False)[:12]
     try:
-        data = store.get_blob(ref["$blob"])
+        if hasattr(store, "get_blob_part"):
+            part = store.get_blob_part(ref["$blob"], limit)
+            data, truncated, size = part.data, not part.complete, part.size
+        else:
+            data = store.get_blob(ref["$blob"])
+            truncated, size = len(data) > limit, len(data)
     except MemoryError:
         return f"‹blob {digest}: {TOO_LARGE}›"
     except Exception as exc:  # noqa: BLE001 - a blob that does not read is shown, not raised
-        message = str(exc)
-        if any(word in message.lower() for word in ("too large", "exceeds", "larger than", "limit")):
+        message = visible(str(exc), newlines=False)
+        if "too large" in message.lower() or "larger than" in message.lower():
             return f"‹blob {digest}: {TOO_LARGE} ({message})›"
         return f"‹blob {digest} unreadable: {message}›"
-    truncated = bool(getattr(data, "truncated", False))
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        data = getattr(data, "data", b"")
     text = bytes(data[:limit]).decode("utf-8", "replace")
     if truncated or len(data) > limit:
-        size = ref.get("size")
-        total = f"{size} bytes" if isinstance(size, int) and not isinstance(size, bool) else "more"
-        text += f"\n… {TOO_LARGE}: first {min(len(data), limit)} bytes of {total}"
+        if not isinstance(size, int) or isinstance(size, bool):
+            size = ref.get("size")
+        total = f"{size:,} bytes" if isinstance(size, int) and not isinstance(size, bool) else "more"
+        text += f"\n… {TOO_LARGE}: the first {min(len(data), limit):,} bytes of {total}"
     return text
-
-
-@dataclass(frozen=True, slots=True)
-class FileChange:
-    path: str
-    change: str  # "added" | "removed" | "modified"
 
 
 class RunView:

@@ -13,6 +13,7 @@ unreadable value says so where it is shown, and the database file is unchanged.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import re
@@ -45,7 +46,7 @@ EVENTS = 40
 OTHER = COMMANDS[:2] + ("rm -rf /var/log/old",) + COMMANDS[3:]
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e"  # retitle, clear screen, C1 CSI, bidi override
-BOMB_BYTES = 64 * 1024 * 1024  # expands from ~64 KiB; enough to show the app does not wait for it
+BOMB_BYTES = 300 * 1024 * 1024  # expands from ~300 KiB, as in the issue; the store expands only a prefix
 
 
 # -- building the databases ------------------------------------------------------------------
@@ -117,16 +118,21 @@ def _markup(db):
     set_value(db, "token", token_json(text="[/]"))
 
 
-def _bomb(db):
+@functools.cache
+def bomb() -> tuple[str, bytes]:
+    """(sha256, zlib stream) of BOMB_BYTES zeros, made a megabyte at a time."""
     digest, packed = hashlib.sha256(), zlib.compressobj(9)
     chunk, parts = bytes(1 << 20), []
     for _ in range(BOMB_BYTES >> 20):
         digest.update(chunk)
         parts.append(packed.compress(chunk))
     parts.append(packed.flush())
-    blob = digest.hexdigest()
-    db.execute("INSERT INTO blobs (digest, size, codec, data) VALUES (?, ?, 'zlib', ?)",
-               (blob, BOMB_BYTES, b"".join(parts)))
+    return digest.hexdigest(), b"".join(parts)
+
+
+def _bomb(db):
+    blob, packed = bomb()
+    db.execute("INSERT INTO blobs (digest, size, codec, data) VALUES (?, ?, 'zlib', ?)", (blob, BOMB_BYTES, packed))
     tool = value_of(db, "tool")
     tool["stdout"] = {"$blob": blob, "size": BOMB_BYTES}
     set_value(db, "tool", json.dumps(tool))

@@ -20,7 +20,7 @@ class MessageStrip(Static):
     """The screen sets the step's token events and the selected position."""
 
     def show_tokens(self, step: int, tokens: list, selected: int | None) -> None:
-        title = Text(f"step {step} message ", style="bold")
+        title = Text(f"step {visible(str(step), newlines=False)} message ", style="bold")
         if not tokens:
             self.update(title + Text("(no generated tokens in this step)", style="dim"), layout=False)
             return
