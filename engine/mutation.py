@@ -107,12 +107,16 @@ def _tool(text: str) -> dict:
     stripped = text.strip()
     m = re.fullmatch(r"exit(?:_code)?\s*=\s*(-?\d+)", stripped)
     if m:
-        return {"exit_code": int(m.group(1))}
+        return {"exit_code": _exit_code(m.group(1))}
     if stripped.startswith("{"):
+        from sessions.values import ValueProblem, load_json
+
         try:
-            value = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise MutationError(f"tool result is not valid JSON ({exc.msg} at {exc.pos}): {stripped[:60]!r}") from None
+            value = load_json(stripped, "the tool result")  # bounded depth: a user's text is input too
+        except ValueProblem as exc:
+            raise MutationError(f"{exc}: {stripped[:60]!r}") from None
+        if not isinstance(value, dict):
+            raise MutationError(f"tool result JSON must be an object with stdout, stderr or exit_code: {stripped[:60]!r}")
         unknown = set(value) - {"stdout", "stderr", "exit_code"}
         if unknown:
             raise MutationError(
@@ -123,10 +127,20 @@ def _tool(text: str) -> dict:
                 raise MutationError(f"tool result field {key} must be a string, got {type(value[key]).__name__}")
         if "exit_code" in value and (not isinstance(value["exit_code"], int) or isinstance(value["exit_code"], bool)):
             raise MutationError(f"tool result field exit_code must be an integer, got {value['exit_code']!r}")
+        if "exit_code" in value:
+            _exit_code(str(value["exit_code"]))
         if not value:
             raise MutationError("tool result JSON is empty: set stdout, stderr or exit_code")
         return value
     return {"stdout": text}
+
+
+def _exit_code(digits: str) -> int:
+    """An exit status as a shell could report one (a process's status is 0..255; negative
+    and larger values are kept for experiments, within 32 bits)."""
+    if len(digits.lstrip("-")) > 10 or not -(2**31) <= int(digits) < 2**31:
+        raise MutationError(f"exit code {digits[:20]} is out of range: give an integer in -2147483648..2147483647")
+    return int(digits)
 
 
 def _token(text: str, tokenizer) -> int:

@@ -137,9 +137,14 @@ class Oracle:
         progress: Callable | None = None,
         cancel: threading.Event | None = None,
         max_steps: int = 6,
+        begin: Callable[[], int] | None = None,  # begins the run in the store; called at the first commit
     ):
         self.store = store
         self.run_id = run_id
+        # With `begin`, the run is begun only when its first step is committed: a run that
+        # fails before that (its setup, or a fork's shared prefix) leaves nothing behind.
+        self._begin = begin
+        self._pending: list[tuple] = []
         self.task = task
         self.tokenizer = tokenizer
         self._generate = generate
@@ -191,9 +196,26 @@ class Oracle:
             return
         if not self.write:
             return
+        if self.run_id is None and self._begin is not None:
+            self._pending.append((seq, step, layer, kind, site, value))
+            return
+        self._append(seq, step, layer, kind, site, value)
+
+    def _append(self, seq: int, step: int, layer: str, kind: str, site: str, value: Any) -> None:
         got = self.store.append(self.run_id, step, layer, kind, site, value)
         if got is not None and got != seq:
             raise OracleError(f"event numbering drifted: store gave seq {got}, oracle expected {seq}")
+
+    @property
+    def begun(self) -> bool:
+        """Whether the run is in the store (always, unless it was given a `begin` not yet called)."""
+        return self.run_id is not None or self._begin is None
+
+    def _begin_now(self) -> None:
+        self.run_id = self._begin()
+        pending, self._pending = self._pending, []
+        for event in pending:
+            self._append(*event)
 
     def note(self, step: int, kind: str, value: dict) -> None:
         """A derived value of the agent layer (message, action): recorded, never pinned."""
@@ -211,6 +233,8 @@ class Oracle:
 
     def _commit(self) -> None:
         if self.write and self.next_seq > self.fork_seq:
+            if not self.begun:
+                self._begin_now()
             self.store.commit_step(self.run_id)
 
     def cancelled(self) -> bool:
@@ -488,8 +512,17 @@ class Oracle:
         self._report(self.max_steps, "passed" if outcome["passed"] else "failed")
         self.close()
 
+    def discard(self) -> None:
+        """The run failed before its first step was committed: nothing was written, and
+        nothing will be (see `begin`)."""
+        self._pending.clear()
+        self.status = "incomplete"
+        self.close()
+
     def abort(self, reason: str) -> None:
         self._commit()
+        if self.write and not self.begun:  # cancelled inside a fork's shared prefix: still a run, incomplete
+            self._begin_now()
         self.status = "incomplete"
         if self.write:
             self.store.finish_run(self.run_id, status="incomplete", outcome={"reason": reason})

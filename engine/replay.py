@@ -91,7 +91,9 @@ def _drive(oracle: Oracle, instruction: str, limits: AgentLimits) -> None:
         run_agent(oracle, instruction, limits)
     except BaseException as exc:
         # A run that dies half way is kept, marked incomplete, never silently complete.
-        if oracle.status == "recording":
+        if oracle.status == "recording" and not oracle.begun:
+            oracle.discard()  # it failed before its first step was written: leave no run behind
+        elif oracle.status == "recording":
             try:
                 oracle.abort(f"{type(exc).__name__}: {exc}")
             except Exception:  # noqa: BLE001 - the original error matters more
@@ -126,24 +128,22 @@ def record(
     base = clock or getattr(task, "clock", None) or datetime.now(timezone.utc).replace(tzinfo=None)
     base = sandbox_clock(base, "the starting clock")  # refused here, before the run is begun
     check_machine(runtime, unsafe_no_sandbox)
-    run_id = None
-    if write:
-        run_id = store.begin_run(
-            task=task.name, model_id=runtime.model_id, kernel_mode=runtime.kernel_mode,
-            sampling={"temperature": temperature, "top_p": top_p, "top_k": top_k},
-            seed=seed, fingerprint=runtime.fingerprint(),
-            meta={"clock": base.isoformat(), "limits": _limits_json(limits),
-                  "sandbox": runtime.sandbox_mechanisms(unsafe_no_sandbox)},
-        )
+    settings = dict(
+        task=task.name, model_id=runtime.model_id, kernel_mode=runtime.kernel_mode,
+        sampling={"temperature": temperature, "top_p": top_p, "top_k": top_k},
+        seed=seed, fingerprint=runtime.fingerprint(),
+        meta={"clock": base.isoformat(), "limits": _limits_json(limits),
+              "sandbox": runtime.sandbox_mechanisms(unsafe_no_sandbox)},
+    )
     oracle = Oracle(
-        store=store, run_id=run_id, task=task, tokenizer=runtime.tokenizer,
+        store=store, run_id=None, begin=lambda: store.begin_run(**settings), task=task, tokenizer=runtime.tokenizer,
         generate=runtime.generate, make_sequence=runtime.sequence_factory(sampling),
         policy=Policy.record(), seed=seed, kernel_mode=runtime.kernel_mode, clock_base=base,
         executor_factory=_executor_factory(unsafe_no_sandbox), write=write,
         progress=progress, cancel=cancel, max_steps=limits.max_steps,
     )
     _drive(oracle, task.instruction, limits)
-    return RunResult(run_id, oracle.status, oracle.outcome, oracle.actions,
+    return RunResult(oracle.run_id, oracle.status, oracle.outcome, oracle.actions,
                      logits_computed=oracle.logits_computed, commands_run=oracle.commands_run)
 
 
@@ -269,15 +269,16 @@ def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation:
     if mutation is None:
         meta["replay"] = {"free": sorted(policy.free)}
     kernel_mode = run.kernel_mode
-    child_id = store.begin_run(
+    settings = dict(
         task=run.task, model_id=run.model_id, kernel_mode=kernel_mode,
         sampling=run.sampling, seed=seed, fingerprint=runtime.fingerprint(),
         parent=run.id, fork_seq=fork_seq,
         fork_site=str(mutation.site) if mutation else None,
         mutation=mutation.to_json() if mutation else None, meta=meta,
     )
+    # Begun at its first commit: a fork whose shared prefix does not replay leaves no run.
     oracle = Oracle(
-        store=store, run_id=child_id, task=task, tokenizer=runtime.tokenizer,
+        store=store, run_id=None, begin=lambda: store.begin_run(**settings), task=task, tokenizer=runtime.tokenizer,
         generate=runtime.generate_in(kernel_mode), make_sequence=runtime.sequence_factory(sampling),
         policy=policy, seed=seed, kernel_mode=kernel_mode, clock_base=base,
         executor_factory=_executor_factory(unsafe_no_sandbox), source=source, mutation=mutation,
@@ -293,7 +294,7 @@ def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation:
     # changing a decision (a live clock, say) is still reported as the divergence.
     identical = (oracle.actions == _recorded_actions(source)
                  and oracle.token_ids == [t["id"] for e in source.events if e.kind == "token" for t in [e.value]])
-    return RunResult(child_id, oracle.status, oracle.outcome, oracle.actions, identical=identical,
+    return RunResult(oracle.run_id, oracle.status, oracle.outcome, oracle.actions, identical=identical,
                      divergence=oracle.divergence, parent=run.id,
                      logits_computed=oracle.logits_computed, commands_run=oracle.commands_run,
                      extra={"notes": notes} if notes else {})

@@ -442,6 +442,8 @@ def model_db(tmp_path_factory) -> Path:
     (["fork", "1", "--at", "0:clock", "--set", "1900-01-01"], "outside the virtual clock's years"),
     (["fork", "1", "--at", "0:token:0", "--set", "99999999999999999999999"], "outside the vocabulary"),
     (["fork", "1", "--at", "9:clock", "--set", "+1h"], "does not exist in run 1"),
+    (["fork", "1", "--at", "0:tool", "--set", '{"stdout": ' + "[" * 100_000 + "]" * 100_000 + "}"], "nested too deeply"),
+    (["fork", "1", "--at", "0:tool", "--set", "exit=99999999999999999999999"], "exit code 99999999999999999999 is out of range"),
     (["fork", "3", "--at", "0:clock", "--set", "+1h"], "no run 3"),
     (["replay", "1", "--free", "kernel"], "unknown layer"),
 ], ids=lambda x: x if isinstance(x, str) else " ".join(x[2:6]))
@@ -464,6 +466,17 @@ def test_replay_and_fork_refuse_an_unreadable_source_before_writing(tmp_path, mo
     code, _, err = run_cli([*command, "--db", str(path)], capsys)
     assert code == 2 and err.startswith("tttr: error: run 1") and err.count("\n") == 1, err
     assert runs_in(path) == runs and fingerprint(path) == before
+
+
+def test_a_fork_whose_shared_prefix_does_not_replay_leaves_no_run(tmp_path, model_db, capsys):
+    """The file's prompt digests are not the model's: the prefix cannot be replayed. That is
+    only found by replaying it, so the fork begins its run at its first commit, past the prefix."""
+    path = tmp_path / "s.db"
+    shutil.copy(model_db, path)
+    runs = runs_in(path)
+    code, _, err = run_cli(["fork", "1", "--at", "1:tool", "--set", "exit=1", "--db", str(path)], capsys)
+    assert code == 2 and err.strip().splitlines()[-1].startswith("tttr: error: fork prefix drifted"), err
+    assert runs_in(path) == runs
 
 
 def test_a_recorded_clock_the_sandbox_cannot_show_refuses_the_replay(tmp_path, model_db, capsys):
