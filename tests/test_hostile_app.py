@@ -92,6 +92,7 @@ class Case:
     shown: list = field(default_factory=list)  # literal text the corrupted event's detail shows (or choices)
     runs_shown: list = field(default_factory=list)  # literal text the runs list shows (or a tuple of choices)
     compare_shown: list[str] = field(default_factory=list)  # literal text the compare screen shows
+    timeline_shown: list[str] = field(default_factory=list)  # literal text some timeline screen shows
 
 
 def _controls(db):
@@ -145,6 +146,19 @@ def _huge_integers(db):
     set_value(db, "token", token_json(id=2**80, logprob=1e308))
 
 
+def _names(db):
+    """A verbatim site and a kind name, both hostile (the kinds table is part of the file)."""
+    db.execute("UPDATE events SET site = ? WHERE id = ?", ("0:tool[/oops]\x1b[2J", event_id(db, "tool")))
+    db.execute("UPDATE kinds SET kind = ? WHERE kind = 'prompt'", ("prompt[/]\x9b",))
+
+
+def _fork_description(db):
+    """Run 2 made a fork of run 1 with a hostile site and mutation: the lineage column and
+    the compare screen's fork line show them."""
+    db.execute("UPDATE runs SET parent = 1, fork_seq = 5, fork_site = ?, mutation = ? WHERE id = 2",
+               ("0:clock\x1b[2J", json.dumps({"text": "[/oops]\x1b]0;t\x07", "value": "[bold]x"})))
+
+
 def _sampling(db):
     db.execute("UPDATE runs SET sampling = '\"hot\"', fingerprint = '7', meta = '[1, 2]',"
                " outcome = '\"[/oops]\"' WHERE id = 1")
@@ -170,6 +184,9 @@ CASES: dict[str, Case] = {
     # Shown as the number it is, or refused by the store as beyond SQLite's 64-bit range.
     "huge-integers": Case(_huge_integers, "tool", shown=[(str(10**30), "unreadable")]),
     "compression-bomb": Case(_bomb, "tool", shown=["too large to show in full"]),
+    "site-and-kind-names": Case(_names, timeline_shown=["0:tool[/oops]\\x1", "prompt[/]\\x9b"]),
+    "fork-description": Case(_fork_description, runs_shown=[("[/oops]\\u001b]0;t\\u0007", "unreadable")],
+                             compare_shown=["\\x1b[2J"]),
 }
 
 
@@ -250,11 +267,12 @@ def test_the_app_shows_a_hostile_database_safely(template, tmp_path, name):
         assert isinstance(app.screen, TimelineScreen)
         timeline, detail = app.screen.query_one(Timeline), app.screen.query_one(DetailPane)
         view = timeline.view
-        target, target_detail = None, ""
+        target, target_detail, seen = None, "", ""
         for index in range(view.count):
             if index:
                 await pilot.press("down")
             assert timeline.cursor == index
+            seen += screen_text(app)
             event = view.event(index)
             if case.kind is not None and target is None and event.kind in (case.kind, "?") and (
                     not case.unreadable or "unreadable" in detail.text):
@@ -265,6 +283,8 @@ def test_the_app_shows_a_hostile_database_safely(template, tmp_path, name):
                 line = assert_safe(app, f"timeline at {index}")
             else:
                 assert_safe(app, f"timeline at {index}")
+        for shown in case.timeline_shown:
+            assert shown in seen, f"timeline: {shown!r} not shown"
         if case.kind is not None:
             assert target is not None, f"no {case.kind} event of the run was shown"
             for shown in case.shown:
