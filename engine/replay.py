@@ -189,7 +189,7 @@ class _Plan:
     fork_seq: int
 
 
-def _plan(source: Source, runtime: Runtime, policy: Policy, mutation: Mutation | None, seed: int | None) -> _Plan:
+def _plan(source: Source, policy: Policy, mutation: Mutation | None, seed: int | None) -> _Plan:
     """Check the source run as a whole and derive the child's settings; raises before any write.
 
     What the replay will feed the sandbox and the sampler is checked here: the task exists,
@@ -260,7 +260,7 @@ def _check_values(source: Source) -> None:
 def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation: Mutation | None,
            progress, cancel, unsafe_no_sandbox: bool, seed: int | None) -> RunResult:
     run = source.run
-    plan = _plan(source, runtime, policy, mutation, seed)
+    plan = _plan(source, policy, mutation, seed)
     check_machine(runtime, unsafe_no_sandbox, commands=mutation is not None or not policy.faithful)
     task, seed, sampling, limits, base, fork_seq = (plan.task, plan.seed, plan.sampling, plan.limits,
                                                    plan.base, plan.fork_seq)
@@ -330,7 +330,7 @@ def check_replay(store, run_id: int, free=(), *, runtime: Runtime, unsafe_no_san
     source = Source(store, run_id)
     _check_source(source)
     _check_model(runtime, source.run)
-    _plan(source, runtime, policy, None, None)
+    _plan(source, policy, None, None)
     check_machine(runtime, unsafe_no_sandbox, commands=not policy.faithful)
     return source
 
@@ -346,7 +346,7 @@ def check_fork(store, run_id: int, site: str, value: str, *, runtime: Runtime,
     _check_model(runtime, source.run)
     mutation = parse_mutation(store, run_id, site, value, tokenizer=runtime.tokenizer)
     _check_mutation_site(source, mutation)
-    _plan(source, runtime, Policy(), mutation, None)
+    _plan(source, Policy(), mutation, None)
     check_machine(runtime, unsafe_no_sandbox)
     return mutation
 
