@@ -313,7 +313,6 @@ class Executor:
         argv += shell
         return _Prepared(argv, env, seen, base, None)
 
-
     def _bwrap_args(self) -> list[str]:
         """The bwrap arguments common to every command of this executor."""
         sup = self.support
