@@ -203,6 +203,12 @@ CASES: dict[str, dict] = {
     "runs that are each other's parent": dict(make=lambda p: (set_run(p, "parent", 2, run=1), set_run(p, "fork_seq", 3, run=1),
                                                               set_run(p, "parent", 1, run=2), set_run(p, "fork_seq", 3, run=2))),
     "a steps index of the wrong types": dict(make=lambda p: sql(p, "UPDATE steps SET step = 'x' || step, first_seq = 'a', last_seq = 'b'")),
+    # ---- a run whose writer died: read as incomplete, never rewritten by a reader (diff did)
+    "a run left recording by a dead writer": dict(
+        make=lambda p: (set_run(p, "status", "recording"), set_run(p, "writer", "no-such-boot:1:1")),
+        shows={"runs": "incomplete", "info": "1 incomplete"}),
+    "a writer identity that is not one": dict(
+        make=lambda p: (set_run(p, "status", "recording"), set_run(p, "writer", 12345)), shows={"runs": "incomplete"}),
     # ---- too large: a compression bomb is only ever read bounded
     "a compression bomb blob": dict(make=_bomb),
 }
