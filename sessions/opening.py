@@ -84,7 +84,8 @@ def database_error(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
     if "locked" in text or "busy" in text:
         return StoreError(f"{path} is locked by another writer (waited {BUSY_MS // 1000} s); try again when it is done")
     folder = path.parent
-    if not os.access(folder, os.W_OK):
+    cannot_open = "unable to open" in text or "readonly" in text or "read-only" in text
+    if cannot_open and not os.access(folder, os.W_OK):
         # SQLite creates <db>-wal and <db>-shm beside a WAL database, even to read it.
         return StoreError(
             f"{path} cannot be opened: its folder {folder} is not writable, and SQLite needs to create "
