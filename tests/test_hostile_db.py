@@ -222,6 +222,7 @@ READS = {
     "events --json": ["events", "{db}", "1", "--json"],
     "diff": ["diff", "1", "2", "--db", "{db}"],
     "diff --json": ["diff", "1", "2", "--db", "{db}", "--json"],
+    "open (loading)": ["open", "{db}", "--run", "1"],  # up to the app, which test_hostile_app.py drives
 }
 
 
@@ -278,7 +279,11 @@ def hostile(tmp_path: Path, clean_db: Path, case: str) -> Path:
 
 @pytest.mark.parametrize("command", list(READS))
 @pytest.mark.parametrize("case", list(CASES))
-def test_reading_commands_show_or_refuse_hostile_contents_and_change_nothing(tmp_path, clean_db, wide, capsys, case, command):
+def test_reading_commands_show_or_refuse_hostile_contents_and_change_nothing(tmp_path, clean_db, wide, capsys, monkeypatch,
+                                                                           case, command):
+    import app.commands.ui as ui
+
+    monkeypatch.setattr(ui, "_run_app", lambda store, run_id, args: 0)
     path = hostile(tmp_path, clean_db, case)
     before = fingerprint(path)
     code, out, err = run_cli([a.format(db=path) for a in READS[command]], capsys)
