@@ -337,7 +337,8 @@ def _topk_entries(topk: Any, limit: int | None = None) -> list[tuple[int, Any, f
     """(id, recorded text or None, logprob) of the well-formed top-k entries."""
     out = []
     for entry in topk if isinstance(topk, list) else []:
-        if not (isinstance(entry, list) and len(entry) >= 2 and type(entry[0]) is int and _number(entry[1]) is not None):
+        well_formed = isinstance(entry, list) and len(entry) >= 2 and type(entry[0]) is int
+        if not well_formed or _number(entry[1]) is None:
             continue
         out.append((entry[0], entry[2] if len(entry) > 2 else None, float(entry[1])))
         if limit is not None and len(out) >= limit:

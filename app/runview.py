@@ -131,6 +131,12 @@ def read_blob_text(store, ref: Any, limit: int = BLOB_PREVIEW) -> str:
     return text
 
 
+@dataclass(frozen=True, slots=True)
+class FileChange:
+    path: str
+    change: str  # "added" | "removed" | "modified"
+
+
 class RunView:
     """Windowed, cached access to one run of a store (called from the UI thread only)."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import io
 import json
 import re
 import shutil
@@ -404,3 +405,57 @@ def test_an_over_cap_blob_says_it_is_too_large_to_show_in_full(template, tmp_pat
         assert any("too large to show in full" in m for m in notices(app))
 
     run(db, flow, run_id=1)
+
+
+def test_snapshot_diffs_load_deferred_and_file_names_are_shown_safely(tmp_path):
+    """The files a command changed come from two snapshot manifests (blobs): the app's view
+    defers them to a worker, and a file named with control characters and markup is shown
+    with its escapes visible."""
+    from app.describe import detail
+    from app.runview import LOADING, RunView, load_wanted
+    from recorders.snapshot import snapshot
+    from sessions.store import Store
+
+    before_dir, after_dir = tmp_path / "before", tmp_path / "after"
+    before_dir.mkdir()
+    (before_dir / "kept.txt").write_text("same")
+    shutil.copytree(before_dir, after_dir)
+    hostile_name = "x\x1b[2J[bold]oops.log"
+    (after_dir / hostile_name).write_text("new")
+    path = tmp_path / "snap.db"
+    store = Store.open(path, create=True)
+    try:
+        a, b = snapshot(before_dir, store), snapshot(after_dir, store)
+        run_id = store.begin_run(task="t", model_id="m", kernel_mode="invariant", seed=1)
+        store.append(run_id, -1, "trace", "setup", "-1:setup", {"snapshot": a, "tree": "t0"})
+        store.append(run_id, 0, "trace", "tool", "0:tool", {
+            "cmd": "touch x", "stdout": "", "stderr": "", "exit_code": 0, "duration_ms": 1,
+            "tree_before": "t0", "tree_after": "t1", "snapshot": b})
+        store.commit_step(run_id)
+        store.finish_run(run_id, "complete")
+    finally:
+        store.close()
+
+    store = open_store(path)
+    try:
+        view = RunView(store, run_id, defer_blobs=True)
+        tool = view.at("0:tool")
+        assert view.files_changed(tool) is LOADING
+        assert "loading the snapshots" in _plain(detail(view, tool))
+        view.merge_loaded(load_wanted(store, view.take_wanted()))
+        changes = view.files_changed(tool)
+        assert [(c.path, c.change) for c in changes] == [("x\\x1b[2J[bold]oops.log", "added")]
+        shown = _plain(detail(view, tool))
+        assert "+ x\\x1b[2J[bold]oops.log" in shown and "\x1b" not in shown
+        # A script's view reads the same directly.
+        assert RunView(store, run_id).files_changed(tool) == changes
+    finally:
+        store.close()
+
+
+def _plain(renderable) -> str:
+    from rich.console import Console
+
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()

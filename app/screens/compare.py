@@ -95,7 +95,8 @@ class CompareScreen(Screen):
         if c.fork_site:
             value = c.mutation.get("input", c.mutation.get("value")) if isinstance(c.mutation, dict) else c.mutation
             text.append("⋔ fork ", style="bold magenta")
-            text.append(f"at {describe.short(c.fork_site, 40)} = {describe.short(describe.preview(value, 400, quote=True), 80)}")
+            shown = describe.short(describe.preview(value, 400, quote=True), 80)
+            text.append(f"at {describe.short(c.fork_site, 40)} = {shown}")
             token_id = c.mutation.get("value") if isinstance(c.mutation, dict) else None
             if ":token:" in c.fork_site and isinstance(token_id, int):
                 model_id = self.app.store.run(c.run_b).model_id
@@ -119,8 +120,8 @@ class CompareScreen(Screen):
             d = c.divergences.get(layer)
             if d is not None:
                 text.append(f"  {layer:<7}", style="bold")
-                text.append(f"first differs at {describe.short(d.site, 40)}: {_short(d.a_value)} → {_short(d.b_value)}\n",
-                            style="dim")
+                text.append(f"first differs at {describe.short(d.site, 40)}: "
+                            f"{_short(d.a_value)} → {_short(d.b_value)}\n", style="dim")
         differing = sum(1 for r in c.rows if not r.same)
         text.append(f"{differing} of {len(c.rows)} aligned steps differ · n/p next/previous difference", style="dim")
         return text

@@ -113,7 +113,8 @@ class SideBySide(ScrollView, can_focus=True):
             if info.tool_problem is not None:
                 text.append_text(describe.unreadable_label(describe.short(info.tool_problem, width)))
             elif info.exit_code is not None:
-                text.append(f"exit {describe.short(info.exit_code, 12)} ", style="green" if info.exit_code == 0 else "red")
+                colour = "green" if info.exit_code == 0 else "red"
+                text.append(f"exit {describe.short(info.exit_code, 12)} ", style=colour)
             text.append(describe.short(info.output, width), style="dim")
         text.truncate(width, overflow="ellipsis", pad=True)
         return text
