@@ -72,8 +72,10 @@ def runtime_dir(shim: Path | None, preload: tuple[str, ...] = ()) -> Path:
 
 
 # Kernel interfaces under /proc: read-only where they are directories of settings,
-# covered where reading them leaks host state or writing them acts on the host.
-PROC_READ_ONLY = ("sys", "bus", "fs", "irq")
+# covered where reading them leaks host state or writing them acts on the host. (/proc/bus,
+# /proc/fs and /proc/irq, which Docker also binds read-only, belong to host root and the
+# sandbox's uid has no capability: a mount each would buy nothing.)
+PROC_READ_ONLY = ("sys",)
 # (/proc/kmsg is root's alone and /proc/kallsyms shows zeros to others: not covered, a mount each.)
 PROC_MASKED_FILES = ("sysrq-trigger", "kcore", "keys", "key-users", "timer_list", "timer_stats",
                      "sched_debug", "latency_stats")

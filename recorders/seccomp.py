@@ -57,6 +57,10 @@ def _build():
     import pyseccomp as sc
 
     f = sc.SyscallFilter(defaction=sc.ALLOW)
+    try:  # a binary search over the syscall numbers instead of a linear walk: every call pays it
+        f.set_attr(sc.Attr.CTL_OPTIMIZE, 2)
+    except Exception:
+        pass
     for name in DENIED:
         try:
             f.add_rule(sc.ERRNO(errno.EPERM), name)
