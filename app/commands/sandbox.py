@@ -10,7 +10,10 @@ def register(sub, bench_sub) -> None:
     p = sub.add_parser(
         "sandbox", help="run one command the way the agent would; show what the sandbox allows",
         description="The trace layer's sandbox: bubblewrap namespaces, a virtual clock (libfaketime), "
-                    "seeded randomness, a pinned environment and resource limits.",
+                    "seeded randomness, a pinned environment and resource limits. A command cannot change "
+                    "the host outside its tree: no capabilities, read-only /proc/sys, a seccomp filter, and, "
+                    "when TTTR runs as root, an unprivileged host uid ($TTTR_SANDBOX_UID, default 100000) "
+                    "to which the tree is handed before each command.",
     )
     ssub = p.add_subparsers(dest="sandbox_command", metavar="ACTION")
     p.set_defaults(func=lambda args: (p.print_help(sys.stderr), 2)[1])
@@ -26,7 +29,8 @@ def register(sub, bench_sub) -> None:
     e.add_argument("--clock", help="virtual clock, ISO (default: now, UTC)")
     e.add_argument("--seed", type=int, default=0, help="run seed for the sandbox's randomness (default 0)")
     e.add_argument("--step", type=int, default=0, help="agent step: randomness depends on (seed, step) (default 0)")
-    e.add_argument("--tree", help="directory mounted read-write at /work (default: a fresh empty one)")
+    e.add_argument("--tree", help="directory mounted read-write at /work (default: a fresh empty one); "
+                                  "as root, its files are given to the sandbox's uid")
     e.add_argument("--timeout", type=float, default=30.0,
                    help="seconds before the command is killed (default 30, at most 3600)")
     e.add_argument("--tree-mb", type=int, default=1024,
