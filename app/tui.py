@@ -13,12 +13,19 @@ from pathlib import Path
 
 from textual.app import App
 from textual.binding import Binding
+from textual.message import Message
 
 from app.runview import RunView
 from app.screens.help import HelpScreen, key_label
 from app.screens.runs import RunsScreen
 from app.screens.timeline import TimelineScreen
 from sessions.safe_text import visible
+
+
+class TokenizerLoaded(Message):
+    def __init__(self, model_id: str, tokenizer) -> None:
+        super().__init__()
+        self.model_id, self.tokenizer = model_id, tokenizer
 
 
 class TTTRApp(App):
@@ -133,9 +140,10 @@ class TTTRApp(App):
         for model_id in {run.model_id for run in self.store.runs() if isinstance(run.model_id, str)}:
             tokenizer = self.tokenizer_for(model_id)
             if tokenizer is not None:
-                self.call_from_thread(self._tokenizer_ready, model_id, tokenizer)
+                # Posted, not called: a call from this thread would wait forever on an app that quit.
+                self.post_message(TokenizerLoaded(model_id, tokenizer))
 
-    def _tokenizer_ready(self, model_id: str, tokenizer) -> None:
-        self._tokenizers[model_id] = tokenizer
+    def on_tokenizer_loaded(self, message: TokenizerLoaded) -> None:
+        self._tokenizers[message.model_id] = message.tokenizer
         if isinstance(self.screen, TimelineScreen):
             self.screen.refresh_token_texts()

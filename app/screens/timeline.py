@@ -38,6 +38,14 @@ class BlobsLoaded(Message):
         self.loaded = loaded
 
 
+class CorpusBuilt(Message):
+    """The search index of the run is built (corpus None: it failed, with `error`)."""
+
+    def __init__(self, dialog: SearchScreen, corpus, error: str | None = None) -> None:
+        super().__init__()
+        self.dialog, self.corpus, self.error = dialog, corpus, error
+
+
 class TimelineScreen(Screen):
     BINDINGS = [
         Binding("e", "edit", "edit & fork"),
@@ -139,6 +147,8 @@ class TimelineScreen(Screen):
         else:
             try:
                 loaded = load_wanted(store, wanted)
+            except Exception as exc:  # noqa: BLE001 - shown where the blob would be
+                loaded = {key: f"‹cannot read: {exc}›" for key, what in wanted.items() if not isinstance(what, tuple)}
             finally:
                 store.close()
         if not worker.is_cancelled:
@@ -171,6 +181,7 @@ class TimelineScreen(Screen):
         from app.search import build_corpus
         from sessions.store import Store
 
+        # Posted, not called: a call from this thread would wait forever on an app that quit.
         try:
             store = Store.open(self.app.db_path, create=False, readonly=True)
             try:
@@ -178,13 +189,16 @@ class TimelineScreen(Screen):
             finally:
                 store.close()
         except Exception as exc:  # noqa: BLE001 - shown in the dialog
-            self.app.call_from_thread(screen.index_failed, f"{type(exc).__name__}: {exc}")
+            self.post_message(CorpusBuilt(screen, None, f"{type(exc).__name__}: {exc}"))
             return
-        self.app.call_from_thread(self._indexed, screen, corpus)
+        self.post_message(CorpusBuilt(screen, corpus))
 
-    def _indexed(self, screen: SearchScreen, corpus) -> None:
-        self.corpus = corpus
-        screen.set_corpus(corpus)
+    def on_corpus_built(self, message: CorpusBuilt) -> None:
+        if message.corpus is None:
+            message.dialog.index_failed(message.error or "")
+            return
+        self.corpus = message.corpus
+        message.dialog.set_corpus(message.corpus)
 
     def _jump_to_hit(self, seq: int | None) -> None:
         if seq is not None:
