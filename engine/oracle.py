@@ -384,6 +384,7 @@ class Oracle:
             "stdout_size": res.stdout_size,
             "stderr_size": res.stderr_size,
             "truncated": res.truncated,
+            "limit_hit": res.limit_hit,  # timeout, tree-quota, tmp-full, file-size, or None
             "tree_before": before,
             "tree_after": after,
             "snapshot": manifest if after != before else None,

@@ -218,7 +218,7 @@ RULES: dict[str, tuple[dict[str, Check], tuple[str, ...]]] = {
         "stdout": _optional(_text_or_blob), "stderr": _optional(_text_or_blob),
         "exit_code": _optional(_int), "duration_ms": _optional(_number),
         "stdout_size": _optional(_count), "stderr_size": _optional(_count), "truncated": _bool,
-        "tree_before": _optional(_text), "tree_after": _optional(_text), "snapshot": _optional(_text),
+        "limit_hit": _optional(_text), "tree_before": _optional(_text), "tree_after": _optional(_text), "snapshot": _optional(_text),
         "cwd_after": _text, "exports_after": _text_map, "mutated": _bool, "off_record": _bool,
     }, ()),
     "token": ({

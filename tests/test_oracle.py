@@ -154,3 +154,23 @@ def test_a_command_with_a_nul_byte_is_a_failed_tool_call_not_the_end_of_the_run(
         assert tool.value["exit_code"] == 126 and "NUL byte" in tool.value["stderr"]
         assert tool.value["tree_after"] == tool.value["tree_before"] and oracle.commands_run == 0
         assert oracle.actions == ["echo a\x00b > x.txt", "done"]
+
+
+def test_a_hit_sandbox_limit_is_recorded_with_the_tool_call(tmp_path, tokenizer):
+    """A command stopped by the tree's quota says so in the recording, not only on its stderr."""
+    from recorders.sandbox import Limits
+
+    with Store.open(tmp_path / "quota.db", create=True) as store:
+        model = ScriptedModel(tokenizer, ["head -c 3000000 /dev/zero > big.bin\n```", "done\n```"])
+        run = _begin(store)
+        oracle = Oracle(store=store, run_id=run, task=load_task(TASK), tokenizer=tokenizer,
+                        generate=model.generate, make_sequence=model.make_sequence,
+                        policy=Policy.record(), seed=7, kernel_mode="invariant", clock_base=CLOCK,
+                        executor_factory=lambda tree, seed: Executor(tree, seed=seed, limits=Limits(tree_mb=1)),
+                        max_steps=3)
+        run_agent(oracle, load_task(TASK).instruction, AgentLimits(max_steps=3))
+        tool = store.event_at(run, "0:tool")
+        assert tool.problem is None and tool.value["exit_code"] != 0
+        assert tool.value["limit_hit"] in ("tree-quota", "file-size")
+        ok = store.event_at(run, "1:tool")
+        assert ok is None or ok.value["limit_hit"] is None
