@@ -32,6 +32,7 @@ EDITABLE_KINDS = ("clock", "tool", "token")
 WINDOW = 256  # events per cached window
 MAX_WINDOWS = 16  # windows kept; ~4k events, a few screens either side of the cursor
 BLOB_PREVIEW = 64 * 1024  # bytes of a blob shown in the detail pane
+STEP_PROBES = 64  # step numbers tried one by one before scanning across a gap
 TOO_LARGE = "too large to show in full"
 
 
@@ -235,28 +236,43 @@ class RunView:
 
     def next_step(self, index: int) -> int | None:
         event = self.event(index)
-        if event is None:
+        if event is None or not isinstance(event.step, int):
             return None
         last = self.event(self.count - 1)
-        for step in range(event.step + 1, (last.step if last else event.step) + 1):
+        end = (last.step if last is not None and isinstance(last.step, int) else event.step) + 1
+        probes = min(end, event.step + 1 + STEP_PROBES)
+        for step in range(event.step + 1, probes):
             start = self.step_start(step)
             if start is not None:
                 return start
-        return None
+        if probes >= end:
+            return None
+        # A wide gap in the step numbers (only a hand-made file has one): scan instead.
+        return self._scan(range(index + 1, self.count), lambda e: _after(e.step, event.step))
 
     def prev_step(self, index: int) -> int | None:
         """The start of the current step, or of the one before when already there."""
         event = self.event(index)
-        if event is None:
+        if event is None or not isinstance(event.step, int):
             return None
         start = self.step_start(event.step)
         if start is not None and start < index:
             return start
-        for step in range(event.step - 1, -2, -1):
+        lowest = max(-1, event.step - STEP_PROBES)
+        for step in range(event.step - 1, lowest - 1, -1):
             start = self.step_start(step)
             if start is not None:
                 return start
-        return None
+        if lowest <= -1:
+            return None
+        # A wide gap in the step numbers: scan back to the step before, then to its start.
+        found = self._scan(range(index - 1, -1, -1), lambda e: _after(event.step, e.step))
+        if found is None:
+            return None
+        step = self.event(found).step
+        while found > 0 and self.event(found - 1) is not None and self.event(found - 1).step == step:
+            found -= 1
+        return found
 
     # -- what the detail pane and the message strip need ----------------------------------
     def at(self, site: str):
@@ -381,6 +397,11 @@ def load_wanted(store, wanted: dict[str, Any]) -> dict[str, Any]:
     for key, what in wanted.items():
         loaded[key] = _diff_trees(store, *what) if isinstance(what, tuple) else read_blob_text(store, what)
     return loaded
+
+
+def _after(step, other) -> bool:
+    """`step` comes after `other` (a step that is not a number comes after none)."""
+    return isinstance(step, int) and isinstance(other, int) and step > other
 
 
 def _reason(exc: BaseException) -> str:

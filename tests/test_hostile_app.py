@@ -160,6 +160,12 @@ def _fork_description(db):
                ("0:clock\x1b[2J", json.dumps({"text": "[/oops]\x1b]0;t\x07", "value": "[bold]x"})))
 
 
+def _huge_step(db):
+    """The last step numbered a trillion: stepping to it and back must not try every number between."""
+    last = db.execute("SELECT max(id) FROM events WHERE id >> 32 = 1").fetchone()[0]
+    db.execute("UPDATE events SET step = ? WHERE id = ?", (10**12, last))
+
+
 def _sampling(db):
     db.execute("UPDATE runs SET sampling = '\"hot\"', fingerprint = '7', meta = '[1, 2]',"
                " outcome = '\"[/oops]\"' WHERE id = 1")
@@ -185,6 +191,7 @@ CASES: dict[str, Case] = {
     # Shown as the number it is, or refused by the store as beyond SQLite's 64-bit range.
     "huge-integers": Case(_huge_integers, "tool", shown=[(str(10**30), "unreadable")]),
     "compression-bomb": Case(_bomb, "tool", shown=["too large to show in full"]),
+    "step-a-trillion": Case(_huge_step, timeline_shown=[str(10**12)[:4]]),
     "site-and-kind-names": Case(_names, timeline_shown=["0:tool[/oops]\\x1", "prompt[/]\\x9b"]),
     "fork-description": Case(_fork_description, runs_shown=[("[/oops]\\u001b]0;t\\u0007", "unreadable")],
                              compare_shown=["\\x1b[2J"]),
@@ -284,6 +291,11 @@ def test_the_app_shows_a_hostile_database_safely(template, tmp_path, name):
                 line = assert_safe(app, f"timeline at {index}")
             else:
                 assert_safe(app, f"timeline at {index}")
+        # Stepping keys across the run, both ways.
+        for key in ("end", "left", "left", "right", "home", "right", "right", "end"):
+            await pilot.press(key)
+            assert 0 <= timeline.cursor < view.count
+            assert_safe(app, f"timeline after {key}")
         for shown in case.timeline_shown:
             assert shown in seen, f"timeline: {shown!r} not shown"
         if case.kind is not None:
