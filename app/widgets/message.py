@@ -14,6 +14,7 @@ from sessions.safe_text import visible
 
 LINES_BEFORE = 2  # lines of text shown before the selected token (about)
 LINES = 5
+PIECE = 512  # characters of one token's text
 
 
 class MessageStrip(Static):
@@ -25,7 +26,8 @@ class MessageStrip(Static):
             self.update(title + Text("(no generated tokens in this step)", style="dim"), layout=False)
             return
         width = max(20, self.content_size.width)
-        pieces = [visible(e.value.get("text", "")) if value_problem(e) is None else "✗" for e in tokens]
+        # One token's text can be anything a file holds: at most a few lines of it are shown.
+        pieces = [visible(e.value.get("text", "")[:PIECE]) if value_problem(e) is None else "✗" for e in tokens]
         at = 0
         if selected is not None:
             at = next((i for i, e in enumerate(tokens) if token_pos(e) == selected), 0)
