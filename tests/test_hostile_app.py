@@ -94,6 +94,7 @@ class Case:
     runs_shown: list = field(default_factory=list)  # literal text the runs list shows (or a tuple of choices)
     compare_shown: list[str] = field(default_factory=list)  # literal text the compare screen shows
     timeline_shown: list[str] = field(default_factory=list)  # literal text some timeline screen shows
+    editable: bool = True  # a readable clock, tool or token opens the edit dialog
 
 
 def _controls(db):
@@ -137,6 +138,12 @@ def _bomb(db):
     db.execute("INSERT INTO blobs (digest, size, codec, data) VALUES (?, ?, 'zlib', ?)", (blob, BOMB_BYTES, packed))
     tool = value_of(db, "tool")
     tool["stdout"] = {"$blob": blob, "size": BOMB_BYTES}
+    set_value(db, "tool", json.dumps(tool))
+
+
+def _huge_output(db):
+    tool = value_of(db, "tool")
+    tool["stdout"] = ("[/oops] \x1b[2J" + "A" * 1000 + "\n") * 5000
     set_value(db, "tool", json.dumps(tool))
 
 
@@ -190,7 +197,8 @@ CASES: dict[str, Case] = {
     "not-json": Case(lambda db: set_value(db, "tool", '{"cmd": "ls", "stdout": '), "tool", unreadable=True),
     # Shown as the number it is, or refused by the store as beyond SQLite's 64-bit range.
     "huge-integers": Case(_huge_integers, "tool", shown=[(str(10**30), "unreadable")]),
-    "compression-bomb": Case(_bomb, "tool", shown=["too large to show in full"]),
+    "compression-bomb": Case(_bomb, "tool", shown=["too large to show in full"], editable=False),
+    "five-megabyte-output": Case(_huge_output, "tool", shown=["too large to show in full"], editable=False),
     "step-a-trillion": Case(_huge_step, timeline_shown=[str(10**12)[:4]]),
     "site-and-kind-names": Case(_names, timeline_shown=["0:tool[/oops]\\x1", "prompt[/]\\x9b"]),
     "fork-description": Case(_fork_description, runs_shown=[("[/oops]\\u001b]0;t\\u0007", "unreadable")],
@@ -318,10 +326,13 @@ def test_the_app_shows_a_hostile_database_safely(template, tmp_path, name):
                 assert not isinstance(app.screen, EditScreen)
                 assert_safe(app, "edit refused")
                 assert any("unreadable" in m and "cannot be edited" in m for m in notices(app))
-            elif case.kind in ("tool", "token", "clock") and name != "compression-bomb":
+            elif case.kind in ("tool", "token", "clock") and case.editable:
                 assert isinstance(app.screen, EditScreen)
                 assert_safe(app, "edit dialog")
                 await pilot.press("escape")
+            elif not case.editable:
+                assert not isinstance(app.screen, EditScreen)
+                assert any("too large to show in full" in m for m in notices(app))
             assert isinstance(app.screen, (TimelineScreen, EditScreen))
             if isinstance(app.screen, EditScreen):
                 await pilot.press("escape")

@@ -20,7 +20,8 @@ from textual.widgets import Footer, Static
 
 from app import describe
 from app.forking import ForkFailed, ForkFinished, ForkProgressed, run_fork
-from app.runview import EDITABLE_KINDS, LAYERS, TOO_LARGE, RunView, is_blob, token_pos, value_problem
+from app.runview import (BLOB_PREVIEW, EDITABLE_KINDS, LAYERS, TOO_LARGE, RunView, is_blob, token_pos,
+                         value_problem)
 from app.screens.edit import EditScreen
 from app.screens.search import SearchScreen
 from app.widgets.detail import DetailPane
@@ -235,7 +236,7 @@ class TimelineScreen(Screen):
                 self.notify("the recorded output is still loading: press e again in a moment",
                             severity="warning", markup=False)
                 return
-            if is_blob(stdout) and (TOO_LARGE in text or text.startswith("‹blob")):
+            if len(text) > BLOB_PREVIEW or is_blob(stdout) and (TOO_LARGE in text or text.startswith("‹blob")):
                 self.notify("the recorded output is too large to show in full (or unreadable), so it cannot "
                             "be edited here: fork from the command line with `tttr fork`",
                             severity="error", markup=False)
