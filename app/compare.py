@@ -116,8 +116,9 @@ def build_comparison(store, run_a: int, run_b: int) -> Comparison:
     """Rows of the two runs side by side. A child run (fork or replay) is aligned with its
     parent step by step, since it is the same run up to the fork; any other pair is
     aligned by `diff_runs` (edit distance over the actions). When the engine refuses to
-    diff the runs (an unreadable value), they are aligned step by step and `note` says why."""
-    from engine.diff import DiffRow, diff_runs
+    diff the runs (an unreadable value), the steps are aligned by their actions here, no
+    divergence is named, and `note` says why."""
+    from engine.diff import DiffRow, align, diff_runs
 
     a_steps, b_steps = _steps(store, run_a), _steps(store, run_b)
     note = None
@@ -130,7 +131,11 @@ def build_comparison(store, run_a: int, run_b: int) -> Comparison:
     run_b_meta = store.run(run_b)
     child = run_b_meta.parent == run_a
     fork_site = run_b_meta.fork_site if child and isinstance(run_b_meta.fork_site, str) else None
-    if child or diff is None:
+    if diff is None and not child:
+        # Aligned by the actions as the engine would, an unreadable one matching nothing.
+        rows = align([s.action if s.problem is None else f"\0unreadable a{i}" for i, s in enumerate(a_steps)],
+                     [s.action if s.problem is None else f"\0unreadable b{i}" for i, s in enumerate(b_steps)])
+    elif child:
         rows = [
             DiffRow(i if i < len(a_steps) else None, i if i < len(b_steps) else None,
                     a_steps[i].action if i < len(a_steps) else None,

@@ -107,7 +107,7 @@ class CompareScreen(Screen):
         if c.note is not None:
             text.append("✗ the runs cannot be diffed site by site: ", style="bold red")
             text.append(describe.short(c.note, 200) + "\n", style="red")
-            text.append("steps are shown side by side in order; unreadable ones are marked", style="dim")
+            text.append("steps are aligned by their actions; unreadable ones are marked ✗", style="dim")
             return text
         first = c.first
         if first is None:
