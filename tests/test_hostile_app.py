@@ -482,3 +482,45 @@ def _plain(renderable) -> str:
     console = Console(width=120, record=True, file=io.StringIO())
     console.print(renderable)
     return console.export_text()
+
+
+HOSTILE_VALUES = [
+    None, 42, True, 1e308, float("nan"), "text\x1b[2J[/oops]", [1, "[/]"], {"t": 5},
+    {"t": "2026-01-01T00:00:00\x1b[2J"}, {"t": "[/oops]"},
+    {"cmd": 5, "stdout": ["x"], "exit_code": "zero", "env": "x", "duration_ms": [1]},
+    {"cmd": "ls", "stdout": "\x9b", "env": {"K\x1b": ["v"]}, "exit_code": True},
+    {"id": "x", "text": 5}, {"id": 1, "text": "[bold]\x1b", "logprob": "low", "rng": {"a": 1}},
+    {"id": 2**80, "text": "x", "logprob": float("inf")},
+    {"topk": [["a", "b"]], "batch": [1]}, {"topk": "x", "batch": "y"}, {"topk": [[1, 0.5, 7]], "batch": [2, "z"]},
+    {"text": {"$blob": 5}}, {"cmd": {"$blob": "nothex\x1b", "size": "big"}, "stdout": {"$blob": "0" * 64}},
+    {"done": "[/]"}, {"passed": "[/oops]", "checker_exit": {"x": 1}, "checker_output": 7},
+    json.loads("[" * 50 + "]" * 50),
+]
+KINDS = ["clock", "tool", "token", "logits", "prompt", "message", "action", "outcome", "setup", "[/oops]\x1b"]
+
+
+def test_every_kind_with_every_hostile_value_renders_safely(template):
+    """describe's summary and detail, for every kind and a value of every wrong shape: no
+    exception, no raw control character, and a value of the wrong shape says so."""
+    from app.describe import detail, summary
+    from app.runview import RunView, value_problem
+    from sessions.records import Event
+
+    store = open_store(template)
+    try:
+        view = RunView(store, 1, defer_blobs=True)
+        for kind in KINDS:
+            for value in HOSTILE_VALUES:
+                event = Event(1, 5, 0, "trace", kind, "0:" + kind, value)
+                line = _plain(summary(event))
+                pane = _plain(detail(view, event))
+                for shown in (line, pane):
+                    assert RAW_CONTROL.search(shown) is None, (kind, value, shown)
+                if value_problem(event) is not None:
+                    assert "unreadable" in line and "unreadable" in pane, (kind, value)
+                    assert "cannot be shown as its kind, nor edited" in pane
+        # The store's own verdict is shown as it is.
+        marked = Event(1, 5, 0, "trace", "tool", "0:tool", None, 1, "tool value is \x1b[2J nested too deeply")
+        assert "unreadable: tool value is \\x1b[2J nested too deeply" in _plain(summary(marked))
+    finally:
+        store.close()
