@@ -70,11 +70,12 @@ def value_problem(event) -> str | None:
     fields = _SHAPES.get(kind)
     if fields is None:
         return None  # a kind this app does not know: shown as plain JSON
+    a = "an" if kind[0] in "aeiou" else "a"  # kind is one of _SHAPES
     if not isinstance(value, dict):
-        return f"a {kind} value must be an object, not {type(value).__name__}"
+        return f"{a} {kind} value must be an object, not {type(value).__name__}"
     for key in _REQUIRED.get(kind, ()):
         if key not in value:
-            return f"a {kind} value has no {key!r}"
+            return f"{a} {kind} value has no {key!r}"
     for key, types in fields.items():
         field = value.get(key)
         if key in value and not isinstance(field, types) and not (_TEXT == types and is_blob(field)):
