@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
+from sessions import values
 from sessions.records import Event
 from sessions.safe_text import visible
 
@@ -40,61 +40,17 @@ def is_blob(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("$blob"), str)
 
 
-# -- what a value of each kind must look like to be shown as that kind --------------------
-# The store checks values at its boundary and marks a bad one with `Event.problem`; the app
-# checks again, so that a value of the wrong type never reaches code that assumes its shape
-# (a database is untrusted input, and it may come from a store older than those checks).
-_TEXT = (str, type(None))  # or a blob reference
-_NUMBER = (int, float)
-_SHAPES: dict[str, dict[str, tuple]] = {
-    "clock": {"t": (str,)},
-    "tool": {"cmd": _TEXT, "stdout": _TEXT, "stderr": _TEXT, "exit_code": (int, type(None)),
-             "cwd": _TEXT, "env": (dict, type(None))},
-    "token": {"id": (int,), "text": (str,), "logprob": _NUMBER + (type(None),)},
-    "logits": {"topk": (list, type(None)), "batch": (list, type(None))},
-    "action": {"cmd": _TEXT},
-    "message": {"text": _TEXT},
-    "prompt": {"text": _TEXT},
-    "outcome": {"checker_output": _TEXT},
-    "setup": {},
-}
-_REQUIRED = {"clock": ("t",), "token": ("id", "text")}
-
-
 def value_problem(event) -> str | None:
-    """Why `event`'s value cannot be shown as its kind (the store's reason first), or None."""
+    """Why `event`'s value cannot be shown as its kind, or None: the store's verdict, or for
+    an event that did not come through the store's boundary, the store's rules applied here
+    (one definition of what each kind's value must look like: `sessions.values`)."""
     problem = getattr(event, "problem", None)
     if problem:
         return str(problem)
-    kind, value = event.kind, event.value
-    fields = _SHAPES.get(kind)
-    if fields is None:
-        return None  # a kind this app does not know: shown as plain JSON
-    a = "an" if kind[0] in "aeiou" else "a"  # kind is one of _SHAPES
-    if not isinstance(value, dict):
-        return f"{a} {kind} value must be an object, not {type(value).__name__}"
-    for key in _REQUIRED.get(kind, ()):
-        if key not in value:
-            return f"{a} {kind} value has no {key!r}"
-    for key, types in fields.items():
-        field = value.get(key)
-        if key in value and not isinstance(field, types) and not (_TEXT == types and is_blob(field)):
-            return f"{kind} field {key!r} is {type(field).__name__}, not {' or '.join(t.__name__ for t in types)}"
-        if isinstance(field, bool) and bool not in types and int in types:
-            return f"{kind} field {key!r} is a boolean, not a number"
-    if kind == "clock":
-        try:
-            datetime.fromisoformat(value["t"])
-        except ValueError:
-            return f"clock value {visible(repr(value['t'][:40]), newlines=False)} is not an ISO date-time"
-    if kind == "logits":
-        for entry in value.get("topk") or ():
-            if not (isinstance(entry, list) and len(entry) >= 2 and type(entry[0]) is int
-                    and isinstance(entry[1], _NUMBER) and not isinstance(entry[1], bool)):
-                return "logits topk entries must be [token id, logprob]"
-    if kind == "action" and "cmd" not in value and not value.get("done"):
-        return "an action value has neither 'cmd' nor 'done'"
-    return None
+    try:
+        return values.check(event.kind, event.value)
+    except Exception as exc:  # noqa: BLE001 - a value the rules cannot even inspect is unreadable
+        return f"{type(exc).__name__}: {exc}"
 
 
 def unreadable_event(run_id: int, seq: int, problem: str, near=None) -> Event:
