@@ -15,17 +15,15 @@ import stat
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def hand_over(tree: str, uid: int, gid: int) -> int:
-    """lchown everything under `tree` (and itself) not yet owned by uid:gid. Returns how
-    many entries changed owner. One scandir walk; cheap when nothing changed."""
-    changed = 0
-    st = os.lstat(tree)
-    if not stat.S_ISDIR(st.st_mode):
-        return 0
-    if (st.st_uid, st.st_gid) != (uid, gid):
-        os.chown(tree, uid, gid, follow_symlinks=False)
-        changed += 1
-    stack = [os.open(tree, _DIR_FLAGS)]
+def _walk(tree: str):
+    """(directory descriptor, entry name, lstat) for everything under `tree`, depth first.
+    Every call is relative to a directory descriptor opened with O_NOFOLLOW, so a symlink
+    is never followed, even one swapped in during the walk; entries that vanish are
+    skipped. Closing the generator early closes the descriptors it holds."""
+    try:
+        stack = [os.open(tree, _DIR_FLAGS)]
+    except OSError:
+        return
     try:
         while stack:
             fd = stack.pop()
@@ -37,56 +35,12 @@ def hand_over(tree: str, uid: int, gid: int) -> int:
                         st = e.stat(follow_symlinks=False)
                     except OSError:
                         continue
-                    is_dir = stat.S_ISDIR(st.st_mode)
-                    if (st.st_uid, st.st_gid) != (uid, gid) and (is_dir or st.st_nlink == 1):
-                        try:
-                            os.chown(e.name, uid, gid, dir_fd=fd, follow_symlinks=False)
-                            changed += 1
-                        except OSError:
-                            pass
-                    if is_dir:
+                    yield fd, e.name, st
+                    if stat.S_ISDIR(st.st_mode):
                         try:
                             stack.append(os.open(e.name, _DIR_FLAGS, dir_fd=fd))
                         except OSError:
                             pass
-            finally:
-                os.close(fd)
-    finally:
-        for fd in stack:
-            os.close(fd)
-    return changed
-
-
-def tree_bytes(tree: str, stop_above: int | None = None) -> int:
-    """Apparent size of the regular files under `tree` (what a snapshot would store), plus
-    the directories' own sizes. Stops counting once past `stop_above`. Runs while the
-    command may be changing the tree, so it walks by directory descriptor and never
-    follows a symlink; entries that vanish during the walk are skipped."""
-    total = 0
-    try:
-        stack = [os.open(tree, _DIR_FLAGS)]
-    except OSError:
-        return 0
-    try:
-        while stack:
-            fd = stack.pop()
-            try:
-                with os.scandir(fd) as it:
-                    for e in it:
-                        try:
-                            st = e.stat(follow_symlinks=False)
-                        except OSError:
-                            continue
-                        if stat.S_ISREG(st.st_mode):
-                            total += st.st_size
-                        elif stat.S_ISDIR(st.st_mode):
-                            total += st.st_size
-                            try:
-                                stack.append(os.open(e.name, _DIR_FLAGS, dir_fd=fd))
-                            except OSError:
-                                pass
-                        if stop_above is not None and total > stop_above:
-                            return total
             except OSError:
                 pass
             finally:
@@ -94,4 +48,40 @@ def tree_bytes(tree: str, stop_above: int | None = None) -> int:
     finally:
         for fd in stack:
             os.close(fd)
+
+
+def hand_over(tree: str, uid: int, gid: int) -> int:
+    """lchown everything under `tree` (and itself) not yet owned by uid:gid. Returns how
+    many entries changed owner. One scandir walk; cheap when nothing changed."""
+    changed = 0
+    st = os.lstat(tree)
+    if not stat.S_ISDIR(st.st_mode):
+        return 0
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        os.chown(tree, uid, gid, follow_symlinks=False)
+        changed += 1
+    for fd, name, st in _walk(tree):
+        if (st.st_uid, st.st_gid) != (uid, gid) and (stat.S_ISDIR(st.st_mode) or st.st_nlink == 1):
+            try:
+                os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
+                changed += 1
+            except OSError:
+                pass
+    return changed
+
+
+def tree_bytes(tree: str, stop_above: int | None = None) -> int:
+    """Apparent size of the regular files under `tree` (what a snapshot would store), plus
+    the directories' own sizes. Stops counting once past `stop_above`. Runs while the
+    command may be changing the tree, hence the walk by directory descriptor."""
+    total = 0
+    walk = _walk(tree)
+    try:
+        for _, _, st in walk:
+            if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                total += st.st_size
+                if stop_above is not None and total > stop_above:
+                    break
+    finally:
+        walk.close()
     return total
