@@ -15,6 +15,8 @@ SEQUENCE = [
     "mktemp -u",
     "echo $RANDOM $RANDOM",
     "bash -c 'echo $RANDOM'",
+    "echo $SRANDOM",
+    "head -c 16 /dev/urandom | od -An -tx1",
     "python3 -c 'import random, uuid; print(random.random(), uuid.uuid4())'",
     "python3 -c 'print({\"alpha\", \"beta\", \"gamma\", \"delta\"})'",
     "mkdir -p /tmp/x && echo private > /tmp/x/f && ls /tmp /tmp/x",
@@ -48,7 +50,8 @@ def test_two_fresh_sandboxes_agree_byte_for_byte(tmp_path):
 @needs_sandbox
 def test_seed_and_step_change_the_randomness(tmp_path):
     with Executor(tmp_path, seed=1) as e1, Executor(tmp_path, seed=2) as e2:
-        cmd = "echo $RANDOM; mktemp -u; python3 -c 'import uuid; print(uuid.uuid4())'"
+        cmd = ("echo $RANDOM $SRANDOM; mktemp -u; python3 -c 'import uuid; print(uuid.uuid4())'; "
+               "head -c 8 /dev/urandom | od -An -tx8")
         s1a = e1.run(cmd, CLOCK, step=0).stdout
         s1b = e1.run(cmd, CLOCK, step=0).stdout
         s1c = e1.run(cmd, CLOCK, step=1).stdout
