@@ -29,9 +29,13 @@ follows is what runs for dense weights and without a compiler.)
   attends. Otherwise the blocked formulation below: a query attends keys 0..pos in fixed
   blocks of `KV_BLOCK` keys; keys past pos are masked to an exact 0. Each (key block, KV
   head) is one item of a batched matmul whose inner dimensions are fixed (the head dim,
-  the block size), and the block partial sums are combined by a scan, so the result does
-  not depend on how many queries or keys the call holds. The two give different bits
-  (each invariant); `attention_kernel()` says which runs and the run fingerprint records it.
+  the block size) and whose rows are cut into tiles of exactly `ATTN_ROWS` rows, so MKL
+  sees the same product whatever the call holds (a plain `bmm` of the item's rows is not
+  row-invariant everywhere: on an AMD EPYC, 1 to 3 rows take another kernel); a probe
+  checks that once per shape, else an exact fixed-order product. The block partial sums
+  are combined by a scan, so the result does not depend on how many queries or keys the
+  call holds. The two give different bits (each invariant); `attention_kernel()` says
+  which runs and the run fingerprint records it.
 
 On CUDA tensors the ops run the Triton kernels (kernels.triton_kernels).
 """
@@ -50,6 +54,8 @@ REDUCE_BLOCK = 64  # elements per fixed-length partial sum of a long row
 _REDUCE_GRAIN = 16384  # rows shorter than this are summed in one pass (half of torch's grain)
 KV_BLOCK = 64  # keys per attention block
 _ATTN_CHUNK_ELEMS = 1 << 22  # bound on the score elements of one attention chunk (16 MiB)
+ATTN_ROWS = 8  # rows of every attention GEMM item (the blocked formulation)
+_EXACT_ELEMS = 1 << 22  # bound on the products of one exact attention step
 
 
 
@@ -222,6 +228,82 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 # ------------------------------------------------------------------------ attention
 
 
+# Every GEMM of the blocked attention goes through `_block_bmm`: a batch of [R, K] x [K, N]
+# products, with K and N fixed by the head dim and KV_BLOCK, and R (queries times heads per
+# KV head) varying with the call. A plain `bmm` gives a row the same bits whatever R is only
+# where MKL happens to run one kernel for every R (the suite found it did on the Intel Xeons
+# of earlier sessions; on an AMD EPYC with the AVX2 build, 1 to 3 rows take another path).
+# So R never reaches MKL: the rows are cut into tiles of exactly ATTN_ROWS rows (zero
+# padded), and every item MKL sees is the same [ATTN_ROWS, K] x [K, N] product on the same
+# contiguous layouts. That is probed once per (K, N); where it varies, an exact fixed-order
+# product (elementwise products summed over K by one fixed-length reduction, as
+# `_linear_exact`).
+
+
+def _bmm_tiles(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """[I, R, K] x [I, K, N] -> [I, R, N] as I * ceil(R / ATTN_ROWS) products of ATTN_ROWS rows."""
+    i, r, k = a.shape
+    n = b.shape[2]
+    tiles = -(-r // ATTN_ROWS)
+    padded = a.new_zeros(i, tiles * ATTN_ROWS, k)
+    padded[:, :r] = a
+    # b contiguous, then one copy per tile (a view when there is one tile: the same layout)
+    bt = b.contiguous()[:, None].expand(i, tiles, k, n).reshape(i * tiles, k, n)
+    out = torch.bmm(padded.view(i * tiles, ATTN_ROWS, k), bt)
+    return out.view(i, tiles * ATTN_ROWS, n)[:, :r]
+
+
+def _bmm_exact(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """[I, R, K] x [I, K, N] -> [I, R, N], invariant by construction; slow, the last resort."""
+    i, r, k = a.shape
+    n = b.shape[2]
+    a = a.contiguous()
+    bt = b.transpose(1, 2).contiguous()  # [I, N, K]
+    step = max(1, _EXACT_ELEMS // max(1, i * n * k))
+    out = [_row_sum((a[:, s : s + step, None, :] * bt[:, None]).reshape(-1, k)).reshape(i, -1, n)
+           for s in range(0, r, step)]
+    return torch.cat(out, 1)
+
+
+_BMM_PATHS = {"tiles": _bmm_tiles, "exact": _bmm_exact}
+
+
+def _choose_bmm(k: int, n: int) -> str:
+    """"tiles" where its rows do not depend on the row count, the row's place in a tile, the
+    item count or the neighbours, for [*, K] x [K, N] items (a probe over 1..40 rows at
+    several offsets, 1, 3 and 5 items), else "exact"."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(5, 40, k, generator=g)
+    b = torch.randn(5, n, k, generator=g).transpose(1, 2)  # as the keys arrive: a transposed view
+    full = _bmm_tiles(a, b)
+    if not (torch.equal(_bmm_tiles(a.contiguous(), b.contiguous()), full)
+            and torch.equal(_bmm_tiles(a[2:], b[2:]), full[2:])):
+        return "exact"
+    for r in (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 24, 33):
+        for off in (0, 3, 40 - r):
+            rows = slice(off, off + r)
+            if not (torch.equal(_bmm_tiles(a[:, rows], b), full[:, rows])
+                    and torch.equal(_bmm_tiles(a[:1, rows], b[:1]), full[:1, rows])):
+                return "exact"
+    return "tiles"
+
+
+_bmm_paths: dict[tuple[int, int], str] = {}
+
+
+def attention_gemm(k: int, n: int) -> str:
+    """The GEMM path the blocked attention takes for [*, K] x [K, N] items: tiles or exact."""
+    path = _bmm_paths.get((k, n))
+    if path is None:
+        path = _bmm_paths[(k, n)] = _choose_bmm(k, n)
+    return path
+
+
+def _block_bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`torch.bmm(a, b)` for fp32 [I, R, K] x [I, K, N], each row's bits independent of R."""
+    return _BMM_PATHS[attention_gemm(a.shape[2], b.shape[2])](a, b)
+
+
 def _compiled():
     """kernels.cattention when it built here, else None (the blocked PyTorch formulation)."""
     from kernels import cattention  # noqa: PLC0415
@@ -278,10 +360,11 @@ def _attention_chunk(
 ) -> torch.Tensor:
     """qg [T, KVH, G, D], k/v [S, KVH, D] fp32 -> [T, KVH, G, D].
 
-    One `bmm` item per (key block, KV head): [T*G, D] x [D, B] for the scores and
-    [T*G, B] x [B, D] for the values, with B = KV_BLOCK and D fixed. MKL gives each row of
-    these products the same bits whatever T is (checked by the suite for 1..1024 rows),
-    and the per-block partial sums are combined by a sequential scan over blocks."""
+    One `_block_bmm` item per (key block, KV head): [T*G, D] x [D, B] for the scores and
+    [T*G, B] x [B, D] for the values, with B = KV_BLOCK and D fixed, each cut into products
+    of ATTN_ROWS rows, so each row gets the same bits whatever T is (the suite checks
+    chunkings, token by token and batched decode against prefill), and the per-block
+    partial sums are combined by a sequential scan over blocks."""
     t, kvh, g, d = qg.shape
     if n_keys is None:
         n_keys = int(pos.max().item()) + 1
@@ -298,7 +381,7 @@ def _attention_chunk(
     vb = vb.reshape(nb, KV_BLOCK, kvh, d).permute(0, 2, 1, 3).reshape(items, KV_BLOCK, d)
     rows = qg.permute(1, 0, 2, 3).reshape(1, kvh, t * g, d).expand(nb, kvh, t * g, d)
 
-    scores = torch.bmm(rows.reshape(items, t * g, d), kt).reshape(nb, kvh, t, g, KV_BLOCK) * scale
+    scores = _block_bmm(rows.reshape(items, t * g, d), kt).reshape(nb, kvh, t, g, KV_BLOCK) * scale
     key_idx = torch.arange(span).reshape(nb, 1, 1, 1, KV_BLOCK)
     scores = scores.masked_fill(key_idx > pos.reshape(1, 1, t, 1, 1), float("-inf"))
 
@@ -306,7 +389,7 @@ def _attention_chunk(
     p = torch.exp(scores - m)  # masked keys -> exactly 0
     denom = p.sum(-1).cumsum(0)[-1]  # [KVH, T, G]: fixed-length block sums, then a scan
 
-    pv = torch.bmm(p.reshape(items, t * g, KV_BLOCK), vb).reshape(nb, kvh, t, g, d)
+    pv = _block_bmm(p.reshape(items, t * g, KV_BLOCK), vb).reshape(nb, kvh, t, g, d)
     out = pv.cumsum(0)[-1] / denom[..., None]  # [KVH, T, G, D]
     return out.permute(1, 0, 2, 3)
 
@@ -339,10 +422,10 @@ def decode_attention(
     Row i is bit for bit `attention(q[i:i+1], k[i], v[i], positions[i:i+1], scale)`, whatever
     the other rows are, and equal to that query's row in a prefill. It is `_attention_chunk`
     with T = 1 for every sequence at once: the keys are laid out as [N, blocks, KVH] items of
-    the same [G, D] x [D, KV_BLOCK] and [G, KV_BLOCK] x [KV_BLOCK, D] products (same shapes,
-    same contiguous layouts); keys past a sequence's position are masked to an exact 0 weight
-    on zero values, and each sequence's block scan is read at its own last block, so the
-    blocks past it never enter its sums."""
+    the same [G, D] x [D, KV_BLOCK] and [G, KV_BLOCK] x [KV_BLOCK, D] products (through
+    `_block_bmm`, the same ATTN_ROWS-row GEMMs as a prefill); keys past a sequence's
+    position are masked to an exact 0 weight on zero values, and each sequence's block scan
+    is read at its own last block, so the blocks past it never enter its sums."""
     if q.is_cuda:
         return torch.cat([_triton().attention(q[i : i + 1], k[i], v[i],
                                               torch.as_tensor([int(positions[i])], device=q.device), scale)
@@ -374,7 +457,7 @@ def decode_attention(
     # The same arithmetic as _attention_chunk, op for op; in place where the value is fresh,
     # and for a lone sequence (every decode step of a single stream) with plain slicing in
     # place of masks and gathers, which are most of this function's cost at that size.
-    scores = torch.bmm(rows, kt).view(n, nb, kvh, g, KV_BLOCK).mul_(scale)
+    scores = _block_bmm(rows, kt).reshape(n, nb, kvh, g, KV_BLOCK).mul_(scale)
     if n == 1:
         scores[0, nb - 1, :, :, pos[0] + 1 - (nb - 1) * KV_BLOCK:] = float("-inf")
     else:
@@ -383,7 +466,7 @@ def decode_attention(
 
     m = scores.amax(dim=(1, 4), keepdim=True)  # exact in any order
     p = scores.sub_(m).exp_()  # masked keys -> exactly 0
-    pv = torch.bmm(p.view(items, g, KV_BLOCK), vt).view(n, nb, kvh, g, d)
+    pv = _block_bmm(p.view(items, g, KV_BLOCK), vt).reshape(n, nb, kvh, g, d)
     if n == 1:
         denom = p.sum(-1).cumsum(1)[0, nb - 1]
         out = pv.cumsum(1)[0, nb - 1] / denom[..., None]  # [KVH, G, D]
@@ -392,5 +475,6 @@ def decode_attention(
         out = pv.cumsum(1)[seq, last] / denom[..., None]  # [N, KVH, G, D]
     return out.reshape(n, h, d).to(q.dtype)
 
-__all__ = ["linear", "rms_norm", "softmax", "log_softmax", "attention", "decode_attention", "KV_BLOCK", "PACK_ROWS"]
+__all__ = ["linear", "rms_norm", "softmax", "log_softmax", "attention", "decode_attention", "KV_BLOCK", "PACK_ROWS",
+           "ATTN_ROWS"]
 

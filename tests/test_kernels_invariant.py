@@ -152,12 +152,15 @@ def test_softmax_other_dim():
 H, KVH, HD = 9, 3, 64
 
 
-@pytest.fixture(params=["compiled", "blocked"])
+@pytest.fixture(params=["compiled", "blocked", "blocked-exact"])
 def attention_kernel(request, monkeypatch):
     """Both CPU attention kernels must keep every property: the compiled loop nest (the
-    default where a C compiler exists) and the blocked PyTorch formulation (the fallback)."""
-    if request.param == "blocked":
+    default where a C compiler exists) and the blocked PyTorch formulation (the fallback),
+    with either of its GEMM paths (the one its probe picks here, and the exact last resort)."""
+    if request.param.startswith("blocked"):
         monkeypatch.setattr(inv, "_compiled", lambda: None)
+        if request.param == "blocked-exact":
+            monkeypatch.setattr(inv, "attention_gemm", lambda k, n: "exact")
     elif inv.attention_kernel() != "compiled":
         pytest.fail(f"the compiled attention did not build here: {cattention.why_unavailable()}")
     return request.param
