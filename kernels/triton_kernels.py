@@ -15,10 +15,18 @@ What keeps a row's bits independent of the batch:
 
 `M` (rows) and `T` (queries) are not specialised on (`do_not_specialize`), so a 1-row call
 runs the same compiled kernel as a 256-row one. Under TRITON_INTERPRET=1 (set before
-triton is imported) the kernels run on CPU tensors; bf16 is not supported there.
+triton is imported) the kernels run on CPU tensors; bf16 is not supported there. The
+interpreter runs `tl.dot` as numpy's matmul of the tile, whose rows need not get the same
+bits at every place in the tile (numpy's OpenBLAS on an AMD EPYC does not: rows differ
+with their place in a period of 6 and at the tile's end); a probe checks that once per
+tile shape, and where it varies the interpreter takes an exact fixed-order product in
+place of `tl.dot` (`_interpreter_exact_dot`). Compiled for a GPU, the kernel is unchanged
+(the branch is on a constexpr, so its code is not generated).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -53,7 +61,7 @@ def _programs(device: torch.device) -> int:
 @triton.jit(do_not_specialize=["M"])
 def _matmul_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K,
                    stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
-                   HAS_BIAS: tl.constexpr, IEEE: tl.constexpr, NUM_PROGS: tl.constexpr,
+                   HAS_BIAS: tl.constexpr, IEEE: tl.constexpr, EXACT_DOT: tl.constexpr, NUM_PROGS: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid = tl.program_id(0)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -68,7 +76,9 @@ def _matmul_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K,
                         mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)
             b = tl.load(w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None] * stride_wk,
                         mask=(offs_n[None, :] < N) & (offs_k[:, None] < K), other=0.0)
-            if IEEE:
+            if EXACT_DOT:  # the interpreter, where numpy's matmul varies by row (see the docstring)
+                acc += tl.sum(a[:, :, None].to(tl.float32) * b[None, :, :].to(tl.float32), axis=1)
+            elif IEEE:
                 acc = tl.dot(a, b, acc, input_precision="ieee")
             else:
                 acc = tl.dot(a, b, acc)
@@ -76,6 +86,32 @@ def _matmul_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K,
             acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
         tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn,
                  acc.to(y_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+_exact_dot: dict[tuple[int, int, int], bool] = {}
+
+
+def _interpreter_exact_dot(bm: int, bn: int, bk: int) -> bool:
+    """Whether the interpreter must replace `tl.dot` for [bm, bk] x [bk, bn] fp32 tiles: True
+    where numpy's matmul gives a row other bits at another place in the tile (decided once
+    by a probe that moves every row through every place). Always False on a GPU."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    key = (bm, bn, bk)
+    if key not in _exact_dot:
+        import numpy as np  # noqa: PLC0415 - the interpreter's own dependency
+
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((bm, bk)).astype(np.float32)
+        b = rng.standard_normal((bk, bn)).astype(np.float32)
+        acc = rng.standard_normal((bm, bn)).astype(np.float32)
+        full = np.matmul(a, b, dtype=np.float32) + acc
+
+        def moved(s: int) -> np.ndarray:  # every row s places further down the tile, and back
+            return np.roll(np.matmul(np.roll(a, s, 0), b, dtype=np.float32) + np.roll(acc, s, 0), -s, 0)
+
+        _exact_dot[key] = not all(np.array_equal(moved(s), full) for s in range(1, bm))
+    return _exact_dot[key]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -98,7 +134,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     _matmul_kernel[grid](
         x2, weight, bias if bias is not None else y, y, m, n, k,
         x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1), y.stride(0), y.stride(1),
-        HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, NUM_PROGS=progs,
+        HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32,
+        EXACT_DOT=x.device.type != "cuda" and _interpreter_exact_dot(bm, bn, bk), NUM_PROGS=progs,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
     )
     return y.reshape(*x.shape[:-1], n)
