@@ -34,7 +34,7 @@ def generate(path: Path, events: int = 100_000, *, seed: int = 0, tokens_per_ste
              commands: tuple[str, ...] = COMMANDS) -> int:
     """Add to the database at `path` (made if missing) one complete run of about `events`
     events; returns its id. Deterministic for a given seed and commands."""
-    from sessions.store import Store
+    from tttr.sessions.store import Store
 
     rng = random.Random(seed)
     per_step = 2 * tokens_per_step + 5
@@ -103,10 +103,10 @@ async def _press(pilot, key: str) -> tuple[float, float]:
 
 
 async def _drive(db: Path, run_id: int, size: tuple[int, int]) -> dict:
-    from app.screens.timeline import TimelineScreen
-    from app.tui import TTTRApp
-    from app.widgets.timeline import Timeline
-    from sessions.store import Store
+    from tttr.app.screens.timeline import TimelineScreen
+    from tttr.app.tui import TTTRApp
+    from tttr.app.widgets.timeline import Timeline
+    from tttr.sessions.store import Store
 
     t0 = time.perf_counter()
     store = Store.open(db, create=False, readonly=True)

@@ -43,9 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=lambda args: _missing(bench))
     for name in COMMAND_MODULES:
         try:
-            module = importlib.import_module(f"app.commands.{name}")
+            module = importlib.import_module(f"tttr.app.commands.{name}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"app.commands.{name}":
+            if exc.name == f"tttr.app.commands.{name}":
                 continue
             raise
         module.register(sub, bench_sub)
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         code = getattr(exc, "exit_code", None)
         if code is None:
             raise
-        from sessions.safe_text import visible
+        from tttr.sessions.safe_text import visible
 
         # One line, and nothing from a database (quoted in the message) acts on the terminal.
         print(f"tttr: error: {visible(exc, newlines=False)}", file=sys.stderr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.runview import RunView, is_blob, value_problem
+from tttr.app.runview import RunView, is_blob, value_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +118,7 @@ def build_comparison(store, run_a: int, run_b: int) -> Comparison:
     aligned by `diff_runs` (edit distance over the actions). When the engine refuses to
     diff the runs (an unreadable value), the steps are aligned by their actions here, no
     divergence is named, and `note` says why."""
-    from engine.diff import DiffRow, align, diff_runs
+    from tttr.engine.diff import DiffRow, align, diff_runs
 
     a_steps, b_steps = _steps(store, run_a), _steps(store, run_b)
     note = None

@@ -16,8 +16,8 @@ from rich.console import Group, RenderableType
 from rich.syntax import Syntax
 from rich.text import Text
 
-from app.runview import LAYERS, LOADING, TOO_LARGE, RunView, is_blob, value_problem
-from sessions.safe_text import visible
+from tttr.app.runview import LAYERS, LOADING, TOO_LARGE, RunView, is_blob, value_problem
+from tttr.sessions.safe_text import visible
 
 THEME = "ansi_dark"  # the terminal's own palette, so light and dark terminals both read
 _BASH = BashLexer()

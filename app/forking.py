@@ -38,8 +38,8 @@ class ForkFailed(Message):
 def run_fork(db_path: Path, run_id: int, site: str, value: str, *, runtime, unsafe_no_sandbox: bool,
              progress, cancel: threading.Event):
     """Fork `run_id` at `site` with `value` on a store connection of its own."""
-    from engine.replay import fork
-    from sessions.store import Store
+    from tttr.engine.replay import fork
+    from tttr.sessions.store import Store
 
     store = Store.open(db_path, create=False)
     try:

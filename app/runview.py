@@ -14,9 +14,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from sessions import values
-from sessions.records import Event
-from sessions.safe_text import visible
+from tttr.sessions import values
+from tttr.sessions.records import Event
+from tttr.sessions.safe_text import visible
 
 # Layer → (letter, colour). Letters make the timeline readable without colour:
 # T tensor (logits), K token (sampling), R trace (the world: clock, tools), A agent (derived).
@@ -374,7 +374,7 @@ def token_pos(event) -> int | None:
 
 
 def _diff_trees(store, before: str | None, after: str) -> list[FileChange] | None:
-    from recorders.snapshot import diff_trees  # the trace layer owns the manifest format
+    from tttr.recorders.snapshot import diff_trees  # the trace layer owns the manifest format
 
     try:
         diff = diff_trees(before, after, store)

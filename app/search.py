@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from rapidfuzz import fuzz, process
 
-from app.runview import RunView, value_problem
+from tttr.app.runview import RunView, value_problem
 
 MAX_OUTPUT_LINES = 400  # per command; the rest of a long output is not indexed
 

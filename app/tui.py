@@ -15,11 +15,11 @@ from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
 
-from app.runview import RunView
-from app.screens.help import HelpScreen, key_label
-from app.screens.runs import RunsScreen
-from app.screens.timeline import TimelineScreen
-from sessions.safe_text import visible
+from tttr.app.runview import RunView
+from tttr.app.screens.help import HelpScreen, key_label
+from tttr.app.screens.runs import RunsScreen
+from tttr.app.screens.timeline import TimelineScreen
+from tttr.sessions.safe_text import visible
 
 
 class TokenizerLoaded(Message):
@@ -92,7 +92,7 @@ class TTTRApp(App):
         out: list[tuple[str, str]] = []
         for node in nodes:
             for cls in reversed(type(node).__mro__):
-                if not cls.__module__.startswith("app.") or "BINDINGS" not in cls.__dict__:
+                if not cls.__module__.startswith("tttr.app.") or "BINDINGS" not in cls.__dict__:
                     continue
                 for binding in cls.__dict__["BINDINGS"]:
                     action = binding.action.split("(")[0]
@@ -107,7 +107,7 @@ class TTTRApp(App):
         cheap; the weights load on the first position a fork computes). Thread-safe."""
         with self._runtime_lock:
             if self._runtime is None:
-                from engine.runtime import Runtime
+                from tttr.engine.runtime import Runtime
 
                 self._runtime = Runtime(self.model, kernel_mode="invariant")
             return self._runtime

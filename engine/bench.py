@@ -27,11 +27,11 @@ def run_bench(model_path=None, tokens: int = 100, kernels: str = "fast", referen
     of each counts, so a burst of load from elsewhere on a shared machine hurts both sides alike."""
     import torch
 
-    from engine.model import load_model
-    from engine.sampler import SamplingParams
-    from engine.scheduler import Engine
-    from engine.sequence import Sequence
-    from kernels.mode import kernel_mode
+    from tttr.engine.model import load_model
+    from tttr.engine.sampler import SamplingParams
+    from tttr.engine.scheduler import Engine
+    from tttr.engine.sequence import Sequence
+    from tttr.kernels.mode import kernel_mode
 
     model = load_model(model_path)
     tok = model.tokenizer
@@ -45,7 +45,7 @@ def run_bench(model_path=None, tokens: int = 100, kernels: str = "fast", referen
     if reference and not model.path.is_file():
         ref_status = "skipped (the reference loads GGUF files only)"
     if reference and model.path.is_file():
-        from engine.reference import load_reference
+        from tttr.engine.reference import load_reference
 
         loaded = load_reference(model.path)
         if loaded is not None:

@@ -8,7 +8,7 @@ import datetime
 import functools
 import json
 
-from engine.errors import EngineError
+from tttr.engine.errors import EngineError
 
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.config import ModelConfig
-from engine.tokenizer import Tokenizer
+from tttr.engine.config import ModelConfig
+from tttr.engine.tokenizer import Tokenizer
 
 
 @dataclass

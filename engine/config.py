@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.errors import EngineError
+from tttr.engine.errors import EngineError
 
 # Architectures this decoder implements (the names GGUF and config.json use).
 GGUF_ARCHS = ("llama", "qwen2")

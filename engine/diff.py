@@ -13,7 +13,7 @@ from typing import Any
 
 from rapidfuzz.distance import Levenshtein
 
-from engine.sites import Site
+from tttr.engine.sites import Site
 
 # What counts as "the value" of an event when comparing two runs, per kind.
 _COMPARED = {

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.checkpoint import Checkpoint
-from engine.config import GGUF_ARCHS, ModelConfig
-from engine.errors import EngineError
-from engine.tokenizer import Tokenizer
-from kernels.cbuild import cache_dir
-from kernels.cquant import FORMATS as QUANT_FORMATS
+from tttr.engine.checkpoint import Checkpoint
+from tttr.engine.config import GGUF_ARCHS, ModelConfig
+from tttr.engine.errors import EngineError
+from tttr.engine.tokenizer import Tokenizer
+from tttr.kernels.cbuild import cache_dir
+from tttr.kernels.cquant import FORMATS as QUANT_FORMATS
 
 _LAYER_NAMES = {
     "attn_norm.weight": "input_layernorm.weight",

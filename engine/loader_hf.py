@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
-from engine.checkpoint import Checkpoint
-from engine.config import ModelConfig
-from engine.errors import EngineError
-from engine.tokenizer import Tokenizer
+from tttr.engine.checkpoint import Checkpoint
+from tttr.engine.config import ModelConfig
+from tttr.engine.errors import EngineError
+from tttr.engine.tokenizer import Tokenizer
 
 
 def is_hf_folder(path: Path) -> bool:

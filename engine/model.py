@@ -17,14 +17,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.checkpoint import Checkpoint
-from engine.config import ModelConfig
-from engine.errors import EngineError
-from engine.kv_cache import KV_ALIGN, KVCache
-from engine.loader import load_checkpoint
-from engine.model_id import model_id as compute_model_id
-from engine.tokenizer import Tokenizer
-from kernels import crow, ops
+from tttr.engine.checkpoint import Checkpoint
+from tttr.engine.config import ModelConfig
+from tttr.engine.errors import EngineError
+from tttr.engine.kv_cache import KV_ALIGN, KVCache
+from tttr.engine.loader import load_checkpoint
+from tttr.engine.model_id import model_id as compute_model_id
+from tttr.engine.tokenizer import Tokenizer
+from tttr.kernels import crow, ops
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ class Model:
         self.block_weights = 0
         if not quantized or self.dtype != torch.float32:
             return
-        from kernels import cquant  # noqa: PLC0415 - numpy/ctypes only, and only for GGUF files
+        from tttr.kernels import cquant  # noqa: PLC0415 - numpy/ctypes only, and only for GGUF files
 
         def attach(weight: torch.Tensor, names: list[str]) -> None:
             parts = [quantized.get(n) for n in names]
@@ -138,7 +138,7 @@ class Model:
         self._sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1).contiguous()
 
     def fingerprint(self) -> dict:
-        from engine.fingerprint import fingerprint
+        from tttr.engine.fingerprint import fingerprint
 
         return fingerprint(self.device, self.dtype)
 

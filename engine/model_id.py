@@ -13,7 +13,7 @@ _FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 
 
 def _cache_file() -> Path:
-    from kernels.cbuild import cache_dir  # noqa: PLC0415 - $TTTR_CACHE, else ~/.cache/tttr
+    from tttr.kernels.cbuild import cache_dir  # noqa: PLC0415 - $TTTR_CACHE, else ~/.cache/tttr
 
     return cache_dir() / "model_ids.json"
 

@@ -35,9 +35,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.diff import compared_value
-from engine.policy import Policy
-from engine import sites
+from tttr.engine.diff import compared_value
+from tttr.engine.policy import Policy
+from tttr.engine import sites
 
 BLOB_THRESHOLD = 1024
 UNRUNNABLE_EXIT = 126  # the shell's "cannot execute"
@@ -282,7 +282,7 @@ class Oracle:
         """The sandbox tree on disk, at the state the run now stands in."""
         if self._tree_dir is not None and self._tree_dir_digest == self._tree:
             return self._tree_dir
-        from recorders.snapshot import restore
+        from tttr.recorders.snapshot import restore
 
         manifest = self._manifests.get(self._tree)
         if manifest is None:
@@ -295,7 +295,7 @@ class Oracle:
         return dest
 
     def _snapshot(self, tree_dir: Path) -> tuple[str, str | None]:
-        from recorders.snapshot import snapshot, tree_digest
+        from tttr.recorders.snapshot import snapshot, tree_digest
 
         digest = tree_digest(tree_dir)
         manifest = self._manifests.get(digest)
@@ -363,7 +363,7 @@ class Oracle:
         }
 
     def _run_live(self, step: int, cmd: str, clock: datetime, before: str, shell: ShellState) -> dict:
-        from recorders.sandbox import ShellState as SandboxShell
+        from tttr.recorders.sandbox import ShellState as SandboxShell
 
         if "\0" in cmd:
             return self._unrunnable(cmd, before, shell, NUL_STDERR)

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from engine.agent import AgentLimits, run_agent
-from engine.oracle import Divergence, Mutation, Oracle, Source
-from engine.policy import Policy
-from engine.runtime import Runtime
+from tttr.engine.agent import AgentLimits, run_agent
+from tttr.engine.oracle import Divergence, Mutation, Oracle, Source
+from tttr.engine.policy import Policy
+from tttr.engine.runtime import Runtime
 
 
 class ReplayError(ValueError):
@@ -64,13 +64,13 @@ def _fresh_seed() -> int:
 
 
 def _load_task(name: str):
-    from recorders.tasks import load_task
+    from tttr.recorders.tasks import load_task
 
     return load_task(name)
 
 
 def _executor_factory(unsafe_no_sandbox: bool) -> Callable:
-    from recorders.sandbox import Executor
+    from tttr.recorders.sandbox import Executor
 
     def make(tree_dir, seed):
         return Executor(tree_dir, seed=seed, unsafe_no_sandbox=unsafe_no_sandbox)
@@ -119,7 +119,7 @@ def record(
 ) -> RunResult:
     """Run the agent on a task with every layer live, recording it (unless write=False,
     which is the same run with recording switched off: the baseline for its overhead)."""
-    from engine.sampler import SamplingParams
+    from tttr.engine.sampler import SamplingParams
 
     runtime = runtime or Runtime()
     task = _load_task(task_name)
@@ -155,8 +155,8 @@ def check_machine(runtime: Runtime, unsafe_no_sandbox: bool, *, commands: bool =
     """The model's tokenizer loads and (when the run will run commands) the sandbox works
     here: checked before a run is begun, so that neither can leave an incomplete run behind
     at its first use. A faithful replay runs no command."""
-    from recorders.probe import probe
-    from recorders.sandbox import REFUSAL
+    from tttr.recorders.probe import probe
+    from tttr.recorders.sandbox import REFUSAL
 
     runtime.tokenizer  # noqa: B018 - reads the model file's vocabulary; a bad file fails here
     if commands and not unsafe_no_sandbox:
@@ -168,8 +168,8 @@ def check_machine(runtime: Runtime, unsafe_no_sandbox: bool, *, commands: bool =
 def sandbox_clock(t: datetime, what: str) -> datetime:
     """`t` if the sandbox's virtual clock can show it, else ReplayError, so that a run is
     refused before it begins rather than dying at its first command."""
-    from recorders.clock import normalize_clock
-    from recorders.errors import SandboxError
+    from tttr.recorders.clock import normalize_clock
+    from tttr.recorders.errors import SandboxError
 
     try:
         return normalize_clock(t)
@@ -195,7 +195,7 @@ def _plan(source: Source, policy: Policy, mutation: Mutation | None, seed: int |
     What the replay will feed the sandbox and the sampler is checked here: the task exists,
     the sampling parameters and limits are valid, every recorded clock is one the virtual
     clock can show, and every blob and snapshot the run refers to can be read."""
-    from engine.sampler import SamplingParams
+    from tttr.engine.sampler import SamplingParams
 
     run = source.run
     if type(run.task) is not str:
@@ -229,7 +229,7 @@ def _plan(source: Source, policy: Policy, mutation: Mutation | None, seed: int |
 
 def _check_values(source: Source) -> None:
     """Recorded values the store accepts by shape but the replay would fail on half way."""
-    from sessions.values import ValueProblem, load_json
+    from tttr.sessions.values import ValueProblem, load_json
 
     store, rid = source.store, source.run.id
     for e in source.events:
@@ -304,9 +304,9 @@ def kernels_note(recorded: dict) -> str | None:
     """One line when the recording's logits came from another revision of TTTR's kernels (or
     another digest): its tensor-layer values cannot match these bit for bit, whatever else
     holds. None when they are comparable."""
-    from kernels import REVISION
+    from tttr.kernels import REVISION
 
-    from engine.scheduler import LOGITS_DIGEST
+    from tttr.engine.scheduler import LOGITS_DIGEST
 
     theirs = recorded.get("kernels_revision")
     digest = recorded.get("logits_digest", "blake2b-128")
@@ -319,7 +319,7 @@ def kernels_note(recorded: dict) -> str | None:
 
 
 def _recorded_actions(source: Source) -> list[str]:
-    from engine.diff import action_text
+    from tttr.engine.diff import action_text
 
     return [action_text(e.value) for e in source.events if e.kind == "action"]
 
@@ -339,7 +339,7 @@ def check_fork(store, run_id: int, site: str, value: str, *, runtime: Runtime,
                unsafe_no_sandbox: bool = False) -> Mutation:
     """Everything `fork` checks before it writes, on any store (a read-only one too): the
     source run, the model, the site and the new value; returns the parsed mutation."""
-    from engine.mutation import parse_mutation
+    from tttr.engine.mutation import parse_mutation
 
     source = Source(store, run_id)
     _check_source(source)
@@ -364,7 +364,7 @@ def replay(store, run_id: int, free=(), *, runtime: Runtime | None = None, progr
 
 def fork(store, run_id: int, site: str, value: str, *, runtime: Runtime | None = None, progress=None,
          cancel=None, unsafe_no_sandbox: bool = False) -> RunResult:
-    from engine.mutation import parse_mutation
+    from tttr.engine.mutation import parse_mutation
 
     runtime = runtime or Runtime(kernel_mode=store.run(run_id).kernel_mode)
     source = Source(store, run_id)

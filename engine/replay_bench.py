@@ -30,11 +30,11 @@ def _parallel(fn: Callable, items: list) -> list:
 
 def run_bench(runs: int = 10, db: str | None = None, model: str | None = None,
               unsafe_no_sandbox: bool = False, log: Callable | None = print) -> dict:
-    from engine.diff import diff_runs
-    from engine.replay import fork, record, replay
-    from engine.runtime import Runtime
-    from recorders.tasks import list_tasks
-    from sessions.store import Store
+    from tttr.engine.diff import diff_runs
+    from tttr.engine.replay import fork, record, replay
+    from tttr.engine.runtime import Runtime
+    from tttr.recorders.tasks import list_tasks
+    from tttr.sessions.store import Store
 
     say = log or (lambda *a, **k: None)
     tmp = None

@@ -13,12 +13,12 @@ import threading
 from functools import cached_property
 from pathlib import Path
 
-from kernels.cbuild import cache_dir
-from kernels.mode import check_mode, kernel_mode
+from tttr.kernels.cbuild import cache_dir
+from tttr.kernels.mode import check_mode, kernel_mode
 
 class Runtime:
     def __init__(self, model: str | os.PathLike | None = None, kernel_mode: str = "invariant"):
-        from engine.loader import resolve_model_path
+        from tttr.engine.loader import resolve_model_path
 
         self.path = resolve_model_path(model)
         self.kernel_mode = check_mode(kernel_mode)
@@ -29,7 +29,7 @@ class Runtime:
     # -- cheap parts -------------------------------------------------------------------
     @cached_property
     def model_id(self) -> str:
-        from engine.model_id import model_id
+        from tttr.engine.model_id import model_id
 
         return model_id(self.path, self.path.stem)
 
@@ -40,17 +40,17 @@ class Runtime:
         return _load_tokenizer(self.path, self.model_id)
 
     def fingerprint(self) -> dict:
-        from engine.fingerprint import fingerprint
+        from tttr.engine.fingerprint import fingerprint
 
         return {**fingerprint(), "model_path": str(self.path)}
 
     def sandbox_mechanisms(self, unsafe_no_sandbox: bool) -> dict:
-        from recorders.probe import probe
+        from tttr.recorders.probe import probe
 
         return {**probe().to_json(), "unsafe_no_sandbox": unsafe_no_sandbox}
 
     def check_sampling(self, temperature: float, top_p: float, top_k: int, seed: int | None) -> None:
-        from engine.sampler import SamplingParams
+        from tttr.engine.sampler import SamplingParams
 
         SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed or 0)
 
@@ -59,8 +59,8 @@ class Runtime:
     def engine(self):
         with self._lock:
             if self._engine is None:
-                from engine.model import load_model
-                from engine.scheduler import Engine
+                from tttr.engine.model import load_model
+                from tttr.engine.scheduler import Engine
 
                 self._model = load_model(self.path)
                 self._engine = Engine(self._model)
@@ -88,7 +88,7 @@ class Runtime:
     def sequence_factory(self, sampling):
         from dataclasses import replace
 
-        from engine.sequence import Sequence
+        from tttr.engine.sequence import Sequence
 
         stop_ids = tuple(self.tokenizer.stop_token_ids)
 
@@ -108,10 +108,10 @@ def _load_tokenizer(path: Path, model_id: str):
     """The tokenizer alone, without reading the weights. Building it from GGUF metadata
     takes seconds (49k tokens and merges through gguf's reader), so the result is cached
     as a tokenizer.json keyed by the model's content hash."""
-    from engine.tokenizer import Tokenizer
+    from tttr.engine.tokenizer import Tokenizer
 
     if not path.is_file():
-        from engine.loader import load_checkpoint
+        from tttr.engine.loader import load_checkpoint
 
         return load_checkpoint(path).tokenizer
     cache = cache_dir() / "tokenizers" / f"{model_id}.json"
@@ -122,7 +122,7 @@ def _load_tokenizer(path: Path, model_id: str):
             pass
     import gguf
 
-    from engine.loader_gguf import _field
+    from tttr.engine.loader_gguf import _field
 
     reader = gguf.GGUFReader(str(path))
     fields = {name: _field(f) for name, f in reader.fields.items() if name.startswith("tokenizer.")}
@@ -152,7 +152,7 @@ def _read_cached(path: Path):
 
     from tokenizers import Tokenizer as HFTokenizer
 
-    from engine.tokenizer import Tokenizer
+    from tttr.engine.tokenizer import Tokenizer
 
     data = json.loads(path.read_text())
     return Tokenizer(HFTokenizer.from_str(data.pop("backend")), **data)

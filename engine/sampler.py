@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.errors import EngineError
-from kernels import crow, ops
+from tttr.engine.errors import EngineError
+from tttr.kernels import crow, ops
 
 SEED_LIMIT = 2**63
 

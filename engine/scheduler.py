@@ -25,13 +25,13 @@ from concurrent.futures import Future
 import torch
 import xxhash
 
-from engine.errors import EngineError
-from engine.kv_cache import KVCache, KVPool
-from engine.model import Model, Segment
-from engine.sampler import sample_rows
-from engine.sequence import Sequence, TokenRecord
-from kernels import crow, ops
-from kernels.mode import check_mode, get_mode, kernel_mode
+from tttr.engine.errors import EngineError
+from tttr.engine.kv_cache import KVCache, KVPool
+from tttr.engine.model import Model, Segment
+from tttr.engine.sampler import sample_rows
+from tttr.engine.sequence import Sequence, TokenRecord
+from tttr.kernels import crow, ops
+from tttr.kernels.mode import check_mode, get_mode, kernel_mode
 
 TOPK = 5
 

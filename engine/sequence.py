@@ -13,8 +13,8 @@ from typing import Callable
 
 import torch
 
-from engine.errors import EngineError
-from engine.sampler import SamplingParams
+from tttr.engine.errors import EngineError
+from tttr.engine.sampler import SamplingParams
 
 
 @dataclass(frozen=True, slots=True)

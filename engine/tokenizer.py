@@ -10,8 +10,8 @@ from typing import Sequence
 
 from tokenizers import AddedToken, Regex, Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
 
-from engine.chat_template import render_chat_template
-from engine.errors import EngineError
+from tttr.engine.chat_template import render_chat_template
+from tttr.engine.errors import EngineError
 
 # GGUF token types
 _CONTROL = 3

@@ -15,8 +15,8 @@ from typing import Callable
 
 import torch
 
-from kernels import ops
-from kernels.mode import MODES, kernel_mode
+from tttr.kernels import ops
+from tttr.kernels.mode import MODES, kernel_mode
 
 D, FFN, VOCAB, HEADS, KV_HEADS, HEAD_DIM = 576, 1536, 49152, 9, 3, 64
 LINEARS = {"qkv": (HEADS * HEAD_DIM + 2 * KV_HEADS * HEAD_DIM, D), "o": (D, D), "gate_up": (2 * FFN, D),
@@ -91,7 +91,7 @@ def op_timings(rounds: int = 5, progress: Callable[[int, int, str], None] | None
 
 
 def _decode_seconds_per_token(engine, prompt: list[int], streams: int, tokens: int, mode: str) -> float:
-    from engine.sequence import Sequence  # noqa: PLC0415
+    from tttr.engine.sequence import Sequence  # noqa: PLC0415
 
     stamps: list[float] = []
     seqs = [Sequence(prompt, max_tokens=tokens, stop_token_ids=(), on_token=lambda r: stamps.append(time.perf_counter()))
@@ -104,7 +104,7 @@ def _decode_seconds_per_token(engine, prompt: list[int], streams: int, tokens: i
 
 def end_to_end(model, tokens: int = 32, rounds: int = 3,
                progress: Callable[[int, int, str], None] | None = None) -> dict:
-    from engine.scheduler import Engine  # noqa: PLC0415
+    from tttr.engine.scheduler import Engine  # noqa: PLC0415
 
     tok = model.tokenizer
     prompt = tok.encode(tok.apply_chat_template(
@@ -135,7 +135,7 @@ def run(model=None, rounds: int = 5, tokens: int = 32, e2e: bool = True,
         progress: Callable[[int, int, str], None] | None = None) -> dict:
     result: dict = {"threads": torch.get_num_threads(), "ops": op_timings(rounds, progress)}
     if e2e:
-        from engine.model import load_model  # noqa: PLC0415
+        from tttr.engine.model import load_model  # noqa: PLC0415
 
         model = model or load_model()
         result["model"] = model.model_id

@@ -25,8 +25,8 @@ import ctypes
 
 import torch
 
-from kernels.cattention import EXP_NEG
-from kernels.cbuild import CLibrary
+from tttr.kernels.cattention import EXP_NEG
+from tttr.kernels.cbuild import CLibrary
 
 SOURCE = r"""
 #include <math.h>

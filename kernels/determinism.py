@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from kernels.mode import MODES, kernel_mode
+from tttr.kernels.mode import MODES, kernel_mode
 
 TARGET_MESSAGES = [
     {"role": "user", "content": "Write a shell command that lists the five largest files in /var/log."}
@@ -83,9 +83,9 @@ def generations(model, cfg: Config, progress: Callable[[int, int, str], None] | 
     Each run draws one batch composition (0..max_others random neighbours, the target at
     a random row) and generates the greedy and the sampled target in it, one after the
     other; both modes see the same compositions."""
-    from engine.sampler import SamplingParams  # noqa: PLC0415
-    from engine.scheduler import Engine  # noqa: PLC0415
-    from engine.sequence import Sequence  # noqa: PLC0415
+    from tttr.engine.sampler import SamplingParams  # noqa: PLC0415
+    from tttr.engine.scheduler import Engine  # noqa: PLC0415
+    from tttr.engine.sequence import Sequence  # noqa: PLC0415
 
     tok = model.tokenizer
     target = tok.encode(tok.apply_chat_template(TARGET_MESSAGES, add_generation_prompt=True))
@@ -123,8 +123,8 @@ def generations(model, cfg: Config, progress: Callable[[int, int, str], None] | 
 
 def _forward_digests(model, ids: list[int], chunk: int | None) -> list[str]:
     """Logits digests of every position of `ids`, fed in chunks of `chunk` tokens (None = one pass)."""
-    from engine.model import Segment  # noqa: PLC0415
-    from engine.scheduler import logits_digest  # noqa: PLC0415
+    from tttr.engine.model import Segment  # noqa: PLC0415
+    from tttr.engine.scheduler import logits_digest  # noqa: PLC0415
 
     cache = model.new_cache(len(ids))
     step = chunk or len(ids)
@@ -174,16 +174,16 @@ def prefill_paths(model, cfg: Config, completion: list[int] | None = None,
 
 
 def run(cfg: Config, model=None, progress: Callable[[int, int, str], None] | None = _progress_stderr) -> dict:
-    from engine.model import load_model  # noqa: PLC0415
+    from tttr.engine.model import load_model  # noqa: PLC0415
 
     model = model or load_model()
     t0 = time.perf_counter()
     gens = generations(model, cfg, progress)
     greedy_completion = None
     # Feed the invariant greedy completion through the prefill paths too: positions past the prompt.
-    from engine.sampler import SamplingParams  # noqa: PLC0415
-    from engine.scheduler import Engine  # noqa: PLC0415
-    from engine.sequence import Sequence  # noqa: PLC0415
+    from tttr.engine.sampler import SamplingParams  # noqa: PLC0415
+    from tttr.engine.scheduler import Engine  # noqa: PLC0415
+    from tttr.engine.sequence import Sequence  # noqa: PLC0415
 
     tok = model.tokenizer
     target = tok.encode(tok.apply_chat_template(TARGET_MESSAGES, add_generation_prompt=True))

@@ -50,7 +50,7 @@ def _need_interpreter_child(argv: list[str]) -> int | None:
         os.environ["TRITON_INTERPRET"] = "1"
         return None
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    return subprocess.call([sys.executable, "-m", "kernels.gpu_check", *argv], env=env)
+    return subprocess.call([sys.executable, "-m", "tttr.kernels.gpu_check", *argv], env=env)
 
 
 def _timer(device: torch.device):
@@ -77,8 +77,8 @@ def _invariance_rows(op, x: torch.Tensor, batches: list[int]) -> list[int]:
 
 
 def check(tiny: bool, device: torch.device) -> dict:
-    from kernels import invariant as inv  # noqa: PLC0415
-    from kernels import triton_kernels as tk  # noqa: PLC0415
+    from tttr.kernels import invariant as inv  # noqa: PLC0415
+    from tttr.kernels import triton_kernels as tk  # noqa: PLC0415
 
     shapes = TINY if tiny else FULL
     if tiny:
@@ -215,7 +215,7 @@ def lines(report: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m kernels.gpu_check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tttr.kernels.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (automatic without a GPU)")
     parser.add_argument("--cpu", action="store_true", help="run under the Triton interpreter even with a GPU")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

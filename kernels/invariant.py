@@ -47,7 +47,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from kernels.packing import HAS_MKL_PACK, PACK_ROWS, WeightCache, mkl_linear, packed
+from tttr.kernels.packing import HAS_MKL_PACK, PACK_ROWS, WeightCache, mkl_linear, packed
 
 MAX_ROWS = 256  # longest row range one GEMM call gets (the range the suite verifies)
 REDUCE_BLOCK = 64  # elements per fixed-length partial sum of a long row
@@ -60,7 +60,7 @@ _EXACT_ELEMS = 1 << 22  # bound on the products of one exact attention step
 
 
 def _triton():
-    from kernels import triton_kernels  # noqa: PLC0415 - only on CUDA tensors
+    from tttr.kernels import triton_kernels  # noqa: PLC0415 - only on CUDA tensors
 
     return triton_kernels
 
@@ -306,7 +306,7 @@ def _block_bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _compiled():
     """kernels.cattention when it built here, else None (the blocked PyTorch formulation)."""
-    from kernels import cattention  # noqa: PLC0415
+    from tttr.kernels import cattention  # noqa: PLC0415
 
     return cattention if cattention.available() else None
 

@@ -31,11 +31,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels import cattention, crow
-from kernels.cquant import attached
-from kernels.cquant import linear as block_linear
-from kernels.mode import get_mode
-from kernels.packing import HAS_MKL_PACK, PACK_ROWS, mkl_linear, packed_weights
+from tttr.kernels import cattention, crow
+from tttr.kernels.cquant import attached
+from tttr.kernels.cquant import linear as block_linear
+from tttr.kernels.mode import get_mode
+from tttr.kernels.packing import HAS_MKL_PACK, PACK_ROWS, mkl_linear, packed_weights
 
 # MKL's packed GEMM reads the packed weight once per PACK_ROWS-row panel: a win while the
 # weight stays in cache between panels or there is one panel, a loss for the 113 MB head at
@@ -47,7 +47,7 @@ _CACHED_WEIGHT_BYTES = 16 << 20
 
 
 def _invariant():
-    from kernels import invariant  # noqa: PLC0415 - the invariant kernels load on first use
+    from tttr.kernels import invariant  # noqa: PLC0415 - the invariant kernels load on first use
 
     return invariant
 

@@ -35,17 +35,17 @@ def make_tree(root: Path, files: int = 1000, per_dir: int = 50) -> list[Path]:
 
 def _store(tmp: Path):
     try:
-        from sessions.store import Store
+        from tttr.sessions.store import Store
     except ImportError:  # the store is optional for this measurement
-        from recorders.memstore import MemoryStore
+        from tttr.recorders.memstore import MemoryStore
 
         return MemoryStore(), "memory"
     return Store.open(tmp / "bench.db", create=True), "sqlite"
 
 
 def run_bench(repeats: int = 15, unsafe_no_sandbox: bool = False) -> dict:
-    from recorders.sandbox import Executor
-    from recorders.snapshot import restore, snapshot
+    from tttr.recorders.sandbox import Executor
+    from tttr.recorders.snapshot import restore, snapshot
 
     tmp = Path(tempfile.mkdtemp(prefix="tttr-bench-sandbox-"))
     try:

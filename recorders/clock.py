@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from recorders.errors import SandboxError
+from tttr.recorders.errors import SandboxError
 
 
 def parse_clock(text: str) -> datetime:

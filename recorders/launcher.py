@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kernels.cbuild import build_shared
-from recorders.errors import SandboxError
+from tttr.kernels.cbuild import build_shared
+from tttr.recorders.errors import SandboxError
 
 STAGE = "/tmp"           # in the launcher's private mount namespace only
 SECCOMP_FD = 9

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from recorders.errors import SandboxError
+from tttr.recorders.errors import SandboxError
 
 
 MAX_TIMEOUT_S = 3600.0

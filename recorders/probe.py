@@ -14,10 +14,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from recorders.launcher import SECCOMP_FD, build_launcher, launch_prefix, sandbox_host_uid
-from recorders.limits import find_pids_root
-from recorders.seccomp import seccomp_program
-from recorders.seedrandom import build_shim
+from tttr.recorders.launcher import SECCOMP_FD, build_launcher, launch_prefix, sandbox_host_uid
+from tttr.recorders.limits import find_pids_root
+from tttr.recorders.seccomp import seccomp_program
+from tttr.recorders.seedrandom import build_shim
 
 NAMESPACE_FLAGS = ["--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-ipc"]
 FAKETIME_GLOBS = (

@@ -14,8 +14,8 @@ import os
 import shutil
 from pathlib import Path
 
-from kernels.cbuild import cache_dir
-from recorders.seedrandom import STEP_DIR
+from tttr.kernels.cbuild import cache_dir
+from tttr.recorders.seedrandom import STEP_DIR
 
 SANDBOX_ROOT = "/work"          # where the task tree appears inside the sandbox
 RUNTIME = "/run/tttr"           # runtime files inside the sandbox

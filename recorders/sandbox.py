@@ -23,19 +23,19 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from recorders.clock import clock_epoch, faketime_spec, iso, normalize_clock
-from recorders.errors import SandboxError
-from recorders.filetimes import clamp_times
-from recorders.launcher import SECCOMP_FD, STAGE, launch_prefix
-from recorders.limits import Limits, PidsCgroup
-from recorders.output import CappedBuffer, pump
-from recorders.probe import NAMESPACE_FLAGS, SandboxSupport, probe, shim_path
-from recorders.rootfs import READ_ONLY_TAIL, RUNTIME, SANDBOX_ROOT, UID, bwrap_fs_args, runtime_dir, step_args
-from recorders.seedrandom import step_seed
-from recorders.shell import TMP_FULL_MARK, ShellState, parse_state, prelude
-from recorders.spawner import STATE_FD, Spawner, kill_group
-from recorders.stepfiles import StepFiles
-from recorders.treeown import hand_over, tree_bytes
+from tttr.recorders.clock import clock_epoch, faketime_spec, iso, normalize_clock
+from tttr.recorders.errors import SandboxError
+from tttr.recorders.filetimes import clamp_times
+from tttr.recorders.launcher import SECCOMP_FD, STAGE, launch_prefix
+from tttr.recorders.limits import Limits, PidsCgroup
+from tttr.recorders.output import CappedBuffer, pump
+from tttr.recorders.probe import NAMESPACE_FLAGS, SandboxSupport, probe, shim_path
+from tttr.recorders.rootfs import READ_ONLY_TAIL, RUNTIME, SANDBOX_ROOT, UID, bwrap_fs_args, runtime_dir, step_args
+from tttr.recorders.seedrandom import step_seed
+from tttr.recorders.shell import TMP_FULL_MARK, ShellState, parse_state, prelude
+from tttr.recorders.spawner import STATE_FD, Spawner, kill_group
+from tttr.recorders.stepfiles import StepFiles
+from tttr.recorders.treeown import hand_over, tree_bytes
 
 __all__ = ["Executor", "CommandResult", "ShellState", "SandboxError", "SandboxSupport", "Limits", "probe"]
 

@@ -8,8 +8,8 @@ import posixpath
 import shlex
 from dataclasses import dataclass, field
 
-from recorders.errors import SandboxError
-from recorders.rootfs import SANDBOX_ROOT
+from tttr.recorders.errors import SandboxError
+from tttr.recorders.rootfs import SANDBOX_ROOT
 
 PRIVATE_FD = 99        # the prelude moves the dump channel out of the agent's way
 # Variables the sandbox sets for every command; never carried as the agent's own exports.

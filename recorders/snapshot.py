@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from recorders.errors import SnapshotError
+from tttr.recorders.errors import SnapshotError
 
 FORMAT = "tttr-tree/1"
 RACY_NS = 50_000_000   # a file changed this close to its hashing is hashed again next time

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 
-from recorders.errors import SandboxError
+from tttr.recorders.errors import SandboxError
 
 STATE_FD = 3   # where the command finds its state channel
 

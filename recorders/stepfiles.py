@@ -14,8 +14,8 @@ import os
 import shutil
 import tempfile
 
-from recorders.output import Feed
-from recorders.seedrandom import pinned_text, urandom_stream
+from tttr.recorders.output import Feed
+from tttr.recorders.seedrandom import pinned_text, urandom_stream
 
 
 def _scratch() -> str | None:

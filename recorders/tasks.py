@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from recorders.clock import iso, normalize_clock, parse_clock
-from recorders.errors import TaskError
-from recorders.limits import Limits
-from recorders.sandbox import CommandResult, Executor, ShellState
+from tttr.recorders.clock import iso, normalize_clock, parse_clock
+from tttr.recorders.errors import TaskError
+from tttr.recorders.limits import Limits
+from tttr.recorders.sandbox import CommandResult, Executor, ShellState
 
 TASKS_DIR = Path(__file__).resolve().parent.parent / "assets" / "tasks"
 SETUP_STEP = -1

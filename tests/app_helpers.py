@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-from app.tui import TTTRApp
+from tttr.app.tui import TTTRApp
 
 SIZE = (140, 40)
 
 
 def open_store(path):
-    from sessions.store import Store
+    from tttr.sessions.store import Store
 
     return Store.open(path, create=False, readonly=True)
 

@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from recorders.probe import probe
+from tttr.recorders.probe import probe
 
 CLOCK = datetime(2026, 3, 2, 10, 0, 0)
 

@@ -10,23 +10,23 @@ import sqlite3
 
 import pytest
 
-from app.bench import COMMANDS, generate
-from app.runview import RunView
+from tttr.app.bench import COMMANDS, generate
+from tttr.app.runview import RunView
 
 pytest.importorskip("textual")
 
-from app.screens.compare import CompareScreen  # noqa: E402
-from app.screens.edit import EditScreen  # noqa: E402
-from app.screens.help import HelpScreen  # noqa: E402
-from app.screens.runs import RunsScreen  # noqa: E402
-from app.screens.search import SearchScreen  # noqa: E402
-from app.screens.timeline import TimelineScreen  # noqa: E402
+from tttr.app.screens.compare import CompareScreen  # noqa: E402
+from tttr.app.screens.edit import EditScreen  # noqa: E402
+from tttr.app.screens.help import HelpScreen  # noqa: E402
+from tttr.app.screens.runs import RunsScreen  # noqa: E402
+from tttr.app.screens.search import SearchScreen  # noqa: E402
+from tttr.app.screens.timeline import TimelineScreen  # noqa: E402
 from tests.app_helpers import open_store, wait_for  # noqa: E402
 from tests.app_helpers import run_app as _run_app  # noqa: E402
-from app.widgets.detail import DetailPane  # noqa: E402
-from app.widgets.message import MessageStrip  # noqa: E402
-from app.widgets.side_by_side import SideBySide  # noqa: E402
-from app.widgets.timeline import Timeline  # noqa: E402
+from tttr.app.widgets.detail import DetailPane  # noqa: E402
+from tttr.app.widgets.message import MessageStrip  # noqa: E402
+from tttr.app.widgets.side_by_side import SideBySide  # noqa: E402
+from tttr.app.widgets.timeline import Timeline  # noqa: E402
 
 TOKENS = 12
 OTHER = COMMANDS[:2] + ("rm -rf /var/log/old",) + COMMANDS[3:]
@@ -180,7 +180,7 @@ def test_an_invalid_edit_keeps_the_dialog_open_with_the_reason(db):
 
 
 def test_search_ranks_substring_hits_first_and_windowed_reads_find_layers(db):
-    from app.search import build_corpus, search
+    from tttr.app.search import build_corpus, search
 
     store = open_store(db)
     try:
@@ -198,7 +198,7 @@ def test_search_ranks_substring_hits_first_and_windowed_reads_find_layers(db):
 
 
 def test_batch_rows_read_as_ranges():
-    from app.describe import rows_label
+    from tttr.app.describe import rows_label
 
     assert rows_label(list(range(320))) == "0–319"
     assert rows_label([3]) == "3"
@@ -207,7 +207,7 @@ def test_batch_rows_read_as_ranges():
 
 @pytest.mark.parametrize("kind", ["foreign", "garbage", "newer", "damaged"])
 def test_a_bad_database_is_refused_before_the_app_starts(tmp_path, kind, capsys):
-    from app.cli import main
+    from tttr.app.cli import main
 
     path = tmp_path / f"{kind}.db"
     if kind == "foreign":

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from app.screens.compare import CompareScreen
-from app.screens.edit import EditScreen
-from app.screens.timeline import TimelineScreen
+from tttr.app.screens.compare import CompareScreen
+from tttr.app.screens.edit import EditScreen
+from tttr.app.screens.timeline import TimelineScreen
 from tests.app_helpers import open_store, run_app, wait_for
-from app.widgets.fork_progress import ForkProgress
-from app.widgets.side_by_side import SideBySide
-from app.widgets.timeline import Timeline
+from tttr.app.widgets.fork_progress import ForkProgress
+from tttr.app.widgets.side_by_side import SideBySide
+from tttr.app.widgets.timeline import Timeline
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "write-line"
@@ -28,7 +28,7 @@ def demo_db(tmp_path_factory):
     """`tttr demo` as a user runs it, minus the terminal: it records into a fresh file."""
     db = tmp_path_factory.mktemp("demo") / "demo.db"
     out = subprocess.run(
-        [sys.executable, "-m", "app", "demo", "--task", TASK, "--seed", "1", "--db", str(db), "--no-open"],
+        [sys.executable, "-m", "tttr.app", "demo", "--task", TASK, "--seed", "1", "--db", str(db), "--no-open"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     assert out.returncode == 0, out.stderr
@@ -40,7 +40,7 @@ def demo_db(tmp_path_factory):
 def test_demo_refuses_to_overwrite_a_database(demo_db):
     db, _ = demo_db
     before = db.read_bytes()
-    out = subprocess.run([sys.executable, "-m", "app", "demo", "--db", str(db), "--no-open"],
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "demo", "--db", str(db), "--no-open"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "already exists" in out.stderr
     assert db.read_bytes() == before

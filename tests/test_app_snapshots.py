@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from app.bench import COMMANDS, generate  # noqa: E402
-from app.tui import TTTRApp  # noqa: E402
+from tttr.app.bench import COMMANDS, generate  # noqa: E402
+from tttr.app.tui import TTTRApp  # noqa: E402
 
 SIZE = (130, 36)
 TOKENS = 10
@@ -27,7 +27,7 @@ def db(tmp_path_factory):
 
 @pytest.fixture
 def store(db):
-    from sessions.store import Store
+    from tttr.sessions.store import Store
 
     store = Store.open(db, create=False, readonly=True)
     yield store

@@ -10,9 +10,9 @@ import random
 import pytest
 import torch
 
-from engine.kv_cache import KV_ALIGN, KVCache, KVPool
-from engine.model import Segment, load_model
-from kernels.mode import kernel_mode
+from tttr.engine.kv_cache import KV_ALIGN, KVCache, KVPool
+from tttr.engine.model import Segment, load_model
+from tttr.kernels.mode import kernel_mode
 from tests.engine_tiny import tiny_config, tiny_weights, write_hf_folder
 
 LAYERS, KVH, D = 2, 2, 4

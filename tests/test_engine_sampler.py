@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.errors import EngineError
-from engine.sampler import SamplingParams, filtered_distribution, sample, uniform
+from tttr.engine.errors import EngineError
+from tttr.engine.sampler import SamplingParams, filtered_distribution, sample, uniform
 
 
 @pytest.mark.parametrize("kwargs, field", [

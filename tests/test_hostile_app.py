@@ -30,16 +30,16 @@ import pytest
 
 pytest.importorskip("textual")
 
-from app.bench import COMMANDS, generate  # noqa: E402
-from app.screens.compare import CompareScreen  # noqa: E402
-from app.screens.edit import EditScreen  # noqa: E402
-from app.screens.runs import RunsScreen  # noqa: E402
-from app.screens.search import SearchScreen  # noqa: E402
-from app.screens.timeline import TimelineScreen  # noqa: E402
-from app.tui import TTTRApp  # noqa: E402
-from app.widgets.detail import DetailPane  # noqa: E402
-from app.widgets.side_by_side import SideBySide  # noqa: E402
-from app.widgets.timeline import Timeline  # noqa: E402
+from tttr.app.bench import COMMANDS, generate  # noqa: E402
+from tttr.app.screens.compare import CompareScreen  # noqa: E402
+from tttr.app.screens.edit import EditScreen  # noqa: E402
+from tttr.app.screens.runs import RunsScreen  # noqa: E402
+from tttr.app.screens.search import SearchScreen  # noqa: E402
+from tttr.app.screens.timeline import TimelineScreen  # noqa: E402
+from tttr.app.tui import TTTRApp  # noqa: E402
+from tttr.app.widgets.detail import DetailPane  # noqa: E402
+from tttr.app.widgets.side_by_side import SideBySide  # noqa: E402
+from tttr.app.widgets.timeline import Timeline  # noqa: E402
 from tests.app_helpers import SIZE, open_store, wait_for  # noqa: E402
 
 TOKENS = 2  # per step: a short run, so every event can be visited in every case
@@ -434,10 +434,10 @@ def test_snapshot_diffs_load_deferred_and_file_names_are_shown_safely(tmp_path):
     """The files a command changed come from two snapshot manifests (blobs): the app's view
     defers them to a worker, and a file named with control characters and markup is shown
     with its escapes visible."""
-    from app.describe import detail
-    from app.runview import LOADING, RunView, load_wanted
-    from recorders.snapshot import snapshot
-    from sessions.store import Store
+    from tttr.app.describe import detail
+    from tttr.app.runview import LOADING, RunView, load_wanted
+    from tttr.recorders.snapshot import snapshot
+    from tttr.sessions.store import Store
 
     before_dir, after_dir = tmp_path / "before", tmp_path / "after"
     before_dir.mkdir()
@@ -502,9 +502,9 @@ KINDS = ["clock", "tool", "token", "logits", "prompt", "message", "action", "out
 def test_every_kind_with_every_hostile_value_renders_safely(template):
     """describe's summary and detail, for every kind and a value of every wrong shape: no
     exception, no raw control character, and a value of the wrong shape says so."""
-    from app.describe import detail, summary
-    from app.runview import RunView, value_problem
-    from sessions.records import Event
+    from tttr.app.describe import detail, summary
+    from tttr.app.runview import RunView, value_problem
+    from tttr.sessions.records import Event
 
     store = open_store(template)
     try:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
-from sessions.store import Store, StoreError
+from tttr.app.cli import main
+from tttr.sessions.store import Store, StoreError
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 7
@@ -281,7 +281,7 @@ def hostile(tmp_path: Path, clean_db: Path, case: str) -> Path:
 @pytest.mark.parametrize("case", list(CASES))
 def test_reading_commands_show_or_refuse_hostile_contents_and_change_nothing(tmp_path, clean_db, wide, capsys, monkeypatch,
                                                                            case, command):
-    import app.commands.ui as ui
+    import tttr.app.commands.ui as ui
 
     monkeypatch.setattr(ui, "_run_app", lambda store, run_id, args: 0)
     path = hostile(tmp_path, clean_db, case)
@@ -386,7 +386,7 @@ def test_a_fifo_is_refused_without_opening_it(tmp_path):
     os.mkfifo(fifo)
     for command in (["info", str(fifo)], ["runs", str(fifo)], ["events", str(fifo), "1"]):
         # A subprocess, so that a command that opened the FIFO would hang into the timeout.
-        out = subprocess.run([sys.executable, "-m", "app", *command], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        out = subprocess.run([sys.executable, "-m", "tttr.app", *command], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and out.stderr == f"tttr: error: {fifo} is a FIFO (named pipe), not a session database; pass a session database file\n"
 
 
@@ -440,7 +440,7 @@ def runs_in(path: Path) -> list[tuple]:
 @pytest.fixture(scope="module")
 def model_db(tmp_path_factory) -> Path:
     """The clean database, recorded (as far as ids go) with the default model."""
-    from engine.runtime import Runtime
+    from tttr.engine.runtime import Runtime
 
     path = tmp_path_factory.mktemp("model") / "s.db"
     build(path, model_id=Runtime().model_id)

@@ -2,8 +2,11 @@
 interpreter (with every module inside it), must not load textual."""
 
 import pkgutil
+import re
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -13,8 +16,8 @@ DOMAIN = ("engine", "kernels", "recorders", "sessions")
 
 
 def _modules(package: str) -> list[str]:
-    names = [package]
-    for info in pkgutil.walk_packages([str(ROOT / package)], prefix=f"{package}."):
+    names = [f"tttr.{package}"]
+    for info in pkgutil.walk_packages([str(ROOT / package)], prefix=f"tttr.{package}."):
         names.append(info.name)
     return names
 
@@ -36,6 +39,46 @@ def test_domain_never_loads_textual(package):
 
 
 def test_cli_help_lists_commands():
-    out = subprocess.run([sys.executable, "-m", "app", "--help"], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "bench" in out.stdout
+
+
+PACKAGES = ("app", "engine", "kernels", "recorders", "sessions", "assets")
+BARE_IMPORT = re.compile(rf"^\s*(from|import)\s+({'|'.join(PACKAGES)})(\.|\s|$)", re.M)
+
+
+def test_no_module_imports_a_package_by_its_bare_name():
+    """Installed, the folders are `tttr.app`, `tttr.engine`, …: a bare `import engine` would
+    only work from a checkout, and would collide with a user's own `engine` package."""
+    offenders = []
+    for folder in (*PACKAGES, "tests"):
+        for path in (ROOT / folder).rglob("*.py"):
+            text = path.read_text()
+            offenders += [f"{path.relative_to(ROOT)}: {m.group(0).strip()}" for m in BARE_IMPORT.finditer(text)]
+            offenders += [f"{path.relative_to(ROOT)}: {m.group(0)}"
+                          for m in re.finditer(rf"[\"']-m[\"'],\s*[\"']({'|'.join(PACKAGES)})\b", text)]
+    assert not offenders, "bare imports:\n" + "\n".join(offenders)
+
+
+def test_the_wheel_installs_one_top_level_name(tmp_path):
+    """A wheel built from the checkout holds `tttr/…` and its metadata, nothing else at the top."""
+    # built from a copy: setuptools builds in the source tree, and a stale build/ there would
+    # put modules long deleted into the wheel
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__",
+                                                               "tests", "docs", ".hypothesis", ".pytest_cache"))
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                          "-w", str(tmp_path), str(src)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    (wheel,) = tmp_path.glob("tttr-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    top = {n.split("/", 1)[0] for n in names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"tttr"}, top
+    for package in PACKAGES:
+        assert f"tttr/{package}/__init__.py" in names
+    assert "tttr/app/styles/app.tcss" in names and any(n.startswith("tttr/assets/tasks/") for n in names)
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    with zipfile.ZipFile(wheel) as zf:
+        assert "tttr = tttr.app.cli:main" in zf.read(entry).decode()

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import cquant, crow
-from kernels.cbuild import build_shared, _cpu_flags
+from tttr.kernels import cquant, crow
+from tttr.kernels.cbuild import build_shared, _cpu_flags
 from tests.engine_tiny import tiny_config, tiny_weights, write_gguf
 
 
@@ -98,7 +98,7 @@ def test_attached_blocks_go_stale_when_the_weight_changes():
     weight = torch.from_numpy(np.asarray(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0)).copy())
     assert cquant.attach(weight, qw_fmt, raw)
     assert cquant.attached[id(weight)].get(weight) is not None
-    from kernels import ops
+    from tttr.kernels import ops
 
     x = torch.randn(2, 32)
     assert (ops.linear(x, weight) - x @ weight.T).abs().max() < 1e-5
@@ -110,7 +110,7 @@ def test_attached_blocks_go_stale_when_the_weight_changes():
 def test_a_quantized_gguf_runs_from_its_blocks_with_the_dense_logits(tmp_path):
     """The loader keeps the raw blocks, permuted like the fp32 rows (llama's Q/K), and the
     model's products run from them: logits as the dense product's, to fp32 rounding."""
-    from engine.model import Segment, load_model
+    from tttr.engine.model import Segment, load_model
 
     cfg = tiny_config("llama")
     path = write_gguf(tmp_path / "tiny-q4.gguf", cfg, tiny_weights(cfg, seed=4), quant="Q4_1")
@@ -171,7 +171,7 @@ def test_swiglu_matches_stock_and_is_row_invariant():
 
 
 def test_draw_is_the_cumulative_sum_search():
-    from engine.sampler import _draw, _uniforms
+    from tttr.engine.sampler import _draw, _uniforms
 
     for trial in range(20):
         logits = torch.randn(6, 3000) * (1 + trial % 5)
@@ -185,7 +185,7 @@ def test_draw_is_the_cumulative_sum_search():
 def test_compiled_attention_bodies_agree_bit_for_bit():
     """The attention's AVX-512 paths (16 keys' scores at once, values in registers) compute
     what its plain C loops compute."""
-    from kernels import cattention
+    from tttr.kernels import cattention
 
     flags = _cpu_flags().split()
     torch.manual_seed(5)
@@ -220,17 +220,17 @@ def test_without_c_kernels_the_model_runs_dense_with_the_same_logits(tmp_path):
     import subprocess
     import sys
 
-    from engine.model import Segment, load_model
-    from kernels.mode import kernel_mode
+    from tttr.engine.model import Segment, load_model
+    from tttr.kernels.mode import kernel_mode
 
     cfg = tiny_config("llama")
     path = write_gguf(tmp_path / "tiny-q8.gguf", cfg, tiny_weights(cfg, seed=6), quant="Q8_0")
     tokens = [5, 9, 13, 2, 7, 11]
     code = (
         "import json, sys, torch\n"
-        "from engine.model import Segment, load_model\n"
-        "from engine.fingerprint import fingerprint\n"
-        "from kernels.mode import kernel_mode\n"
+        "from tttr.engine.model import Segment, load_model\n"
+        "from tttr.engine.fingerprint import fingerprint\n"
+        "from tttr.kernels.mode import kernel_mode\n"
         f"m = load_model({str(path)!r})\n"
         "with kernel_mode('invariant'):\n"
         f"    out = m.forward(torch.tensor({tokens}), torch.arange({len(tokens)}), [Segment(0, {len(tokens)}, m.new_cache(32))])\n"

@@ -5,14 +5,14 @@ import random
 
 import pytest
 
-from kernels.mode import kernel_mode
+from tttr.kernels.mode import kernel_mode
 
 
 @pytest.fixture(scope="module")
 def model():
     import torch
 
-    from engine.model import load_model
+    from tttr.engine.model import load_model
 
     try:
         m = load_model()
@@ -33,9 +33,9 @@ def _target(model):
 
 
 def test_greedy_output_and_digests_identical_across_batch_compositions(model):
-    from engine.sampler import SamplingParams
-    from engine.scheduler import Engine
-    from engine.sequence import Sequence
+    from tttr.engine.sampler import SamplingParams
+    from tttr.engine.scheduler import Engine
+    from tttr.engine.sequence import Sequence
 
     target = _target(model)
     rng = random.Random(7)
@@ -56,7 +56,7 @@ def test_greedy_output_and_digests_identical_across_batch_compositions(model):
 
 
 def test_prefill_chunks_and_token_by_token_identical(model):
-    from kernels.determinism import _forward_digests
+    from tttr.kernels.determinism import _forward_digests
 
     ids = _target(model)[:16]
     with kernel_mode("invariant"):
@@ -66,7 +66,7 @@ def test_prefill_chunks_and_token_by_token_identical(model):
 
 
 def test_determinism_bench_reports_one_and_one_for_invariant(model):
-    from kernels import determinism
+    from tttr.kernels import determinism
 
     result = determinism.run(determinism.Config(runs=2, tokens=3, prefill_tokens=12), model=model, progress=None)
     for half in ("greedy", "sampled"):

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_gpu_check_runs_on_cpu_with_the_interpreter():
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-m", "kernels.gpu_check", "--cpu", "--json"], cwd=ROOT, env=env,
+    out = subprocess.run([sys.executable, "-m", "tttr.kernels.gpu_check", "--cpu", "--json"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
@@ -27,7 +27,7 @@ def test_gpu_check_runs_on_cpu_with_the_interpreter():
     assert all(e["triton_bad_batches"] == [] for e in res["rows"].values())
     assert res["attention"]["prefill_vs_chunked_identical"]
     assert res["attention"]["prefill_vs_decode_identical"]
-    from kernels.gpu_check import lines
+    from tttr.kernels.gpu_check import lines
 
     text = "\n".join(lines(report))
     assert "[float32] invariance over batch sizes" in text and "attention" in text

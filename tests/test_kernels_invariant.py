@@ -8,11 +8,11 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels import cattention
-from kernels import invariant as inv
-from kernels import packing
-from kernels import ops
-from kernels.mode import kernel_mode
+from tttr.kernels import cattention
+from tttr.kernels import invariant as inv
+from tttr.kernels import packing
+from tttr.kernels import ops
+from tttr.kernels.mode import kernel_mode
 
 # The default model (SmolLM2-135M): d=576, fused QKV 576+2*192, o 576, fused gate/up 2*1536,
 # down 1536->576, tied head 49152.
@@ -257,8 +257,8 @@ def test_silu_mul_is_invariant_across_row_lengths_and_offsets():
     body or the scalar tail of a row (stock sigmoid does not, here)."""
     import torch
 
-    from kernels import ops
-    from kernels.mode import kernel_mode
+    from tttr.kernels import ops
+    from tttr.kernels.mode import kernel_mode
 
     g = torch.randn(1, 1536 + 31, generator=torch.Generator().manual_seed(5))
     u = torch.randn_like(g)
@@ -339,7 +339,7 @@ def test_compiled_attention_can_be_switched_off():
     import subprocess
     import sys
 
-    code = "from kernels import invariant as inv; print(inv.attention_kernel())"
+    code = "from tttr.kernels import invariant as inv; print(inv.attention_kernel())"
     env = {**__import__("os").environ, "TTTR_NO_C_KERNELS": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "blocked"

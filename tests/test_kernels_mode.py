@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from kernels.mode import MODES, KernelModeError, get_mode, kernel_mode, set_mode
+from tttr.kernels.mode import MODES, KernelModeError, get_mode, kernel_mode, set_mode
 
 
 def test_default_is_fast():

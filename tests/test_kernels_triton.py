@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def _child() -> None:
     import torch
 
-    from kernels import invariant as inv
-    from kernels import triton_kernels as tk
+    from tttr.kernels import invariant as inv
+    from tttr.kernels import triton_kernels as tk
 
     # Small splits so that a few dozen keys already span several of them.
     tk.KV_BLOCK = 16

@@ -7,14 +7,14 @@ from datetime import datetime
 
 import pytest
 
-from engine.agent import AgentLimits, run_agent
-from engine.oracle import Oracle, Source
-from engine.policy import Policy
-from engine.runtime import Runtime
-from engine.sequence import TokenRecord
-from recorders.sandbox import Executor
-from recorders.tasks import load_task
-from sessions.store import Store
+from tttr.engine.agent import AgentLimits, run_agent
+from tttr.engine.oracle import Oracle, Source
+from tttr.engine.policy import Policy
+from tttr.engine.runtime import Runtime
+from tttr.engine.sequence import TokenRecord
+from tttr.recorders.sandbox import Executor
+from tttr.recorders.tasks import load_task
+from tttr.sessions.store import Store
 
 TASK = "write-line"
 CLOCK = datetime(2026, 3, 2, 9, 0, 0)
@@ -115,7 +115,7 @@ def test_freed_token_layer_runs_off_record_commands_live(recording, tokenizer):
 
 
 def test_clock_mutation_keeps_later_clocks_pinned_and_shares_the_prefix(recording, tokenizer):
-    from engine.mutation import parse_mutation
+    from tttr.engine.mutation import parse_mutation
 
     store, run, _ = recording
     mutation = parse_mutation(store, run, "0:clock", "+1d", tokenizer=tokenizer)
@@ -158,7 +158,7 @@ def test_a_command_with_a_nul_byte_is_a_failed_tool_call_not_the_end_of_the_run(
 
 def test_a_hit_sandbox_limit_is_recorded_with_the_tool_call(tmp_path, tokenizer):
     """A command stopped by the tree's quota says so in the recording, not only on its stderr."""
-    from recorders.sandbox import Limits
+    from tttr.recorders.sandbox import Limits
 
     with Store.open(tmp_path / "quota.db", create=True) as store:
         model = ScriptedModel(tokenizer, ["head -c 3000000 /dev/zero > big.bin\n```", "done\n```"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import build_parser
+from tttr.app.cli import build_parser
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -52,8 +52,8 @@ def test_every_command_is_documented():
 
 
 def test_sandbox_mechanisms_and_limits_are_documented():
-    from recorders.probe import SandboxSupport
-    from recorders.sandbox import LIMITS_HIT
+    from tttr.recorders.probe import SandboxSupport
+    from tttr.recorders.sandbox import LIMITS_HIT
 
     every = SandboxSupport(bwrap="bwrap", namespaces=True, userns=True, faketime="f", shim="s",
                            pids_cgroup="p", nproc_rlimit=True, reason=None, host_uid=100000,

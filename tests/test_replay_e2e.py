@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.diff import diff_runs
-from engine.mutation import MutationError, parse_mutation
-from engine.replay import fork, record, replay
-from engine.runtime import Runtime
-from sessions.store import Store
+from tttr.engine.diff import diff_runs
+from tttr.engine.mutation import MutationError, parse_mutation
+from tttr.engine.replay import fork, record, replay
+from tttr.engine.runtime import Runtime
+from tttr.sessions.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "write-line"
@@ -172,7 +172,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(recorded, tmp_path)
         (["fork", str(res.run_id), "--at", "99999999999999999999:clock", "--set", "+1h"], "far beyond"),
     ]
     for argv, reason in cases:
-        out = subprocess.run([sys.executable, "-m", "app", *argv, "--db", str(db)], cwd=ROOT,
+        out = subprocess.run([sys.executable, "-m", "tttr.app", *argv, "--db", str(db)], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 2, (argv, out.stderr)
         lines = out.stderr.strip().splitlines()
@@ -182,7 +182,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(recorded, tmp_path)
 
 def test_cli_json_output(recorded):
     store, res, db = recorded
-    out = subprocess.run([sys.executable, "-m", "app", "replay", str(res.run_id), "--db", str(db), "--json"],
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "replay", str(res.run_id), "--db", str(db), "--json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)

@@ -2,10 +2,10 @@
 
 import pytest
 
-from engine.agent import AgentLimits, observation, parse_action
-from engine.diff import align, first_divergences
-from engine.policy import Policy, PolicyError
-from engine.sites import Site, SiteError
+from tttr.engine.agent import AgentLimits, observation, parse_action
+from tttr.engine.diff import align, first_divergences
+from tttr.engine.policy import Policy, PolicyError
+from tttr.engine.sites import Site, SiteError
 
 
 def test_policy_parse_and_pins():
@@ -80,8 +80,8 @@ def test_align_pairs_a_gap_in_order():
 
 
 def test_a_recording_from_other_kernels_gets_a_note():
-    from engine.fingerprint import fingerprint
-    from engine.replay import kernels_note
+    from tttr.engine.fingerprint import fingerprint
+    from tttr.engine.replay import kernels_note
 
     assert kernels_note(fingerprint()) is None  # this TTTR's own recordings compare bit for bit
     note = kernels_note({"attention_kernel": "compiled"})  # a session-2 fingerprint

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from recorders import sandbox as sandbox_mod
-from recorders.limits import Limits
-from recorders.sandbox import Executor, SandboxError, ShellState, probe
+from tttr.recorders import sandbox as sandbox_mod
+from tttr.recorders.limits import Limits
+from tttr.recorders.sandbox import Executor, SandboxError, ShellState, probe
 from tests.sandbox_helpers import CLOCK, needs_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,7 +138,7 @@ def test_bad_inputs(tmp_path):
 @needs_sandbox
 def test_cli_exec_prints_the_result(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "app", "sandbox", "exec", "--clock", "2026-03-02T10:00:00", "--seed", "3",
+        [sys.executable, "-m", "tttr.app", "sandbox", "exec", "--clock", "2026-03-02T10:00:00", "--seed", "3",
          "--tree", str(tmp_path), "--", "date +%F; echo $$; exit 4"],
         cwd=ROOT, capture_output=True, text=True,
     )
@@ -146,7 +146,7 @@ def test_cli_exec_prints_the_result(tmp_path):
     assert "2026-03-02\n2\n" in out.stdout
     for word in ("exit code  4", "duration", "clock      2026-03-02T10:00:00", "mechanisms", "bwrap"):
         assert word in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "app", "sandbox", "exec", "--clock", "yesterday", "--", "true"],
+    bad = subprocess.run([sys.executable, "-m", "tttr.app", "sandbox", "exec", "--clock", "yesterday", "--", "true"],
                          cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("tttr: error: bad clock 'yesterday'")
 
@@ -156,7 +156,7 @@ def test_bash_messages_number_lines_as_a_plain_bash_c(tmp_path):
     text as under `bash -c`, not the prelude's line count."""
     from datetime import datetime
 
-    from recorders.sandbox import Executor
+    from tttr.recorders.sandbox import Executor
 
     with Executor(tmp_path, seed=1) as ex:
         res = ex.run("true\nnosuchcmd_tttr", clock=datetime(2026, 3, 2, 9, 0, 0))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recorders.sandbox import Executor, ShellState
+from tttr.recorders.sandbox import Executor, ShellState
 from tests.sandbox_helpers import CLOCK, needs_sandbox
 
 SEQUENCE = [

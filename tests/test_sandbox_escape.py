@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from recorders.errors import SandboxError
-from recorders.limits import Limits, PidsCgroup
-from recorders.probe import probe
-from recorders.sandbox import Executor
+from tttr.recorders.errors import SandboxError
+from tttr.recorders.limits import Limits, PidsCgroup
+from tttr.recorders.probe import probe
+from tttr.recorders.sandbox import Executor
 from tests.sandbox_helpers import CLOCK, needs_sandbox
 
 pytestmark = needs_sandbox
@@ -187,7 +187,7 @@ def test_the_timeout_is_bounded(bad):
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-5", "1e9"])
 def test_cli_refuses_an_unbounded_timeout_in_one_line(value):
-    out = subprocess.run([sys.executable, "-m", "app", "sandbox", "exec", "--timeout", value, "--", "true"],
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "sandbox", "exec", "--timeout", value, "--", "true"],
                          cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.count("\n") == 1 and "timeout" in out.stderr
@@ -195,7 +195,7 @@ def test_cli_refuses_an_unbounded_timeout_in_one_line(value):
 
 def test_cli_exits_with_the_commands_status(tmp_path):
     def status(*args: str) -> int:
-        return subprocess.run([sys.executable, "-m", "app", "sandbox", "exec", "--tree", str(tmp_path), *args],
+        return subprocess.run([sys.executable, "-m", "tttr.app", "sandbox", "exec", "--tree", str(tmp_path), *args],
                               cwd=REPO, capture_output=True, text=True).returncode
 
     assert status("--", "true") == 0
@@ -230,7 +230,7 @@ def test_a_recorder_killed_with_sigkill_leaves_no_cgroup_after_the_next_starts(t
     if not probe().pids_cgroup:
         pytest.skip("no writable pids cgroup here")
     root = Path(probe().pids_cgroup)
-    code = ("import sys; from datetime import datetime; from recorders.sandbox import Executor; "
+    code = ("import sys; from datetime import datetime; from tttr.recorders.sandbox import Executor; "
             f"ex = Executor({str(tmp_path)!r}); ex.run('true', datetime(2026, 3, 2)); "
             "print(ex._cgroup.path, flush=True); sys.stdin.read()")
     child = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdin=subprocess.PIPE,
@@ -314,7 +314,7 @@ def test_urandom_and_a_raw_getrandom_are_seeded(tmp_path):
 # -- what other machines refuse ----------------------------------------------------------
 
 def _probe_refusing(monkeypatch, refuse: set[str], euid: int):
-    import recorders.probe as probe_mod
+    import tttr.recorders.probe as probe_mod
 
     def fake(prefix, bwrap, extra):
         if ("userns" in refuse and "--unshare-user" in extra) or \

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from recorders.limits import Limits
-from recorders.sandbox import Executor
+from tttr.recorders.limits import Limits
+from tttr.recorders.sandbox import Executor
 from tests.sandbox_helpers import CLOCK, needs_sandbox
 
 pytestmark = needs_sandbox

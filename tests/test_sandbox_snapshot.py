@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from recorders.errors import SnapshotError
-from recorders.memstore import MemoryStore
-from recorders.snapshot import diff_trees, read_manifest, restore, snapshot, tree_digest
+from tttr.recorders.errors import SnapshotError
+from tttr.recorders.memstore import MemoryStore
+from tttr.recorders.snapshot import diff_trees, read_manifest, restore, snapshot, tree_digest
 
 
 def _tree(root):
@@ -40,7 +40,7 @@ def store(request, tmp_path):
     if request.param == "memory":
         yield CountingStore()
         return
-    store_mod = pytest.importorskip("sessions.store")
+    store_mod = pytest.importorskip("tttr.sessions.store")
     s = store_mod.Store.open(tmp_path / "s.db", create=True)
     yield s
     s.close()
@@ -115,7 +115,7 @@ def exit_code_of(cls):
 
 
 def test_thousand_file_tree_snapshot_and_restore(tmp_path):
-    from recorders.bench import make_tree
+    from tttr.recorders.bench import make_tree
 
     store = MemoryStore()
     src = tmp_path / "big"

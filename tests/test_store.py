@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessions import codec, schema
-from sessions.store import Event, Store, StoreError
+from tttr.sessions import codec, schema
+from tttr.sessions.store import Event, Store, StoreError
 
 SEED = 41
 ROOT = Path(__file__).resolve().parent.parent
@@ -283,7 +283,7 @@ def test_schema_is_wal_with_version_and_application_id(tmp_path):
 def test_a_run_left_recording_by_a_dead_process_reads_incomplete(tmp_path):
     path = tmp_path / "d.db"
     code = (
-        "import os, sys; from sessions.store import Store\n"
+        "import os, sys; from tttr.sessions.store import Store\n"
         "s = Store.open(sys.argv[1]); r = s.begin_run(seed=1)\n"
         "s.append(r, 0, 'trace', 'clock', '0:clock', {'t': 'x'}); s.commit_step(r)\n"
         "os._exit(0)  # no close, no finish\n"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
-from sessions.store import Store
+from tttr.app.cli import main
+from tttr.sessions.store import Store
 from test_store import build_v1, record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,6 +165,6 @@ def test_unknown_run_fails_with_exit_2_and_the_ids_there_are(recorded, capsys):
 
 def test_the_console_command_exits_2(tmp_path):
     missing = tmp_path / "nope.db"
-    out = subprocess.run([sys.executable, "-m", "app", "runs", str(missing)], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "runs", str(missing)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "does not exist" in out.stderr
     assert not missing.exists()

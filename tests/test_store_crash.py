@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from sessions.store import Store
+from tttr.sessions.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 KILLS = 12
@@ -21,7 +21,7 @@ POSITIONS = 30
 
 RECORDER = f"""
 import os, sys
-from sessions.store import Store
+from tttr.sessions.store import Store
 store = Store.open(sys.argv[1])
 run = store.begin_run(task="crash", seed=5)
 print("run", run, flush=True)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from recorders.errors import TaskError
-from recorders.sandbox import Executor
-from recorders.tasks import list_tasks, load_task, self_check
+from tttr.recorders.errors import TaskError
+from tttr.recorders.sandbox import Executor
+from tttr.recorders.tasks import list_tasks, load_task, self_check
 from tests.sandbox_helpers import needs_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,11 +76,11 @@ def test_random_name_depends_on_the_seed_only(tmp_path):
 
 @needs_sandbox
 def test_cli_tasks_and_task_check():
-    out = subprocess.run([sys.executable, "-m", "app", "tasks"], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "tasks"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and "rotate-logs" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "app", "task", "check", "make-dir"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "task", "check", "make-dir"], cwd=ROOT,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "1/1 tasks ok" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "app", "task", "check"], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "task", "check"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2 and "--all" in out.stderr

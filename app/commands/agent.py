@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from app.commands import args as argtypes
-from app.commands.store import safe_json, shown
+from tttr.app.commands import args as argtypes
+from tttr.app.commands.store import safe_json, shown
 
 DEFAULT_DB = "tttr.db"
 
@@ -110,7 +110,7 @@ def _progress(enabled: bool, header: str):
         if not started:
             started.append(True)
             print(header, file=sys.stderr, flush=True)
-        from sessions.safe_text import visible
+        from tttr.sessions.safe_text import visible
 
         print(f"  [{done}/{total}] {visible(message, newlines=False)}", file=sys.stderr, flush=True)  # the model's command
 
@@ -118,19 +118,19 @@ def _progress(enabled: bool, header: str):
 
 
 def _open_store(path: str, create: bool):
-    from sessions.store import Store
+    from tttr.sessions.store import Store
 
     return Store.open(path, create=create)
 
 
 def _open_readonly(path: str):
-    from sessions.store import Store
+    from tttr.sessions.store import Store
 
     return Store.open(path, create=False, readonly=True)
 
 
 def _runtime(args, kernel_mode: str | None = None):
-    from engine.runtime import Runtime
+    from tttr.engine.runtime import Runtime
 
     return Runtime(args.model, kernel_mode=kernel_mode or "invariant")
 
@@ -138,8 +138,8 @@ def _runtime(args, kernel_mode: str | None = None):
 def cmd_record(args) -> int:
     from datetime import datetime
 
-    from engine.agent import AgentLimits
-    from engine.replay import ReplayError, check_machine, record, sandbox_clock
+    from tttr.engine.agent import AgentLimits
+    from tttr.engine.replay import ReplayError, check_machine, record, sandbox_clock
 
     clock = None
     if args.clock:
@@ -151,7 +151,7 @@ def cmd_record(args) -> int:
     limits = AgentLimits(max_steps=args.max_steps)
     runtime = _runtime(args, args.kernels)
     runtime.check_sampling(args.temperature, args.top_p, args.top_k, args.seed)
-    from recorders.tasks import load_task
+    from tttr.recorders.tasks import load_task
 
     task = load_task(args.task)  # an unknown task fails before the database is touched
     sandbox_clock(clock or getattr(task, "clock", None) or datetime.now(), f"task {args.task}'s clock")
@@ -168,8 +168,8 @@ def cmd_record(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from engine.policy import Policy
-    from engine.replay import check_replay, replay
+    from tttr.engine.policy import Policy
+    from tttr.engine.replay import check_replay, replay
 
     policy = Policy.parse(args.free)
     # Checked on a read-only connection first: a run that cannot be replayed (a value of the
@@ -189,7 +189,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_fork(args) -> int:
-    from engine.replay import check_fork, fork
+    from tttr.engine.replay import check_fork, fork
 
     # The run, the site and the new value are all checked on a read-only connection before
     # the file is opened for writing: a refused fork writes nothing and prints no progress.
@@ -211,7 +211,7 @@ def _print_result(args, res, verb: str) -> None:
     if args.json:
         print(safe_json(res.to_json(), default=str))
         return
-    from sessions.safe_text import visible
+    from tttr.sessions.safe_text import visible
 
     def say(text: str) -> None:  # actions and values come from the model or the file
         print(visible(text, newlines=False))
@@ -232,7 +232,7 @@ def _print_result(args, res, verb: str) -> None:
 
 
 def cmd_diff(args) -> int:
-    from engine.diff import diff_runs
+    from tttr.engine.diff import diff_runs
 
     with _open_readonly(args.db) as store:  # a diff only reads
         d = diff_runs(store, args.run_a, args.run_b)
@@ -264,7 +264,7 @@ def _s(v) -> str:
 
 
 def cmd_bench_replay(args) -> int:
-    from engine.replay_bench import run_bench
+    from tttr.engine.replay_bench import run_bench
 
     result = run_bench(runs=args.runs, db=args.db, model=args.model,
                        unsafe_no_sandbox=args.unsafe_no_sandbox, log=None if args.json else print)

@@ -47,17 +47,17 @@ def register(sub, bench_sub) -> None:
 
 
 def cmd_generate(args) -> int:
-    from engine.errors import EngineError
-    from engine.sampler import SamplingParams
+    from tttr.engine.errors import EngineError
+    from tttr.engine.sampler import SamplingParams
 
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
     if args.max_tokens < 1:
         raise EngineError(f"--max-tokens={args.max_tokens} is out of range: use an integer >= 1")
 
-    from engine.model import load_model
-    from engine.scheduler import Engine
-    from engine.sequence import Sequence
-    from kernels.mode import kernel_mode
+    from tttr.engine.model import load_model
+    from tttr.engine.scheduler import Engine
+    from tttr.engine.sequence import Sequence
+    from tttr.kernels.mode import kernel_mode
 
     model = load_model(args.model)
     tok = model.tokenizer
@@ -95,11 +95,11 @@ def cmd_generate(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from engine.bench import format_report, run_bench
+    from tttr.engine.bench import format_report, run_bench
 
     if args.threads is not None:
         if args.threads < 1:
-            from engine.errors import EngineError
+            from tttr.engine.errors import EngineError
 
             raise EngineError(f"--threads={args.threads} is out of range: use an integer >= 1")
         import torch

@@ -88,9 +88,9 @@ def cmd_exec(args) -> int:
     import tempfile
     from datetime import datetime, timezone
 
-    from recorders.clock import parse_clock
-    from recorders.limits import Limits
-    from recorders.sandbox import Executor
+    from tttr.recorders.clock import parse_clock
+    from tttr.recorders.limits import Limits
+    from tttr.recorders.sandbox import Executor
 
     clock = parse_clock(args.clock) if args.clock else datetime.now(timezone.utc).replace(tzinfo=None)
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
@@ -130,7 +130,7 @@ def cmd_exec(args) -> int:
 
 
 def cmd_probe(args) -> int:
-    from recorders.probe import probe
+    from tttr.recorders.probe import probe
 
     support = probe()
     if args.json:
@@ -141,7 +141,7 @@ def cmd_probe(args) -> int:
 
 
 def cmd_tasks(args) -> int:
-    from recorders.tasks import list_tasks
+    from tttr.recorders.tasks import list_tasks
 
     tasks = list_tasks()
     if args.json:
@@ -155,9 +155,9 @@ def cmd_tasks(args) -> int:
 
 
 def cmd_task_check(args) -> int:
-    from recorders.clock import parse_clock
-    from recorders.errors import TaskError
-    from recorders.tasks import list_tasks, load_task, self_check
+    from tttr.recorders.clock import parse_clock
+    from tttr.recorders.errors import TaskError
+    from tttr.recorders.tasks import list_tasks, load_task, self_check
 
     if args.all == bool(args.name):
         raise TaskError("give one task NAME or --all (see `tttr tasks`)")
@@ -181,7 +181,7 @@ def cmd_task_check(args) -> int:
 
 
 def cmd_bench_sandbox(args) -> int:
-    from recorders.bench import format_lines, run_bench
+    from tttr.recorders.bench import format_lines, run_bench
 
     res = run_bench(repeats=args.repeats, unsafe_no_sandbox=args.unsafe_no_sandbox)
     if args.json:

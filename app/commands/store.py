@@ -14,7 +14,7 @@ import json
 import re
 import sys
 
-from app.commands import args as argtypes
+from tttr.app.commands import args as argtypes
 
 LAYERS = ("tensor", "token", "trace", "agent")  # sessions.store.LAYERS, without importing it for --help
 HUMAN_LIMIT = 100
@@ -67,7 +67,7 @@ def register(sub, bench_sub) -> None:
 
 
 def _open(path: str):
-    from sessions.store import Store
+    from tttr.sessions.store import Store
 
     return Store.open(path, create=False, readonly=True)
 
@@ -83,7 +83,7 @@ def shown(value: object, style: str = "") -> "Text":
     characters visible, brackets literal."""
     from rich.text import Text
 
-    from sessions.safe_text import visible
+    from tttr.sessions.safe_text import visible
 
     return Text(visible("" if value is None else value, newlines=False), style=style)
 
@@ -100,7 +100,7 @@ def safe_json(value: object, **kwargs) -> str:
 
 
 def info(args: argparse.Namespace) -> int:
-    from sessions.store import StoreError
+    from tttr.sessions.store import StoreError
 
     with _open(args.db) as store:
         stats = store.stats()
@@ -177,7 +177,7 @@ def runs(args: argparse.Namespace) -> int:
 
 def _cell(value: str) -> str:
     """A table cell's text: one line, control characters visible (widths are measured on this)."""
-    from sessions.safe_text import visible
+    from tttr.sessions.safe_text import visible
 
     return visible(value, newlines=False)
 
@@ -211,7 +211,7 @@ def _event_json(e) -> str:
 
 
 def events(args: argparse.Namespace) -> int:
-    from sessions.store import StoreError
+    from tttr.sessions.store import StoreError
 
     if args.start < 0 or (args.limit is not None and args.limit < 0):
         raise StoreError(f"--from and --limit take numbers >= 0, not {args.start} and {args.limit}")
@@ -270,7 +270,7 @@ def _value_cell(e) -> str:
 
 
 def bench(args: argparse.Namespace) -> int:
-    from sessions import bench as store_bench
+    from tttr.sessions import bench as store_bench
 
     result = store_bench.run(events=args.events, window_events=args.window_events)
     if args.json:

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from app.commands import args as argtypes
+from tttr.app.commands import args as argtypes
 
 DEMO_TASK = "write-line"
 
@@ -58,7 +58,7 @@ def _model_args(p) -> None:
 def _check_file(store) -> None:
     """Damage inside the file (not only in its header) is found now, by SQLite's quick
     check (tens of ms for a 100k-event run), rather than half way through browsing."""
-    from sessions.store import StoreError
+    from tttr.sessions.store import StoreError
 
     problems = store.check()
     if problems:
@@ -72,7 +72,7 @@ def _check_run(store, run_id: int | None) -> None:
 
 
 def cmd_open(args) -> int:
-    from sessions.store import Store
+    from tttr.sessions.store import Store
 
     # Read-only: a corrupt, foreign or newer file raises StoreError here, before the
     # terminal is taken over, and nothing is ever written to it by viewing.
@@ -86,7 +86,7 @@ def cmd_open(args) -> int:
 
 
 def _run_app(store, run_id: int | None, args) -> int:
-    from app.tui import TTTRApp
+    from tttr.app.tui import TTTRApp
 
     app = TTTRApp(store, run_id=run_id, model=args.model, unsafe_no_sandbox=args.unsafe_no_sandbox)
     app.run()
@@ -96,10 +96,10 @@ def _run_app(store, run_id: int | None, args) -> int:
 def cmd_demo(args) -> int:
     from datetime import datetime
 
-    from engine.replay import ReplayError, record
-    from engine.runtime import Runtime
-    from recorders.tasks import load_task
-    from sessions.store import Store
+    from tttr.engine.replay import ReplayError, record
+    from tttr.engine.runtime import Runtime
+    from tttr.recorders.tasks import load_task
+    from tttr.sessions.store import Store
 
     path = Path(args.db) if args.db else Path(f"tttr-demo-{datetime.now():%Y%m%d-%H%M%S}.db")
     if path.exists():
@@ -127,7 +127,7 @@ def cmd_demo(args) -> int:
 
 
 def _demo_progress(done: int, total: int | None, message: str = "") -> None:
-    from sessions.safe_text import visible
+    from tttr.sessions.safe_text import visible
 
     message = visible(message, newlines=False)  # it quotes the model's command
     width = 30
@@ -141,7 +141,7 @@ def _demo_progress(done: int, total: int | None, message: str = "") -> None:
 
 
 def cmd_bench_app(args) -> int:
-    from app.bench import measure
+    from tttr.app.bench import measure
 
     figures = measure(args.events)
     if args.json:

@@ -13,9 +13,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, LoadingIndicator, Static
 
-from app import describe
-from app.compare import Comparison, build_comparison
-from app.widgets.side_by_side import SideBySide
+from tttr.app import describe
+from tttr.app.compare import Comparison, build_comparison
+from tttr.app.widgets.side_by_side import SideBySide
 
 
 class ComparisonReady(Message):
@@ -48,7 +48,7 @@ class CompareScreen(Screen):
         self.run_worker(self._load, thread=True, exit_on_error=False, name="diff")
 
     def _load(self) -> None:
-        from sessions.store import Store
+        from tttr.sessions.store import Store
 
         try:
             store = Store.open(self.app.db_path, create=False, readonly=True)

@@ -15,7 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList
 from textual.widgets.option_list import Option
 
-from sessions.safe_text import visible
+from tttr.sessions.safe_text import visible
 
 HELP = {
     "clock": "an ISO date-time (2026-03-01T09:00:00) or a shift of the recorded value: +90, -3600, +2h, -1d",

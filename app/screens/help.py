@@ -9,7 +9,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from app.runview import LAYER_ORDER, LAYERS
+from tttr.app.runview import LAYER_ORDER, LAYERS
 
 LAYER_HELP = {
     "tensor": "logits of a position: digest, top-k, batch composition, kernel mode",

@@ -9,8 +9,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from app import describe
-from sessions.safe_text import visible
+from tttr.app import describe
+from tttr.sessions.safe_text import visible
 
 COLUMNS = ("", "run", "task", "model", "kernels", "seed", "steps", "outcome", "status", "lineage")
 
@@ -126,6 +126,6 @@ class RunsScreen(Screen):
             self.notify("mark two runs with space (or stand on a fork) to compare them", severity="warning",
                         markup=False)
             return
-        from app.screens.compare import CompareScreen
+        from tttr.app.screens.compare import CompareScreen
 
         self.app.push_screen(CompareScreen(pair[0], pair[1]))

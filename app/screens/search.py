@@ -12,8 +12,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
-from app import search
-from app.describe import short
+from tttr.app import search
+from tttr.app.describe import short
 
 
 class SearchScreen(ModalScreen[int | None]):

@@ -18,17 +18,17 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from app import describe
-from app.forking import ForkFailed, ForkFinished, ForkProgressed, run_fork
-from app.runview import (BLOB_PREVIEW, EDITABLE_KINDS, LAYERS, TOO_LARGE, RunView, is_blob, token_pos,
+from tttr.app import describe
+from tttr.app.forking import ForkFailed, ForkFinished, ForkProgressed, run_fork
+from tttr.app.runview import (BLOB_PREVIEW, EDITABLE_KINDS, LAYERS, TOO_LARGE, RunView, is_blob, token_pos,
                          value_problem)
-from app.screens.edit import EditScreen
-from app.screens.search import SearchScreen
-from app.widgets.detail import DetailPane
-from app.widgets.fork_progress import ForkProgress
-from app.widgets.message import MessageStrip
-from app.widgets.timeline import Timeline
-from sessions.safe_text import visible
+from tttr.app.screens.edit import EditScreen
+from tttr.app.screens.search import SearchScreen
+from tttr.app.widgets.detail import DetailPane
+from tttr.app.widgets.fork_progress import ForkProgress
+from tttr.app.widgets.message import MessageStrip
+from tttr.app.widgets.timeline import Timeline
+from tttr.sessions.safe_text import visible
 
 
 class BlobsLoaded(Message):
@@ -136,8 +136,8 @@ class TimelineScreen(Screen):
     def _load_blobs(self, wanted: dict) -> None:
         """In a worker thread, on a connection of its own: read the wanted blobs (a slow or
         huge one never blocks the screen; `q` still quits)."""
-        from app.runview import load_wanted
-        from sessions.store import Store
+        from tttr.app.runview import load_wanted
+        from tttr.sessions.store import Store
 
         worker = get_current_worker()
         try:
@@ -179,8 +179,8 @@ class TimelineScreen(Screen):
     def _index(self, screen: SearchScreen) -> None:
         """In a worker thread, on a connection of its own: the search corpus (it reads
         every command's output, blobs included)."""
-        from app.search import build_corpus
-        from sessions.store import Store
+        from tttr.app.search import build_corpus
+        from tttr.sessions.store import Store
 
         # Posted, not called: a call from this thread would wait forever on an app that quit.
         try:
@@ -256,7 +256,7 @@ class TimelineScreen(Screen):
         if run.status != "complete":
             return f"run #{run.id} is {run.status}: only complete runs can be forked"
         try:
-            from engine.mutation import parse_mutation
+            from tttr.engine.mutation import parse_mutation
         except ImportError as exc:
             return f"editing needs the engine, which failed to import: {exc}"
         tokenizer = None
@@ -317,7 +317,7 @@ class TimelineScreen(Screen):
                         severity="warning", markup=False)
             return
         self.notify(visible(f"fork at {message.site} stored as run #{result.run_id}"), markup=False)
-        from app.screens.compare import CompareScreen
+        from tttr.app.screens.compare import CompareScreen
 
         self.app.push_screen(CompareScreen(message.parent, result.run_id))
 
@@ -338,7 +338,7 @@ class TimelineScreen(Screen):
             self.query_one(ForkProgress).stopping()
 
     def action_diff_parent(self) -> None:
-        from app.screens.compare import CompareScreen
+        from tttr.app.screens.compare import CompareScreen
 
         self.app.push_screen(CompareScreen(self.view.run.parent, self.view.run_id))
 

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, ProgressBar
 
-from sessions.safe_text import visible
+from tttr.sessions.safe_text import visible
 
 
 class ForkProgress(Horizontal):

@@ -9,8 +9,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from app.runview import token_pos, value_problem
-from sessions.safe_text import visible
+from tttr.app.runview import token_pos, value_problem
+from tttr.sessions.safe_text import visible
 
 LINES_BEFORE = 2  # lines of text shown before the selected token (about)
 LINES = 5

@@ -16,8 +16,8 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from app import describe
-from app.compare import Comparison, CompareRow, StepInfo
+from tttr.app import describe
+from tttr.app.compare import Comparison, CompareRow, StepInfo
 
 LINES_PER_ROW = 2
 GUTTER = 3

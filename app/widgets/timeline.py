@@ -19,8 +19,8 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from app import describe
-from app.runview import LAYER_ORDER, LAYERS, RunView
+from tttr.app import describe
+from tttr.app.runview import LAYER_ORDER, LAYERS, RunView
 
 SITE_WIDTH = 15
 
