@@ -39,7 +39,7 @@ def _cpu() -> tuple[str, list[str]]:
 def _kernels() -> dict:
     """Which of TTTR's own kernels run here (each builds with the C compiler on first use)."""
     from tttr.kernels import REVISION, cquant, crow  # noqa: PLC0415
-    from tttr.engine.scheduler import LOGITS_DIGEST  # noqa: PLC0415
+    from tttr.engine.digest import LOGITS_DIGEST  # noqa: PLC0415
     from tttr.kernels.invariant import attention_kernel  # noqa: PLC0415
 
     return {

@@ -306,7 +306,7 @@ def kernels_note(recorded: dict) -> str | None:
     holds. None when they are comparable."""
     from tttr.kernels import REVISION
 
-    from tttr.engine.scheduler import LOGITS_DIGEST
+    from tttr.engine.digest import LOGITS_DIGEST
 
     theirs = recorded.get("kernels_revision")
     digest = recorded.get("logits_digest", "blake2b-128")

@@ -23,8 +23,8 @@ import weakref
 from concurrent.futures import Future
 
 import torch
-import xxhash
 
+from tttr.engine.digest import logits_digests
 from tttr.engine.errors import EngineError
 from tttr.engine.kv_cache import KVCache, KVPool
 from tttr.engine.model import Model, Segment
@@ -43,21 +43,6 @@ def _close_all() -> None:
     # A worker thread still parked at interpreter exit makes torch's runtime abort.
     for engine in list(_ENGINES):
         engine.close()
-
-
-LOGITS_DIGEST = "xxh3-128"  # recorded in the run fingerprint (blake2b-128 before kernels revision 2)
-
-
-def logits_digests(logits: torch.Tensor) -> list[str]:
-    """xxh3-128 hex of each row's fp32 logits bytes (native byte order), logits [n, vocab]: a
-    check that two computations gave the same bits, ~10 GB/s (blake2b took a quarter
-    millisecond a row)."""
-    return [xxhash.xxh3_128_hexdigest(r) for r in logits.detach().to(torch.float32).contiguous().numpy()]
-
-
-def logits_digest(row: torch.Tensor) -> str:
-    """`logits_digests` of one position's logits [vocab]."""
-    return logits_digests(row.reshape(1, -1))[0]
 
 
 class Engine:
