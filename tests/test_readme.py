@@ -1,6 +1,9 @@
-"""The README is checked, so it cannot drift from the product: every command line it shows
-parses with the real `tttr` parser, every command the parser has is named in it, and the
-sandbox's mechanism names and hit-limit values it lists are the ones the code reports."""
+"""The docs are checked, so they cannot drift from the product (as sqlite-utils'
+tests/test_docs.py does): every command line the README shows parses with the real `tttr`
+parser, every command the parser has is named in the README and has help text, the sandbox's
+mechanism names and hit-limit values the README lists are the ones the code reports, and the
+event kinds and fields docs/contracts.md lists are the ones the store checks and the engine
+writes. No model is loaded."""
 
 from __future__ import annotations
 
@@ -13,7 +16,9 @@ import pytest
 
 from tttr.app.cli import build_parser
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+CONTRACTS = (ROOT / "docs" / "contracts.md").read_text()
 
 
 def _documented_commands() -> list[str]:
@@ -63,3 +68,84 @@ def test_sandbox_mechanisms_and_limits_are_documented():
         assert name in flat, f"mechanism {name!r} is not in the README"
     for name in LIMITS_HIT:
         assert f"`{name}`" in README, f"limit {name!r} is not in the README"
+
+
+def _all_commands() -> list[tuple[str, argparse.ArgumentParser, str | None]]:
+    """(command line, its parser, the help its parent lists for it) for every command."""
+    out = []
+
+    def walk(prefix: str, parser: argparse.ArgumentParser) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {a.dest: a.help for a in action._choices_actions}
+                for name, sub in action.choices.items():
+                    out.append((f"{prefix} {name}", sub, helps.get(name)))
+                    walk(f"{prefix} {name}", sub)
+
+    walk("tttr", build_parser())
+    return out
+
+
+def test_every_command_has_help_text():
+    commands = _all_commands()
+    assert len(commands) >= 20
+    missing = [line for line, _, short in commands if not (short or "").strip()]
+    assert not missing, f"commands without a one-line help in their parent's list: {missing}"
+    for line, parser, short in commands:
+        text = parser.format_help()
+        assert text.startswith("usage: " + line), f"{line}: its usage line names it as {text.splitlines()[0]!r}"
+        options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+        bare = [a.option_strings[0] for a in options if not (a.help or "").strip()]
+        assert not bare, f"{line}: options without help text: {bare}"
+
+
+def _documented_kinds() -> dict[str, tuple[str, set[str]]]:
+    """kind -> (layer, fields) from the kinds table of docs/contracts.md."""
+    kinds = {}
+    for row in re.findall(r"^\| (\w+) \| `(\w+)` \| ([^|]*) \|", CONTRACTS, re.M):
+        layer, kind, fields = row
+        kinds[kind] = (layer, set(re.findall(r"`(\w+)`", fields)))
+    return kinds
+
+
+def test_documented_event_kinds_are_the_store_rules():
+    from tttr.sessions.store import LAYERS
+    from tttr.sessions.values import RULES
+
+    documented = _documented_kinds()
+    assert {"clock", "tool", "token", "logits", "prompt", "message", "action", "outcome"} <= set(documented)
+    assert set(documented) == set(RULES), "docs/contracts.md's kinds table and sessions.values.RULES name other kinds"
+    for kind, (layer, fields) in documented.items():
+        assert layer in LAYERS, f"{kind}: {layer!r} is not a layer"
+        assert fields == set(RULES[kind][0]), (
+            f"{kind}: documented {sorted(fields)}, the store's rule checks {sorted(RULES[kind][0])}")
+        assert set(RULES[kind][1]) <= fields
+
+
+def test_documented_token_and_logits_fields_are_what_the_engine_writes():
+    from tttr.engine.sequence import TokenRecord
+    from tttr.sessions.codec import LOGITS_KEYS, TOKEN_KEYS
+
+    record = TokenRecord(position=0, token_id=1, forced=False, logprob=-0.5, topk=((1, -0.5),), digest="ab",
+                         batch_rows=1, rows=(0,), row=0, kernel_mode="invariant", rng=(0, 0, 0), text="a",
+                         logits=None)
+    documented = _documented_kinds()
+    assert set(record.token_value()) <= documented["token"][1]
+    assert set(record.logits_value()) == documented["logits"][1]
+    assert set(TOKEN_KEYS) <= documented["token"][1] and set(LOGITS_KEYS) == documented["logits"][1]
+
+
+@pytest.mark.parametrize("cls", [
+    "tttr.sessions.records:Run", "tttr.sessions.records:Event", "tttr.recorders.sandbox:Limits",
+    "tttr.recorders.sandbox:CommandResult", "tttr.engine.sequence:TokenRecord", "tttr.engine.sampler:SamplingParams",
+    "tttr.engine.replay:RunResult", "tttr.engine.diff:RunDiff", "tttr.engine.diff:DiffRow",
+    "tttr.engine.agent:AgentLimits",
+])
+def test_contracts_name_every_field(cls):
+    import dataclasses
+    import importlib
+
+    module, name = cls.split(":")
+    fields = [f.name for f in dataclasses.fields(getattr(importlib.import_module(module), name))]
+    missing = [f for f in fields if not re.search(rf"\b{f}\b", CONTRACTS)]
+    assert not missing, f"docs/contracts.md never names {name}'s fields {missing}"
