@@ -1,4 +1,5 @@
-"""The determinism proof behind `tttr bench determinism`.
+"""The determinism proof behind `tttr bench determinism` (the kernels' property, shown
+through the engine: so it lives above both).
 
 The same prompt is generated `runs` times, each time co-batched with 0..15 other random
 prompts (random lengths, random generation lengths) at a random row of the pass, once
@@ -22,6 +23,11 @@ from typing import Callable
 
 import torch
 
+from tttr.engine.digest import logits_digest
+from tttr.engine.model import Segment, load_model
+from tttr.engine.sampler import SamplingParams
+from tttr.engine.scheduler import Engine
+from tttr.engine.sequence import Sequence
 from tttr.kernels.mode import MODES, kernel_mode
 
 TARGET_MESSAGES = [
@@ -83,9 +89,6 @@ def generations(model, cfg: Config, progress: Callable[[int, int, str], None] | 
     Each run draws one batch composition (0..max_others random neighbours, the target at
     a random row) and generates the greedy and the sampled target in it, one after the
     other; both modes see the same compositions."""
-    from tttr.engine.sampler import SamplingParams  # noqa: PLC0415
-    from tttr.engine.scheduler import Engine  # noqa: PLC0415
-    from tttr.engine.sequence import Sequence  # noqa: PLC0415
 
     tok = model.tokenizer
     target = tok.encode(tok.apply_chat_template(TARGET_MESSAGES, add_generation_prompt=True))
@@ -123,8 +126,6 @@ def generations(model, cfg: Config, progress: Callable[[int, int, str], None] | 
 
 def _forward_digests(model, ids: list[int], chunk: int | None) -> list[str]:
     """Logits digests of every position of `ids`, fed in chunks of `chunk` tokens (None = one pass)."""
-    from tttr.engine.model import Segment  # noqa: PLC0415
-    from tttr.engine.scheduler import logits_digest  # noqa: PLC0415
 
     cache = model.new_cache(len(ids))
     step = chunk or len(ids)
@@ -174,17 +175,10 @@ def prefill_paths(model, cfg: Config, completion: list[int] | None = None,
 
 
 def run(cfg: Config, model=None, progress: Callable[[int, int, str], None] | None = _progress_stderr) -> dict:
-    from tttr.engine.model import load_model  # noqa: PLC0415
-
     model = model or load_model()
     t0 = time.perf_counter()
     gens = generations(model, cfg, progress)
-    greedy_completion = None
     # Feed the invariant greedy completion through the prefill paths too: positions past the prompt.
-    from tttr.engine.sampler import SamplingParams  # noqa: PLC0415
-    from tttr.engine.scheduler import Engine  # noqa: PLC0415
-    from tttr.engine.sequence import Sequence  # noqa: PLC0415
-
     tok = model.tokenizer
     target = tok.encode(tok.apply_chat_template(TARGET_MESSAGES, add_generation_prompt=True))
     with Engine(model, kernel_mode="invariant") as eng:

@@ -57,7 +57,7 @@ def _threads(args) -> None:
 
 def cmd_determinism(args) -> int:
     _threads(args)
-    from tttr.kernels import determinism  # noqa: PLC0415
+    from tttr.engine import determinism  # noqa: PLC0415
 
     result = determinism.run(determinism.Config(runs=args.runs, tokens=args.tokens, seed=args.seed))
     print(json.dumps(result, indent=1) if args.json else "\n".join(determinism.lines(result)))
@@ -66,7 +66,7 @@ def cmd_determinism(args) -> int:
 
 def cmd_kernels(args) -> int:
     _threads(args)
-    from tttr.kernels import bench  # noqa: PLC0415
+    from tttr.engine import bench_kernels as bench  # noqa: PLC0415
 
     result = bench.run(rounds=args.rounds, tokens=max(2, args.tokens), e2e=not args.ops_only,
                        progress=bench.progress_stderr)
