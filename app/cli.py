@@ -6,9 +6,13 @@ entries) and sets `func=handler` on each parser. A handler takes the parsed
 arguments and returns an exit code. Command modules import heavy domain code
 (torch, the model) inside their handlers, so `tttr --help` stays fast.
 
-Errors meant for the user are exceptions carrying an `exit_code` attribute (each
-domain package defines its own error class): they print as one line on stderr
-and exit with that code. Anything else is a bug and keeps its traceback.
+Errors meant for the user derive from `tttr.sessions.errors.TTTRError` (each domain
+package's error class does): they print as one line on stderr and exit with the
+error's `exit_code` (2). Input argparse can check is checked at parsing (usage and
+one error line, exit 2). Anything else is a bug and keeps its traceback.
+
+A command module that fails to import fails `tttr` at start: a missing command is
+a broken install, not something to hide.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from tttr.sessions.errors import TTTRError
+from tttr.sessions.safe_text import visible
 
 # Order here is the order in `tttr --help`.
 COMMAND_MODULES = ("store", "generate", "kernels", "sandbox", "agent", "ui")
@@ -42,13 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
     bench.set_defaults(func=lambda args: _missing(bench))
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"tttr.app.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"tttr.app.commands.{name}":
-                continue
-            raise
-        module.register(sub, bench_sub)
+        importlib.import_module(f"tttr.app.commands.{name}").register(sub, bench_sub)
     return parser
 
 
@@ -71,15 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as exc:  # noqa: BLE001 - user errors carry an exit code
-        code = getattr(exc, "exit_code", None)
-        if code is None:
-            raise
-        from tttr.sessions.safe_text import visible
-
+    except TTTRError as exc:
         # One line, and nothing from a database (quoted in the message) acts on the terminal.
         print(f"tttr: error: {visible(exc, newlines=False)}", file=sys.stderr)
-        return int(code)
+        return int(exc.exit_code)
 
 
 if __name__ == "__main__":

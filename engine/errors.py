@@ -3,8 +3,8 @@ unsupported architecture, a prompt longer than the context, a bad sampling value
 
 from __future__ import annotations
 
+from tttr.sessions.errors import TTTRError
 
-class EngineError(ValueError):
+
+class EngineError(TTTRError, ValueError):
     """One line: what is wrong (with the offending value) and what to do instead."""
-
-    exit_code = 2

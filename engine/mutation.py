@@ -19,10 +19,11 @@ from datetime import datetime, timedelta, timezone
 
 from tttr.engine.oracle import Mutation
 from tttr.engine.sites import MUTABLE, Site, SiteError
+from tttr.sessions.errors import TTTRError
 
 
-class MutationError(ValueError):
-    exit_code = 2
+class MutationError(TTTRError, ValueError):
+    pass
 
 
 _SHIFT = re.compile(r"^([+-])(\d+(?:\.\d+)?)([smhd]?)$")

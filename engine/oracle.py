@@ -38,14 +38,15 @@ from typing import Any, Callable
 from tttr.engine.diff import compared_value
 from tttr.engine.policy import Policy
 from tttr.engine import sites
+from tttr.sessions.errors import TTTRError
 
 BLOB_THRESHOLD = 1024
 UNRUNNABLE_EXIT = 126  # the shell's "cannot execute"
 NUL_STDERR = "tttr: the command contains a NUL byte (\\x00), which no shell command line can hold; it was not run\n"
 
 
-class OracleError(RuntimeError):
-    exit_code = 2
+class OracleError(TTTRError, RuntimeError):
+    pass
 
 
 @dataclass(frozen=True, slots=True)

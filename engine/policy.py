@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tttr.sessions.errors import TTTRError
+
 LAYERS = ("tensor", "token", "trace")
 
 
-class PolicyError(ValueError):
-    exit_code = 2
+class PolicyError(TTTRError, ValueError):
+    pass
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,10 +19,11 @@ from tttr.engine.agent import AgentLimits, run_agent
 from tttr.engine.oracle import Divergence, Mutation, Oracle, Source
 from tttr.engine.policy import Policy
 from tttr.engine.runtime import Runtime
+from tttr.sessions.errors import TTTRError
 
 
-class ReplayError(ValueError):
-    exit_code = 2
+class ReplayError(TTTRError, ValueError):
+    pass
 
 
 @dataclass(slots=True)

@@ -11,14 +11,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tttr.sessions.errors import TTTRError
+
 _SITE = re.compile(r"^(-?\d+):([a-z]+)(?::(\d+))?$")
 POSITIONAL = ("token", "logits")
 NAMES = ("clock", "tool", "token", "logits", "prompt", "message", "action", "setup", "outcome")
 MUTABLE = ("clock", "tool", "token")
 
 
-class SiteError(ValueError):
-    exit_code = 2
+class SiteError(TTTRError, ValueError):
+    pass
 
 
 @dataclass(frozen=True, slots=True)

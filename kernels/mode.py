@@ -11,11 +11,13 @@ import contextlib
 import contextvars
 from typing import Iterator
 
+from tttr.sessions.errors import TTTRError
+
 MODES = ("fast", "invariant")
 
 
-class KernelModeError(ValueError):
-    exit_code = 2
+class KernelModeError(TTTRError, ValueError):
+    pass
 
 
 _mode: contextvars.ContextVar[str] = contextvars.ContextVar("tttr_kernel_mode", default="fast")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from tttr.sessions.errors import TTTRError
 
-class RecorderError(Exception):
+
+class RecorderError(TTTRError):
     """A mistake the user can fix; the CLI prints it as one line and exits 2."""
-
-    exit_code = 2
 
 
 class SandboxError(RecorderError):

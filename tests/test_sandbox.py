@@ -151,6 +151,43 @@ def test_cli_exec_prints_the_result(tmp_path):
     assert bad.returncode == 2 and bad.stderr.startswith("tttr: error: bad clock 'yesterday'")
 
 
+def test_exec_words_are_one_argv_and_one_word_is_a_shell_line():
+    from tttr.app.commands.sandbox import shell_line
+
+    assert shell_line(["python3", "-c", "print(1)"]) == "python3 -c 'print(1)'"
+    assert shell_line(["printf", "%s\\n", "a b", "$HOME", "*", ""]) == "printf '%s\\n' 'a b' '$HOME' '*' ''"
+    assert shell_line(["date; ls -l"]) == "date; ls -l"
+    assert shell_line(["--", "ls", "-l"]) == "ls -l"  # a second `--` is no command's name
+    for words in ([], ["--"], ["  "]):
+        with pytest.raises(SandboxError):
+            shell_line(words)
+
+
+@needs_sandbox
+def test_cli_exec_runs_an_argv_or_a_shell_line(tmp_path, capsys):
+    from tttr.app.cli import main
+
+    exec_ = ["sandbox", "exec", "--tree", str(tmp_path), "--clock", "2026-03-02T10:00:00", "--json", "--"]
+    # Several arguments are one argv, as with bwrap, docker run and faketime: each reaches the
+    # program as it is, with no shell splitting, globbing or expansion.
+    assert main([*exec_, "python3", "-c", "print(1)"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert (res["stdout"], res["stderr"], res["cmd"]) == ("1\n", "", "python3 -c 'print(1)'")
+    (tmp_path / "x.txt").write_text("")
+    assert main([*exec_, "python3", "-c", "import sys; print(sys.argv[1:])", "a b", "$HOME", "*", ""]) == 0
+    assert json.loads(capsys.readouterr().out)["stdout"] == "['a b', '$HOME', '*', '']\n"
+    assert main([*exec_, "sh", "-c", "exit 5"]) == 5
+    capsys.readouterr()
+    # One argument is a shell line, as the agent's commands are.
+    assert main([*exec_, "cd /work && echo $((6 * 7)) > f; cat f; date +%F"]) == 0
+    assert json.loads(capsys.readouterr().out)["stdout"] == "42\n2026-03-02\n"
+    assert main([*exec_, "echo *"]) == 0
+    assert "x.txt" in json.loads(capsys.readouterr().out)["stdout"]
+    # Without --json the header shows the shell line that ran.
+    assert main([*exec_[:-2], "--", "echo", "a  b"]) == 0
+    assert capsys.readouterr().out.startswith("$ echo 'a  b'\n--- stdout (5 bytes)\na  b\n")
+
+
 def test_bash_messages_number_lines_as_a_plain_bash_c(tmp_path):
     """The state-carrying prelude shares the command's line: the agent sees the same error
     text as under `bash -c`, not the prelude's line count."""

@@ -68,8 +68,8 @@ def register(sub, bench_sub) -> None:
         description="Align two runs step by step (actions aligned by edit distance), report the first "
                     "divergence per layer, and print both trajectories side by side.",
     )
-    p.add_argument("run_a", type=argtypes.run_id)
-    p.add_argument("run_b", type=argtypes.run_id)
+    p.add_argument("run_a", type=argtypes.run_id, help="first run id (see `tttr runs DB`)")
+    p.add_argument("run_b", type=argtypes.run_id, help="second run id")
     p.add_argument("--db", default=DEFAULT_DB, help=f"session database (default {DEFAULT_DB})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_diff)
@@ -84,7 +84,7 @@ def register(sub, bench_sub) -> None:
     b.add_argument("--runs", type=argtypes.steps, default=10, help="runs to record (default 10)")
     b.add_argument("--db", help="database to keep the runs in (default: a temporary file)")
     _model_args(b)
-    b.add_argument("--json", action="store_true")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=cmd_bench_replay)
 
 
@@ -140,6 +140,8 @@ def cmd_record(args) -> int:
 
     from tttr.engine.agent import AgentLimits
     from tttr.engine.replay import ReplayError, check_machine, record, sandbox_clock
+    from tttr.engine.sampler import SamplingParams
+    from tttr.recorders.tasks import load_task
 
     clock = None
     if args.clock:
@@ -149,11 +151,9 @@ def cmd_record(args) -> int:
             raise ReplayError(f"--clock {args.clock!r} does not parse: give an ISO date-time like 2026-03-01T09:00:00") from None
         clock = sandbox_clock(clock, "--clock")
     limits = AgentLimits(max_steps=args.max_steps)
-    runtime = _runtime(args, args.kernels)
-    runtime.check_sampling(args.temperature, args.top_p, args.top_k, args.seed)
-    from tttr.recorders.tasks import load_task
-
+    SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed or 0)
     task = load_task(args.task)  # an unknown task fails before the database is touched
+    runtime = _runtime(args, args.kernels)
     sandbox_clock(clock or getattr(task, "clock", None) or datetime.now(), f"task {args.task}'s clock")
     check_machine(runtime, args.unsafe_no_sandbox)
     store = _open_store(args.db, create=True)
@@ -264,8 +264,10 @@ def _s(v) -> str:
 
 
 def cmd_bench_replay(args) -> int:
+    from tttr.engine.loader import resolve_model_path
     from tttr.engine.replay_bench import run_bench
 
+    resolve_model_path(args.model)  # a wrong path is refused before any work
     result = run_bench(runs=args.runs, db=args.db, model=args.model,
                        unsafe_no_sandbox=args.unsafe_no_sandbox, log=None if args.json else print)
     if args.json:

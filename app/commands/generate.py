@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from tttr.app.commands import args as argtypes
+
 
 def register(sub, bench_sub) -> None:
     p = sub.add_parser(
@@ -21,9 +23,9 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--chat", action="store_true", help="wrap PROMPT as a user message in the model's chat template")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (default 1.0)")
-    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (default 0 = all)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed in [0, 2^63) (default 0)")
-    p.add_argument("--max-tokens", type=int, default=128, help="tokens to generate at most (default 128)")
+    p.add_argument("--top-k", type=argtypes.count, default=0, help="keep the k most likely tokens (default 0 = all)")
+    p.add_argument("--seed", type=argtypes.seed, default=0, help="sampling seed in [0, 2^63) (default 0)")
+    p.add_argument("--max-tokens", type=argtypes.positive, default=128, help="tokens to generate at most (default 128)")
     p.add_argument("--kernels", choices=("fast", "invariant"), default="fast",
                    help="kernel mode (default fast)")
     p.add_argument("--json", action="store_true", help="one JSON record per token instead of text")
@@ -36,30 +38,29 @@ def register(sub, bench_sub) -> None:
                     "generate on the same model and prompt as the reference (when installed).",
     )
     b.add_argument("--model", default=None, help="a .gguf file (default: the embedded default)")
-    b.add_argument("--tokens", type=int, default=100, help="tokens per sequence (default 100)")
+    b.add_argument("--tokens", type=argtypes.positive, default=100, help="tokens per sequence (default 100)")
     b.add_argument("--kernels", choices=("fast", "invariant"), default="fast", help="kernel mode (default fast)")
-    b.add_argument("--threads", type=int, default=None,
+    b.add_argument("--threads", type=argtypes.threads, default=None,
                    help="torch intra-op threads for both sides (default: torch's default, the core count)")
-    b.add_argument("--rounds", type=int, default=3, help="measurement rounds, alternating ours and the reference; the best of each counts (default 3)")
+    b.add_argument("--rounds", type=argtypes.positive, default=3, help="measurement rounds, alternating ours and the reference; the best of each counts (default 3)")
     b.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=cmd_bench)
 
 
 def cmd_generate(args) -> int:
-    from tttr.engine.errors import EngineError
+    from tttr.engine.loader import resolve_model_path
     from tttr.engine.sampler import SamplingParams
 
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
-    if args.max_tokens < 1:
-        raise EngineError(f"--max-tokens={args.max_tokens} is out of range: use an integer >= 1")
+    model_path = resolve_model_path(args.model)  # a wrong path is refused before torch loads
 
     from tttr.engine.model import load_model
     from tttr.engine.scheduler import Engine
     from tttr.engine.sequence import Sequence
     from tttr.kernels.mode import kernel_mode
 
-    model = load_model(args.model)
+    model = load_model(model_path)
     tok = model.tokenizer
     text = tok.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
     ids = tok.encode(text)
@@ -96,18 +97,17 @@ def cmd_generate(args) -> int:
 
 def cmd_bench(args) -> int:
     from tttr.engine.bench import format_report, run_bench
+    from tttr.engine.loader import resolve_model_path
+
+    model_path = resolve_model_path(args.model)  # a wrong path is refused before any work
 
     if args.threads is not None:
-        if args.threads < 1:
-            from tttr.engine.errors import EngineError
-
-            raise EngineError(f"--threads={args.threads} is out of range: use an integer >= 1")
         import torch
 
         torch.set_num_threads(args.threads)
 
-    report = run_bench(model_path=args.model, tokens=args.tokens, kernels=args.kernels,
-                       reference=not args.no_reference, rounds=max(1, args.rounds))
+    report = run_bench(model_path=model_path, tokens=args.tokens, kernels=args.kernels,
+                       reference=not args.no_reference, rounds=args.rounds)
     if args.json:
         print(json.dumps(report))
     else:

@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is out of range: use 1 or more")
-    return value
+from tttr.app.commands import args as argtypes
 
 
 def register(sub, bench_sub) -> None:
@@ -27,10 +18,10 @@ def register(sub, bench_sub) -> None:
                     "co-batching too where its products are stock (dense weights; a quantized GGUF's products are "
                     "invariant in both modes). Progress goes to stderr.",
     )
-    d.add_argument("--runs", type=_positive, default=100, help="generations per mode and sampling (default 100)")
-    d.add_argument("--tokens", type=_positive, default=40, help="tokens per generation (default 40)")
-    d.add_argument("--seed", type=int, default=1234, help="seed of the batch compositions and the sampler")
-    d.add_argument("--threads", type=_positive, help="torch threads (default: torch's)")
+    d.add_argument("--runs", type=argtypes.positive, default=100, help="generations per mode and sampling (default 100)")
+    d.add_argument("--tokens", type=argtypes.positive, default=40, help="tokens per generation (default 40)")
+    d.add_argument("--seed", type=argtypes.seed, default=1234, help="seed of the batch compositions and the sampler")
+    d.add_argument("--threads", type=argtypes.threads, help="torch threads (default: torch's)")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=cmd_determinism)
 
@@ -40,10 +31,10 @@ def register(sub, bench_sub) -> None:
                     "(1 and 8 streams), invariant against fast, alternating round by round in one run. Ratios are "
                     "invariant time / fast time.",
     )
-    k.add_argument("--rounds", type=_positive, default=5, help="alternating rounds per figure (default 5)")
-    k.add_argument("--tokens", type=_positive, default=32, help="tokens per end-to-end generation (default 32)")
+    k.add_argument("--rounds", type=argtypes.positive, default=5, help="alternating rounds per figure (default 5)")
+    k.add_argument("--tokens", type=argtypes.positive, default=32, help="tokens per end-to-end generation (default 32)")
     k.add_argument("--ops-only", action="store_true", help="skip the end-to-end part (no model needed)")
-    k.add_argument("--threads", type=_positive, help="torch threads (default: torch's)")
+    k.add_argument("--threads", type=argtypes.threads, help="torch threads (default: torch's)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.set_defaults(func=cmd_kernels)
 

@@ -2,8 +2,26 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import shlex
 import sys
+
+from tttr.app.commands import args as argtypes
+
+EXEC_DESCRIPTION = """\
+Run one command in the sandbox exactly as the agent's tool call would and print
+its stdout, stderr, exit code, duration, clock and the mechanisms that were
+active. Exits with the command's status (124 when the timeout killed it), like
+`timeout` and `docker exec`.
+
+After --, several arguments are one command and its arguments, as with bwrap,
+docker run and faketime (quoted with shlex.join into the shell line that bash
+runs); a single argument is a shell line, as the agent's commands are.
+
+examples:
+  tttr sandbox exec -- python3 -c 'print(1)'
+  tttr sandbox exec --clock 2026-03-02T10:00:00 -- 'date; ls -l'"""
 
 
 def register(sub, bench_sub) -> None:
@@ -20,15 +38,12 @@ def register(sub, bench_sub) -> None:
 
     e = ssub.add_parser(
         "exec", help="run COMMAND in the sandbox and print what the agent would see",
-        description="Run one shell command in the sandbox exactly as the agent's tool call would and "
-                    "print its stdout, stderr, exit code, duration, clock and the mechanisms that "
-                    "were active. Exits with the command's status (124 when the timeout killed it), "
-                    "like `timeout` and `docker exec`. "
-                    "Example: tttr sandbox exec --clock 2026-03-02T10:00:00 -- 'date; ls -l'",
+        description=EXEC_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="%(prog)s [options] -- COMMAND [ARG ...]",
     )
     e.add_argument("--clock", help="virtual clock, ISO (default: now, UTC)")
-    e.add_argument("--seed", type=int, default=0, help="run seed for the sandbox's randomness (default 0)")
-    e.add_argument("--step", type=int, default=0, help="agent step: randomness depends on (seed, step) (default 0)")
+    e.add_argument("--seed", type=argtypes.seed, default=0, help="run seed for the sandbox's randomness (default 0)")
+    e.add_argument("--step", type=argtypes.sandbox_step, default=0, help="agent step: randomness depends on (seed, step) (default 0)")
     e.add_argument("--tree", help="directory mounted read-write at /work (default: a fresh empty one); "
                                   "as root, its files are given to the sandbox's uid")
     e.add_argument("--timeout", type=float, default=30.0,
@@ -39,18 +54,20 @@ def register(sub, bench_sub) -> None:
     e.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="where bubblewrap or namespaces are refused, run the command unconfined (unsafe)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
-    e.add_argument("cmd", nargs="+", metavar="-- COMMAND", help="the shell command line")
+    e.add_argument("cmd", nargs="+", metavar="COMMAND",
+                   help="after --: a command and its arguments (python3 -c 'print(1)'), "
+                        "or one shell line as a single argument ('date; ls -l')")
     e.set_defaults(func=cmd_exec)
 
     pr = ssub.add_parser("probe", help="what this machine allows the sandbox to use",
                          description="Detect bubblewrap, namespaces, libfaketime, the randomness shim "
                                      "and the process limit, and print one line (or JSON).")
-    pr.add_argument("--json", action="store_true")
+    pr.add_argument("--json", action="store_true", help="print one JSON object")
     pr.set_defaults(func=cmd_probe)
 
     t = sub.add_parser("tasks", help="list the task suite",
                        description="List the tasks: name, difficulty, tags, default clock and instruction.")
-    t.add_argument("--json", action="store_true")
+    t.add_argument("--json", action="store_true", help="print a JSON list")
     t.set_defaults(func=cmd_tasks)
 
     t = sub.add_parser("task", help="check tasks: solution passes, doing nothing fails",
@@ -64,11 +81,11 @@ def register(sub, bench_sub) -> None:
     )
     c.add_argument("name", nargs="?", help="task name (see `tttr tasks`)")
     c.add_argument("--all", action="store_true", help="check every task")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=argtypes.seed, default=0, help="run seed for the sandbox's randomness (default 0)")
     c.add_argument("--clock", help="override the tasks' default clocks, ISO")
     c.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="where the sandbox is refused, run the scripts unconfined (unsafe)")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print a JSON list of results")
     c.set_defaults(func=cmd_task_check)
 
     b = bench_sub.add_parser(
@@ -77,8 +94,9 @@ def register(sub, bench_sub) -> None:
                     "of a 1,000-file tree with 10 files changed (<= 50 ms), restore of it (<= 100 ms). "
                     "Medians, measured side by side.",
     )
-    b.add_argument("--repeats", type=int, default=15)
-    b.add_argument("--unsafe-no-sandbox", action="store_true")
+    b.add_argument("--repeats", type=argtypes.positive, default=15, help="measurements per figure; medians are reported (default 15)")
+    b.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="where the sandbox is refused, measure unconfined commands (unsafe)")
     b.add_argument("--json", action="store_true", help="print overhead_ms, snapshot_ms, restore_ms, … as JSON")
     b.set_defaults(func=cmd_bench_sandbox)
 
@@ -93,8 +111,7 @@ def cmd_exec(args) -> int:
     from tttr.recorders.sandbox import Executor
 
     clock = parse_clock(args.clock) if args.clock else datetime.now(timezone.utc).replace(tzinfo=None)
-    cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
-    command = " ".join(cmd)
+    command = shell_line(args.cmd)
     limits = Limits(timeout_s=args.timeout, tree_mb=args.tree_mb, tmp_mb=args.tmp_mb)  # refused before any file
     tmp = None
     tree = args.tree
@@ -127,6 +144,18 @@ def cmd_exec(args) -> int:
         print("exports    " + " ".join(f"{k}={v}" for k, v in res.state_after.exports.items()))
     print(f"mechanisms {', '.join(res.mechanisms)}")
     return res.exit_code
+
+
+def shell_line(words: list[str]) -> str:
+    """The shell line for `tttr sandbox exec -- WORDS`: one word is a shell line as it is;
+    several are one argv, quoted so that bash runs exactly those arguments."""
+    from tttr.recorders.errors import SandboxError
+
+    if words and words[0] == "--":  # argparse keeps a second `--`; no command is named that
+        words = words[1:]
+    if not words or not "".join(words).strip():
+        raise SandboxError("no command given: put it after --, e.g. tttr sandbox exec -- ls -l")
+    return words[0] if len(words) == 1 else shlex.join(words)
 
 
 def cmd_probe(args) -> int:

@@ -61,8 +61,8 @@ def register(sub, bench_sub) -> None:
         "200-event window from its middle, and measure bytes per event on disk.",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--events", type=int, default=100_000, help="token events to append (default 100,000)")
-    p.add_argument("--window-events", type=int, default=1_000_000, help="events in the window database (default 1,000,000)")
+    p.add_argument("--events", type=argtypes.bench_events, default=100_000, help="token events to append, at least 1,000 (default 100,000)")
+    p.add_argument("--window-events", type=argtypes.bench_events, default=1_000_000, help="events in the window database, at least 1,000 (default 1,000,000)")
     p.set_defaults(func=bench)
 
 

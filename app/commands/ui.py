@@ -43,7 +43,7 @@ def register(sub, bench_sub) -> None:
                     "paint of the run's timeline, keypress_ms the median key-press latency over "
                     "stepping keys (event, step, layer, page, start, end).",
     )
-    b.add_argument("--events", type=int, default=100_000, help="events in the generated run (default 100000)")
+    b.add_argument("--events", type=argtypes.bench_events, default=100_000, help="events in the generated run, at least 1,000 (default 100000)")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=cmd_bench_app)
 
@@ -105,8 +105,8 @@ def cmd_demo(args) -> int:
     if path.exists():
         raise ReplayError(f"{path} already exists: the demo records into a fresh database; pass a new --db path")
     load_task(args.task)  # an unknown task fails before anything is written
-    print(f"tttr demo: loading the model …", file=sys.stderr, flush=True)
-    runtime = Runtime(args.model, kernel_mode="invariant")
+    runtime = Runtime(args.model, kernel_mode="invariant")  # a wrong model path fails here; the load is lazy
+    print("tttr demo: loading the model …", file=sys.stderr, flush=True)
     print(f"tttr demo: recording task {args.task} into {path}", file=sys.stderr, flush=True)
     store = Store.open(path, create=True)
     try:
