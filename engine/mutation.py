@@ -18,8 +18,13 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from tttr.engine.oracle import Mutation
+from tttr.engine.runtime import Runtime
 from tttr.engine.sites import MUTABLE, Site, SiteError
 from tttr.sessions.errors import TTTRError
+from tttr.recorders.clock import normalize_clock
+from tttr.recorders.errors import SandboxError
+from tttr.sessions.safe_text import visible
+from tttr.sessions.values import ValueProblem, load_json
 
 
 class MutationError(TTTRError, ValueError):
@@ -42,8 +47,6 @@ def parse_mutation(store, run_id: int, site_text: str, value_text: str, tokenize
         )
     event = store.event_at(run_id, str(site))
     if event is not None and event.problem:
-        from tttr.sessions.safe_text import visible
-
         raise MutationError(f"run {run_id}, site {site}: {visible(event.problem, newlines=False)}")
     if event is None:
         steps = store.steps(run_id)
@@ -92,9 +95,6 @@ _YEARS = "1971–2999"
 def _in_range(t: datetime, text: str) -> datetime:
     """The sandbox's virtual clock shows only these years: refuse the rest here, not as a
     run that dies at its first command."""
-    from tttr.recorders.clock import normalize_clock
-    from tttr.recorders.errors import SandboxError
-
     try:
         normalize_clock(t)
     except SandboxError:
@@ -110,8 +110,6 @@ def _tool(text: str) -> dict:
     if m:
         return {"exit_code": _exit_code(m.group(1))}
     if stripped.startswith("{"):
-        from tttr.sessions.values import ValueProblem, load_json
-
         try:
             value = load_json(stripped, "the tool result")  # bounded depth: a user's text is input too
         except ValueProblem as exc:
@@ -146,8 +144,6 @@ def _exit_code(digits: str) -> int:
 
 def _token(text: str, tokenizer) -> int:
     if tokenizer is None:
-        from tttr.engine.runtime import Runtime
-
         tokenizer = Runtime().tokenizer  # the default model's (TTTR_MODEL, then the embedded one)
     vocab = tokenizer.vocab_size
     stripped = text.strip()

@@ -35,10 +35,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from tttr.engine.diff import compared_value
-from tttr.engine.policy import Policy
 from tttr.engine import sites
 from tttr.sessions.errors import TTTRError
+from tttr.engine.diff import compared_value
+from tttr.engine.policy import Policy
+from tttr.recorders.sandbox import ShellState as SandboxShell
+from tttr.recorders.snapshot import restore, snapshot, tree_digest
 
 BLOB_THRESHOLD = 1024
 UNRUNNABLE_EXIT = 126  # the shell's "cannot execute"
@@ -283,8 +285,6 @@ class Oracle:
         """The sandbox tree on disk, at the state the run now stands in."""
         if self._tree_dir is not None and self._tree_dir_digest == self._tree:
             return self._tree_dir
-        from tttr.recorders.snapshot import restore
-
         manifest = self._manifests.get(self._tree)
         if manifest is None:
             raise OracleError(f"no snapshot of tree {self._tree} in the recording: cannot restore it")
@@ -296,8 +296,6 @@ class Oracle:
         return dest
 
     def _snapshot(self, tree_dir: Path) -> tuple[str, str | None]:
-        from tttr.recorders.snapshot import snapshot, tree_digest
-
         digest = tree_digest(tree_dir)
         manifest = self._manifests.get(digest)
         if manifest is None and self.write:
@@ -364,8 +362,6 @@ class Oracle:
         }
 
     def _run_live(self, step: int, cmd: str, clock: datetime, before: str, shell: ShellState) -> dict:
-        from tttr.recorders.sandbox import ShellState as SandboxShell
-
         if "\0" in cmd:
             return self._unrunnable(cmd, before, shell, NUL_STDERR)
         tree_dir = self._materialise()

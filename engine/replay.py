@@ -16,10 +16,19 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from tttr.engine.agent import AgentLimits, run_agent
+from tttr.engine.diff import action_text
+from tttr.engine.mutation import parse_mutation
 from tttr.engine.oracle import Divergence, Mutation, Oracle, Source
 from tttr.engine.policy import Policy
 from tttr.engine.runtime import Runtime
+from tttr.kernels import REVISION
+from tttr.recorders.clock import normalize_clock
+from tttr.recorders.errors import SandboxError
+from tttr.recorders.probe import probe
+from tttr.recorders.sandbox import REFUSAL, Executor
+from tttr.recorders.tasks import load_task
 from tttr.sessions.errors import TTTRError
+from tttr.sessions.values import ValueProblem, load_json
 
 
 class ReplayError(TTTRError, ValueError):
@@ -65,14 +74,10 @@ def _fresh_seed() -> int:
 
 
 def _load_task(name: str):
-    from tttr.recorders.tasks import load_task
-
     return load_task(name)
 
 
 def _executor_factory(unsafe_no_sandbox: bool) -> Callable:
-    from tttr.recorders.sandbox import Executor
-
     def make(tree_dir, seed):
         return Executor(tree_dir, seed=seed, unsafe_no_sandbox=unsafe_no_sandbox)
 
@@ -120,7 +125,7 @@ def record(
 ) -> RunResult:
     """Run the agent on a task with every layer live, recording it (unless write=False,
     which is the same run with recording switched off: the baseline for its overhead)."""
-    from tttr.engine.sampler import SamplingParams
+    from tttr.engine.sampler import SamplingParams  # lazy: torch, which a faithful replay never loads
 
     runtime = runtime or Runtime()
     task = _load_task(task_name)
@@ -156,9 +161,6 @@ def check_machine(runtime: Runtime, unsafe_no_sandbox: bool, *, commands: bool =
     """The model's tokenizer loads and (when the run will run commands) the sandbox works
     here: checked before a run is begun, so that neither can leave an incomplete run behind
     at its first use. A faithful replay runs no command."""
-    from tttr.recorders.probe import probe
-    from tttr.recorders.sandbox import REFUSAL
-
     runtime.tokenizer  # noqa: B018 - reads the model file's vocabulary; a bad file fails here
     if commands and not unsafe_no_sandbox:
         support = probe()
@@ -169,9 +171,6 @@ def check_machine(runtime: Runtime, unsafe_no_sandbox: bool, *, commands: bool =
 def sandbox_clock(t: datetime, what: str) -> datetime:
     """`t` if the sandbox's virtual clock can show it, else ReplayError, so that a run is
     refused before it begins rather than dying at its first command."""
-    from tttr.recorders.clock import normalize_clock
-    from tttr.recorders.errors import SandboxError
-
     try:
         return normalize_clock(t)
     except SandboxError as exc:
@@ -196,7 +195,7 @@ def _plan(source: Source, policy: Policy, mutation: Mutation | None, seed: int |
     What the replay will feed the sandbox and the sampler is checked here: the task exists,
     the sampling parameters and limits are valid, every recorded clock is one the virtual
     clock can show, and every blob and snapshot the run refers to can be read."""
-    from tttr.engine.sampler import SamplingParams
+    from tttr.engine.sampler import SamplingParams  # lazy: torch, which a faithful replay never loads
 
     run = source.run
     if type(run.task) is not str:
@@ -230,8 +229,6 @@ def _plan(source: Source, policy: Policy, mutation: Mutation | None, seed: int |
 
 def _check_values(source: Source) -> None:
     """Recorded values the store accepts by shape but the replay would fail on half way."""
-    from tttr.sessions.values import ValueProblem, load_json
-
     store, rid = source.store, source.run.id
     for e in source.events:
         v = e.value
@@ -305,9 +302,7 @@ def kernels_note(recorded: dict) -> str | None:
     """One line when the recording's logits came from another revision of TTTR's kernels (or
     another digest): its tensor-layer values cannot match these bit for bit, whatever else
     holds. None when they are comparable."""
-    from tttr.kernels import REVISION
-
-    from tttr.engine.digest import LOGITS_DIGEST
+    from tttr.engine.digest import LOGITS_DIGEST  # lazy: torch, which a faithful replay never loads
 
     theirs = recorded.get("kernels_revision")
     digest = recorded.get("logits_digest", "blake2b-128")
@@ -320,8 +315,6 @@ def kernels_note(recorded: dict) -> str | None:
 
 
 def _recorded_actions(source: Source) -> list[str]:
-    from tttr.engine.diff import action_text
-
     return [action_text(e.value) for e in source.events if e.kind == "action"]
 
 
@@ -340,8 +333,6 @@ def check_fork(store, run_id: int, site: str, value: str, *, runtime: Runtime,
                unsafe_no_sandbox: bool = False) -> Mutation:
     """Everything `fork` checks before it writes, on any store (a read-only one too): the
     source run, the model, the site and the new value; returns the parsed mutation."""
-    from tttr.engine.mutation import parse_mutation
-
     source = Source(store, run_id)
     _check_source(source)
     _check_model(runtime, source.run)
@@ -365,8 +356,6 @@ def replay(store, run_id: int, free=(), *, runtime: Runtime | None = None, progr
 
 def fork(store, run_id: int, site: str, value: str, *, runtime: Runtime | None = None, progress=None,
          cancel=None, unsafe_no_sandbox: bool = False) -> RunResult:
-    from tttr.engine.mutation import parse_mutation
-
     runtime = runtime or Runtime(kernel_mode=store.run(run_id).kernel_mode)
     source = Source(store, run_id)
     _check_source(source)

@@ -9,24 +9,21 @@ import hashlib
 import sqlite3
 
 import pytest
-
 from tttr.app.bench import COMMANDS, generate
 from tttr.app.runview import RunView
+from tttr.app.screens.compare import CompareScreen
+from tttr.app.screens.edit import EditScreen
+from tttr.app.screens.help import HelpScreen
+from tttr.app.screens.runs import RunsScreen
+from tttr.app.screens.search import SearchScreen
+from tttr.app.screens.timeline import TimelineScreen
+from tttr.app.widgets.detail import DetailPane
+from tttr.app.widgets.message import MessageStrip
+from tttr.app.widgets.side_by_side import SideBySide
+from tttr.app.widgets.timeline import Timeline
 
-pytest.importorskip("textual")
-
-from tttr.app.screens.compare import CompareScreen  # noqa: E402
-from tttr.app.screens.edit import EditScreen  # noqa: E402
-from tttr.app.screens.help import HelpScreen  # noqa: E402
-from tttr.app.screens.runs import RunsScreen  # noqa: E402
-from tttr.app.screens.search import SearchScreen  # noqa: E402
-from tttr.app.screens.timeline import TimelineScreen  # noqa: E402
-from tests.app_helpers import open_store, wait_for  # noqa: E402
-from tests.app_helpers import run_app as _run_app  # noqa: E402
-from tttr.app.widgets.detail import DetailPane  # noqa: E402
-from tttr.app.widgets.message import MessageStrip  # noqa: E402
-from tttr.app.widgets.side_by_side import SideBySide  # noqa: E402
-from tttr.app.widgets.timeline import Timeline  # noqa: E402
+from tests.app_helpers import open_store, wait_for
+from tests.app_helpers import run_app as _run_app
 
 TOKENS = 12
 OTHER = COMMANDS[:2] + ("rm -rf /var/log/old",) + COMMANDS[3:]

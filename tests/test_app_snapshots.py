@@ -5,11 +5,8 @@ change of the look with `pytest tests/test_app_snapshots.py --snapshot-update`."
 from __future__ import annotations
 
 import pytest
-
-pytest.importorskip("pytest_textual_snapshot")
-
-from tttr.app.bench import COMMANDS, generate  # noqa: E402
-from tttr.app.tui import TTTRApp  # noqa: E402
+from tttr.app.bench import COMMANDS, generate
+from tttr.app.tui import TTTRApp
 
 SIZE = (130, 36)
 TOKENS = 10

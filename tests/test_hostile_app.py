@@ -27,20 +27,18 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from tttr.app.bench import COMMANDS, generate
+from tttr.app.screens.compare import CompareScreen
+from tttr.app.screens.edit import EditScreen
+from tttr.app.screens.runs import RunsScreen
+from tttr.app.screens.search import SearchScreen
+from tttr.app.screens.timeline import TimelineScreen
+from tttr.app.tui import TTTRApp
+from tttr.app.widgets.detail import DetailPane
+from tttr.app.widgets.side_by_side import SideBySide
+from tttr.app.widgets.timeline import Timeline
 
-pytest.importorskip("textual")
-
-from tttr.app.bench import COMMANDS, generate  # noqa: E402
-from tttr.app.screens.compare import CompareScreen  # noqa: E402
-from tttr.app.screens.edit import EditScreen  # noqa: E402
-from tttr.app.screens.runs import RunsScreen  # noqa: E402
-from tttr.app.screens.search import SearchScreen  # noqa: E402
-from tttr.app.screens.timeline import TimelineScreen  # noqa: E402
-from tttr.app.tui import TTTRApp  # noqa: E402
-from tttr.app.widgets.detail import DetailPane  # noqa: E402
-from tttr.app.widgets.side_by_side import SideBySide  # noqa: E402
-from tttr.app.widgets.timeline import Timeline  # noqa: E402
-from tests.app_helpers import SIZE, open_store, wait_for  # noqa: E402
+from tests.app_helpers import SIZE, open_store, wait_for
 
 TOKENS = 2  # per step: a short run, so every event can be visited in every case
 EVENTS = 40
