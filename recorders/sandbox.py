@@ -15,7 +15,6 @@ namespaces, a read-only root and /proc/sys, and a seccomp filter (recorders/secc
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 import weakref

@@ -136,7 +136,7 @@ def snapshot(tree: Path | str, store: BlobStore) -> str:
 def read_manifest(digest: str, store: BlobStore) -> list[Entry]:
     try:
         doc = json.loads(store.get_blob(digest))
-    except Exception as exc:  # noqa: BLE001 - missing blob or not JSON: both mean "no such tree"
+    except Exception as exc:  # noqa: BLE001 - any store's failure (SQLite, a missing blob) is this file's problem - missing blob or not JSON: both mean "no such tree"
         raise SnapshotError(f"no tree manifest {digest!r} in the store ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SnapshotError(f"blob {digest!r} is not a tree manifest ({FORMAT})")

@@ -550,7 +550,7 @@ class Store:
     @_guarded
     def stats(self) -> dict:
         """Figures for `tttr info`."""
-        q = lambda sql: self._conn.execute(sql).fetchone()  # noqa: E731
+        q = lambda sql: self._conn.execute(sql).fetchone()  # noqa: E731 - a one-line local helper
         statuses = {s: 0 for s in STATUSES}
         unreadable = 0
         for run in self.runs():

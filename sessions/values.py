@@ -296,7 +296,7 @@ def check_run_fields(fields: dict[str, Any]) -> tuple[dict[str, Any], list[str]]
             out[name] = {} if name in _OBJECT_COLUMNS else None
             continue
         try:
-            value = load_json(raw, f"JSON")
+            value = load_json(raw, "JSON")
         except ValueProblem as exc:
             bad(name, f"cannot be read ({exc})", {} if name in _OBJECT_COLUMNS else None)
             continue

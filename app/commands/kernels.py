@@ -41,14 +41,14 @@ def register(sub, bench_sub) -> None:
 
 def _threads(args) -> None:
     if args.threads:
-        import torch  # noqa: PLC0415
+        import torch  # noqa: PLC0415 - torch loads in the handler so that `tttr --help` stays fast
 
         torch.set_num_threads(args.threads)
 
 
 def cmd_determinism(args) -> int:
     _threads(args)
-    from tttr.engine import determinism  # noqa: PLC0415
+    from tttr.engine import determinism  # noqa: PLC0415 - loads torch; only when this command runs
 
     result = determinism.run(determinism.Config(runs=args.runs, tokens=args.tokens, seed=args.seed))
     print(json.dumps(result, indent=1) if args.json else "\n".join(determinism.lines(result)))
@@ -57,7 +57,7 @@ def cmd_determinism(args) -> int:
 
 def cmd_kernels(args) -> int:
     _threads(args)
-    from tttr.engine import bench_kernels as bench  # noqa: PLC0415
+    from tttr.engine import bench_kernels as bench  # noqa: PLC0415 - loads torch; only when this command runs
 
     result = bench.run(rounds=args.rounds, tokens=max(2, args.tokens), e2e=not args.ops_only,
                        progress=bench.progress_stderr)

@@ -13,8 +13,12 @@ import argparse
 import json
 import re
 import sys
+from typing import TYPE_CHECKING
 
 from tttr.app.commands import args as argtypes
+
+if TYPE_CHECKING:  # rich loads in the handlers, so that `tttr --help` stays fast
+    from rich.text import Text
 
 LAYERS = ("tensor", "token", "trace", "agent")  # sessions.store.LAYERS, without importing it for --help
 HUMAN_LIMIT = 100
@@ -78,7 +82,7 @@ def _console():
     return Console(highlight=False, soft_wrap=False)
 
 
-def shown(value: object, style: str = "") -> "Text":
+def shown(value: object, style: str = "") -> Text:
     """Text from the file (or the command line) as Rich `Text` on one line: control
     characters visible, brackets literal."""
     from rich.text import Text
