@@ -12,6 +12,14 @@ from __future__ import annotations
 
 import time
 
+import torch
+
+from tttr.engine.model import load_model
+from tttr.engine.sampler import SamplingParams
+from tttr.engine.scheduler import Engine
+from tttr.engine.sequence import Sequence
+from tttr.kernels.mode import kernel_mode
+
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 
@@ -25,14 +33,6 @@ def run_bench(model_path=None, tokens: int = 100, kernels: str = "fast", referen
               rounds: int = 3) -> dict:
     """Each round measures ours (single, 8-way) and the reference back to back; the best round
     of each counts, so a burst of load from elsewhere on a shared machine hurts both sides alike."""
-    import torch
-
-    from tttr.engine.model import load_model
-    from tttr.engine.sampler import SamplingParams
-    from tttr.engine.scheduler import Engine
-    from tttr.engine.sequence import Sequence
-    from tttr.kernels.mode import kernel_mode
-
     model = load_model(model_path)
     tok = model.tokenizer
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
@@ -45,7 +45,7 @@ def run_bench(model_path=None, tokens: int = 100, kernels: str = "fast", referen
     if reference and not model.path.is_file():
         ref_status = "skipped (the reference loads GGUF files only)"
     if reference and model.path.is_file():
-        from tttr.engine.reference import load_reference
+        from tttr.engine.reference import load_reference  # lazy: transformers is optional and slow to load
 
         loaded = load_reference(model.path)
         if loaded is not None:

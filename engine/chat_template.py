@@ -8,6 +8,9 @@ import datetime
 import functools
 import json
 
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
 from tttr.engine.errors import EngineError
 
 CHATML = (
@@ -18,9 +21,6 @@ CHATML = (
 
 @functools.lru_cache(maxsize=8)
 def _compile(source: str):
-    from jinja2.exceptions import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
     def raise_exception(message):
         raise TemplateError(message)
 
@@ -39,8 +39,6 @@ def _compile(source: str):
 
 def render_chat_template(template: str | None, messages: list[dict], *, add_generation_prompt: bool = True,
                          bos_token: str = "", eos_token: str = "", **extra) -> str:
-    from jinja2.exceptions import TemplateError
-
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
             raise EngineError(f"chat message {i} is {m!r}: each message needs 'role' and 'content'")

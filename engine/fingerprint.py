@@ -8,6 +8,10 @@ import platform
 
 import torch
 
+from tttr.engine.digest import LOGITS_DIGEST
+from tttr.kernels import REVISION, cquant, crow
+from tttr.kernels.invariant import attention_kernel
+
 # CPU flags that change which kernels MKL/oneDNN pick (and so the rounding of reductions).
 _FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512bw", "avx512vl",
           "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "neon", "asimd", "sve")
@@ -38,10 +42,6 @@ def _cpu() -> tuple[str, list[str]]:
 
 def _kernels() -> dict:
     """Which of TTTR's own kernels run here (each builds with the C compiler on first use)."""
-    from tttr.kernels import REVISION, cquant, crow  # noqa: PLC0415
-    from tttr.engine.digest import LOGITS_DIGEST  # noqa: PLC0415
-    from tttr.kernels.invariant import attention_kernel  # noqa: PLC0415
-
     return {
         "attention_kernel": attention_kernel(),
         # products by Q4_1/Q8_0 weights of a GGUF file run from its blocks ("blocks:avx512",

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import gguf
 import numpy as np
 import torch
 
@@ -85,8 +86,6 @@ def _read_header(path: Path) -> tuple[dict, list[_Tensor]]:
     parses every metadata item through numpy (~5 s for the default model's 49k-token
     vocabulary); what it found is cached under the cache directory, keyed by the file's path,
     size and mtime, so later loads map the file and slice it at the recorded offsets."""
-    import gguf
-
     st = path.stat()
     key = hashlib.blake2b(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode(), digest_size=12).hexdigest()
     cache = cache_dir() / "gguf" / f"{path.stem}-{key}.json"
@@ -127,8 +126,6 @@ def _read_header(path: Path) -> tuple[dict, list[_Tensor]]:
 
 
 def load_gguf(path: Path) -> Checkpoint:
-    import gguf
-
     fields, reader_tensors = _read_header(path)
     arch = fields.get("general.architecture")
     if arch not in GGUF_ARCHS:

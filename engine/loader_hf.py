@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from tttr.engine.checkpoint import Checkpoint
 from tttr.engine.config import ModelConfig
@@ -18,7 +19,6 @@ def is_hf_folder(path: Path) -> bool:
 
 
 def load_hf(folder: Path) -> Checkpoint:
-    from safetensors.torch import load_file
 
     try:
         cfg = json.loads((folder / "config.json").read_text())

@@ -20,11 +20,12 @@ import torch
 from tttr.engine.checkpoint import Checkpoint
 from tttr.engine.config import ModelConfig
 from tttr.engine.errors import EngineError
+from tttr.engine.fingerprint import fingerprint
 from tttr.engine.kv_cache import KV_ALIGN, KVCache
 from tttr.engine.loader import load_checkpoint
 from tttr.engine.model_id import model_id as compute_model_id
 from tttr.engine.tokenizer import Tokenizer
-from tttr.kernels import crow, ops
+from tttr.kernels import cquant, crow, ops
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +111,6 @@ class Model:
         self.block_weights = 0
         if not quantized or self.dtype != torch.float32:
             return
-        from tttr.kernels import cquant  # noqa: PLC0415 - numpy/ctypes only, and only for GGUF files
-
         def attach(weight: torch.Tensor, names: list[str]) -> None:
             parts = [quantized.get(n) for n in names]
             if any(p is None for p in parts) or len({p[0] for p in parts}) != 1:
@@ -138,8 +137,6 @@ class Model:
         self._sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1).contiguous()
 
     def fingerprint(self) -> dict:
-        from tttr.engine.fingerprint import fingerprint
-
         return fingerprint(self.device, self.dtype)
 
     def new_cache(self, capacity: int) -> KVCache:

@@ -8,13 +8,13 @@ import json
 import os
 from pathlib import Path
 
+from tttr.kernels.cbuild import cache_dir
+
 _CHUNK = 1 << 20
 _FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 
 
 def _cache_file() -> Path:
-    from tttr.kernels.cbuild import cache_dir  # noqa: PLC0415 - $TTTR_CACHE, else ~/.cache/tttr
-
     return cache_dir() / "model_ids.json"
 
 

@@ -15,10 +15,17 @@ run with recording switched off, a faithful replay of it, and a fork at its last
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
+
+from tttr.engine.diff import diff_runs
+from tttr.engine.replay import fork, record, replay
+from tttr.engine.runtime import Runtime
+from tttr.recorders.tasks import list_tasks
+from tttr.sessions.store import Store
 
 TEMPERATURE = 0.7
 
@@ -30,12 +37,6 @@ def _parallel(fn: Callable, items: list) -> list:
 
 def run_bench(runs: int = 10, db: str | None = None, model: str | None = None,
               unsafe_no_sandbox: bool = False, log: Callable | None = print) -> dict:
-    from tttr.engine.diff import diff_runs
-    from tttr.engine.replay import fork, record, replay
-    from tttr.engine.runtime import Runtime
-    from tttr.recorders.tasks import list_tasks
-    from tttr.sessions.store import Store
-
     say = log or (lambda *a, **k: None)
     tmp = None
     if db is None:
@@ -139,8 +140,6 @@ def run_bench(runs: int = 10, db: str | None = None, model: str | None = None,
         f"{result['fork_speedup']:.1f}x (target >= 3x, run of {n_steps} steps); "
         f"recording overhead {result['record_overhead']:+.1%} (target <= 5%)")
     if tmp:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     return result
 

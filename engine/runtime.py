@@ -8,13 +8,23 @@ replayed side by side share forward passes.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 
+from tokenizers import Tokenizer as HFTokenizer
+
+from tttr.engine.model_id import model_id
+from tttr.engine.tokenizer import Tokenizer
 from tttr.kernels.cbuild import cache_dir
 from tttr.kernels.mode import check_mode, kernel_mode
+from tttr.recorders.probe import probe
+
+# The imports inside functions below are lazy on purpose: each loads torch (~3 s), which a
+# faithful replay (tokenizer only) never needs.
 
 class Runtime:
     def __init__(self, model: str | os.PathLike | None = None, kernel_mode: str = "invariant"):
@@ -29,8 +39,6 @@ class Runtime:
     # -- cheap parts -------------------------------------------------------------------
     @cached_property
     def model_id(self) -> str:
-        from tttr.engine.model_id import model_id
-
         return model_id(self.path, self.path.stem)
 
     @cached_property
@@ -45,8 +53,6 @@ class Runtime:
         return {**fingerprint(), "model_path": str(self.path)}
 
     def sandbox_mechanisms(self, unsafe_no_sandbox: bool) -> dict:
-        from tttr.recorders.probe import probe
-
         return {**probe().to_json(), "unsafe_no_sandbox": unsafe_no_sandbox}
 
     def check_sampling(self, temperature: float, top_p: float, top_k: int, seed: int | None) -> None:
@@ -86,8 +92,6 @@ class Runtime:
         return self.generate_in(self.kernel_mode)
 
     def sequence_factory(self, sampling):
-        from dataclasses import replace
-
         from tttr.engine.sequence import Sequence
 
         stop_ids = tuple(self.tokenizer.stop_token_ids)
@@ -108,8 +112,6 @@ def _load_tokenizer(path: Path, model_id: str):
     """The tokenizer alone, without reading the weights. Building it from GGUF metadata
     takes seconds (49k tokens and merges through gguf's reader), so the result is cached
     as a tokenizer.json keyed by the model's content hash."""
-    from tttr.engine.tokenizer import Tokenizer
-
     if not path.is_file():
         from tttr.engine.loader import load_checkpoint
 
@@ -120,7 +122,7 @@ def _load_tokenizer(path: Path, model_id: str):
             return _read_cached(cache)
         except Exception:  # noqa: BLE001 - a bad cache entry is rebuilt
             pass
-    import gguf
+    import gguf  # lazy: ~0.1 s, only when the tokenizer cache misses
 
     from tttr.engine.loader_gguf import _field
 
@@ -138,8 +140,6 @@ def _load_tokenizer(path: Path, model_id: str):
 
 
 def _write_cached(tokenizer, path: Path) -> None:
-    import json
-
     path.write_text(json.dumps({
         "backend": tokenizer._tk.to_str(), "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id, "add_bos": tokenizer.add_bos,
@@ -148,11 +148,5 @@ def _write_cached(tokenizer, path: Path) -> None:
 
 
 def _read_cached(path: Path):
-    import json
-
-    from tokenizers import Tokenizer as HFTokenizer
-
-    from tttr.engine.tokenizer import Tokenizer
-
     data = json.loads(path.read_text())
     return Tokenizer(HFTokenizer.from_str(data.pop("backend")), **data)

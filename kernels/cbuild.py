@@ -4,6 +4,7 @@ recorders). No torch: importing this is cheap."""
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import shutil
@@ -79,8 +80,6 @@ class CLibrary:
         target, why = build_shared(self.stem, self.source, self.flags, self.what, subdir="kernels")
         if target is None:
             return None, why
-        import ctypes  # noqa: PLC0415 - only when a kernel is wanted
-
         lib = ctypes.CDLL(str(target))
         self._declare(lib)
         return lib, None

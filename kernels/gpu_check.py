@@ -23,6 +23,9 @@ import time
 import torch
 import torch.nn.functional as F
 
+from tttr.kernels import invariant as inv
+from tttr.kernels import triton_kernels as tk
+
 FULL = {
     "linears": [(960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576)],
     "batches": [1, 2, 3, 4, 5, 7, 8, 9, 16, 31, 32, 33, 64, 100, 128, 255, 256],
@@ -55,7 +58,7 @@ def _need_interpreter_child(argv: list[str]) -> int | None:
 
 def _timer(device: torch.device):
     if device.type == "cuda":
-        from triton.testing import do_bench  # noqa: PLC0415
+        from triton.testing import do_bench  # noqa: PLC0415 - on a GPU only
 
         return lambda fn: do_bench(fn, warmup=10, rep=40) * 1e3  # ms -> us
 
@@ -77,9 +80,6 @@ def _invariance_rows(op, x: torch.Tensor, batches: list[int]) -> list[int]:
 
 
 def check(tiny: bool, device: torch.device) -> dict:
-    from tttr.kernels import invariant as inv  # noqa: PLC0415
-    from tttr.kernels import triton_kernels as tk  # noqa: PLC0415
-
     shapes = TINY if tiny else FULL
     if tiny:
         tk.KV_BLOCK, tk.KV_SPLIT = 16, 16  # several splits within a tiny prompt

@@ -47,6 +47,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from tttr.kernels import cattention
 from tttr.kernels.packing import HAS_MKL_PACK, PACK_ROWS, WeightCache, mkl_linear, packed
 
 MAX_ROWS = 256  # longest row range one GEMM call gets (the range the suite verifies)
@@ -60,7 +61,7 @@ _EXACT_ELEMS = 1 << 22  # bound on the products of one exact attention step
 
 
 def _triton():
-    from tttr.kernels import triton_kernels  # noqa: PLC0415 - only on CUDA tensors
+    from tttr.kernels import triton_kernels  # noqa: PLC0415 - start-up: triton takes ~0.2 s and is needed on CUDA tensors only
 
     return triton_kernels
 
@@ -306,8 +307,6 @@ def _block_bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _compiled():
     """kernels.cattention when it built here, else None (the blocked PyTorch formulation)."""
-    from tttr.kernels import cattention  # noqa: PLC0415
-
     return cattention if cattention.available() else None
 
 

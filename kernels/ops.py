@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tttr.kernels import cattention, crow
+from tttr.kernels import cattention, crow, invariant
 from tttr.kernels.cquant import attached
 from tttr.kernels.cquant import linear as block_linear
 from tttr.kernels.mode import get_mode
@@ -46,12 +46,6 @@ _ZERO = torch.zeros(1, dtype=torch.int64)
 _CACHED_WEIGHT_BYTES = 16 << 20
 
 
-def _invariant():
-    from tttr.kernels import invariant  # noqa: PLC0415 - the invariant kernels load on first use
-
-    return invariant
-
-
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     blocks = attached.get(id(weight))
     if blocks is not None and (qw := blocks.get(weight)) is not None:
@@ -59,7 +53,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         out = block_linear(x.reshape(-1, x.shape[-1]), qw).view(*x.shape[:-1], qw.shape[0])
         return out if bias is None else out + bias
     if get_mode() == "invariant":
-        return _invariant().linear(x, weight, bias)
+        return invariant.linear(x, weight, bias)
     m = x.shape[0] if x.dim() == 2 else 0
     if 0 < m <= _PACKED_MAX_ROWS and HAS_MKL_PACK and x.dtype == torch.float32 \
             and weight.dtype == torch.float32 and not x.is_cuda and x.is_contiguous() and weight.is_contiguous() \
@@ -78,7 +72,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if _row_kernels(x, weight):
         return crow.rms_norm(x, weight, eps)
     if get_mode() == "invariant":
-        return _invariant().rms_norm(x, weight, eps)
+        return invariant.rms_norm(x, weight, eps)
     return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
@@ -110,13 +104,13 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if get_mode() == "invariant":
-        return _invariant().softmax(x, dim)
+        return invariant.softmax(x, dim)
     return torch.softmax(x, dim=dim)
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if get_mode() == "invariant":
-        return _invariant().log_softmax(x, dim)
+        return invariant.log_softmax(x, dim)
     return torch.log_softmax(x, dim=dim)
 
 
@@ -124,7 +118,7 @@ def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, scale: float
 ) -> torch.Tensor:
     if get_mode() == "invariant":
-        return _invariant().attention(q, k, v, positions, scale)
+        return invariant.attention(q, k, v, positions, scale)
     t, h, d = q.shape
     kvh = k.shape[1]
     if t == 1 and not q.is_cuda and cattention.available():
@@ -154,7 +148,7 @@ def decode_attention(
 ) -> torch.Tensor:
     """One decode query for each of N sequences at once (see the module contract)."""
     if get_mode() == "invariant":
-        return _invariant().decode_attention(q, k, v, positions, scale)
+        return invariant.decode_attention(q, k, v, positions, scale)
     n, h, d = q.shape
     if not q.is_cuda and cattention.available():
         return cattention.attention(q, k, v, torch.arange(n), torch.as_tensor(positions, dtype=torch.int64), scale)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -99,8 +100,6 @@ def _interpreter_exact_dot(bm: int, bn: int, bk: int) -> bool:
         return False
     key = (bm, bn, bk)
     if key not in _exact_dot:
-        import numpy as np  # noqa: PLC0415 - the interpreter's own dependency
-
         rng = np.random.default_rng(0)
         a = rng.standard_normal((bm, bk)).astype(np.float32)
         b = rng.standard_normal((bk, bn)).astype(np.float32)
