@@ -13,6 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -36,6 +37,31 @@ class Segment:
     start: int
     end: int
     cache: KVCache
+
+
+class LayerWeights(NamedTuple):
+    """One decoder layer's weights, d = d_model, hd = head_dim; the query, key and value
+    projections are one product, and so are the gate and up projections."""
+
+    input_norm: torch.Tensor  # [d]
+    qkv: torch.Tensor  # [(H + 2 KVH) * hd, d]
+    qkv_bias: torch.Tensor | None  # [(H + 2 KVH) * hd] (Qwen2-style attention bias), else None
+    o: torch.Tensor  # [d, H * hd]
+    post_attention_norm: torch.Tensor  # [d]
+    gate_up: torch.Tensor  # [2 * ffn, d]
+    down: torch.Tensor  # [d, ffn]
+
+
+class _Span(NamedTuple):
+    """A segment as one pass sees it: rows [start, end) write cache positions
+    [cache_start, cache_end); `positions` are those rows' positions."""
+
+    start: int
+    end: int
+    cache: KVCache
+    cache_start: int
+    cache_end: int
+    positions: torch.Tensor  # int64 [end - start]
 
 
 def _inv_freq(config: ModelConfig, freq_factors: torch.Tensor | None) -> torch.Tensor:
@@ -82,7 +108,7 @@ class Model:
         self.norm = take("model.norm.weight")
         head = None if cfg.tied_embeddings else take("lm_head.weight", optional=True)
         self.lm_head = self.embed if head is None else head
-        self.layers = []
+        self.layers: list[LayerWeights] = []
         for i in range(cfg.n_layers):
             p = f"model.layers.{i}."
             wqkv = torch.cat([take(p + f"self_attn.{n}_proj.weight") for n in "qkv"]).contiguous()
@@ -92,13 +118,14 @@ class Model:
                 if all(b is not None for b in parts):
                     bqkv = torch.cat(parts).contiguous()
             wgu = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]).contiguous()
-            self.layers.append((
-                take(p + "input_layernorm.weight"), wqkv, bqkv, take(p + "self_attn.o_proj.weight"),
-                take(p + "post_attention_layernorm.weight"), wgu, take(p + "mlp.down_proj.weight"),
+            self.layers.append(LayerWeights(
+                input_norm=take(p + "input_layernorm.weight"), qkv=wqkv, qkv_bias=bqkv,
+                o=take(p + "self_attn.o_proj.weight"), post_attention_norm=take(p + "post_attention_layernorm.weight"),
+                gate_up=wgu, down=take(p + "mlp.down_proj.weight"),
             ))
         expect = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
-        if self.layers[0][1].shape != (expect, cfg.d_model):
-            raise EngineError(f"attention weights {tuple(self.layers[0][1].shape)} do not match the config's heads")
+        if self.layers[0].qkv.shape != (expect, cfg.d_model):
+            raise EngineError(f"attention weights {tuple(self.layers[0].qkv.shape)} do not match the config's heads")
         self._attach_blocks(checkpoint.quantized, tied=head is None)
         self._inv_freq = _inv_freq(cfg, t.get("rope_freqs"))
         self._cos = self._sin = torch.empty(0)
@@ -118,12 +145,12 @@ class Model:
             raw = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
             self.block_weights += cquant.attach(weight, parts[0][0], raw)
 
-        for i, (_n1, wqkv, _b, wo, _n2, wgu, wdown) in enumerate(self.layers):
+        for i, layer in enumerate(self.layers):
             p = f"model.layers.{i}."
-            attach(wqkv, [p + f"self_attn.{n}_proj.weight" for n in "qkv"])
-            attach(wo, [p + "self_attn.o_proj.weight"])
-            attach(wgu, [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
-            attach(wdown, [p + "mlp.down_proj.weight"])
+            attach(layer.qkv, [p + f"self_attn.{n}_proj.weight" for n in "qkv"])
+            attach(layer.o, [p + "self_attn.o_proj.weight"])
+            attach(layer.gate_up, [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
+            attach(layer.down, [p + "mlp.down_proj.weight"])
         attach(self.lm_head, ["model.embed_tokens.weight" if tied else "lm_head.weight"])
 
     # -- rotary --------------------------------------------------------------------------
@@ -162,25 +189,25 @@ class Model:
         if not rope_in_place:
             cos = self._cos.index_select(0, positions)[:, None, :]
             sin = self._sin.index_select(0, positions)[:, None, :]
-        spans = [(s.start, s.end, s.cache, s.cache.length, s.cache.length + s.end - s.start,
-                  positions[s.start:s.end]) for s in segments]
+        spans = [_Span(s.start, s.end, s.cache, s.cache.length, s.cache.length + s.end - s.start,
+                       positions[s.start:s.end]) for s in segments]
         # Sequences that decode one token each share one attention call per layer (row i of
         # ops.decode_attention equals ops.attention on that sequence alone); the rest run
         # per sequence.
         # A lone decoder in a KV pool takes the same path: attention reads the pool's
         # zero-padded rows directly instead of padding a copy of its keys.
-        dec = [sp for sp in spans if sp[1] - sp[0] == 1]
-        batch = _DecodeBatch(dec, R) if len(dec) > 1 or (dec and dec[0][2].pool is not None) else None
-        rest = [sp for sp in spans if batch is None or sp[1] - sp[0] != 1]
+        dec = [sp for sp in spans if sp.end - sp.start == 1]
+        batch = _DecodeBatch(dec, R) if len(dec) > 1 or (dec and dec[0].cache.pool is not None) else None
+        rest = [sp for sp in spans if batch is None or sp.end - sp.start != 1]
         if batch is not None and rest:
-            rest_rows = torch.cat([torch.arange(sp[0], sp[1]) for sp in rest])
+            rest_rows = torch.cat([torch.arange(sp.start, sp.end) for sp in rest])
         linear, rms_norm, add_rms_norm, attention, scale = ops.linear, ops.rms_norm, ops.add_rms_norm, ops.attention, self.scale
         n_layers = len(self.layers)
 
         x = self.embed.index_select(0, tokens)
-        h = rms_norm(x, self.layers[0][0], eps)
-        for li, (_wn1, wqkv, bqkv, wo, wn2, wgu, wdown) in enumerate(self.layers):
-            qkv = linear(h, wqkv, bqkv).view(R, nqk + KVH, hd)
+        h = rms_norm(x, self.layers[0].input_norm, eps)
+        for li, layer in enumerate(self.layers):
+            qkv = linear(h, layer.qkv, layer.qkv_bias).view(R, nqk + KVH, hd)
             if rope_in_place:
                 crow.rope_(qkv, nqk, self._cos, self._sin, positions)
                 qk = qkv[:, :nqk]
@@ -189,11 +216,11 @@ class Model:
                 qk = qk * cos + torch.roll(qk, half, -1) * sin
             q, k, v = qk[:, :H], qk[:, H:], qkv[:, nqk:]
             outs = []
-            for start, end, cache, p0, p1, pos in rest:
-                kc, vc = cache.k[li], cache.v[li]
-                kc[p0:p1] = k[start:end]
-                vc[p0:p1] = v[start:end]
-                outs.append(attention(q[start:end], kc[:p1], vc[:p1], pos, scale))
+            for sp in rest:
+                kc, vc = sp.cache.k[li], sp.cache.v[li]
+                kc[sp.cache_start:sp.cache_end] = k[sp.start:sp.end]
+                vc[sp.cache_start:sp.cache_end] = v[sp.start:sp.end]
+                outs.append(attention(q[sp.start:sp.end], kc[:sp.cache_end], vc[:sp.cache_end], sp.positions, scale))
             if batch is None:
                 attn = outs[0] if len(outs) == 1 else torch.cat(outs)
             elif not rest:
@@ -202,10 +229,10 @@ class Model:
                 attn = q.new_empty(q.shape)
                 attn[batch.rows] = batch.attend(li, q, k, v, scale)
                 attn[rest_rows] = torch.cat(outs)
-            h = add_rms_norm(x, linear(attn.reshape(R, H * hd), wo), wn2, eps)
-            down = linear(ops.swiglu(linear(h, wgu)), wdown)
+            h = add_rms_norm(x, linear(attn.reshape(R, H * hd), layer.o), layer.post_attention_norm, eps)
+            down = linear(ops.swiglu(linear(h, layer.gate_up)), layer.down)
             # the residual add, and the next layer's input norm (the last layer's is the final norm)
-            h = add_rms_norm(x, down, self.layers[li + 1][0] if li + 1 < n_layers else self.norm, eps)
+            h = add_rms_norm(x, down, self.layers[li + 1].input_norm if li + 1 < n_layers else self.norm, eps)
         if logit_rows is not None:
             h = h.index_select(0, logit_rows)
         return linear(h, self.lm_head).float()
@@ -219,12 +246,12 @@ class _DecodeBatch:
     only when the slots are not consecutive); caches of their own are gathered into a
     zero-padded batch."""
 
-    def __init__(self, dec: list, n_rows: int):
+    def __init__(self, dec: list[_Span], n_rows: int):
         self.dec = dec
         self.all_rows = len(dec) == n_rows
-        self.rows = torch.tensor([sp[0] for sp in dec], dtype=torch.int64)
-        self.positions = torch.tensor([sp[3] for sp in dec], dtype=torch.int64)
-        caches = [sp[2] for sp in dec]
+        self.rows = torch.tensor([sp.start for sp in dec], dtype=torch.int64)
+        self.positions = torch.tensor([sp.cache_start for sp in dec], dtype=torch.int64)
+        caches = [sp.cache for sp in dec]
         pool = caches[0].pool
         self.pool = pool if pool is not None and all(c.pool is pool for c in caches) else None
         # keys read: up to the furthest position, rounded up to a whole attention block
@@ -252,12 +279,12 @@ class _DecodeBatch:
         else:
             kb = k.new_zeros(len(self.dec), self.span, *k.shape[1:])
             vb = torch.zeros_like(kb)
-            for i, (_s, _e, cache, p0, p1, _pos) in enumerate(self.dec):
-                kc, vc = cache.k[li], cache.v[li]
-                kc[p0] = k[i]
-                vc[p0] = v[i]
-                kb[i, :p1] = kc[:p1]
-                vb[i, :p1] = vc[:p1]
+            for i, sp in enumerate(self.dec):
+                kc, vc = sp.cache.k[li], sp.cache.v[li]
+                kc[sp.cache_start] = k[i]
+                vc[sp.cache_start] = v[i]
+                kb[i, :sp.cache_end] = kc[:sp.cache_end]
+                vb[i, :sp.cache_end] = vc[:sp.cache_end]
         return ops.decode_attention(q, kb, vb, self.positions, scale)
 
 

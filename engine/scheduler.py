@@ -21,6 +21,8 @@ import collections
 import threading
 import weakref
 from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -43,6 +45,32 @@ def _close_all() -> None:
     # A worker thread still parked at interpreter exit makes torch's runtime abort.
     for engine in list(_ENGINES):
         engine.close()
+
+
+class _Planned(NamedTuple):
+    """One sequence's part of a pass. A sequence that shares another's prefill (a follower)
+    carries its leader's rows and logits rows."""
+
+    seq: Sequence
+    fut: Future
+    start: int  # its rows of the pass: [start, end)
+    end: int
+    first_out: int  # its first row of the pass's logits
+    n_out: int  # positions it produces: from the last n_out of its rows
+
+
+@dataclass(frozen=True, slots=True)
+class _PassOutput:
+    """What one forward pass produced, per logits row i (a `_Planned`'s first_out + j)."""
+
+    logits: torch.Tensor  # fp32 [rows produced, vocab]
+    logprobs: torch.Tensor  # [rows produced, vocab]
+    top_v: list[list[float]]  # the top-k logprobs of row i
+    top_i: list[list[int]]  # and their token ids
+    digests: list[str]
+    drawn: dict[tuple[int, int], int]  # (id(seq), j) -> the sampled token (see Engine._draw)
+    batch_rows: int  # rows in the pass
+    mode: str  # its kernel mode
 
 
 class Engine:
@@ -196,9 +224,9 @@ class Engine:
         positions: list[int] = []
         segments: list[Segment] = []
         logit_rows: list[int] = []
-        plan = []
-        shared: dict[tuple, tuple] = {}  # a fresh prompt already in this pass -> its rows
-        followers = []  # (sequence, the (start, end, first_out, leader) of the prefill it shares)
+        plan: list[_Planned] = []
+        shared: dict[tuple, _Planned] = {}  # a fresh prompt already in this pass -> its leader's part
+        followers: list[tuple[Sequence, _Planned]] = []  # (sequence, the leader's part whose prefill it shares)
         self._pool.arrange([seq.cache for seq, _ in batch])
         for seq, fut in batch:
             feed, n_out = self._feed(seq)
@@ -207,9 +235,9 @@ class Engine:
             # the others copy its keys/values and read its logits.
             key = (tuple(feed), n_out) if seq.cache.length == 0 and len(feed) > 1 else None
             if key in shared:
-                start, end, first_out, _leader = shared[key]
-                followers.append((seq, shared[key]))
-                plan.append((seq, fut, start, end, first_out, n_out))
+                leader = shared[key]
+                followers.append((seq, leader))
+                plan.append(leader._replace(seq=seq, fut=fut))
                 continue
             start = len(tokens)
             p0 = seq.cache.length
@@ -219,46 +247,45 @@ class Engine:
             segments.append(Segment(start, end, seq.cache))
             first_out = len(logit_rows)
             logit_rows.extend(range(end - n_out, end))
-            plan.append((seq, fut, start, end, first_out, n_out))
+            plan.append(_Planned(seq, fut, start, end, first_out, n_out))
             if key is not None:
-                shared[key] = (start, end, first_out, seq)
+                shared[key] = plan[-1]
         R = len(tokens)
         mode = batch[0][0].kernel_mode
         with kernel_mode(mode), torch.inference_mode():
             logits = self.model.forward(torch.tensor(tokens, dtype=torch.int64),
                                         torch.tensor(positions, dtype=torch.int64), segments,
                                         torch.tensor(logit_rows, dtype=torch.int64))
-            for seq, (start, end, _first, leader) in followers:
-                seq.cache.k[:, :end - start] = leader.cache.k[:, :end - start]
-                seq.cache.v[:, :end - start] = leader.cache.v[:, :end - start]
+            for seq, leader in followers:
+                n = leader.end - leader.start
+                seq.cache.k[:, :n] = leader.seq.cache.k[:, :n]
+                seq.cache.v[:, :n] = leader.seq.cache.v[:, :n]
             logprobs = ops.log_softmax(logits, dim=-1)
             if crow.available() and logprobs.is_contiguous() and 0 < self.topk <= crow.TOPK_MAX:
                 top_v, top_i = crow.topk(logprobs, self.topk)  # one scan a row, rows in parallel
             else:
                 top_v, top_i = torch.topk(logprobs, self.topk, dim=-1)
-            top_v, top_i = top_v.tolist(), top_i.tolist()
-            drawn = self._draw(plan, logits)
-            digests = logits_digests(logits)
+            out = _PassOutput(logits, logprobs, top_v.tolist(), top_i.tolist(), logits_digests(logits),
+                              self._draw(plan, logits), R, mode)
             self.steps += 1
-            self.history.append((R, tuple(id(s) for s, *_ in plan)))
+            self.history.append((R, tuple(id(part.seq) for part in plan)))
             finished = []
-            for seq, fut, start, end, first_out, n_out in plan:
-                seq.cache.length += end - start
-                rows = tuple(range(start, end))
+            for part in plan:
+                seq = part.seq
+                seq.cache.length += part.end - part.start
+                rows = tuple(range(part.start, part.end))
                 try:
-                    for j in range(n_out):
-                        i = first_out + j
-                        self._produce(seq, drawn.get((id(seq), j)), logits[i], logprobs[i], top_v[i], top_i[i],
-                                      digests[i], R, rows, start + (end - start - n_out) + j, mode)
+                    for j in range(part.n_out):
+                        self._produce(part, j, rows, out)
                         if seq.finished:
                             break
                 except BaseException as exc:  # noqa: BLE001 - a failing callback fails its sequence
                     seq.finish_reason = "error"
-                    fut.set_exception(exc)
-                    finished.append((seq, fut))
+                    part.fut.set_exception(exc)
+                    finished.append((seq, part.fut))
                     continue
                 if seq.finished:
-                    finished.append((seq, fut))
+                    finished.append((seq, part.fut))
         if finished:
             done = {id(s) for s, _ in finished}
             with self._cv:
@@ -272,28 +299,31 @@ class Engine:
                     fut.set_result(seq.records)
 
     @staticmethod
-    def _draw(plan: list, logits: torch.Tensor) -> dict[tuple[int, int], int]:
+    def _draw(plan: list[_Planned], logits: torch.Tensor) -> dict[tuple[int, int], int]:
         """The sampled tokens of this pass, drawn together: {(id(seq), j): token} for every
         position j of the plan that is not forced (see sampler.sample_rows)."""
-        want = [(id(seq), j, first_out + j, seq.sampling, (seq.rng_step, seq.next_position + j))
-                for seq, _fut, _s, _e, first_out, n_out in plan for j in range(n_out)
+        want = [(id(seq), j, part.first_out + j, seq.sampling, (seq.rng_step, seq.next_position + j))
+                for part in plan for seq in (part.seq,) for j in range(part.n_out)
                 if seq.next_position + j not in seq.forced]
         if not want:
             return {}
         tokens = sample_rows(logits[[w[2] for w in want]], [w[3] for w in want], [w[4] for w in want])
         return {(w[0], w[1]): t for w, t in zip(want, tokens)}
 
-    def _produce(self, seq: Sequence, drawn: int | None, logits: torch.Tensor, logprobs: torch.Tensor, top_v, top_i,
-                 digest: str, batch_rows: int, rows: tuple[int, ...], row: int, mode: str) -> None:
+    def _produce(self, part: _Planned, j: int, rows: tuple[int, ...], out: _PassOutput) -> None:
+        """The j-th position `part` produces in this pass (`rows` are its rows)."""
+        seq = part.seq
+        i = part.first_out + j
         p = seq.next_position
         forced = p in seq.forced
-        token = seq.forced[p] if forced else drawn
+        token = seq.forced[p] if forced else out.drawn.get((id(seq), j))
         rec = TokenRecord(
-            position=p, token_id=token, forced=forced, logprob=float(logprobs[token]),
-            topk=tuple(zip(top_i, top_v)), digest=digest, batch_rows=batch_rows,
-            rows=rows, row=row, kernel_mode=mode, rng=(seq.sampling.seed, seq.rng_step, p),
+            position=p, token_id=token, forced=forced, logprob=float(out.logprobs[i][token]),
+            topk=tuple(zip(out.top_i[i], out.top_v[i])), digest=out.digests[i], batch_rows=out.batch_rows,
+            rows=rows, row=part.end - part.n_out + j, kernel_mode=out.mode,
+            rng=(seq.sampling.seed, seq.rng_step, p),
             text=self.model.tokenizer.token_text(token),
-            logits=logits.clone() if seq.keep_logits else None,
+            logits=out.logits[i].clone() if seq.keep_logits else None,
         )
         seq.records.append(rec)
         seq.ids.append(token)
