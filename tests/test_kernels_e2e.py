@@ -7,6 +7,8 @@ import pytest
 
 from tttr.kernels.mode import kernel_mode
 
+pytestmark = pytest.mark.slow  # generates with the default model in many batch compositions
+
 
 @pytest.fixture(scope="module")
 def model():

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs the GPU check under the Triton interpreter
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs the Triton kernels under the interpreter
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

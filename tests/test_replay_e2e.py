@@ -16,6 +16,8 @@ from tttr.engine.replay import fork, record, replay
 from tttr.engine.runtime import Runtime
 from tttr.sessions.store import Store
 
+pytestmark = pytest.mark.slow  # records, replays and forks real runs of the default model
+
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "write-line"
 SEED = 1
