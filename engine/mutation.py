@@ -20,9 +20,9 @@ from datetime import datetime, timedelta, timezone
 from tttr.engine.oracle import Mutation
 from tttr.engine.runtime import Runtime
 from tttr.engine.sites import MUTABLE, Site, SiteError
-from tttr.sessions.errors import TTTRError
 from tttr.recorders.clock import normalize_clock
 from tttr.recorders.errors import SandboxError
+from tttr.sessions.errors import TTTRError
 from tttr.sessions.safe_text import visible
 from tttr.sessions.values import ValueProblem, load_json
 

@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tttr.engine import sites
-from tttr.sessions.errors import TTTRError
 from tttr.engine.diff import compared_value
 from tttr.engine.policy import Policy
 from tttr.recorders.sandbox import ShellState as SandboxShell
 from tttr.recorders.snapshot import restore, snapshot, tree_digest
+from tttr.sessions.errors import TTTRError
 
 BLOB_THRESHOLD = 1024
 UNRUNNABLE_EXIT = 126  # the shell's "cannot execute"
