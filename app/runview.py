@@ -17,6 +17,7 @@ from typing import Any
 from tttr.sessions import values
 from tttr.sessions.records import Event
 from tttr.sessions.safe_text import visible
+from tttr.sessions.vocabulary import LAYERS as VOCABULARY_LAYERS
 
 # Layer → (letter, colour). Letters make the timeline readable without colour:
 # T tensor (logits), K token (sampling), R trace (the world: clock, tools), A agent (derived).
@@ -26,7 +27,7 @@ LAYERS: dict[str, tuple[str, str]] = {
     "trace": ("R", "yellow"),
     "agent": ("A", "green"),
 }
-LAYER_ORDER = ("tensor", "token", "trace", "agent")
+LAYER_ORDER = VOCABULARY_LAYERS
 EDITABLE_KINDS = ("clock", "tool", "token")
 
 WINDOW = 256  # events per cached window

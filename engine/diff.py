@@ -14,6 +14,7 @@ from typing import Any
 from rapidfuzz.distance import Levenshtein
 
 from tttr.engine.sites import Site
+from tttr.sessions.vocabulary import LAYERS
 
 # What counts as "the value" of an event when comparing two runs, per kind.
 _COMPARED = {
@@ -135,7 +136,7 @@ def first_divergences(a_events: list, b_events: list) -> dict[str, Divergence]:
                 continue
             by_layer.setdefault(layer, {}).setdefault(e.site, {})[side] = compared_value(e.kind, e.value)
     out: dict[str, Divergence] = {}
-    for layer in ("tensor", "token", "trace", "agent"):
+    for layer in LAYERS:
         sites = by_layer.get(layer, {})
         for site in sorted(sites, key=_site_key):
             pair = sites[site]

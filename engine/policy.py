@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tttr.sessions.errors import TTTRError
-
-LAYERS = ("tensor", "token", "trace")
+from tttr.sessions.vocabulary import RECORDED_LAYERS as LAYERS  # the layers a policy pins or frees
 
 
 class PolicyError(TTTRError, ValueError):

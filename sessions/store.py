@@ -23,11 +23,11 @@ from typing import Any
 
 from . import blobs, codec, liveness, opening, safe_text, schema, values
 from .records import Event, Run
+from .vocabulary import LAYERS
 from .errors import StoreError
 
 __all__ = ["Store", "StoreError", "Run", "Event", "LAYERS", "STATUSES"]
 
-LAYERS = ("tensor", "token", "trace", "agent")
 STATUSES = ("recording", "complete", "incomplete", "failed")
 _KIND = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
 _END = 1 << 32  # seqs of a run are below this: events.id = run << 32 | seq

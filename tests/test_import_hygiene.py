@@ -82,3 +82,15 @@ def test_the_wheel_installs_one_top_level_name(tmp_path):
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     with zipfile.ZipFile(wheel) as zf:
         assert "tttr = tttr.app.cli:main" in zf.read(entry).decode()
+
+
+def test_the_layers_are_spelled_once():
+    """The layer names are the project's nouns: `tttr.sessions.vocabulary` defines them and
+    everything else imports them, so that no two lists can disagree."""
+    from tttr.sessions.vocabulary import LAYERS, RECORDED_LAYERS
+
+    assert LAYERS == ("tensor", "token", "trace", "agent") and RECORDED_LAYERS == LAYERS[:3]
+    spelled = re.compile(r"""\(\s*["']tensor["']\s*,\s*["']token["']\s*,\s*["']trace["']""")
+    offenders = [str(path.relative_to(ROOT)) for folder in PACKAGES for path in (ROOT / folder).rglob("*.py")
+                 if spelled.search(path.read_text()) and path != ROOT / "sessions" / "vocabulary.py"]
+    assert not offenders, f"the layers spelled again in {offenders}"

@@ -16,11 +16,11 @@ import sys
 from typing import TYPE_CHECKING
 
 from tttr.app.commands import args as argtypes
+from tttr.sessions.vocabulary import LAYERS  # no imports of its own: `tttr --help` stays fast
 
 if TYPE_CHECKING:  # rich loads in the handlers, so that `tttr --help` stays fast
     from rich.text import Text
 
-LAYERS = ("tensor", "token", "trace", "agent")  # sessions.store.LAYERS, without importing it for --help
 HUMAN_LIMIT = 100
 JSON_CHUNK = 5000
 STATUS_STYLE = {"complete": "green", "recording": "cyan", "incomplete": "yellow", "failed": "red"}

@@ -16,6 +16,7 @@ from textual.widgets import Footer, LoadingIndicator, Static
 from tttr.app import describe
 from tttr.app.compare import Comparison, build_comparison
 from tttr.app.widgets.side_by_side import SideBySide
+from tttr.sessions.vocabulary import LAYERS
 
 
 class ComparisonReady(Message):
@@ -116,7 +117,7 @@ class CompareScreen(Screen):
         text.append("▶ first divergence " + ("after the fork " if c.fork_site else ""), style="bold red")
         text.append(f"{describe.short(first.site, 40)} ({describe.short(first.layer, 10)}): "
                     f"{_short(first.a_value)} → {_short(first.b_value)}\n")
-        for layer in ("tensor", "token", "trace", "agent"):
+        for layer in LAYERS:
             d = c.divergences.get(layer)
             if d is not None:
                 text.append(f"  {layer:<7}", style="bold")
