@@ -14,6 +14,7 @@ from typing import Any
 from rapidfuzz.distance import Levenshtein
 
 from tttr.engine.sites import Site
+from tttr.sessions.safe_text import brief
 from tttr.sessions.vocabulary import LAYERS
 
 # What counts as "the value" of an event when comparing two runs, per kind.
@@ -35,7 +36,7 @@ class Divergence:
     b_value: Any
 
     def describe(self) -> str:
-        return f"{self.site} ({self.layer}): {_short(self.a_value)} != {_short(self.b_value)}"
+        return f"{self.site} ({self.layer}): {brief(self.a_value, 60)} != {brief(self.b_value, 60)}"
 
     def to_json(self) -> dict:
         return {"site": self.site, "layer": self.layer, "a": self.a_value, "b": self.b_value}
@@ -159,6 +160,3 @@ def diff_runs(store, run_a: int, run_b: int) -> RunDiff:
     return diff
 
 
-def _short(value: Any, width: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= width else text[: width - 1] + "…"

@@ -41,6 +41,7 @@ from tttr.engine.policy import Policy
 from tttr.recorders.sandbox import ShellState as SandboxShell
 from tttr.recorders.snapshot import restore, snapshot, tree_digest
 from tttr.sessions.errors import TTTRError
+from tttr.sessions.safe_text import brief
 
 BLOB_THRESHOLD = 1024
 UNRUNNABLE_EXIT = 126  # the shell's "cannot execute"
@@ -59,7 +60,7 @@ class Divergence:
     live: Any
 
     def describe(self) -> str:
-        return f"replay diverged at {self.site} ({self.layer} layer): recorded {_short(self.recorded)}, live {_short(self.live)}"
+        return f"replay diverged at {self.site} ({self.layer} layer): recorded {brief(self.recorded)}, live {brief(self.live)}"
 
     def to_json(self) -> dict:
         return {"site": self.site, "layer": self.layer, "recorded": self.recorded, "live": self.live}
@@ -537,6 +538,3 @@ def _logprob_of(logits_value: dict, token_id: int) -> float | None:
     return None
 
 
-def _short(value: Any, width: int = 70) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= width else text[: width - 1] + "…"

@@ -8,6 +8,7 @@ Markup is a separate matter: callers pass the result to Rich as `Text`, never as
 
 from __future__ import annotations
 
+import json
 import re
 
 # C0 except \t and \n, DEL, C1, and the Unicode formatting characters that reorder or hide
@@ -30,3 +31,18 @@ def visible(text: object, *, newlines: bool = True) -> str:
     if not newlines:
         out = out.replace("\n", "\\n").replace("\t", "\\t")
     return out
+
+
+def brief(value: object, width: int = 70) -> str:
+    """A recorded value in one line of at most `width` characters, for messages such as
+    "replay diverged at 2:tool: recorded …, live …": a string as its repr, anything else as
+    JSON, control characters visible, cut with an ellipsis."""
+    if isinstance(value, str):
+        text = repr(value[: width * 4])
+    else:
+        try:
+            text = json.dumps(value, default=str)
+        except (ValueError, RecursionError):  # a value too deep or circular to write
+            text = repr(type(value))
+    text = visible(text, newlines=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
