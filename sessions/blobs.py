@@ -73,19 +73,13 @@ def _inflate(stored: bytes, limit: int, digest: str, path: Path) -> tuple[bytes,
 
 def get(conn: sqlite3.Connection, digest: str, path: Path, limit: int = MAX_BYTES) -> bytes:
     """The blob's bytes, checked against its digest; StoreError if it expands beyond `limit`."""
-    codec, stored, _ = _row(conn, digest, path)
-    if codec == "zlib":
-        data, complete = _inflate(stored, limit, digest, path)
-    else:
-        data, complete = stored, len(stored) <= limit
-    if not complete:
+    part = get_part(conn, digest, path, limit)
+    if not part.complete:
         raise StoreError(
             f"blob {digest} in {path} is larger than {limit:,} bytes when expanded; it is refused as "
             "too large (a damaged or hostile file; pass a larger limit to read it anyway)"
         )
-    if hashlib.sha256(data).hexdigest() != digest:
-        raise StoreError(f"blob {digest} in {path} does not match its digest; the file is damaged, restore it from a copy")
-    return data
+    return part.data
 
 
 def get_part(conn: sqlite3.Connection, digest: str, path: Path, limit: int) -> BlobPart:
