@@ -9,7 +9,6 @@ from its start, in the order they read it. Created before the command, removed a
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import tempfile
@@ -73,7 +72,6 @@ class StepFiles:
             os.mkfifo(fifo, 0o600)
             self.fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
             os.chmod(fifo, 0o444)  # the sandbox only reads it
-            fcntl.fcntl(self.fd, fcntl.F_SETFL, os.O_NONBLOCK)
             self.feed = Feed(self.fd, urandom_stream(seed))
             self.feed.fill()  # full before the command starts: its first reads never wait
         except BaseException:
