@@ -118,7 +118,7 @@ def build_comparison(store, run_a: int, run_b: int) -> Comparison:
     aligned by `diff_runs` (edit distance over the actions). When the engine refuses to
     diff the runs (an unreadable value), the steps are aligned by their actions here, no
     divergence is named, and `note` says why."""
-    from tttr.engine.diff import DiffRow, align, diff_runs
+    from tttr.engine.replay.diff import DiffRow, align, diff_runs
 
     a_steps, b_steps = _steps(store, run_a), _steps(store, run_b)
     note = None

@@ -38,7 +38,7 @@ class ForkFailed(Message):
 def run_fork(db_path: Path, run_id: int, site: str, value: str, *, runtime, unsafe_no_sandbox: bool,
              progress, cancel: threading.Event):
     """Fork `run_id` at `site` with `value` on a store connection of its own."""
-    from tttr.engine.replay import fork
+    from tttr.engine.replay.runs import fork
     from tttr.sessions.store import Store
 
     store = Store.open(db_path, create=False)

@@ -107,7 +107,7 @@ class TTTRApp(App):
         cheap; the weights load on the first position a fork computes). Thread-safe."""
         with self._runtime_lock:
             if self._runtime is None:
-                from tttr.engine.runtime import Runtime
+                from tttr.engine.replay.runtime import Runtime
 
                 self._runtime = Runtime(self.model, kernel_mode="invariant")
             return self._runtime

@@ -1,1 +1,10 @@
-"""The inference engine, the agent loop, the oracle, replay/fork/diff."""
+"""The engine, for its two audiences.
+
+- `tttr.engine.inference`: the model and everything that runs it — loading a GGUF file or a
+  Hugging Face folder, the tokenizer and chat template, the KV caches, the sampler and the
+  continuous-batching scheduler, and the benchmarks and determinism proof built on them.
+- `tttr.engine.replay`: record, replay, fork and diff of agent runs — the shell agent's loop,
+  the oracle it asks for every value it could not predict, the replay policy, mutations.
+
+`replay` uses `inference`; `inference` never imports `replay`.
+"""

@@ -23,7 +23,7 @@ import ctypes
 
 import torch
 
-from tttr.kernels.cbuild import CLibrary
+from tttr.sessions.cache import CLibrary
 
 EXP_NEG = r"""
 /* exp(x) for x <= 0 by Cephes' single-precision polynomial: plain float arithmetic, branch

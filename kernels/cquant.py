@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tttr.kernels.cbuild import CLibrary
+from tttr.sessions.cache import CLibrary
 
 GROUP = 16  # output rows per group (one AVX-512 vector)
 BLOCK = 32  # inputs per GGUF block, for both formats

@@ -26,7 +26,7 @@ import ctypes
 import torch
 
 from tttr.kernels.cattention import EXP_NEG
-from tttr.kernels.cbuild import CLibrary
+from tttr.sessions.cache import CLibrary
 
 SOURCE = r"""
 #include <math.h>

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tttr.kernels.cbuild import build_shared
+from tttr.sessions.cache import build_shared
 from tttr.recorders.errors import SandboxError
 
 STAGE = "/tmp"           # in the launcher's private mount namespace only

@@ -14,7 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
-from tttr.kernels.cbuild import cache_dir
+from tttr.sessions.cache import cache_dir
 from tttr.recorders.seedrandom import STEP_DIR
 
 SANDBOX_ROOT = "/work"          # where the task tree appears inside the sandbox

@@ -21,7 +21,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from tttr.kernels.cbuild import cache_dir
+from tttr.sessions.cache import cache_dir
 
 DENIED = (
     # file systems and mounts

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from tttr.kernels.cbuild import build_shared
+from tttr.sessions.cache import build_shared
 
 STEP_DIR = "/run/tttr-step"             # per-command files, inside the sandbox (read-only)
 PINNED_FILE = f"{STEP_DIR}/pinned"

@@ -116,7 +116,7 @@ def write_gguf(path: Path, cfg: dict, weights: dict[str, torch.Tensor], arch: st
     embedding as Q8_0, as the default model's file does); norms stay F32."""
     import gguf
 
-    from tttr.engine.loader_gguf import permute_qk
+    from tttr.engine.inference.loader_gguf import permute_qk
 
     arch = arch or cfg["model_type"]
     tokens = vocab_tokens()

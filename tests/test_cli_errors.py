@@ -142,7 +142,7 @@ def nothing_slow(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("invalid input reached a model load or a sandboxed command")
 
-    monkeypatch.setattr("tttr.engine.model.load_model", refuse)
+    monkeypatch.setattr("tttr.engine.inference.model.load_model", refuse)
     monkeypatch.setattr("tttr.recorders.sandbox.Executor.run", refuse)
 
 
@@ -182,10 +182,10 @@ def test_invalid_input_is_one_line_and_exit_2(path, files, nothing_slow, capsys)
 
 def test_user_errors_share_one_base_with_exit_code_2():
     from tttr.engine.errors import EngineError
-    from tttr.engine.mutation import MutationError
-    from tttr.engine.oracle import OracleError
-    from tttr.engine.policy import PolicyError
-    from tttr.engine.replay import ReplayError
+    from tttr.engine.replay.mutation import MutationError
+    from tttr.engine.replay.oracle import OracleError
+    from tttr.engine.replay.policy import PolicyError
+    from tttr.engine.replay.runs import ReplayError
     from tttr.engine.sites import SiteError
     from tttr.kernels.mode import KernelModeError
     from tttr.recorders.errors import RecorderError, SandboxError, SnapshotError, TaskError

@@ -1,7 +1,7 @@
 """`tttr bench engine`'s report: the bests against the targets, and each round's ratio so a
 reader sees how much the machine moved during the run."""
 
-from tttr.engine.bench import format_report
+from tttr.engine.inference.bench import format_report
 
 
 def _result(**kw):

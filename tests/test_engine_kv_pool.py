@@ -10,8 +10,8 @@ import random
 import pytest
 import torch
 
-from tttr.engine.kv_cache import KV_ALIGN, KVCache, KVPool
-from tttr.engine.model import Segment, load_model
+from tttr.engine.inference.kv_cache import KV_ALIGN, KVCache, KVPool
+from tttr.engine.inference.model import Segment, load_model
 from tttr.kernels.mode import kernel_mode
 from tests.engine_tiny import tiny_config, tiny_weights, write_hf_folder
 

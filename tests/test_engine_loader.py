@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tttr.engine.errors import EngineError
-from tttr.engine.loader import load_checkpoint
-from tttr.engine.model import Segment, load_model
+from tttr.engine.inference.loader import load_checkpoint
+from tttr.engine.inference.model import Segment, load_model
 from tests.engine_tiny import SPECIALS, tiny_config, tiny_weights, write_gguf, write_hf_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +115,7 @@ def test_unsupported_architecture(tmp_path):
 
 
 def test_model_resolution_order(tmp_path, monkeypatch):
-    from tttr.engine import loader
+    from tttr.engine.inference import loader
 
     cfg = tiny_config("llama")
     path = write_gguf(tmp_path / "env.gguf", cfg, tiny_weights(cfg))

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tttr.engine.loader import default_model_path
-from tttr.engine.model import Segment, load_model
-from tttr.engine.sampler import SamplingParams
-from tttr.engine.scheduler import Engine
-from tttr.engine.sequence import Sequence
+from tttr.engine.inference.loader import default_model_path
+from tttr.engine.inference.model import Segment, load_model
+from tttr.engine.inference.sampler import SamplingParams
+from tttr.engine.inference.scheduler import Engine
+from tttr.engine.inference.sequence import Sequence
 
 pytestmark = [
     pytest.mark.slow,  # the default model against transformers' reference implementation
@@ -36,7 +36,7 @@ def ours():
 @pytest.fixture(scope="module")
 def reference(ours):
     pytest.importorskip("transformers")
-    from tttr.engine.reference import load_reference
+    from tttr.engine.inference.reference import load_reference
 
     loaded = load_reference(ours.path)
     if loaded is None:

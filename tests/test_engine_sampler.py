@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tttr.engine.errors import EngineError
-from tttr.engine.sampler import SamplingParams, filtered_distribution, sample, uniform
+from tttr.engine.inference.sampler import SamplingParams, filtered_distribution, sample, uniform
 
 
 @pytest.mark.parametrize("kwargs, field", [

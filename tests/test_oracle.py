@@ -7,11 +7,11 @@ from datetime import datetime
 
 import pytest
 
-from tttr.engine.agent import AgentLimits, run_agent
-from tttr.engine.oracle import Oracle, Source
-from tttr.engine.policy import Policy
-from tttr.engine.runtime import Runtime
-from tttr.engine.sequence import TokenRecord
+from tttr.engine.replay.agent import AgentLimits, run_agent
+from tttr.engine.replay.oracle import Oracle, Source
+from tttr.engine.replay.policy import Policy
+from tttr.engine.replay.runtime import Runtime
+from tttr.engine.inference.sequence import TokenRecord
 from tttr.recorders.sandbox import Executor
 from tttr.recorders.tasks import load_task
 from tttr.sessions.store import Store
@@ -115,7 +115,7 @@ def test_freed_token_layer_runs_off_record_commands_live(recording, tokenizer):
 
 
 def test_clock_mutation_keeps_later_clocks_pinned_and_shares_the_prefix(recording, tokenizer):
-    from tttr.engine.mutation import parse_mutation
+    from tttr.engine.replay.mutation import parse_mutation
 
     store, run, _ = recording
     mutation = parse_mutation(store, run, "0:clock", "+1d", tokenizer=tokenizer)

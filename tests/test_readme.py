@@ -123,7 +123,7 @@ def test_documented_event_kinds_are_the_store_rules():
 
 
 def test_documented_token_and_logits_fields_are_what_the_engine_writes():
-    from tttr.engine.sequence import TokenRecord
+    from tttr.engine.inference.sequence import TokenRecord
     from tttr.sessions.codec import LOGITS_KEYS, TOKEN_KEYS
 
     record = TokenRecord(position=0, token_id=1, forced=False, logprob=-0.5, topk=((1, -0.5),), digest="ab",
@@ -137,9 +137,9 @@ def test_documented_token_and_logits_fields_are_what_the_engine_writes():
 
 @pytest.mark.parametrize("cls", [
     "tttr.sessions.records:Run", "tttr.sessions.records:Event", "tttr.recorders.sandbox:Limits",
-    "tttr.recorders.sandbox:CommandResult", "tttr.engine.sequence:TokenRecord", "tttr.engine.sampler:SamplingParams",
-    "tttr.engine.replay:RunResult", "tttr.engine.diff:RunDiff", "tttr.engine.diff:DiffRow",
-    "tttr.engine.agent:AgentLimits",
+    "tttr.recorders.sandbox:CommandResult", "tttr.engine.inference.sequence:TokenRecord", "tttr.engine.inference.sampler:SamplingParams",
+    "tttr.engine.replay.runs:RunResult", "tttr.engine.replay.diff:RunDiff", "tttr.engine.replay.diff:DiffRow",
+    "tttr.engine.replay.agent:AgentLimits",
 ])
 def test_contracts_name_every_field(cls):
     import dataclasses

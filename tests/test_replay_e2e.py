@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tttr.engine.diff import diff_runs
-from tttr.engine.mutation import MutationError, parse_mutation
-from tttr.engine.replay import fork, record, replay
-from tttr.engine.runtime import Runtime
+from tttr.engine.replay.diff import diff_runs
+from tttr.engine.replay.mutation import MutationError, parse_mutation
+from tttr.engine.replay.runs import fork, record, replay
+from tttr.engine.replay.runtime import Runtime
 from tttr.sessions.store import Store
 
 pytestmark = pytest.mark.slow  # records, replays and forks real runs of the default model

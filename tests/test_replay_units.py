@@ -2,9 +2,9 @@
 
 import pytest
 
-from tttr.engine.agent import AgentLimits, observation, parse_action
-from tttr.engine.diff import align, first_divergences
-from tttr.engine.policy import Policy, PolicyError
+from tttr.engine.replay.agent import AgentLimits, observation, parse_action
+from tttr.engine.replay.diff import align, first_divergences
+from tttr.engine.replay.policy import Policy, PolicyError
 from tttr.engine.sites import Site, SiteError
 
 
@@ -80,8 +80,8 @@ def test_align_pairs_a_gap_in_order():
 
 
 def test_a_recording_from_other_kernels_gets_a_note():
-    from tttr.engine.fingerprint import fingerprint
-    from tttr.engine.replay import kernels_note
+    from tttr.engine.inference.fingerprint import fingerprint
+    from tttr.engine.replay.runs import kernels_note
 
     assert kernels_note(fingerprint()) is None  # this TTTR's own recordings compare bit for bit
     note = kernels_note({"attention_kernel": "compiled"})  # a session-2 fingerprint

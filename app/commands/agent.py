@@ -129,7 +129,7 @@ def _open_readonly(path: str):
 
 
 def _runtime(args, kernel_mode: str | None = None):
-    from tttr.engine.runtime import Runtime
+    from tttr.engine.replay.runtime import Runtime
 
     return Runtime(args.model, kernel_mode=kernel_mode or "invariant")
 
@@ -137,9 +137,9 @@ def _runtime(args, kernel_mode: str | None = None):
 def cmd_record(args) -> int:
     from datetime import datetime
 
-    from tttr.engine.agent import AgentLimits
-    from tttr.engine.replay import ReplayError, check_machine, record, sandbox_clock
-    from tttr.engine.sampler import SamplingParams
+    from tttr.engine.replay.agent import AgentLimits
+    from tttr.engine.replay.runs import ReplayError, check_machine, record, sandbox_clock
+    from tttr.engine.inference.sampler import SamplingParams
     from tttr.recorders.tasks import load_task
 
     clock = None
@@ -167,8 +167,8 @@ def cmd_record(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from tttr.engine.policy import Policy
-    from tttr.engine.replay import check_replay, replay
+    from tttr.engine.replay.policy import Policy
+    from tttr.engine.replay.runs import check_replay, replay
 
     policy = Policy.parse(args.free)
     # Checked on a read-only connection first: a run that cannot be replayed (a value of the
@@ -188,7 +188,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_fork(args) -> int:
-    from tttr.engine.replay import check_fork, fork
+    from tttr.engine.replay.runs import check_fork, fork
 
     # The run, the site and the new value are all checked on a read-only connection before
     # the file is opened for writing: a refused fork writes nothing and prints no progress.
@@ -231,7 +231,7 @@ def _print_result(args, res, verb: str) -> None:
 
 
 def cmd_diff(args) -> int:
-    from tttr.engine.diff import diff_runs
+    from tttr.engine.replay.diff import diff_runs
 
     with _open_readonly(args.db) as store:  # a diff only reads
         d = diff_runs(store, args.run_a, args.run_b)
@@ -263,8 +263,8 @@ def _s(v) -> str:
 
 
 def cmd_bench_replay(args) -> int:
-    from tttr.engine.loader import resolve_model_path
-    from tttr.engine.replay_bench import run_bench
+    from tttr.engine.inference.loader import resolve_model_path
+    from tttr.engine.replay.bench import run_bench
 
     resolve_model_path(args.model)  # a wrong path is refused before any work
     result = run_bench(runs=args.runs, db=args.db, model=args.model,

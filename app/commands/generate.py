@@ -49,15 +49,15 @@ def register(sub, bench_sub) -> None:
 
 
 def cmd_generate(args) -> int:
-    from tttr.engine.loader import resolve_model_path
-    from tttr.engine.sampler import SamplingParams
+    from tttr.engine.inference.loader import resolve_model_path
+    from tttr.engine.inference.sampler import SamplingParams
 
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
     model_path = resolve_model_path(args.model)  # a wrong path is refused before torch loads
 
-    from tttr.engine.model import load_model
-    from tttr.engine.scheduler import Engine
-    from tttr.engine.sequence import Sequence
+    from tttr.engine.inference.model import load_model
+    from tttr.engine.inference.scheduler import Engine
+    from tttr.engine.inference.sequence import Sequence
     from tttr.kernels.mode import kernel_mode
 
     model = load_model(model_path)
@@ -96,8 +96,8 @@ def cmd_generate(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from tttr.engine.bench import format_report, run_bench
-    from tttr.engine.loader import resolve_model_path
+    from tttr.engine.inference.bench import format_report, run_bench
+    from tttr.engine.inference.loader import resolve_model_path
 
     model_path = resolve_model_path(args.model)  # a wrong path is refused before any work
 

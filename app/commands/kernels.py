@@ -48,7 +48,7 @@ def _threads(args) -> None:
 
 def cmd_determinism(args) -> int:
     _threads(args)
-    from tttr.engine import determinism  # noqa: PLC0415 - loads torch; only when this command runs
+    from tttr.engine.inference import determinism  # noqa: PLC0415 - loads torch; only when this command runs
 
     result = determinism.run(determinism.Config(runs=args.runs, tokens=args.tokens, seed=args.seed))
     print(json.dumps(result, indent=1) if args.json else "\n".join(determinism.lines(result)))
@@ -57,7 +57,7 @@ def cmd_determinism(args) -> int:
 
 def cmd_kernels(args) -> int:
     _threads(args)
-    from tttr.engine import bench_kernels as bench  # noqa: PLC0415 - loads torch; only when this command runs
+    from tttr.engine.inference import bench_kernels as bench  # noqa: PLC0415 - loads torch; only when this command runs
 
     result = bench.run(rounds=args.rounds, tokens=max(2, args.tokens), e2e=not args.ops_only,
                        progress=bench.progress_stderr)

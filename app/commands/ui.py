@@ -96,8 +96,8 @@ def _run_app(store, run_id: int | None, args) -> int:
 def cmd_demo(args) -> int:
     from datetime import datetime
 
-    from tttr.engine.replay import ReplayError, record
-    from tttr.engine.runtime import Runtime
+    from tttr.engine.replay.runs import ReplayError, record
+    from tttr.engine.replay.runtime import Runtime
     from tttr.recorders.tasks import load_task
     from tttr.sessions.store import Store
 

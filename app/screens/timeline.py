@@ -256,7 +256,7 @@ class TimelineScreen(Screen):
         if run.status != "complete":
             return f"run #{run.id} is {run.status}: only complete runs can be forked"
         try:
-            from tttr.engine.mutation import parse_mutation
+            from tttr.engine.replay.mutation import parse_mutation
         except ImportError as exc:
             return f"editing needs the engine, which failed to import: {exc}"
         tokenizer = None

@@ -8,10 +8,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from tttr.engine.checkpoint import Checkpoint
-from tttr.engine.config import ModelConfig
+from tttr.engine.inference.checkpoint import Checkpoint
+from tttr.engine.inference.config import ModelConfig
 from tttr.engine.errors import EngineError
-from tttr.engine.tokenizer import Tokenizer
+from tttr.engine.inference.tokenizer import Tokenizer
 
 
 def is_hf_folder(path: Path) -> bool:

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from tttr.kernels.cbuild import cache_dir
+from tttr.sessions.cache import cache_dir
 
 _CHUNK = 1 << 20
 _FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")

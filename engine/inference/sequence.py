@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from tttr.engine.errors import EngineError
-from tttr.engine.sampler import SamplingParams
+from tttr.engine.inference.sampler import SamplingParams
 
 
 @dataclass(frozen=True, slots=True)

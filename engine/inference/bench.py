@@ -14,10 +14,10 @@ import time
 
 import torch
 
-from tttr.engine.model import load_model
-from tttr.engine.sampler import SamplingParams
-from tttr.engine.scheduler import Engine
-from tttr.engine.sequence import Sequence
+from tttr.engine.inference.model import load_model
+from tttr.engine.inference.sampler import SamplingParams
+from tttr.engine.inference.scheduler import Engine
+from tttr.engine.inference.sequence import Sequence
 from tttr.kernels.mode import kernel_mode
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -45,7 +45,7 @@ def run_bench(model_path=None, tokens: int = 100, kernels: str = "fast", referen
     if reference and not model.path.is_file():
         ref_status = "skipped (the reference loads GGUF files only)"
     if reference and model.path.is_file():
-        from tttr.engine.reference import load_reference  # lazy: transformers is optional and slow to load
+        from tttr.engine.inference.reference import load_reference  # lazy: transformers is optional and slow to load
 
         loaded = load_reference(model.path)
         if loaded is not None:

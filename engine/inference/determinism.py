@@ -23,11 +23,11 @@ from typing import Callable
 
 import torch
 
-from tttr.engine.digest import logits_digest
-from tttr.engine.model import Segment, load_model
-from tttr.engine.sampler import SamplingParams
-from tttr.engine.scheduler import Engine
-from tttr.engine.sequence import Sequence
+from tttr.engine.inference.digest import logits_digest
+from tttr.engine.inference.model import Segment, load_model
+from tttr.engine.inference.sampler import SamplingParams
+from tttr.engine.inference.scheduler import Engine
+from tttr.engine.inference.sequence import Sequence
 from tttr.kernels.mode import MODES, kernel_mode
 
 TARGET_MESSAGES = [

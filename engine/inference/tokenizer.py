@@ -10,7 +10,7 @@ from typing import Sequence
 
 from tokenizers import AddedToken, Regex, Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
 
-from tttr.engine.chat_template import render_chat_template
+from tttr.engine.inference.chat_template import render_chat_template
 from tttr.engine.errors import EngineError
 
 # GGUF token types

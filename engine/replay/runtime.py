@@ -17,9 +17,9 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 
-from tttr.engine.model_id import model_id
-from tttr.engine.tokenizer import Tokenizer
-from tttr.kernels.cbuild import cache_dir
+from tttr.engine.inference.model_id import model_id
+from tttr.engine.inference.tokenizer import Tokenizer
+from tttr.sessions.cache import cache_dir
 from tttr.kernels.mode import check_mode, kernel_mode
 from tttr.recorders.probe import probe
 
@@ -28,7 +28,7 @@ from tttr.recorders.probe import probe
 
 class Runtime:
     def __init__(self, model: str | os.PathLike | None = None, kernel_mode: str = "invariant"):
-        from tttr.engine.loader import resolve_model_path
+        from tttr.engine.inference.loader import resolve_model_path
 
         self.path = resolve_model_path(model)
         self.kernel_mode = check_mode(kernel_mode)
@@ -48,7 +48,7 @@ class Runtime:
         return _load_tokenizer(self.path, self.model_id)
 
     def fingerprint(self) -> dict:
-        from tttr.engine.fingerprint import fingerprint
+        from tttr.engine.inference.fingerprint import fingerprint
 
         return {**fingerprint(), "model_path": str(self.path)}
 
@@ -56,7 +56,7 @@ class Runtime:
         return {**probe().to_json(), "unsafe_no_sandbox": unsafe_no_sandbox}
 
     def check_sampling(self, temperature: float, top_p: float, top_k: int, seed: int | None) -> None:
-        from tttr.engine.sampler import SamplingParams
+        from tttr.engine.inference.sampler import SamplingParams
 
         SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed or 0)
 
@@ -65,8 +65,8 @@ class Runtime:
     def engine(self):
         with self._lock:
             if self._engine is None:
-                from tttr.engine.model import load_model
-                from tttr.engine.scheduler import Engine
+                from tttr.engine.inference.model import load_model
+                from tttr.engine.inference.scheduler import Engine
 
                 self._model = load_model(self.path)
                 self._engine = Engine(self._model)
@@ -92,7 +92,7 @@ class Runtime:
         return self.generate_in(self.kernel_mode)
 
     def sequence_factory(self, sampling):
-        from tttr.engine.sequence import Sequence
+        from tttr.engine.inference.sequence import Sequence
 
         stop_ids = tuple(self.tokenizer.stop_token_ids)
 
@@ -113,7 +113,7 @@ def _load_tokenizer(path: Path, model_id: str):
     takes seconds (49k tokens and merges through gguf's reader), so the result is cached
     as a tokenizer.json keyed by the model's content hash."""
     if not path.is_file():
-        from tttr.engine.loader import load_checkpoint
+        from tttr.engine.inference.loader import load_checkpoint
 
         return load_checkpoint(path).tokenizer
     cache = cache_dir() / "tokenizers" / f"{model_id}.json"
@@ -124,7 +124,7 @@ def _load_tokenizer(path: Path, model_id: str):
             pass
     import gguf  # lazy: ~0.1 s, only when the tokenizer cache misses
 
-    from tttr.engine.loader_gguf import _field
+    from tttr.engine.inference.loader_gguf import _field
 
     reader = gguf.GGUFReader(str(path))
     fields = {name: _field(f) for name, f in reader.fields.items() if name.startswith("tokenizer.")}

@@ -14,11 +14,11 @@ import gguf
 import numpy as np
 import torch
 
-from tttr.engine.checkpoint import Checkpoint
-from tttr.engine.config import GGUF_ARCHS, ModelConfig
+from tttr.engine.inference.checkpoint import Checkpoint
+from tttr.engine.inference.config import GGUF_ARCHS, ModelConfig
 from tttr.engine.errors import EngineError
-from tttr.engine.tokenizer import Tokenizer
-from tttr.kernels.cbuild import cache_dir
+from tttr.engine.inference.tokenizer import Tokenizer
+from tttr.sessions.cache import cache_dir
 from tttr.kernels.cquant import FORMATS as QUANT_FORMATS
 
 _LAYER_NAMES = {

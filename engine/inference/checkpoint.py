@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tttr.engine.config import ModelConfig
-from tttr.engine.tokenizer import Tokenizer
+from tttr.engine.inference.config import ModelConfig
+from tttr.engine.inference.tokenizer import Tokenizer
 
 
 @dataclass

@@ -21,9 +21,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from tttr.engine.diff import diff_runs
-from tttr.engine.replay import fork, record, replay
-from tttr.engine.runtime import Runtime
+from tttr.engine.replay.diff import diff_runs
+from tttr.engine.replay.runs import fork, record, replay
+from tttr.engine.replay.runtime import Runtime
 from tttr.recorders.tasks import list_tasks
 from tttr.sessions.store import Store
 

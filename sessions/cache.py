@@ -1,6 +1,7 @@
 """TTTR's cache directory, and C shared libraries built there with the system compiler on
-first use (the compiled invariant attention here, the sandbox's randomness shim in
-recorders). No torch: importing this is cheap."""
+first use (the kernels' compiled row-invariant GEMM, quantized GEMV and attention; the
+sandbox's launcher and randomness shim). It sits in the lowest package because both
+kernels and recorders use it. No torch: importing this is cheap."""
 
 from __future__ import annotations
 

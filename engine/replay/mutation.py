@@ -17,8 +17,8 @@ import json
 import re
 from datetime import datetime, timedelta, timezone
 
-from tttr.engine.oracle import Mutation
-from tttr.engine.runtime import Runtime
+from tttr.engine.replay.oracle import Mutation
+from tttr.engine.replay.runtime import Runtime
 from tttr.engine.sites import MUTABLE, Site, SiteError
 from tttr.recorders.clock import normalize_clock
 from tttr.recorders.errors import SandboxError

@@ -8,7 +8,7 @@ import platform
 
 import torch
 
-from tttr.engine.digest import LOGITS_DIGEST
+from tttr.engine.inference.digest import LOGITS_DIGEST
 from tttr.kernels import REVISION, cquant, crow
 from tttr.kernels.invariant import attention_kernel
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from tttr.engine.agent import AgentLimits, run_agent
-from tttr.engine.diff import action_text
-from tttr.engine.mutation import parse_mutation
-from tttr.engine.oracle import Divergence, Mutation, Oracle, Source
-from tttr.engine.policy import Policy
-from tttr.engine.runtime import Runtime
+from tttr.engine.replay.agent import AgentLimits, run_agent
+from tttr.engine.replay.diff import action_text
+from tttr.engine.replay.mutation import parse_mutation
+from tttr.engine.replay.oracle import Divergence, Mutation, Oracle, Source
+from tttr.engine.replay.policy import Policy
+from tttr.engine.replay.runtime import Runtime
 from tttr.kernels import REVISION
 from tttr.recorders.clock import normalize_clock
 from tttr.recorders.errors import SandboxError
@@ -125,7 +125,7 @@ def record(
 ) -> RunResult:
     """Run the agent on a task with every layer live, recording it (unless write=False,
     which is the same run with recording switched off: the baseline for its overhead)."""
-    from tttr.engine.sampler import SamplingParams  # lazy: torch, which a faithful replay never loads
+    from tttr.engine.inference.sampler import SamplingParams  # lazy: torch, which a faithful replay never loads
 
     runtime = runtime or Runtime()
     task = _load_task(task_name)
@@ -195,7 +195,7 @@ def _plan(source: Source, policy: Policy, mutation: Mutation | None, seed: int |
     What the replay will feed the sandbox and the sampler is checked here: the task exists,
     the sampling parameters and limits are valid, every recorded clock is one the virtual
     clock can show, and every blob and snapshot the run refers to can be read."""
-    from tttr.engine.sampler import SamplingParams  # lazy: torch, which a faithful replay never loads
+    from tttr.engine.inference.sampler import SamplingParams  # lazy: torch, which a faithful replay never loads
 
     run = source.run
     if type(run.task) is not str:
@@ -302,7 +302,7 @@ def kernels_note(recorded: dict) -> str | None:
     """One line when the recording's logits came from another revision of TTTR's kernels (or
     another digest): its tensor-layer values cannot match these bit for bit, whatever else
     holds. None when they are comparable."""
-    from tttr.engine.digest import LOGITS_DIGEST  # lazy: torch, which a faithful replay never loads
+    from tttr.engine.inference.digest import LOGITS_DIGEST  # lazy: torch, which a faithful replay never loads
 
     theirs = recorded.get("kernels_revision")
     digest = recorded.get("logits_digest", "blake2b-128")

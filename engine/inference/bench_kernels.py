@@ -15,9 +15,9 @@ from typing import Callable
 
 import torch
 
-from tttr.engine.model import load_model
-from tttr.engine.scheduler import Engine
-from tttr.engine.sequence import Sequence
+from tttr.engine.inference.model import load_model
+from tttr.engine.inference.scheduler import Engine
+from tttr.engine.inference.sequence import Sequence
 from tttr.kernels.bench import op_timings
 from tttr.kernels.mode import MODES, kernel_mode
 

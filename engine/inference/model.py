@@ -18,14 +18,14 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from tttr.engine.checkpoint import Checkpoint
-from tttr.engine.config import ModelConfig
+from tttr.engine.inference.checkpoint import Checkpoint
+from tttr.engine.inference.config import ModelConfig
 from tttr.engine.errors import EngineError
-from tttr.engine.fingerprint import fingerprint
-from tttr.engine.kv_cache import KV_ALIGN, KVCache
-from tttr.engine.loader import load_checkpoint
-from tttr.engine.model_id import model_id as compute_model_id
-from tttr.engine.tokenizer import Tokenizer
+from tttr.engine.inference.fingerprint import fingerprint
+from tttr.engine.inference.kv_cache import KV_ALIGN, KVCache
+from tttr.engine.inference.loader import load_checkpoint
+from tttr.engine.inference.model_id import model_id as compute_model_id
+from tttr.engine.inference.tokenizer import Tokenizer
 from tttr.kernels import cquant, crow, ops
 
 

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tttr.engine import sites
-from tttr.engine.diff import compared_value
-from tttr.engine.policy import Policy
+from tttr.engine.replay.diff import compared_value
+from tttr.engine.replay.policy import Policy
 from tttr.recorders.sandbox import ShellState as SandboxShell
 from tttr.recorders.snapshot import restore, snapshot, tree_digest
 from tttr.sessions.errors import TTTRError

@@ -1,0 +1,3 @@
+"""Record, replay, fork and diff of agent runs: the agent loop asks one oracle for every
+value it could not have predicted; the oracle pins or frees each layer by the policy,
+applies at most one mutation and writes the run's events to the store."""
