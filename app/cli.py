@@ -25,7 +25,7 @@ from tttr.sessions.errors import TTTRError
 from tttr.sessions.safe_text import visible
 
 # Order here is the order in `tttr --help`.
-COMMAND_MODULES = ("store", "generate", "kernels", "sandbox", "agent", "ui")
+COMMAND_MODULES = ("store", "generate", "kernels", "sandbox", "agent", "serve", "ui")
 
 DESCRIPTION = """\
 TTTR (Tensor-Token-Trace Replay) records every value an agent run could not have

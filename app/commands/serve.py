@@ -1,0 +1,92 @@
+"""`tttr serve`: the OpenAI-compatible API on the engine (see app/server.py)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+
+from tttr.app.commands import args as argtypes
+from tttr.sessions.errors import TTTRError
+
+port_number = argtypes.bounded_int(0, 65535, "a port")
+
+
+class ServeError(TTTRError):
+    """The server cannot start: one line, exit 2."""
+
+
+def register(sub, bench_sub) -> None:
+    p = sub.add_parser(
+        "serve", help="serve the OpenAI API (chat and completions) on the engine, recording each call",
+        description="An OpenAI-compatible server on TTTR's engine: GET /v1/models, POST /v1/chat/completions, "
+                    "POST /v1/completions, GET /health. Requests share the model through continuous batching; "
+                    "with the invariant kernels (the default) a seeded request gets the same tokens and logprobs "
+                    "alone or under load. With --db every call is recorded as a run (header X-TTTR-Run: NAME "
+                    "groups calls into one run). Ctrl-C stops it.",
+    )
+    p.add_argument("--model", default=None,
+                   help="a .gguf file or a Hugging Face model folder (default: $TTTR_MODEL, else the "
+                        "embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--db", default=None, help="record every call into this session database (created if missing)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=port_number, default=8000, help="port to listen on (default 8000)")
+    p.add_argument("--kernels", choices=("invariant", "fast"), default="invariant",
+                   help="kernel mode (default invariant: answers do not depend on what else is running)")
+    p.set_defaults(func=cmd_serve)
+
+
+def _check_port(host: str, port: int) -> None:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ServeError(f"cannot listen on {host!r}: {exc.strerror}; pass --host with an address of this machine") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}; pick another --port") from None
+
+
+def cmd_serve(args) -> int:
+    from tttr.engine.serve.service import Service
+
+    service = Service(args.model, kernel_mode=args.kernels)  # a wrong path is refused before torch loads
+    _check_port(args.host, args.port)
+    recorder = None
+    if args.db:
+        from tttr.engine.serve.recorder import CallRecorder
+
+        recorder = CallRecorder(args.db, service)
+
+    import uvicorn
+
+    from tttr.app.server import create_app
+
+    def announce(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    app = create_app(service, recorder, announce=announce)
+    shown_host = f"[{args.host}]" if ":" in args.host else args.host
+    where = f"recording to {args.db}" if args.db else "not recording (pass --db FILE)"
+    print(f"tttr serve: http://{shown_host}:{args.port}/v1 · model {service.model_id} · kernels {service.kernel_mode}"
+          f" · {where} · loading the model…", flush=True)
+    # The app's startup and shutdown run here rather than in uvicorn's lifespan: uvicorn
+    # re-raises Ctrl-C once it has stopped serving, and a lifespan task would die in it.
+    server = app.state.server
+    # sse-starlette ends open streams itself when the server stops; uvicorn then reports each
+    # as an error although the call was cancelled and recorded as it should be.
+    logging.getLogger("uvicorn.error").addFilter(lambda r: "without completing response" not in r.getMessage())
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="off",
+                            timeout_graceful_shutdown=5)
+    server.startup()
+    try:
+        uvicorn.Server(config).run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+    announce("tttr serve: stopped")
+    return 0

@@ -1,0 +1,286 @@
+"""`tttr serve`'s HTTP layer: OpenAI's routes on Starlette, streaming as server-sent events.
+
+It only speaks HTTP: a body is checked by `engine.serve.requests`, prepared and run by
+`engine.serve.service`, shaped by `engine.serve.responses` and recorded by
+`engine.serve.recorder`. Every error is OpenAI's error object with its status, never a
+traceback. The engine's token callback runs on the engine's thread and only hands the
+token to the event loop, so a slow client never slows the batch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import time
+from contextlib import asynccontextmanager
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from tttr.engine.serve import responses as shape
+from tttr.engine.serve.errors import APIError
+from tttr.engine.serve.requests import parse_chat, parse_completion
+from tttr.engine.serve.service import Call, Cancelled, Service
+
+MAX_BODY = 16 << 20  # bytes; a larger body is refused with 413
+RUN_HEADER = "x-tttr-run"
+MAX_RUN_NAME = 200
+
+
+def _error(exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.to_json(), status_code=exc.status)
+
+
+async def _body(request: Request) -> object:
+    size = request.headers.get("content-length")
+    if size is not None and size.isdigit() and int(size) > MAX_BODY:
+        raise APIError(f"the request body is {int(size)} bytes; the limit is {MAX_BODY}", status=413,
+                       code="request_too_large")
+    raw = bytearray()
+    async for part in request.stream():
+        raw += part
+        if len(raw) > MAX_BODY:
+            raise APIError(f"the request body is over {MAX_BODY} bytes", status=413, code="request_too_large")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise APIError(f"the request body is not valid JSON ({exc}); send a JSON object", code="invalid_json") from None
+
+
+def _run_name(request: Request) -> str | None:
+    name = request.headers.get(RUN_HEADER)
+    if name is None:
+        return None
+    name = name.strip()
+    if not name or len(name) > MAX_RUN_NAME or not name.isprintable():
+        raise APIError(f"the {RUN_HEADER} header must be 1..{MAX_RUN_NAME} printable characters", param=RUN_HEADER)
+    return name
+
+
+class Server:
+    """The routes, over one Service and (with --db) one CallRecorder."""
+
+    def __init__(self, service: Service, recorder=None, *, announce=None):
+        self.service = service
+        self.recorder = recorder
+        self.announce = announce or (lambda text: None)
+        self.active: set[Call] = set()
+        self._loader: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _load(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            self.service.load()
+        except Exception as exc:  # noqa: BLE001 - /health and every request say so
+            self.announce(f"tttr serve: error: the model failed to load: {exc}")
+            return
+        self.announce(f"tttr serve: ready (model loaded in {time.perf_counter() - t0:.1f} s)")
+
+    def startup(self) -> None:
+        """Start loading the model in the background (requests get 503 until it is ready)."""
+        if not self.service.ready and self._loader is None:
+            self._loader = threading.Thread(target=self._load, name="tttr-serve-load", daemon=True)
+            self._loader.start()
+
+    def shutdown(self) -> None:
+        """Cancel what is running (each stops at the engine's next step), write every call
+        to the database, stop the engine."""
+        if self._loader is not None:
+            self._loader.join()  # a load cannot be interrupted; torch must not die mid-load at exit
+        for call in list(self.active):
+            call.cancel()
+        if self.recorder is not None:
+            self.recorder.close()
+        self.service.close()
+
+    @asynccontextmanager
+    async def lifespan(self, app):
+        self.startup()
+        try:
+            yield
+        finally:
+            await run_in_threadpool(self.shutdown)
+
+    # -- routes ----------------------------------------------------------------------------
+    async def health(self, request: Request) -> JSONResponse:
+        s = self.service
+        status = "ok" if s.ready else ("error" if s.load_error else "loading")
+        body = {"status": status, "model": s.model_id, "kernel_mode": s.kernel_mode}
+        if s.load_error:
+            body["error"] = s.load_error
+        return JSONResponse(body, status_code=200 if s.ready else 503)
+
+    async def models(self, request: Request) -> JSONResponse:
+        return JSONResponse(shape.models(self.service))
+
+    async def chat(self, request: Request):
+        return await self._call(request, parse_chat, "chat")
+
+    async def completions(self, request: Request):
+        return await self._call(request, parse_completion, "completion")
+
+    async def _call(self, request: Request, parse, endpoint: str):
+        try:
+            name = _run_name(request)
+            req = parse(await _body(request))
+            prepared = await run_in_threadpool(self.service.prepare, req)
+        except APIError as exc:
+            return _error(exc)
+        loop = asyncio.get_running_loop()
+        tokens: asyncio.Queue = asyncio.Queue()
+
+        def on_token(record) -> None:  # the engine's thread: hand over, nothing more
+            loop.call_soon_threadsafe(tokens.put_nowait, record)
+
+        try:
+            call = self.service.start(prepared, on_token if req.stream else None)
+        except APIError as exc:
+            return _error(exc)
+        self.active.add(call)
+        if req.stream:
+            call.future.add_done_callback(lambda _: _post(loop, tokens, None))
+        response_id = shape.new_id("chatcmpl" if endpoint == "chat" else "cmpl")
+        if self.recorder is not None:
+            self.recorder.record(call, name=name, response_id=response_id)
+        if req.stream:
+            return EventSourceResponse(self._stream(call, tokens, response_id, endpoint), ping=15,
+                                       send_timeout=30)
+        try:
+            finished = await self._wait(request, call)
+        finally:
+            self.active.discard(call)
+        if not finished:
+            return JSONResponse({}, status_code=499)  # nobody is listening
+        failure = _failure(call)
+        if failure is not None:
+            return _error(failure)
+        out = shape.output(call, self.service.tokenizer)
+        make = shape.chat_response if endpoint == "chat" else shape.completion_response
+        return JSONResponse(make(self.service, call, out, response_id))
+
+    async def _wait(self, request: Request, call: Call) -> bool:
+        """Wait for the call; False (and the call cancelled) if the client went away first."""
+        done = asyncio.wrap_future(call.future)
+        try:
+            while True:
+                finished, _ = await asyncio.wait({done}, timeout=0.5)
+                if finished:
+                    return True
+                if await request.is_disconnected():
+                    call.cancel()
+                    return False
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
+
+    async def _stream(self, call: Call, tokens: asyncio.Queue, response_id: str, endpoint: str):
+        """The SSE events of a streamed call; a client that disconnects cancels it."""
+        service, tok = self.service, self.service.tokenizer
+        req = call.prepared.request
+        chat = endpoint == "chat"
+        buffered = call.prepared.tool_format is not None  # tool calls are known only at the end
+        text = shape.TextStream(tok, req.stop)
+        pending: list = []  # records whose text is not sent yet
+        try:
+            if chat:
+                yield _sse(shape.chat_chunk(service, call, response_id, {"role": "assistant", "content": ""}))
+            while True:
+                record = await tokens.get()
+                if record is None:
+                    break
+                if record.token_id in tok.stop_token_ids:
+                    continue
+                delta = text.push(record.token_id)
+                pending.append(record)
+                if buffered or (not delta and not req.logprobs):
+                    continue
+                if text.stopped and not delta:
+                    continue
+                yield _sse(_chunk(service, call, response_id, chat, delta, pending))
+                pending = []
+            failure = _failure(call)
+            if failure is not None:
+                yield _sse(failure.to_json())
+                return
+            out = shape.output(call, tok)
+            last = text.flush()
+            if chat:
+                delta = {"content": out.text} if buffered and out.text else ({"content": last} if last else {})
+                if out.tool_calls:
+                    delta["tool_calls"] = [dict(c.to_json(f"call_{response_id[-12:]}_{i}"), index=i)
+                                           for i, c in enumerate(out.tool_calls)]
+                yield _sse(shape.chat_chunk(service, call, response_id, delta, finish=out.finish_reason,
+                                            records=pending))
+            else:
+                yield _sse(shape.completion_chunk(service, call, response_id, last, finish=out.finish_reason,
+                                                  records=pending))
+            if req.include_usage:
+                yield _sse(shape.usage_chunk(service, call, response_id, out.completion_tokens,
+                                             "chat.completion.chunk" if chat else "text_completion"))
+            yield {"data": "[DONE]"}
+        finally:
+            if not call.future.done():
+                call.cancel()  # the client went away (or the server is stopping)
+            self.active.discard(call)
+
+
+def _chunk(service, call, response_id, chat: bool, delta: str, records: list) -> dict:
+    if chat:
+        return shape.chat_chunk(service, call, response_id, {"content": delta}, records=records)
+    return shape.completion_chunk(service, call, response_id, delta, records=records)
+
+
+def _sse(obj: dict) -> dict:
+    return {"data": json.dumps(obj, ensure_ascii=False)}
+
+
+def _post(loop: asyncio.AbstractEventLoop, q: asyncio.Queue, item) -> None:
+    try:
+        loop.call_soon_threadsafe(q.put_nowait, item)
+    except RuntimeError:
+        pass  # the loop is closed: the server has stopped
+
+
+def _failure(call: Call) -> APIError | None:
+    exc = call.future.exception() if call.future.done() else None
+    if exc is None or isinstance(exc, Cancelled):
+        return None
+    return APIError(f"generation failed: {exc}", status=500, code="engine_error")
+
+
+def create_app(service: Service, recorder=None, *, announce=None) -> Starlette:
+    """The ASGI app. The model loads in the background at startup; until then the model
+    routes answer 503."""
+    server = Server(service, recorder, announce=announce)
+
+    async def not_found(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            err = APIError(f"no route {request.method} {request.url.path}; the routes are GET /v1/models, "
+                           "POST /v1/chat/completions, POST /v1/completions, GET /health", status=404,
+                           code="not_found")
+        else:
+            err = APIError(f"{request.method} {request.url.path}: {exc.detail}", status=exc.status_code)
+        return JSONResponse(err.to_json(), status_code=exc.status_code)
+
+    async def crashed(request: Request, exc: Exception) -> JSONResponse:
+        print(f"tttr serve: internal error on {request.url.path}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        err = APIError(f"internal error: {type(exc).__name__}: {exc}", status=500, code="internal_error")
+        return JSONResponse(err.to_json(), status_code=500)
+
+    routes = [
+        Route("/health", server.health, methods=["GET"]),
+        Route("/v1/models", server.models, methods=["GET"]),
+        Route("/v1/chat/completions", server.chat, methods=["POST"]),
+        Route("/v1/completions", server.completions, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, lifespan=server.lifespan,
+                    exception_handlers={HTTPException: not_found, Exception: crashed})
+    app.state.server = server
+    return app

@@ -1,0 +1,157 @@
+"""Each API call recorded as a run in a session database, off the serving path.
+
+The server hands a finished call to `CallRecorder.record` (a queue put); one writer thread
+owns the store and writes each call as one step in one transaction. Calls that carry the
+same run name (`X-TTTR-Run: NAME`) are steps 0, 1, 2, … of one run, finished when the
+server stops; a call without a name is a run of its own.
+
+A call's events are the built-in agent's kinds at step S (the call's index in its run):
+`S:prompt` (the prompt's token ids and their digest, plus the request as received, its
+sampling parameters and the seed: what a replay needs to run the call again), then per
+position `S:token:P` and `S:logits:P`, then `S:message` (text, finish reason, tool calls).
+Draws are at RNG coordinates (seed, 0, P) whatever S is: a call's randomness does not
+depend on how many calls came before it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import sys
+import threading
+from dataclasses import dataclass, field, replace
+
+from tttr.engine.inference.sampler import SamplingParams
+from tttr.sessions.store import Store
+from tttr.sessions.vocabulary import KIND_LAYER, site
+
+RECORDED_TOPK = 5  # alternatives kept per position, as the agent records them (more when a call asked for more)
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """Everything recorded of one call."""
+
+    name: str | None  # the X-TTTR-Run name, or None for a run of its own
+    endpoint: str  # "chat" | "completion"
+    request: dict  # the body as received
+    prompt_ids: tuple[int, ...]
+    sampling: SamplingParams
+    seed_drawn: bool
+    max_tokens: int
+    stop: tuple[str, ...]
+    records: list  # TokenRecords, in order
+    text: str
+    finish_reason: str
+    tool_calls: list = field(default_factory=list)  # OpenAI tool_call objects
+    response_id: str = ""
+    top_logprobs: int = 0
+
+
+def ids_digest(ids) -> str:
+    """The prompt digest the agent records (blake2b-128 of the ids' JSON)."""
+    return hashlib.blake2b(json.dumps(list(ids)).encode(), digest_size=16).hexdigest()
+
+
+class CallRecorder:
+    def __init__(self, db_path, service):
+        self.store = Store.open(db_path)  # a bad file is refused here, before serving
+        self.service = service
+        self._queue: queue.Queue[CallRecord | None] = queue.Queue()
+        self._named: dict[str, list[int]] = {}  # name -> [run id, next step]
+        self.recorded = 0
+        self.failed = 0
+        self._thread = threading.Thread(target=self._loop, name="tttr-serve-recorder", daemon=True)
+        self._thread.start()
+
+    def record(self, call, *, name: str | None, response_id: str) -> None:
+        """Record a started call once it finishes (or is cancelled); returns at once."""
+        self._queue.put((call, name, response_id))
+
+    def flush(self) -> None:
+        """Wait until every call handed over so far is written."""
+        self._queue.join()
+
+    def close(self) -> None:
+        """Write what is queued, finish the named runs, close the database."""
+        self._queue.put(None)
+        self._thread.join()
+        for name, (run_id, steps) in self._named.items():
+            self.store.finish_run(run_id, status="complete", outcome={"calls": steps})
+        self._named.clear()
+        self.store.close()
+
+    # -- the writer thread -----------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                self._write(self._collect(*item))
+                self.recorded += 1
+            except Exception as exc:  # noqa: BLE001 - a failed write must not stop serving
+                self.failed += 1
+                print(f"tttr serve: could not record a call: {exc}", file=sys.stderr)
+            finally:
+                self._queue.task_done()
+
+    def _collect(self, call, name: str | None, response_id: str) -> CallRecord:
+        """Wait for the call to end (a cancelled one ends at the engine's next step)."""
+        from tttr.engine.serve.responses import output
+
+        try:
+            call.future.result()
+        except Exception:  # noqa: BLE001 - cancelled or failed: record what it produced
+            pass
+        out = output(call, self.service.tokenizer, cancelled=call.cancelled.is_set())
+        if call.seq.finish_reason == "error" and not call.cancelled.is_set():
+            out = replace(out, finish_reason="error")
+        p, req = call.prepared, call.prepared.request
+        return CallRecord(
+            name=name, endpoint=req.endpoint, request=req.body, prompt_ids=p.prompt_ids, sampling=call.seq.sampling,
+            seed_drawn=p.seed_drawn, max_tokens=p.max_tokens, stop=req.stop, records=list(call.seq.records),
+            text=out.text, finish_reason=out.finish_reason,
+            tool_calls=[c.to_json(f"call_{response_id[-12:]}_{i}") for i, c in enumerate(out.tool_calls)],
+            response_id=response_id, top_logprobs=req.top_logprobs,
+        )
+
+    def _begin(self, call: CallRecord) -> tuple[int, int]:
+        if call.name is not None and call.name in self._named:
+            entry = self._named[call.name]
+            entry[1] += 1
+            return entry[0], entry[1] - 1
+        run_id = self.store.begin_run(
+            task=call.name or f"api:{call.endpoint}", model_id=self.service.model_id, kernel_mode=self.service.kernel_mode,
+            sampling={k: v for k, v in call.sampling.to_json().items() if k != "seed"}, seed=call.sampling.seed,
+            fingerprint=self.service.fingerprint, meta={"source": "tttr serve", "name": call.name, "endpoint": call.endpoint},
+        )
+        if call.name is not None:
+            self._named[call.name] = [run_id, 1]
+        return run_id, 0
+
+    def _write(self, call: CallRecord) -> None:
+        run_id, step = self._begin(call)
+        store = self.store
+
+        def emit(kind: str, value, pos: int | None = None) -> None:
+            store.append(run_id, step, KIND_LAYER[kind], kind, site(step, kind, pos), value)
+
+        emit("prompt", {
+            "ids_digest": ids_digest(call.prompt_ids), "n_tokens": len(call.prompt_ids), "ids": list(call.prompt_ids),
+            "endpoint": call.endpoint, "request": call.request, "sampling": call.sampling.to_json(),
+            "seed_drawn": call.seed_drawn, "max_tokens": call.max_tokens, "stop": list(call.stop),
+            "response_id": call.response_id,
+        })
+        k = max(RECORDED_TOPK, call.top_logprobs)
+        for r in call.records:
+            emit("token", {"id": r.token_id, "text": r.text, "forced": bool(r.forced), "logprob": float(r.logprob),
+                           "rng": list(r.rng)}, r.position)
+            emit("logits", {"digest": r.digest, "topk": [[int(i), float(lp)] for i, lp in r.topk[:k]],
+                            "batch": [r.batch_rows, list(r.rows)], "mode": r.kernel_mode}, r.position)
+        emit("message", {"text": call.text, "finish_reason": call.finish_reason, "tool_calls": call.tool_calls})
+        if call.name is None:
+            status = "incomplete" if call.finish_reason == "cancelled" else "complete"
+            store.finish_run(run_id, status=status, outcome={"finish_reason": call.finish_reason})
+        else:
+            store.commit_step(run_id)
