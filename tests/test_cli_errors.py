@@ -36,6 +36,10 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["generate", "hi", "--temperature", "nan"], ["generate", "hi", "--top-p", "0"],
         ["generate", "hi", "--kernels", "slow"], ["generate", "hi", "--model", "{missing}"], ["generate"],
     ],
+    ("serve",): [
+        ["serve", "--port", "abc"], ["serve", "--port", "70000"], ["serve", "--kernels", "slow"],
+        ["serve", "--model", "{missing}"], ["serve", "--db", "{text}"], ["serve", "--host", "no.such.host.invalid"],
+    ],
     ("sandbox",): [["sandbox", "nosuch"]],
     ("sandbox", "exec"): [
         ["sandbox", "exec", "--seed", "-1", "--", "true"], ["sandbox", "exec", "--step", "-2", "--", "true"],
@@ -106,7 +110,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
 }
 
 # What `tttr --help` and `tttr bench --help` list (README's and docs' commands).
-COMMANDS = {"info", "runs", "events", "generate", "sandbox", "tasks", "task", "record", "replay", "fork",
+COMMANDS = {"info", "runs", "events", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
             "diff", "open", "demo", "bench"}
 BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app"}
 

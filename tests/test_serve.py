@@ -1,0 +1,318 @@
+"""`tttr serve`: OpenAI's API on the engine, checked with the official `openai` client
+against a real uvicorn server. Request checking and tool-call parsing need no model; the
+tests marked slow run the default model (a few tokens each)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tttr.engine.serve.errors import APIError
+from tttr.engine.serve.requests import parse_chat, parse_completion
+from tttr.engine.serve.responses import TextStream
+from tttr.engine.serve.tools import call_format, parse_tool_calls, supports_tools
+
+SMOL_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content']"
+                 " + '<|im_end|>' + '\\n'}}{% endfor %}")
+QWEN_LIKE = ("{% if tools %}<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools> Write "
+             "<tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>{% endif %}")
+USER = [{"role": "user", "content": "hi"}]
+
+
+# ---------------------------------------------------------------------------- no model
+def _refused(parse, body: dict, param: str | None) -> APIError:
+    with pytest.raises(APIError) as info:
+        parse(body)
+    assert info.value.status == 400 and info.value.param == param, info.value.to_json()
+    return info.value
+
+
+def test_chat_requests_are_checked_field_by_field():
+    assert "n=2" in _refused(parse_chat, {"messages": USER, "n": 2}, "n").message
+    _refused(parse_chat, {"messages": USER, "temperature": -1}, "temperature")
+    _refused(parse_chat, {"messages": USER, "temperature": "hot"}, "temperature")
+    _refused(parse_chat, {"messages": USER, "top_p": 0}, "top_p")
+    _refused(parse_chat, {"messages": USER, "seed": -1}, "seed")
+    _refused(parse_chat, {"messages": USER, "max_tokens": 0}, "max_tokens")
+    _refused(parse_chat, {"messages": USER, "top_logprobs": 3}, "top_logprobs")  # needs logprobs
+    _refused(parse_chat, {"messages": USER, "logprobs": True, "top_logprobs": 21}, "top_logprobs")
+    _refused(parse_chat, {"messages": USER, "stop": ["a"] * 5}, "stop")
+    _refused(parse_chat, {"messages": []}, "messages")
+    _refused(parse_chat, {"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role")
+    _refused(parse_chat, {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+             "messages[0].content")
+    _refused(parse_chat, {"messages": USER, "tool_choice": "required",
+                          "tools": [{"type": "function", "function": {"name": "f"}}]}, "tool_choice")
+    _refused(parse_completion, {"prompt": ""}, "prompt")
+    _refused(parse_completion, {"prompt": "x", "echo": True}, "echo")
+
+
+def test_a_chat_request_is_normalised():
+    req = parse_chat({
+        "model": "m", "messages": [
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        ],
+        "max_completion_tokens": 7, "stop": "END", "seed": 3, "stream": True,
+        "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 2, "top_k": -1,
+        "frequency_penalty": 0,  # unknown and harmless: ignored, as OpenAI's clients send extras
+    })
+    assert [m["role"] for m in req.messages] == ["system", "user", "assistant", "tool"]
+    assert req.messages[1]["content"] == "ab" and req.messages[2]["content"] == ""
+    assert req.messages[2]["tool_calls"][0]["function"]["arguments"] == {"x": 1}
+    assert (req.max_tokens, req.stop, req.seed, req.top_k, req.include_usage, req.top_logprobs) == (7, ("END",), 3, 0, True, 2)
+    assert req.temperature == 1.0  # OpenAI's default
+    assert parse_completion({"prompt": [[1, 2, 3]]}).prompt == (1, 2, 3)
+
+
+def test_tool_support_is_read_from_the_template():
+    assert not supports_tools(SMOL_TEMPLATE) and not supports_tools(None)
+    assert supports_tools(QWEN_LIKE) and call_format(QWEN_LIKE) == "hermes"
+
+
+def test_tool_calls_are_parsed_back():
+    text = 'Let me check.\n<tool_call>\n{"name": "weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    rest, calls = parse_tool_calls(text, "hermes", {"weather"})
+    assert rest == "Let me check." and len(calls) == 1
+    assert calls[0].name == "weather" and json.loads(calls[0].arguments) == {"city": "Paris"}
+    assert parse_tool_calls(text, "hermes", {"other"}) == (text, [])  # not a tool it was given
+    assert parse_tool_calls("<tool_call>{not json</tool_call>", "hermes", None)[1] == []
+    rest, calls = parse_tool_calls('{"name": "f", "parameters": {"a": 1}}', "json", {"f"})
+    assert rest == "" and calls[0].arguments == '{"a": 1}'
+    assert parse_tool_calls("just words", "json", {"f"}) == ("just words", [])
+
+
+class _CharTokenizer:
+    stop_token_ids = (0,)
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids)
+
+
+def test_streamed_text_holds_back_what_could_become_a_stop_string():
+    stream = TextStream(_CharTokenizer(), ("END",))
+    out = "".join(stream.push(ord(c)) for c in "abcEN")
+    assert out == "abc"  # "EN" may still become "END"
+    out += "".join(stream.push(ord(c)) for c in "Dxyz")
+    assert out + stream.flush() == "abc" and stream.stopped
+    stream = TextStream(_CharTokenizer(), ())
+    assert "".join(stream.push(ord(c)) for c in "hello") + stream.flush() == "hello"
+
+
+# ---------------------------------------------------------------------------- a server
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Running:
+    def __init__(self, app, lifespan: str = "on"):
+        import uvicorn
+
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.app = app
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    lifespan=lifespan))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started:
+            assert time.time() < deadline, "the server did not start"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def _http(url: str, data: bytes | None = None, method: str | None = None) -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_errors_have_openai_shape_while_the_model_loads():
+    from tttr.app.server import create_app
+    from tttr.engine.serve.service import Service
+
+    service = Service()  # never loaded: the routes that need it answer 503
+    running = _Running(create_app(service), lifespan="off")
+    try:
+        chat = running.url + "/v1/chat/completions"
+        body = json.dumps({"messages": USER}).encode()
+        cases = [
+            (_http(running.url + "/health"), 503, None),
+            (_http(chat, body), 503, "model_loading"),
+            (_http(chat, b"{not json"), 400, "invalid_json"),
+            (_http(chat, json.dumps({"messages": USER, "n": 2}).encode()), 400, "invalid_value"),
+            (_http(chat, json.dumps({"messages": USER, "model": "gpt-4o"}).encode()), 404, "model_not_found"),
+            (_http(running.url + "/v1/nothing"), 404, "not_found"),
+            (_http(running.url + "/v1/completions", method="GET"), 405, None),
+        ]
+        for (status, got), want, code in cases:
+            assert status == want, got
+            if "error" in got or want != 503:
+                assert set(got["error"]) == {"message", "type", "param", "code"} and got["error"]["code"] == code, got
+        status, got = _http(running.url + "/v1/models")
+        assert status == 200 and got["data"][0]["id"] == service.model_id
+    finally:
+        running.stop()
+
+
+# ---------------------------------------------------------------------------- the model
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from tttr.app.server import create_app
+    from tttr.engine.serve.recorder import CallRecorder
+    from tttr.engine.serve.service import Service
+
+    db = tmp_path_factory.mktemp("serve") / "calls.db"
+    service = Service(kernel_mode="invariant")
+    recorder = CallRecorder(db, service)
+    running = _Running(create_app(service, recorder))
+    assert service.wait_ready(300), service.load_error
+    running.db, running.service, running.recorder = db, service, recorder
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    import openai
+
+    return openai.OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0)
+
+
+def _ask(client, content: str, **kw):
+    kw = {"max_tokens": 8, "temperature": 0.8, "seed": 11, **kw}
+    return client.chat.completions.create(model=client.models.list().data[0].id,
+                                          messages=[{"role": "user", "content": content}], **kw)
+
+
+@pytest.mark.slow
+def test_plain_streamed_and_logprobs_agree(client, served):
+    plain = _ask(client, "Name a colour.", logprobs=True, top_logprobs=3)
+    choice = plain.choices[0]
+    assert choice.message.role == "assistant" and choice.message.content
+    assert choice.finish_reason in ("stop", "length") and plain.usage.completion_tokens >= 1
+    assert plain.system_fingerprint == served.service.system_fingerprint
+    assert "invariant" in plain.system_fingerprint and plain.model_extra["tttr"]["seed"] == 11
+    entries = choice.logprobs.content
+    assert entries and all(len(e.top_logprobs) == 3 and e.logprob <= 0 for e in entries)
+    assert "".join(bytes(e.bytes).decode("utf-8", "replace") for e in entries) == choice.message.content
+
+    chunks = list(_ask(client, "Name a colour.", stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == choice.message.content  # same seed, same answer, streamed or not
+    assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [choice.finish_reason]
+
+    unseeded = _ask(client, "Name a colour.", seed=None)
+    drawn = unseeded.model_extra["tttr"]
+    assert drawn["seed_drawn"] and isinstance(drawn["seed"], int)
+    again = _ask(client, "Name a colour.", seed=drawn["seed"])
+    assert again.choices[0].message.content == unseeded.choices[0].message.content
+
+    done = client.completions.create(model=plain.model, prompt="The capital of France is", max_tokens=4,
+                                     temperature=0, logprobs=2)
+    assert done.choices[0].text and len(done.choices[0].logprobs.tokens) >= 1
+
+
+@pytest.mark.slow
+def test_a_seeded_answer_is_the_same_alone_and_under_load(client, served):
+    prompts = ["Hi.", "Write one word about the sea.", "Count to three. " * 6, "What is 2+2?",
+               "Describe a cat in a short sentence, please. " * 3, "Say yes."]
+
+    def tokens(prompt: str):
+        r = _ask(client, prompt, max_tokens=10, logprobs=True, top_logprobs=2)
+        return [(e.token, e.logprob, [(t.token, t.logprob) for t in e.top_logprobs]) for e in r.choices[0].logprobs.content]
+
+    alone = [tokens(p) for p in prompts[:2]]
+    engine = served.service.engine
+    history = len(engine.history)
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        loaded = list(pool.map(tokens, prompts))
+    shared = max(len(ids) for _, ids in list(engine.history)[history:])
+    assert shared >= 3, f"the requests never shared a pass (at most {shared} sequences in one)"
+    assert loaded[:2] == alone  # bit for bit: token ids' text, logprobs, alternatives
+
+
+@pytest.mark.slow
+def test_refusals_with_the_official_client(client):
+    import openai
+
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+    with pytest.raises(openai.BadRequestError, match="does not support tools"):
+        _ask(client, "Weather in Paris?", tools=tools)
+    assert _ask(client, "hi", tools=tools, tool_choice="none", max_tokens=2).choices[0].message.content is not None
+    with pytest.raises(openai.BadRequestError, match="n=2"):
+        _ask(client, "hi", n=2)
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.chat.completions.create(model="gpt-4o", messages=USER)
+    with pytest.raises(openai.BadRequestError) as info:
+        _ask(client, "hello " * 9000)
+    message = str(info.value)
+    assert "maximum context length is 8192" in message and "in the prompt" in message and "in the completion" in message
+
+
+@pytest.mark.slow
+def test_calls_are_recorded_as_runs(client, served):
+    from tttr.app.cli import main
+    from tttr.sessions.store import Store
+
+    for content in ("First call.", "Second call."):
+        _ask(client, content, max_tokens=3, extra_headers={"X-TTTR-Run": "my-agent"})
+    served.recorder.flush()
+    with Store.open(served.db, readonly=True) as store:
+        runs = [r for r in store.runs() if r.task == "my-agent"]
+        assert len(runs) == 1
+        run = runs[0]
+        assert run.model_id == served.service.model_id and run.kernel_mode == "invariant" and run.seed == 11
+        events = list(store.events(run.id))
+        kinds = [(e.step, e.kind) for e in events]
+        assert (0, "prompt") in kinds and (1, "prompt") in kinds and (1, "message") in kinds
+        prompt = next(e for e in events if e.kind == "prompt").value
+        assert prompt["n_tokens"] == len(prompt["ids"]) and prompt["sampling"]["seed"] == 11
+        assert prompt["request"]["messages"][0]["content"] == "First call."
+        token = next(e for e in events if e.kind == "token")
+        logits = next(e for e in events if e.kind == "logits")
+        assert token.layer == "token" and token.value["rng"] == [11, 0, 0]
+        assert logits.layer == "tensor" and logits.value["mode"] == "invariant" and len(logits.value["topk"]) == 5
+    assert main(["events", str(served.db), str(run.id), "--kind", "message"]) == 0
+
+
+@pytest.mark.slow
+def test_a_client_that_goes_away_frees_its_sequence(client, served):
+    from tttr.sessions.store import Store
+
+    stream = _ask(client, "Tell me a very long story about a dragon.", max_tokens=400, stream=True,
+                  extra_headers={"X-TTTR-Run": "gone"})
+    next(iter(stream))
+    next(iter(stream))
+    stream.close()
+    engine = served.service.engine
+    deadline = time.time() + 30
+    while engine._running or engine._waiting:
+        assert time.time() < deadline, "the cancelled sequence kept running"
+        time.sleep(0.05)
+    served.recorder.flush()
+    with Store.open(served.db, readonly=True) as store:
+        run = next(r for r in store.runs() if r.task == "gone")
+        message = [e for e in store.events(run.id) if e.kind == "message"][0].value
+        tokens = [e for e in store.events(run.id) if e.kind == "token"]
+    assert message["finish_reason"] == "cancelled" and 1 <= len(tokens) < 400
