@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tttr.app.runview import RunView, is_blob, value_problem
+from tttr.engine.replay.diff import align, diff_runs
+from tttr.sessions.vocabulary import site_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,7 @@ class Comparison:
     mutation: Any = None
     outcome_a: Any = None
     outcome_b: Any = None
-    note: str | None = None  # why the steps are aligned one to one instead of by the engine's diff
+    note: str | None = None  # why no divergence is named: the engine's diff refused the runs
 
     @property
     def first(self):
@@ -53,23 +55,6 @@ class Comparison:
             key=lambda d: site_order(d.site),
         )
         return ranked[0] if ranked else None
-
-
-# Within a step the loop consumes: the prompt, then per position a token and its logits,
-# then the message, the action, the clock and the tool result; the outcome comes last.
-_RANK = {"setup": 0, "prompt": 1, "token": 2, "logits": 2, "message": 3, "action": 4,
-         "clock": 5, "tool": 6, "snapshot": 7, "outcome": 8}
-
-
-def site_order(site: str) -> tuple[int, int, int]:
-    parts = str(site).split(":")
-    try:
-        step = int(parts[0])
-    except ValueError:
-        return (1 << 30, 0, 0)
-    name = parts[1] if len(parts) > 1 else ""
-    pos = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else 0
-    return (step, _RANK.get(name, 9), pos)
 
 
 def _events(store, run_id: int, kind: str) -> list:
@@ -113,38 +98,26 @@ def _steps(store, run_id: int) -> list[StepInfo]:
 
 
 def build_comparison(store, run_a: int, run_b: int) -> Comparison:
-    """Rows of the two runs side by side. A child run (fork or replay) is aligned with its
-    parent step by step, since it is the same run up to the fork; any other pair is
-    aligned by `diff_runs` (edit distance over the actions). When the engine refuses to
-    diff the runs (an unreadable value), the steps are aligned by their actions here, no
-    divergence is named, and `note` says why."""
-    from tttr.engine.replay.diff import DiffRow, align, diff_runs
-
+    """Rows of the two runs side by side, aligned as `tttr diff` aligns them: by edit
+    distance over the actions (`engine.replay.diff.align`), for a fork and its parent as
+    for any two runs — a fork's shared prefix has equal actions, so it pairs one to one.
+    When the engine refuses to diff the runs (an unreadable value), the steps are aligned
+    the same way here, an unreadable action matching nothing, no divergence is named, and
+    `note` says why."""
     a_steps, b_steps = _steps(store, run_a), _steps(store, run_b)
     note = None
     try:
         diff = diff_runs(store, run_a, run_b)
         divergences = dict(diff.first_divergence)
+        rows = diff.rows
     except Exception as exc:  # noqa: BLE001 - the rows still show, with the unreadable ones marked
-        diff, divergences = None, {}
+        divergences = {}
         note = f"{type(exc).__name__}: {exc}" if getattr(exc, "exit_code", None) is None else str(exc)
+        rows = align([s.action if s.problem is None else f"\0unreadable a{i}" for i, s in enumerate(a_steps)],
+                     [s.action if s.problem is None else f"\0unreadable b{i}" for i, s in enumerate(b_steps)])
     run_b_meta = store.run(run_b)
     child = run_b_meta.parent == run_a
     fork_site = run_b_meta.fork_site if child and isinstance(run_b_meta.fork_site, str) else None
-    if diff is None and not child:
-        # Aligned by the actions as the engine would, an unreadable one matching nothing.
-        rows = align([s.action if s.problem is None else f"\0unreadable a{i}" for i, s in enumerate(a_steps)],
-                     [s.action if s.problem is None else f"\0unreadable b{i}" for i, s in enumerate(b_steps)])
-    elif child:
-        rows = [
-            DiffRow(i if i < len(a_steps) else None, i if i < len(b_steps) else None,
-                    a_steps[i].action if i < len(a_steps) else None,
-                    b_steps[i].action if i < len(b_steps) else None,
-                    i < len(a_steps) and i < len(b_steps) and _same(a_steps[i], b_steps[i]))
-            for i in range(max(len(a_steps), len(b_steps)))
-        ]
-    else:
-        rows = diff.rows
     comparison = Comparison(
         run_a, run_b, divergences=divergences, fork_site=fork_site,
         mutation=run_b_meta.mutation if fork_site else None,
@@ -168,6 +141,3 @@ def build_comparison(store, run_a: int, run_b: int) -> Comparison:
         comparison.rows.append(CompareRow(a, b, same, is_fork, is_first))
     return comparison
 
-
-def _same(a: StepInfo, b: StepInfo) -> bool:
-    return a.problem is None and b.problem is None and a.action == b.action

@@ -17,7 +17,8 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from tttr.app.runview import LAYERS, LOADING, TOO_LARGE, RunView, is_blob, value_problem
-from tttr.sessions.safe_text import visible
+from tttr.sessions.vocabulary import MUTABLE
+from tttr.sessions.safe_text import short, visible  # noqa: F401 - short: the app calls it describe.short
 
 THEME = "ansi_dark"  # the terminal's own palette, so light and dark terminals both read
 _BASH = BashLexer()
@@ -71,16 +72,6 @@ def layer_tag(layer: str) -> Text:
 def token_text(text: Any) -> str:
     """A token's text made visible: quotes, escapes for newlines, tabs and controls."""
     return visible(json.dumps(str(text)[:200], ensure_ascii=False), newlines=False)
-
-
-def short(text: Any, width: int = 80) -> str:
-    """One line of at most `width` characters, whitespace collapsed, controls visible."""
-    raw = str(text)
-    head = raw[: width * 8]  # enough for the line; never split a huge value
-    line = visible(" ".join(head.split()))
-    if len(line) <= width and len(head) == len(raw):
-        return line
-    return line[: width - 1] + "…"
 
 
 def size_label(n: Any) -> str:
@@ -258,7 +249,7 @@ def detail(view: RunView, event, token_texts=None) -> RenderableType:
     except Exception as exc:  # noqa: BLE001 - a shape the checks missed is shown as such
         return unreadable_detail(event, f"{type(exc).__name__}: {exc}")
     hint = Text()
-    if event.kind in ("clock", "tool", "token"):
+    if event.kind in MUTABLE:
         hint = Text("press e to edit this value and fork the run here", style="italic dim")
     return Group(heading(event), Text(""), body, Text(""), hint)
 

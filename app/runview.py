@@ -18,6 +18,7 @@ from tttr.sessions import values
 from tttr.sessions.records import Event
 from tttr.sessions.safe_text import visible
 from tttr.sessions.vocabulary import LAYERS as VOCABULARY_LAYERS
+from tttr.sessions.vocabulary import MUTABLE, site_parts
 
 # Layer → (letter, colour). Letters make the timeline readable without colour:
 # T tensor (logits), K token (sampling), R trace (the world: clock, tools), A agent (derived).
@@ -28,7 +29,7 @@ LAYERS: dict[str, tuple[str, str]] = {
     "agent": ("A", "green"),
 }
 LAYER_ORDER = VOCABULARY_LAYERS
-EDITABLE_KINDS = ("clock", "tool", "token")
+EDITABLE_KINDS = MUTABLE
 
 WINDOW = 256  # events per cached window
 MAX_WINDOWS = 16  # windows kept; ~4k events, a few screens either side of the cursor
@@ -370,8 +371,8 @@ def _reason(exc: BaseException) -> str:
 
 
 def token_pos(event) -> int | None:
-    parts = str(event.site).split(":")
-    return int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else None
+    parts = site_parts(event.site) if isinstance(event.site, str) else None
+    return parts[2] if parts is not None else None
 
 
 def _diff_trees(store, before: str | None, after: str) -> list[FileChange] | None:

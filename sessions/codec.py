@@ -28,6 +28,9 @@ import json
 import struct
 from typing import Any
 
+from tttr.sessions.vocabulary import site as make_site
+from tttr.sessions.vocabulary import site_parts
+
 TOKEN_TAG = 1
 LOGITS_TAG = 2
 TOKEN_KEYS = ("id", "text", "forced", "logprob", "rng")
@@ -50,35 +53,16 @@ _U16x2 = struct.Struct("<HH")
 
 # ---------------------------------------------------------------------------- sites
 def split_site(site: str, step: int, kind: str) -> tuple[int | None, str | None]:
-    """(pos, verbatim site or None) to store for `site`."""
-    prefix = f"{step}:{kind}"
-    if site == prefix:
-        return None, None
-    head, _, tail = site.rpartition(":")
-    if head == prefix and tail.isdigit() and tail.isascii() and (tail[0] != "0" or tail == "0"):
-        return int(tail), None
+    """(pos, verbatim site or None) to store for `site`: nothing but the position when the
+    site is the one `vocabulary.site` writes for this step and kind."""
+    parts = site_parts(site)
+    if parts is not None and parts[0] == step and parts[1] == kind:
+        return parts[2], None
     return None, site
 
 
 def join_site(step: int, kind: str, pos: int | None, stored: str | None) -> str:
-    if stored is not None:
-        return stored
-    return f"{step}:{kind}" if pos is None else f"{step}:{kind}:{pos}"
-
-
-def parse_canonical(site: str) -> tuple[int, str, int | None] | None:
-    """(step, kind, pos) if `site` has the canonical shape, else None."""
-    parts = site.split(":")
-    if len(parts) not in (2, 3) or not parts[1]:
-        return None
-    try:
-        step = int(parts[0])
-        pos = int(parts[2]) if len(parts) == 3 else None
-    except ValueError:
-        return None
-    if join_site(step, parts[1], pos, None) != site:
-        return None
-    return step, parts[1], pos
+    return stored if stored is not None else make_site(step, kind, pos)
 
 
 # ---------------------------------------------------------------------------- values

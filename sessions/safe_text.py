@@ -33,6 +33,19 @@ def visible(text: object, *, newlines: bool = True) -> str:
     return out
 
 
+def _cut(line: str, width: int, whole: bool = True) -> str:
+    """The one truncation rule: at most `width` characters, an ellipsis where cut."""
+    return line if len(line) <= width and whole else line[: width - 1] + "…"
+
+
+def short(text: object, width: int = 80) -> str:
+    """Text in one line of at most `width` characters, whitespace collapsed, controls
+    visible (titles, table cells, notifications)."""
+    raw = str(text)
+    head = raw[: width * 8]  # enough for the line; never split a huge value
+    return _cut(visible(" ".join(head.split())), width, len(head) == len(raw))
+
+
 def brief(value: object, width: int = 70) -> str:
     """A recorded value in one line of at most `width` characters, for messages such as
     "replay diverged at 2:tool: recorded …, live …": a string as its repr, anything else as
@@ -44,5 +57,4 @@ def brief(value: object, width: int = 70) -> str:
             text = json.dumps(value, default=str)
         except (ValueError, RecursionError):  # a value too deep or circular to write
             text = repr(type(value))
-    text = visible(text, newlines=False)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return _cut(visible(text, newlines=False), width)

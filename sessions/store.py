@@ -23,7 +23,7 @@ from typing import Any
 
 from . import blobs, codec, liveness, opening, safe_text, schema, values
 from .records import Event, Run
-from .vocabulary import LAYERS
+from .vocabulary import LAYERS, site_parts
 from .errors import StoreError
 
 __all__ = ["Store", "StoreError", "Run", "Event", "LAYERS", "STATUSES"]
@@ -474,7 +474,7 @@ class Store:
     @_guarded
     def event_at(self, run_id: int, site: str) -> Event | None:
         """The first event consumed at `site` (e.g. "4:token:17"), or None."""
-        canonical = codec.parse_canonical(site)
+        canonical = site_parts(site)
         codes = []
         if canonical is not None:
             codes = self._kind_codes(None, canonical[1])

@@ -1,11 +1,23 @@
-"""The project's nouns, defined once: the layers, and which layers a policy can pin or free.
+"""The project's nouns, defined once: the layers, the kinds of event and the layer of each,
+and the site grammar — how a site is written, parsed and ordered.
 
-Every package imports these names instead of spelling the tuple again (a second spelling
-is a bug waiting for the two to disagree). Kept free of imports so that the command line
-can use them without loading anything else.
+Every package imports these names instead of spelling them again (a second spelling is a
+bug waiting for the two to disagree): the store, the oracle, the policy, diff, the command
+line and the app. Nothing here imports more than the error base, so the command line can
+use it without loading anything else.
+
+A *site* names where a recorded value was consumed: `STEP:KIND`, or `STEP:KIND:POS` for the
+kinds with a position (`2:clock`, `2:tool`, `2:token:5`, `2:logits:5`, `-1:setup`). The same
+site names the same decision point in every run of a task, so two runs are matched site by
+site, and `tttr fork --at SITE` takes this syntax.
 """
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tttr.sessions.errors import TTTRError
 
 # The layers, in the order they are shown: tensor (logits), token (sampling), trace (the
 # world: clock, tools, files), agent (values derived from the others: prompt, message,
@@ -14,3 +26,99 @@ LAYERS = ("tensor", "token", "trace", "agent")
 
 # The layers a replay policy pins or frees.
 RECORDED_LAYERS = ("tensor", "token", "trace")
+
+# Each kind of event the shell agent records, with its layer, in the order the agent loop
+# consumes them within a step: the prompt, then per position a token and the logits behind
+# it, the message, the parsed action, the step's clock and the tool call. Step -1 reads the
+# clock and sets the task up; the outcome comes after the last step's tool call.
+KIND_LAYER = {
+    "prompt": "agent",
+    "token": "token",
+    "logits": "tensor",
+    "message": "agent",
+    "action": "agent",
+    "clock": "trace",
+    "setup": "trace",
+    "tool": "trace",
+    "outcome": "agent",
+}
+KINDS = tuple(KIND_LAYER)
+POSITIONAL = ("token", "logits")  # kinds whose site carries a position
+MUTABLE = ("clock", "tool", "token")  # kinds whose value a fork may replace
+
+_RANK = {kind: rank for rank, kind in enumerate(KINDS)} | {"logits": KINDS.index("token")}
+_USER_SITE = re.compile(r"^(-?\d+):([a-z]+)(?::(\d+))?$")
+
+
+class SiteError(TTTRError, ValueError):
+    pass
+
+
+def site(step: int, kind: str, pos: int | None = None) -> str:
+    """The site of a value of `kind` consumed at `step` (and position `pos`)."""
+    return f"{step}:{kind}" if pos is None else f"{step}:{kind}:{pos}"
+
+
+def site_parts(text: str) -> tuple[int, str, int | None] | None:
+    """(step, kind, pos) when `text` is exactly what `site()` writes for them — any kind,
+    so foreign events parse too — else None. No leading zeros, spaces or negative
+    positions: this is the stored form, not a user's."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not parts[1]:
+        return None
+    try:
+        step = int(parts[0])
+        pos = int(parts[2]) if len(parts) == 3 else None
+    except ValueError:
+        return None
+    if site(step, parts[1], pos) != text or (pos is not None and pos < 0):
+        return None
+    return step, parts[1], pos
+
+
+def site_order(text: str) -> tuple[int, int, int, str]:
+    """Sort key: step, then the order the agent loop consumes kinds within a step, then
+    position. A site outside the grammar sorts after every other (by its text)."""
+    parts = site_parts(str(text))
+    if parts is None:
+        return (1 << 62, 0, 0, str(text))
+    step, kind, pos = parts
+    return (step, _RANK.get(kind, len(KINDS)), -1 if pos is None else pos, "")
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """A site of the shell agent's grammar, as a user writes it (`tttr fork --at`)."""
+
+    step: int
+    name: str
+    pos: int | None = None
+
+    def __str__(self) -> str:
+        return site(self.step, self.name, self.pos)
+
+    @property
+    def layer(self) -> str:
+        return KIND_LAYER[self.name]
+
+    @classmethod
+    def parse(cls, text: str) -> "Site":
+        m = _USER_SITE.match(text.strip())
+        if not m or m.group(2) not in KIND_LAYER:
+            raise SiteError(
+                f"bad site {text!r}: use STEP:clock, STEP:tool or STEP:token:POS "
+                "(`tttr events DB RUN --json` lists every site of a run)"
+            )
+        if len(m.group(1)) > 10 or (m.group(3) and len(m.group(3)) > 10):
+            raise SiteError(f"bad site {text[:40]!r}: its step or position is far beyond any run's")
+        step, name, pos = int(m.group(1)), m.group(2), m.group(3)
+        if (name in POSITIONAL) != (pos is not None):
+            raise SiteError(
+                f"bad site {text!r}: {name} sites "
+                + ("need a position, e.g. 2:token:5" if name in POSITIONAL else "take no position")
+            )
+        return cls(step, name, int(pos) if pos is not None else None)
+
+    def at(self, kind: str, step: int) -> bool:
+        """Whether this is the site of a `kind` value at `step` (any position)."""
+        return self.name == kind and self.step == step

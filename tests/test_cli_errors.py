@@ -187,10 +187,10 @@ def test_invalid_input_is_one_line_and_exit_2(path, files, nothing_slow, capsys)
 def test_user_errors_share_one_base_with_exit_code_2():
     from tttr.engine.errors import EngineError
     from tttr.engine.replay.mutation import MutationError
-    from tttr.engine.replay.oracle import OracleError
+    from tttr.engine.replay.source import OracleError
     from tttr.engine.replay.policy import PolicyError
     from tttr.engine.replay.runs import ReplayError
-    from tttr.engine.sites import SiteError
+    from tttr.sessions.vocabulary import SiteError
     from tttr.kernels.mode import KernelModeError
     from tttr.recorders.errors import RecorderError, SandboxError, SnapshotError, TaskError
     from tttr.sessions.errors import StoreError

@@ -5,7 +5,7 @@ import pytest
 from tttr.engine.replay.agent import AgentLimits, observation, parse_action
 from tttr.engine.replay.diff import align, first_divergences
 from tttr.engine.replay.policy import Policy, PolicyError
-from tttr.engine.sites import Site, SiteError
+from tttr.sessions.vocabulary import Site, SiteError
 
 
 def test_policy_parse_and_pins():
@@ -52,7 +52,7 @@ def test_first_divergence_per_layer_in_site_order():
          _E("1:token:0", "token", {"id": 6}), _E("0:clock", "clock", {"t": "x"})]
     d = first_divergences(a, b)
     assert set(d) == {"token"}
-    assert d["token"].site == "0:token:1" and (d["token"].a_value, d["token"].b_value) == (2, 3)
+    assert d["token"].site == "0:token:1" and (d["token"].a, d["token"].b) == (2, 3)
 
 
 def test_parse_action():

@@ -223,7 +223,7 @@ def _print_result(args, res, verb: str) -> None:
     if res.identical is not None:
         say("decisions identical to the recording" if res.identical else "decisions differ from the recording")
     if res.divergence is not None:
-        say(res.divergence.describe())
+        say(f"replay diverged at {res.divergence.describe()}")
     for note in res.extra.get("notes", ()):
         say(note)
     if res.parent is not None:
@@ -254,7 +254,7 @@ def cmd_diff(args) -> int:
     if d.identical:
         console.print("the runs are identical at every compared site")
     for layer, div in d.first_divergence.items():
-        console.print(shown(f"first divergence, {layer} layer: {div.describe()}"))
+        console.print(shown(f"first divergence: {div.describe()}"))
     return 0
 
 

@@ -16,6 +16,7 @@ from textual.widgets import Footer, LoadingIndicator, Static
 from tttr.app import describe
 from tttr.app.compare import Comparison, build_comparison
 from tttr.app.widgets.side_by_side import SideBySide
+from tttr.sessions.safe_text import brief
 from tttr.sessions.vocabulary import LAYERS
 
 
@@ -116,13 +117,13 @@ class CompareScreen(Screen):
             return text
         text.append("▶ first divergence " + ("after the fork " if c.fork_site else ""), style="bold red")
         text.append(f"{describe.short(first.site, 40)} ({describe.short(first.layer, 10)}): "
-                    f"{_short(first.a_value)} → {_short(first.b_value)}\n")
+                    f"{brief(first.a, 50)} → {brief(first.b, 50)}\n")
         for layer in LAYERS:
             d = c.divergences.get(layer)
             if d is not None:
                 text.append(f"  {layer:<7}", style="bold")
                 text.append(f"first differs at {describe.short(d.site, 40)}: "
-                            f"{_short(d.a_value)} → {_short(d.b_value)}\n", style="dim")
+                            f"{brief(d.a, 50)} → {brief(d.b, 50)}\n", style="dim")
         differing = sum(1 for r in c.rows if not r.same)
         text.append(f"{differing} of {len(c.rows)} aligned steps differ · n/p next/previous difference", style="dim")
         return text
@@ -138,7 +139,3 @@ class CompareScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-
-def _short(value, width: int = 50) -> str:
-    return describe.short(describe.preview(value, 400) if not isinstance(value, str) else repr(value[:400]), width)

@@ -13,9 +13,8 @@ from typing import Any
 
 from rapidfuzz.distance import Levenshtein
 
-from tttr.engine.sites import Site
 from tttr.sessions.safe_text import brief
-from tttr.sessions.vocabulary import LAYERS
+from tttr.sessions.vocabulary import KIND_LAYER, LAYERS, site_order
 
 # What counts as "the value" of an event when comparing two runs, per kind.
 _COMPARED = {
@@ -25,21 +24,27 @@ _COMPARED = {
     "logits": ("digest",),
     "action": ("cmd", "done"),
 }
-_LAYER_OF = {"clock": "trace", "tool": "trace", "token": "token", "logits": "tensor", "action": "agent"}
 
 
 @dataclass(frozen=True, slots=True)
 class Divergence:
+    """The first site of one layer where two runs' values differ (or that only one has).
+    `a` is the first run's value — in a replay or fork, the recording's — and `b` the
+    second's, the live one; `names` says which is which in messages and in JSON."""
+
     site: str
     layer: str
-    a_value: Any
-    b_value: Any
+    a: Any
+    b: Any
+    names: tuple[str, str] = ("a", "b")
 
     def describe(self) -> str:
-        return f"{self.site} ({self.layer}): {brief(self.a_value, 60)} != {brief(self.b_value, 60)}"
+        first, second = self.names
+        return f"{self.site} ({self.layer} layer): {first} {brief(self.a, 60)}, {second} {brief(self.b, 60)}"
 
     def to_json(self) -> dict:
-        return {"site": self.site, "layer": self.layer, "a": self.a_value, "b": self.b_value}
+        first, second = self.names
+        return {"site": self.site, "layer": self.layer, first: self.a, second: self.b}
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,28 +123,20 @@ def align(a: list[str], b: list[str]) -> list[DiffRow]:
     return rows
 
 
-def _site_key(site: str) -> tuple:
-    try:
-        s = Site.parse(site)
-    except ValueError:  # a site outside the grammar (a hand-made or foreign event): after the rest
-        return (1 << 62, 0, site)
-    return (s.step, s.pos if s.pos is not None else -1, "")
-
-
 def first_divergences(a_events: list, b_events: list) -> dict[str, Divergence]:
     """Per layer, the first site (in step/position order) whose compared value differs or
     that only one run has."""
     by_layer: dict[str, dict[str, dict[str, Any]]] = {}
     for side, events in (("a", a_events), ("b", b_events)):
         for e in events:
-            layer = _LAYER_OF.get(e.kind)
-            if layer is None:
+            if e.kind not in _COMPARED:
                 continue
+            layer = KIND_LAYER[e.kind]
             by_layer.setdefault(layer, {}).setdefault(e.site, {})[side] = compared_value(e.kind, e.value)
     out: dict[str, Divergence] = {}
     for layer in LAYERS:
         sites = by_layer.get(layer, {})
-        for site in sorted(sites, key=_site_key):
+        for site in sorted(sites, key=site_order):
             pair = sites[site]
             if pair.get("a", _MISSING) != pair.get("b", _MISSING):
                 out[layer] = Divergence(site, layer, pair.get("a"), pair.get("b"))

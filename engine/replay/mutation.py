@@ -15,20 +15,40 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
-from tttr.engine.replay.oracle import Mutation
 from tttr.engine.replay.runtime import Runtime
-from tttr.engine.sites import MUTABLE, Site, SiteError
 from tttr.recorders.clock import normalize_clock
 from tttr.recorders.errors import SandboxError
 from tttr.sessions.errors import TTTRError
 from tttr.sessions.safe_text import visible
 from tttr.sessions.values import ValueProblem, load_json
+from tttr.sessions.vocabulary import MUTABLE, Site, SiteError
 
 
 class MutationError(TTTRError, ValueError):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    """One recorded value replaced. `value` is already validated and typed:
+    clock -> datetime; tool -> dict of replaced fields; token -> int token id."""
+
+    site: Site
+    value: Any
+    text: str  # as the user wrote it, for the record
+
+    def at(self, kind: str, step: int) -> bool:
+        """Whether this mutation replaces the `kind` value of `step` (the one test of "is
+        this the mutated site?")."""
+        return self.site.at(kind, step)
+
+    def to_json(self) -> dict:
+        v = self.value.isoformat() if isinstance(self.value, datetime) else self.value
+        return {"site": str(self.site), "value": v, "input": self.text}
 
 
 _SHIFT = re.compile(r"^([+-])(\d+(?:\.\d+)?)([smhd]?)$")

@@ -16,11 +16,12 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from tttr.engine.replay.agent import AgentLimits, run_agent
-from tttr.engine.replay.diff import action_text
-from tttr.engine.replay.mutation import parse_mutation
-from tttr.engine.replay.oracle import Divergence, Mutation, Oracle, Source
+from tttr.engine.replay.diff import Divergence, action_text
+from tttr.engine.replay.mutation import Mutation, parse_mutation
+from tttr.engine.replay.oracle import Oracle
 from tttr.engine.replay.policy import Policy
 from tttr.engine.replay.runtime import Runtime
+from tttr.engine.replay.source import Source
 from tttr.kernels import REVISION
 from tttr.recorders.clock import normalize_clock
 from tttr.recorders.errors import SandboxError

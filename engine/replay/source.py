@@ -1,0 +1,49 @@
+"""The recording a replay or fork reads from, indexed by site."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tttr.sessions.errors import TTTRError
+
+
+class OracleError(TTTRError, RuntimeError):
+    """A recording that does not support what the replay reached: a missing site or
+    snapshot, a mutation whose context differs, a fork prefix that drifted."""
+
+
+class Source:
+    """A recording being replayed: its events by site, its tokens and logits by step, and
+    the snapshot manifest of every tree it recorded."""
+
+    def __init__(self, store, run_id: int):
+        self.store = store
+        # Every event decoded and checked: an unreadable one refuses the run here, in one
+        # line naming the run and site, before anything is written.
+        self.run, self.events = store.load_run(run_id)
+        self.by_site = {e.site: e for e in self.events}
+        self.tokens: dict[int, list[dict]] = {}
+        self.logits: dict[int, list[dict]] = {}
+        self.manifests: dict[str, str] = {}
+        for e in self.events:
+            if e.kind == "token":
+                self.tokens.setdefault(e.step, []).append(e.value)
+            elif e.kind == "logits":
+                self.logits.setdefault(e.step, []).append(e.value)
+            elif e.kind in ("setup", "tool") and isinstance(e.value, dict):
+                tree = e.value.get("tree_after") or e.value.get("tree")
+                if tree and e.value.get("snapshot"):
+                    self.manifests[tree] = e.value["snapshot"]
+
+    def value(self, site: str) -> Any:
+        e = self.by_site.get(site)
+        return None if e is None else e.value
+
+    def seq_of(self, site: str) -> int:
+        e = self.by_site.get(site)
+        if e is None:
+            raise OracleError(f"site {site} does not exist in run {self.run.id}")
+        return e.seq
+
+    def outcome(self) -> dict | None:
+        return next((e.value for e in reversed(self.events) if e.kind == "outcome"), None)
