@@ -16,6 +16,19 @@ Contract (shapes are for one call; the engine may call per sequence):
   and its rows after that are zero. Row i equals
   attention(q[i:i+1], k[i], v[i], positions[i:i+1], scale) (bit for bit when invariant).
 
+The engine reaches the kernels only through this module (and kernels.mode, and
+kernels.REVISION); besides the ops above it calls:
+- rope(x [R, >= heads, D], heads, cos [P, D], sin [P, D], positions [R]) -> [R, heads, D]:
+  rotary embedding of the first `heads` heads of each row (in place when compiled)
+- topk(x [n, m], k) -> (values, indices) [n, k], like torch.topk(x, k)
+- draw(probs [n, m], u [n] float64) -> [n] indices: each row's inverse-CDF draw
+- attach_blocks(weight, fmt, raw) -> bool: later products by `weight` run from its GGUF
+  blocks (a format in QUANT_FORMATS)
+- describe() -> which of TTTR's own kernels run here, as the run fingerprint records it
+Each picks the compiled kernel or the PyTorch formulation itself, so every caller gets the
+same choice. rope, topk and draw give the same results either way; the compiled norms,
+SwiGLU, attention and block products do not, which is why describe() records which ran.
+
 Whatever the mode, a weight with GGUF blocks attached (kernels.cquant) is multiplied from
 them, and the row-local steps run compiled (kernels.crow) when a C compiler is there: both
 are batch-invariant as they stand and faster than stock. Otherwise `fast` is stock PyTorch
@@ -31,7 +44,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tttr.kernels import cattention, crow, invariant
+from tttr.kernels import REVISION, cattention, cquant, crow, invariant
 from tttr.kernels.cquant import attached
 from tttr.kernels.cquant import linear as block_linear
 from tttr.kernels.mode import get_mode
@@ -44,6 +57,8 @@ from tttr.kernels.packing import HAS_MKL_PACK, PACK_ROWS, mkl_linear, packed_wei
 _PACKED_MAX_ROWS = 16
 _ZERO = torch.zeros(1, dtype=torch.int64)
 _CACHED_WEIGHT_BYTES = 16 << 20
+
+QUANT_FORMATS = cquant.FORMATS  # the GGUF block formats attach_blocks takes ("Q4_1", "Q8_0")
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -164,3 +179,71 @@ def decode_attention(
         enable_gqa=h != k.shape[2],
     )
     return out[:, :, 0, :]
+
+
+# -- the rest of what the engine needs --------------------------------------------------------
+
+
+def rope(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The first `heads` heads of x [R, >= heads, D] rotated by the table rows cos/sin [P, D] at
+    `positions` [R] (int64): x * cos + roll(x, D/2) * sin, where sin is the model's table with
+    its first half negated (rotate_half folded in). Returns [R, heads, D]: compiled
+    (kernels.crow) for fp32 CPU rows whose heads are contiguous, rotating those heads of x in
+    place and returning a view of them; else the same formula in PyTorch, returning a new
+    contiguous tensor and leaving x as it was. The same values either way (three rounded
+    operations in the same order); the layouts differ as they always have, and stock
+    attention's bits follow the layout, so callers use the return value and not x."""
+    d = x.shape[-1]
+    if x.dtype == torch.float32 and not x.is_cuda and x.stride(2) == 1 and x.stride(1) == d \
+            and _row_kernels(cos, sin):
+        crow.rope_(x, heads, cos, sin, positions)
+        return x[:, :heads]
+    qk = x[:, :heads]
+    c = cos.index_select(0, positions)[:, None, :]
+    s = sin.index_select(0, positions)[:, None, :]
+    return qk * c + torch.roll(qk, d // 2, -1) * s
+
+
+def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, indices) of the k largest of each row of x [n, m], largest first, like
+    torch.topk(x, k, dim=-1): the compiled single scan (kernels.crow, rows in parallel; the
+    lower index first among equals) for contiguous fp32 CPU rows and k <= crow.TOPK_MAX,
+    else torch.topk."""
+    if 0 < k <= crow.TOPK_MAX and _row_kernels(x):
+        return crow.topk(x, k)
+    return torch.topk(x, k, dim=-1)
+
+
+def draw(probs: torch.Tensor, u: torch.Tensor) -> list[int]:
+    """Inverse CDF for each row of probs [n, m] (non-negative, unnormalised): the first index
+    whose running sum, accumulated in float64 entry by entry, exceeds u[i] (float64 in
+    [0, 1)) times the row's total; clamped to m - 1. Compiled (kernels.crow, no cumulative
+    array) for contiguous fp32 CPU rows, else torch.cumsum and torch.searchsorted: the same
+    index either way."""
+    if _row_kernels(probs):
+        return crow.draw(probs, u)
+    cdf = torch.cumsum(probs.double(), -1)
+    idx = torch.searchsorted(cdf, u.to(torch.float64).reshape(-1, 1) * cdf[:, -1:], right=True)
+    return idx.clamp_(max=cdf.shape[1] - 1).flatten().tolist()
+
+
+def attach_blocks(weight: torch.Tensor, fmt: str, raw) -> bool:
+    """Let later `linear` calls by this fp32 [N, K] weight run from its GGUF blocks: `raw` is
+    the GGUF tensor's bytes as rows (numpy uint8 [N, K / 32 * block bytes], permuted or
+    concatenated as the weight's rows were), `fmt` one of QUANT_FORMATS. False, and nothing
+    attached, when the compiled kernel is not there or the weight does not fit it."""
+    return cquant.attach(weight, fmt, raw)
+
+
+def describe() -> dict:
+    """Which of TTTR's own kernels run here (each builds with the C compiler on first use),
+    as the run fingerprint records them."""
+    return {
+        # the CPU invariant attention: "compiled" or "blocked" (different bits, each invariant)
+        "attention_kernel": invariant.attention_kernel(),
+        # products by Q4_1/Q8_0 weights of a GGUF file run from its blocks ("blocks:avx512",
+        # ":avx2", ":c", the same bits from each), or all products are dense fp32 ("dense")
+        "linear_kernel": f"blocks:{cquant.kernel_name()}" if cquant.available() else "dense",
+        "row_kernels": "compiled" if crow.available() else "torch",
+        "kernels_revision": REVISION,
+    }

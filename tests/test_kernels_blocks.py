@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tttr.kernels import cquant, crow
+from tttr.kernels import cquant, crow, ops
 from tttr.sessions.cache import build_shared, _cpu_flags
 from tests.engine_tiny import tiny_config, tiny_weights, write_gguf
 
@@ -96,11 +96,13 @@ def test_attached_blocks_go_stale_when_the_weight_changes():
     dense = (rng.standard_normal((16, 32)) * 0.1).astype(np.float32)
     raw = gguf.quants.quantize(dense, gguf.GGMLQuantizationType.Q8_0)
     weight = torch.from_numpy(np.asarray(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0)).copy())
-    assert cquant.attach(weight, qw_fmt, raw)
-    assert cquant.attached[id(weight)].get(weight) is not None
-    from tttr.kernels import ops
+    assert qw_fmt in ops.QUANT_FORMATS
+    assert ops.attach_blocks(weight, qw_fmt, raw)
+    qw = cquant.attached[id(weight)].get(weight)
+    assert isinstance(qw, cquant.QuantWeight) and qw.fmt == qw_fmt
 
     x = torch.randn(2, 32)
+    assert torch.equal(ops.linear(x, weight), cquant.linear(x, qw))  # the product ran from the blocks
     assert (ops.linear(x, weight) - x @ weight.T).abs().max() < 1e-5
     weight.mul_(2.0)  # changed in place: the blocks no longer describe it
     assert cquant.attached[id(weight)].get(weight) is None
@@ -163,6 +165,55 @@ def test_rope_in_place_is_the_pytorch_formula_bit_for_bit():
         crow.rope_(qkv, 5, cos, sin, torch.tensor([0, 1, 2, 3, 40]))
 
 
+def test_ops_rope_gives_the_same_bits_compiled_or_not(monkeypatch):
+    d = 64
+    torch.manual_seed(9)
+    cos, sin = torch.randn(40, d), torch.randn(40, d)
+    qkv = torch.randn(5, 7, d)
+    pos = torch.tensor([0, 3, 39, 12, 12])
+    expect = qkv.clone()
+    crow.rope_(expect, 5, cos, sin, pos)
+    rotated = qkv.clone()
+    compiled = ops.rope(rotated, 5, cos, sin, pos)
+    assert torch.equal(compiled, expect[:, :5]) and torch.equal(rotated, expect)  # in place
+    _without_row_kernels(monkeypatch)
+    kept = qkv.clone()
+    fallback = ops.rope(kept, 5, cos, sin, pos)
+    assert torch.equal(fallback, compiled) and fallback.is_contiguous()
+    assert torch.equal(kept, qkv)  # PyTorch's path leaves x as it was
+    half = qkv.to(torch.bfloat16)  # a dtype the compiled kernel does not take
+    rotated_half = ops.rope(half, 5, cos.to(torch.bfloat16), sin.to(torch.bfloat16), pos)
+    assert torch.allclose(rotated_half.float(), compiled, rtol=3e-2, atol=3e-2)
+
+
+def test_ops_topk_takes_torch_topk_past_the_compiled_limit(monkeypatch):
+    torch.manual_seed(8)
+    x = torch.randn(4, 3000)
+    ref = torch.topk(x, 5)
+    vals, idx = ops.topk(x, 5)
+    assert torch.equal(vals, ref.values) and torch.equal(idx, ref.indices)
+    monkeypatch.setattr(crow, "topk", _refuse)
+    for k in (crow.TOPK_MAX + 1, 0):
+        vals, idx = ops.topk(x, k)
+        assert torch.equal(vals, torch.topk(x, k).values) and torch.equal(idx, torch.topk(x, k).indices)
+    vals, idx = ops.topk(x.t().contiguous().t(), 5)  # not contiguous
+    assert torch.equal(vals, ref.values) and torch.equal(idx, ref.indices)
+    _without_row_kernels(monkeypatch)
+    vals, idx = ops.topk(x, 5)
+    assert torch.equal(vals, ref.values) and torch.equal(idx, ref.indices)
+
+
+def test_the_fingerprint_records_what_ops_describe_says():
+    from tttr.engine.inference.fingerprint import fingerprint
+
+    described = ops.describe()
+    assert set(described) == {"attention_kernel", "linear_kernel", "row_kernels", "kernels_revision"}
+    assert described["row_kernels"] == ("compiled" if crow.available() else "torch")
+    assert described["linear_kernel"] == (f"blocks:{cquant.kernel_name()}" if cquant.available() else "dense")
+    fp = fingerprint()
+    assert {key: fp[key] for key in described} == described
+
+
 def test_swiglu_matches_stock_and_is_row_invariant():
     gu = torch.randn(6, 2 * 100) * 6
     y = crow.silu_mul(gu)
@@ -170,16 +221,36 @@ def test_swiglu_matches_stock_and_is_row_invariant():
     assert torch.equal(crow.silu_mul(gu[3:4].clone())[0], y[3])
 
 
-def test_draw_is_the_cumulative_sum_search():
-    from tttr.engine.inference.sampler import _draw, _uniforms
+def _refuse(*_args, **_kwargs):
+    raise AssertionError("the compiled kernel ran where ops should have taken the PyTorch path")
 
+
+def _without_row_kernels(monkeypatch) -> None:
+    """As on a machine without a compiler: crow.available() is False, and a call into crow fails."""
+    monkeypatch.setattr(crow, "available", lambda: False)
+    for name in ("rope_", "topk", "draw", "rms_norm", "add_rms_norm", "silu_mul"):
+        monkeypatch.setattr(crow, name, _refuse)
+
+
+def test_draw_is_the_cumulative_sum_search(monkeypatch):
+    """ops.draw gives the same index from the compiled scan, from torch.cumsum/searchsorted
+    (no compiler), and for float64 probabilities (the sampler's filtered rows)."""
+    from tttr.engine.inference.sampler import _uniforms
+
+    cases = []
     for trial in range(20):
         logits = torch.randn(6, 3000) * (1 + trial % 5)
         if trial % 4 == 0:
             logits[:, 50:] = -1e4  # exact zeros after the softmax
         probs = torch.softmax(logits, -1)
         seeds, coords = [trial * 6 + i for i in range(6)], [(trial, i) for i in range(6)]
-        assert crow.draw(probs, _uniforms(seeds, coords).flatten()) == _draw(torch.cumsum(probs.double(), -1), seeds, coords)
+        cases.append((probs, _uniforms(seeds, coords)))
+    compiled = [crow.draw(probs, u) for probs, u in cases]
+    assert [ops.draw(probs, u) for probs, u in cases] == compiled
+    monkeypatch.setattr(crow, "draw", _refuse)
+    assert [ops.draw(probs.double(), u) for probs, u in cases] == compiled
+    _without_row_kernels(monkeypatch)
+    assert [ops.draw(probs, u) for probs, u in cases] == compiled
 
 
 def test_compiled_attention_bodies_agree_bit_for_bit():

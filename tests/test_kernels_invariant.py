@@ -45,12 +45,14 @@ def test_linear_row_independent_of_row_count_and_position(n, k):
     assert torch.equal(inv.linear(x[37:40], w), full[37:40])
 
 
-def test_linear_stock_varies_here():
+def test_linear_is_invariant_where_stock_varies_here():
     # What the invariant path fixes: stock fp32 F.linear gives a 1-row product other bits.
     w, x = _weights(576, 576), _rows(8, 576)
     differs = [m for m in (2, 4, 8) if not torch.equal(F.linear(x[:1], w), F.linear(x[:m], w)[:1])]
     if not differs:
         pytest.skip("stock GEMM happens to be batch-invariant on this machine")
+    for m in differs:
+        assert torch.equal(inv.linear(x[:1], w), inv.linear(x[:m], w)[:1]), m
 
 
 def test_linear_beyond_max_rows_and_leading_dims():
@@ -71,7 +73,12 @@ def test_linear_small_and_odd_shapes_fall_back_invariantly(n, k):
     assert torch.allclose(full, F.linear(x, w, b), atol=1e-4, rtol=1e-4)
     for m in (1, 2, 3, 8, 9, 17):
         assert torch.equal(inv.linear(x[:m], w, b), full[:m])
-    assert inv.linear_path(w) in ("mkl", "tiles", "exact")
+    # the last resort, whichever path the probe picked here: exact products, fixed-order sums
+    exact = inv._linear_exact(x, w)
+    assert torch.allclose(exact, F.linear(x, w), atol=1e-4, rtol=1e-4)
+    for m in (1, 2, 3, 8, 9, 17):
+        assert torch.equal(inv._linear_exact(x[:m], w), exact[:m])
+    assert torch.equal(inv._linear_exact(x[20:23], w), exact[20:23])
 
 
 def test_linear_model_shapes_take_mkl_wherever_it_is_invariant_here():
@@ -99,9 +106,11 @@ def test_linear_model_shapes_take_mkl_wherever_it_is_invariant_here():
 def test_linear_repacks_after_in_place_update():
     w = _weights(576, 576)
     x = _rows(3, 576)
-    inv.linear(x, w)
+    before = inv.linear(x, w)
     w.mul_(2)
-    assert torch.allclose(inv.linear(x, w), F.linear(x, w), atol=1e-4)
+    after = inv.linear(x, w)
+    assert torch.allclose(after, F.linear(x, w), atol=1e-4)
+    assert torch.equal(after, before * 2)  # doubling is exact: same path, new values
 
 
 @pytest.mark.parametrize("threads", [1, 3, 4])
@@ -249,17 +258,14 @@ def test_bf16_inputs_compute_in_fp32():
     x = _rows(9, 576).to(torch.bfloat16)
     full = inv.linear(x, w)
     assert full.dtype == torch.bfloat16
+    # the product of the same values in fp32, rounded to bf16 once at the end
+    assert torch.equal(full, inv.linear(x.float(), w.float()).to(torch.bfloat16))
     assert torch.equal(inv.linear(x[:1], w), full[:1])
 
 
 def test_silu_mul_is_invariant_across_row_lengths_and_offsets():
     """The SwiGLU product gives each element the same bits whether it sits in the vector
     body or the scalar tail of a row (stock sigmoid does not, here)."""
-    import torch
-
-    from tttr.kernels import ops
-    from tttr.kernels.mode import kernel_mode
-
     g = torch.randn(1, 1536 + 31, generator=torch.Generator().manual_seed(5))
     u = torch.randn_like(g)
     with kernel_mode("invariant"):

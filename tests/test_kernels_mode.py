@@ -33,9 +33,10 @@ def test_nests():
 
 
 def test_restores_after_set_mode_inside_block():
-    with kernel_mode("invariant"):
-        set_mode("fast")
-    assert get_mode() == "fast"
+    with kernel_mode("fast"):
+        set_mode("invariant")
+        assert get_mode() == "invariant"
+    assert get_mode() == "fast"  # the block's exit undoes the set_mode inside it
     set_mode("invariant")
     try:
         with kernel_mode("fast"):

@@ -81,9 +81,32 @@ def _package(module: str) -> str:
     return module.split(".")[1]
 
 
+# The kernels the engine may reach: ops (every op, and which kernel runs), the mode switch,
+# the package itself (REVISION), and the per-op benchmark (tttr.kernels.bench, for the
+# engine's bench command). The compiled helpers and `invariant` stay behind ops.
+ENGINE_MAY_IMPORT_KERNELS = {"tttr.kernels", "tttr.kernels.ops", "tttr.kernels.mode", "tttr.kernels.bench"}
+
+
+def test_the_engine_reaches_the_kernels_only_through_ops():
+    offenders = [f"{module} → {target}" for module, targets in sorted(_graph().items())
+                 if module.startswith("tttr.engine.") for target in sorted(targets)
+                 if _package(target) == "kernels" and target not in ENGINE_MAY_IMPORT_KERNELS]
+    assert not offenders, "engine modules import kernels past ops:\n" + "\n".join(offenders)
+
+
+def test_the_kernels_check_would_see_a_direct_import(tmp_path):
+    """A helper imported by name, at the top or inside a function, resolves to its module."""
+    source = tmp_path / "probe.py"
+    source.write_text("from tttr.kernels import REVISION, ops\n"
+                      "def f():\n    from tttr.kernels import crow\n    from tttr.kernels.cquant import attach\n")
+    found = _imports("tttr.engine.probe", source, set(_modules()))
+    assert found == {"tttr.kernels", "tttr.kernels.ops", "tttr.kernels.crow", "tttr.kernels.cquant"}
+    assert found - ENGINE_MAY_IMPORT_KERNELS == {"tttr.kernels.crow", "tttr.kernels.cquant"}
+
+
 def test_the_graph_sees_known_imports():
     graph = _graph()
-    assert "tttr.kernels.crow" in graph["tttr.engine.inference.model"]
+    assert "tttr.kernels.ops" in graph["tttr.engine.inference.model"]  # `from tttr.kernels import ops`
     assert "tttr.sessions.store" in graph["tttr.engine.replay.bench"]  # a function-level import
 
 

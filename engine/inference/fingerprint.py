@@ -9,8 +9,7 @@ import platform
 import torch
 
 from tttr.engine.inference.digest import LOGITS_DIGEST
-from tttr.kernels import REVISION, cquant, crow
-from tttr.kernels.invariant import attention_kernel
+from tttr.kernels import ops
 
 # CPU flags that change which kernels MKL/oneDNN pick (and so the rounding of reductions).
 _FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512bw", "avx512vl",
@@ -40,19 +39,6 @@ def _cpu() -> tuple[str, list[str]]:
     return model, [f for f in _FLAGS if f in flags]
 
 
-def _kernels() -> dict:
-    """Which of TTTR's own kernels run here (each builds with the C compiler on first use)."""
-    return {
-        "attention_kernel": attention_kernel(),
-        # products by Q4_1/Q8_0 weights of a GGUF file run from its blocks ("blocks:avx512",
-        # ":avx2", ":c", the same bits from each), or all products are dense fp32 ("dense")
-        "linear_kernel": f"blocks:{cquant.kernel_name()}" if cquant.available() else "dense",
-        "row_kernels": "compiled" if crow.available() else "torch",
-        "kernels_revision": REVISION,
-        "logits_digest": LOGITS_DIGEST,
-    }
-
-
 def fingerprint(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> dict:
     device = torch.device(device)
     cpu_model, flags = _cpu()
@@ -70,7 +56,8 @@ def fingerprint(device: str | torch.device = "cpu", dtype: torch.dtype = torch.f
         "blas": "mkl" if torch.backends.mkl.is_available() else "other",
         "mkldnn": torch.backends.mkldnn.is_available(),
         "dtype": str(dtype).replace("torch.", ""),
-        **_kernels(),
+        **ops.describe(),  # attention_kernel, linear_kernel, row_kernels, kernels_revision
+        "logits_digest": LOGITS_DIGEST,
     }
     if device.type == "cuda" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(device)

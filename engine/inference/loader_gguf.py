@@ -1,5 +1,5 @@
 """Read a GGUF file: metadata -> ModelConfig + Tokenizer, tensors dequantized to fp32 with
-Hugging Face names, and the stored blocks of Q4_1/Q8_0 weights kept for kernels.cquant. llama.cpp stores the Q/K rows of `llama` models permuted for its
+Hugging Face names, and the stored blocks of Q4_1/Q8_0 weights kept for kernels.ops.attach_blocks. llama.cpp stores the Q/K rows of `llama` models permuted for its
 interleaved rotary embedding; we undo that so one rotary implementation serves both formats."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tttr.engine.inference.config import GGUF_ARCHS, ModelConfig
 from tttr.engine.errors import EngineError
 from tttr.engine.inference.tokenizer import Tokenizer
 from tttr.sessions.cache import cache_dir
-from tttr.kernels.cquant import FORMATS as QUANT_FORMATS
+from tttr.kernels.ops import QUANT_FORMATS
 
 _LAYER_NAMES = {
     "attn_norm.weight": "input_layernorm.weight",

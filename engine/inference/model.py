@@ -26,7 +26,7 @@ from tttr.engine.inference.kv_cache import KV_ALIGN, KVCache
 from tttr.engine.inference.loader import load_checkpoint
 from tttr.engine.inference.model_id import model_id as compute_model_id
 from tttr.engine.inference.tokenizer import Tokenizer
-from tttr.kernels import cquant, crow, ops
+from tttr.kernels import ops
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +134,7 @@ class Model:
 
     def _attach_blocks(self, quantized: dict, tied: bool) -> None:
         """Products by a weight the GGUF file stored as Q4_1/Q8_0 blocks run from those blocks
-        (kernels.cquant: the same values, a fifth of the bytes); the rest stay dense fp32."""
+        (ops.attach_blocks: the same values, a fifth of the bytes); the rest stay dense fp32."""
         self.block_weights = 0
         if not quantized or self.dtype != torch.float32:
             return
@@ -143,7 +143,7 @@ class Model:
             if any(p is None for p in parts) or len({p[0] for p in parts}) != 1:
                 return  # a weight made of differently stored parts stays dense
             raw = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
-            self.block_weights += cquant.attach(weight, parts[0][0], raw)
+            self.block_weights += ops.attach_blocks(weight, parts[0][0], raw)
 
         for i, layer in enumerate(self.layers):
             p = f"model.layers.{i}."
@@ -181,14 +181,9 @@ class Model:
         R = tokens.shape[0]
         H, KVH, hd, eps = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rms_eps
         nqk = H + KVH
-        half = hd // 2
         need = int(positions.max()) + 1
         if need > self._cos.shape[0]:
             self._rope_table(max(need, min(cfg.context_length, 2 * self._cos.shape[0])))
-        rope_in_place = self.dtype == torch.float32 and crow.available()
-        if not rope_in_place:
-            cos = self._cos.index_select(0, positions)[:, None, :]
-            sin = self._sin.index_select(0, positions)[:, None, :]
         spans = [_Span(s.start, s.end, s.cache, s.cache.length, s.cache.length + s.end - s.start,
                        positions[s.start:s.end]) for s in segments]
         # Sequences that decode one token each share one attention call per layer (row i of
@@ -208,12 +203,7 @@ class Model:
         h = rms_norm(x, self.layers[0].input_norm, eps)
         for li, layer in enumerate(self.layers):
             qkv = linear(h, layer.qkv, layer.qkv_bias).view(R, nqk + KVH, hd)
-            if rope_in_place:
-                crow.rope_(qkv, nqk, self._cos, self._sin, positions)
-                qk = qkv[:, :nqk]
-            else:
-                qk = qkv[:, :nqk]
-                qk = qk * cos + torch.roll(qk, half, -1) * sin
+            qk = ops.rope(qkv, nqk, self._cos, self._sin, positions)
             q, k, v = qk[:, :H], qk[:, H:], qkv[:, nqk:]
             outs = []
             for sp in rest:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from tttr.engine.errors import EngineError
-from tttr.kernels import crow, ops
+from tttr.kernels import ops
 
 SEED_LIMIT = 2**63
 
@@ -120,26 +120,15 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams], coords: list
             plain.setdefault(float(p.temperature), []).append(i)
             continue
         ids, probs = filtered_distribution(logits[i], p)
-        out[i] = ids[_draw(torch.cumsum(probs, 0)[None, :], [p.seed], [coords[i]])[0]].item()
+        out[i] = ids[ops.draw(probs[None, :], _uniforms([p.seed], [coords[i]]))[0]].item()
     for temperature, rows in plain.items():
         probs = ops.softmax(logits[rows].float() / temperature, dim=-1)
         seeds, where = [params[i].seed for i in rows], [coords[i] for i in rows]
-        if crow.available():  # the same index, without the cumulative array, rows in parallel
-            drawn = crow.draw(probs, _uniforms(seeds, where).flatten())
-        else:
-            drawn = _draw(torch.cumsum(probs.double(), -1), seeds, where)  # unnormalised: last entry = total
-        for i, t in zip(rows, drawn):
+        for i, t in zip(rows, ops.draw(probs, _uniforms(seeds, where))):
             out[i] = t
     return out
 
 
 def _uniforms(seeds: list[int], coords: list[tuple[int, int]]) -> torch.Tensor:
-    return torch.tensor([[uniform(seed, step, pos)] for seed, (step, pos) in zip(seeds, coords)], dtype=torch.float64)
-
-
-def _draw(cdf: torch.Tensor, seeds: list[int], coords: list[tuple[int, int]]) -> list[int]:
-    """Inverse CDF: for each row of cdf [n, m] (non-decreasing, last entry the total), the index
-    its draw u * total falls into."""
-    u = _uniforms(seeds, coords)
-    idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
-    return idx.clamp_(max=cdf.shape[1] - 1).flatten().tolist()
+    """The draws for the rows (seed, (step, position)) as float64 [n] (ops.draw maps each to a token)."""
+    return torch.tensor([uniform(seed, step, pos) for seed, (step, pos) in zip(seeds, coords)], dtype=torch.float64)

@@ -32,7 +32,7 @@ from tttr.engine.inference.kv_cache import KVCache, KVPool
 from tttr.engine.inference.model import Model, Segment
 from tttr.engine.inference.sampler import sample_rows
 from tttr.engine.inference.sequence import Sequence, TokenRecord
-from tttr.kernels import crow, ops
+from tttr.kernels import ops
 from tttr.kernels.mode import check_mode, get_mode, kernel_mode
 
 TOPK = 5
@@ -261,10 +261,7 @@ class Engine:
                 seq.cache.k[:, :n] = leader.seq.cache.k[:, :n]
                 seq.cache.v[:, :n] = leader.seq.cache.v[:, :n]
             logprobs = ops.log_softmax(logits, dim=-1)
-            if crow.available() and logprobs.is_contiguous() and 0 < self.topk <= crow.TOPK_MAX:
-                top_v, top_i = crow.topk(logprobs, self.topk)  # one scan a row, rows in parallel
-            else:
-                top_v, top_i = torch.topk(logprobs, self.topk, dim=-1)
+            top_v, top_i = ops.topk(logprobs, self.topk)
             out = _PassOutput(logits, logprobs, top_v.tolist(), top_i.tolist(), logits_digests(logits),
                               self._draw(plan, logits), R, mode)
             self.steps += 1
