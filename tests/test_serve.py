@@ -109,6 +109,23 @@ def test_streamed_text_holds_back_what_could_become_a_stop_string():
     assert "".join(stream.push(ord(c)) for c in "hello") + stream.flush() == "hello"
 
 
+def test_a_tool_call_in_the_text_becomes_tool_calls():
+    from types import SimpleNamespace
+
+    from tttr.engine.serve.responses import output
+    from tttr.engine.serve.service import Call, Prepared
+
+    text = '<tool_call>{"name": "weather", "arguments": {"city": "Paris"}}</tool_call>'
+    req = parse_chat({"messages": USER, "tools": [{"type": "function", "function": {"name": "weather"}}]})
+    prepared = Prepared(req, (1, 2), seed=1, seed_drawn=False, max_tokens=99, tool_format="hermes",
+                        tool_names=frozenset({"weather"}))
+    records = [SimpleNamespace(token_id=ord(c)) for c in text] + [SimpleNamespace(token_id=0)]
+    call = Call(prepared, SimpleNamespace(records=records, finish_reason="stop"), future=None, created=0, started=0)
+    out = output(call, _CharTokenizer())
+    assert out.finish_reason == "tool_calls" and out.text == "" and out.completion_tokens == len(text) + 1
+    assert out.tool_calls[0].to_json("c")["function"] == {"name": "weather", "arguments": '{"city": "Paris"}'}
+
+
 # ---------------------------------------------------------------------------- a server
 def _free_port() -> int:
     with socket.socket() as s:
@@ -316,3 +333,35 @@ def test_a_client_that_goes_away_frees_its_sequence(client, served):
         message = [e for e in store.events(run.id) if e.kind == "message"][0].value
         tokens = [e for e in store.events(run.id) if e.kind == "token"]
     assert message["finish_reason"] == "cancelled" and 1 <= len(tokens) < 400
+
+
+@pytest.mark.slow
+def test_bad_requests_among_good_ones_leave_the_server_and_database_whole(client, served):
+    import sqlite3
+
+    chat = served.url + "/v1/chat/completions"
+    bad = [b"{", b"[]", b"null", json.dumps({"messages": USER, "n": 3}).encode(),
+           json.dumps({"messages": USER, "temperature": "x"}).encode(), json.dumps({"messages": "hi"}).encode(),
+           json.dumps({"messages": USER, "model": "nope"}).encode(), b"\xff\xfe", b"x" * (17 << 20)]
+    jobs = [("bad", bad[i % len(bad)]) for i in range(120)]
+    jobs[::30] = [("good", None)] * len(jobs[::30])
+
+    def send(job):
+        kind, body = job
+        if kind == "good":
+            return kind, _ask(client, "Say one word.", max_tokens=3).choices[0].message.content
+        try:
+            status, got = _http(chat, body)
+        except (urllib.error.URLError, ConnectionError):  # a huge body may be cut off once refused
+            return kind, 413
+        assert set(got["error"]) == {"message", "type", "param", "code"}
+        return kind, status
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(send, jobs))
+    assert all(isinstance(r, str) for kind, r in results if kind == "good")
+    assert all(r in (400, 404, 413) for kind, r in results if kind == "bad")
+    assert _http(served.url + "/health")[0] == 200
+    served.recorder.flush()
+    with sqlite3.connect(served.db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
