@@ -365,3 +365,37 @@ def test_bad_requests_among_good_ones_leave_the_server_and_database_whole(client
     served.recorder.flush()
     with sqlite3.connect(served.db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+@pytest.mark.slow
+def test_the_command_starts_serves_and_stops_cleanly_on_ctrl_c(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from tttr.sessions.store import Store
+
+    port, db = _free_port(), tmp_path / "cli.db"
+    proc = subprocess.Popen([sys.executable, "-m", "tttr.app", "serve", "--port", str(port), "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert f"http://127.0.0.1:{port}/v1" in first and "kernels invariant" in first, first
+        deadline = time.time() + 120
+        while True:
+            try:
+                if _http(f"http://127.0.0.1:{port}/health")[0] == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            assert time.time() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.2)
+        body = json.dumps({"messages": USER, "max_tokens": 2, "seed": 5}).encode()
+        status, got = _http(f"http://127.0.0.1:{port}/v1/chat/completions", body)
+        assert status == 200 and got["tttr"]["seed"] == 5
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in err and "stopped" in err, err
+    with Store.open(db, readonly=True) as store:
+        assert [r.status for r in store.runs()] == ["complete"]
