@@ -126,6 +126,16 @@ def test_a_tool_call_in_the_text_becomes_tool_calls():
     assert out.tool_calls[0].to_json("c")["function"] == {"name": "weather", "arguments": '{"city": "Paris"}'}
 
 
+def test_the_domain_side_never_loads_the_http_stack():
+    import subprocess
+    import sys
+
+    code = ("import sys, tttr.engine.serve.service, tttr.engine.serve.responses, tttr.engine.serve.recorder; "
+            "print(sorted(m for m in ('starlette', 'uvicorn', 'sse_starlette') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr or out.stdout
+
+
 # ---------------------------------------------------------------------------- a server
 def _free_port() -> int:
     with socket.socket() as s:
