@@ -2,7 +2,8 @@
 
 It only speaks HTTP: a body is checked by `engine.serve.requests`, prepared and run by
 `engine.serve.service`, shaped by `engine.serve.responses` and recorded by
-`engine.serve.recorder`. Every error is OpenAI's error object with its status, never a
+`engine.serve.recorder`; in proxy mode (`upstream`) a call is forwarded by
+`engine.serve.proxy` instead, and its stream relayed chunk by chunk. Every error is OpenAI's error object with its status, never a
 traceback. The engine's token callback runs on the engine's thread and only hands the
 token to the event loop, so a slow client never slows the batch."""
 
@@ -24,6 +25,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from tttr.engine.serve import responses as shape
+from tttr.engine.serve import proxy
 from tttr.engine.serve.errors import APIError
 from tttr.engine.serve.requests import parse_chat, parse_completion
 from tttr.engine.serve.service import Call, Cancelled, Service
@@ -66,8 +68,9 @@ def _run_name(request: Request) -> str | None:
 class Server:
     """The routes, over one Service and (with --db) one CallRecorder."""
 
-    def __init__(self, service: Service, recorder=None, *, announce=None):
+    def __init__(self, service: Service | None, recorder=None, *, announce=None, upstream=None):
         self.service = service
+        self.upstream: proxy.Upstream | None = upstream
         self.recorder = recorder
         self.announce = announce or (lambda text: None)
         self.active: set[Call] = set()
@@ -76,6 +79,12 @@ class Server:
     # -- lifecycle -------------------------------------------------------------------------
     def _load(self) -> None:
         t0 = time.perf_counter()
+        if self.upstream is not None:
+            try:
+                self.upstream.load()
+            except Exception as exc:  # noqa: BLE001 - recorded tokens then get id 0
+                self.announce(f"tttr serve: warning: the local tokenizer failed to load ({exc}); recorded token ids will be 0")
+            return
         try:
             self.service.load()
         except Exception as exc:  # noqa: BLE001 - /health and every request say so
@@ -85,7 +94,7 @@ class Server:
 
     def startup(self) -> None:
         """Start loading the model in the background (requests get 503 until it is ready)."""
-        if not self.service.ready and self._loader is None:
+        if (self.upstream is not None or not self.service.ready) and self._loader is None:
             self._loader = threading.Thread(target=self._load, name="tttr-serve-load", daemon=True)
             self._loader.start()
 
@@ -98,7 +107,8 @@ class Server:
             call.cancel()
         if self.recorder is not None:
             self.recorder.close()
-        self.service.close()
+        if self.service is not None:
+            self.service.close()
 
     @asynccontextmanager
     async def lifespan(self, app):
@@ -110,6 +120,8 @@ class Server:
 
     # -- routes ----------------------------------------------------------------------------
     async def health(self, request: Request) -> JSONResponse:
+        if self.upstream is not None:
+            return JSONResponse({"status": "ok", "mode": "proxy", "upstream": self.upstream.shown})
         s = self.service
         status = "ok" if s.ready else ("error" if s.load_error else "loading")
         body = {"status": status, "model": s.model_id, "kernel_mode": s.kernel_mode}
@@ -118,13 +130,66 @@ class Server:
         return JSONResponse(body, status_code=200 if s.ready else 503)
 
     async def models(self, request: Request) -> JSONResponse:
+        if self.upstream is not None:
+            try:
+                return JSONResponse(await self.upstream.models())
+            except APIError as exc:
+                return _error(exc)
         return JSONResponse(shape.models(self.service))
 
     async def chat(self, request: Request):
+        if self.upstream is not None:
+            return await self._proxy(request, "chat")
         return await self._call(request, parse_chat, "chat")
 
     async def completions(self, request: Request):
+        if self.upstream is not None:
+            return await self._proxy(request, "completion")
         return await self._call(request, parse_completion, "completion")
+
+    # -- proxy mode ------------------------------------------------------------------------
+    async def _proxy(self, request: Request, endpoint: str):
+        """Forward the call upstream; record it (token layer only) once answered."""
+        try:
+            name = _run_name(request)
+            plan = self.upstream.plan(endpoint, await _body(request))
+            if plan.stream:
+                response = await self.upstream.open_stream(plan)
+            else:
+                answer = await self.upstream.complete(plan)
+        except APIError as exc:
+            return _error(exc)
+        call = proxy.ProxiedCall(plan, name, self.upstream)
+        if plan.stream:
+            return EventSourceResponse(self._relay(call, response), ping=15, send_timeout=30)
+        call.add_response(answer)
+        if self.recorder is not None:
+            self.recorder.record_proxied(call)
+        return JSONResponse(proxy.for_client(plan, answer))
+
+    async def _relay(self, call: proxy.ProxiedCall, response):
+        """The upstream's chunks, passed on as they come; recorded when the stream ends
+        (cut off: finish_reason "cancelled")."""
+        done = False
+        chunks = self.upstream.chunks(response)
+        try:
+            async for chunk in chunks:
+                call.add_chunk(chunk)
+                if not proxy.is_usage_only(call.plan, chunk):
+                    yield _sse(proxy.for_client(call.plan, chunk))
+            done = True
+            yield {"data": "[DONE]"}
+        except Exception as exc:  # noqa: BLE001 - the upstream broke off: say so in the stream
+            err = APIError(f"the upstream {self.upstream.shown} broke off the stream: {type(exc).__name__}: {exc}",
+                           status=502, code="upstream_error")
+            call.finish_reason = "error"
+            yield _sse(err.to_json())
+        finally:
+            await chunks.aclose()  # a client that went away: the upstream's stream is closed too
+            if not done and call.finish_reason != "error":
+                call.finish_reason = "cancelled"
+            if self.recorder is not None:
+                self.recorder.record_proxied(call)
 
     async def _call(self, request: Request, parse, endpoint: str):
         try:
@@ -255,10 +320,11 @@ def _failure(call: Call) -> APIError | None:
     return APIError(f"generation failed: {exc}", status=500, code="engine_error")
 
 
-def create_app(service: Service, recorder=None, *, announce=None) -> Starlette:
+def create_app(service: Service | None, recorder=None, *, announce=None, upstream=None) -> Starlette:
     """The ASGI app. The model loads in the background at startup; until then the model
-    routes answer 503."""
-    server = Server(service, recorder, announce=announce)
+    routes answer 503. With `upstream` (a `proxy.Upstream`; `service` None) every call is
+    forwarded there instead."""
+    server = Server(service, recorder, announce=announce, upstream=upstream)
 
     async def not_found(request: Request, exc: HTTPException) -> JSONResponse:
         if exc.status_code == 404:

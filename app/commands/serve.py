@@ -33,7 +33,29 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--port", type=port_number, default=8000, help="port to listen on (default 8000)")
     p.add_argument("--kernels", choices=("invariant", "fast"), default="invariant",
                    help="kernel mode (default invariant: answers do not depend on what else is running)")
+    p.add_argument("--upstream", default=None, metavar="URL",
+                   help="proxy mode: forward every call to this OpenAI-compatible server (e.g. "
+                        "http://127.0.0.1:8001/v1, vLLM, SGLang, llama.cpp, a hosted API) and record it at the "
+                        "token layer; the local model only gives recorded tokens their ids")
+    p.add_argument("--upstream-key-env", default=None, metavar="NAME",
+                   help="the environment variable that holds the upstream's API key (sent as a bearer "
+                        "token, never recorded)")
     p.set_defaults(func=cmd_serve)
+
+    b = bench_sub.add_parser(
+        "serve", help="the server's speed and determinism under load: HTTP vs the engine, recording overhead",
+        description="On the default model (or --model), side by side in one run: aggregate tokens/s through HTTP "
+                    "with 1 and 8 concurrent streaming clients (servers in their own processes), the engine's own "
+                    "aggregate at 8 sequences without HTTP, server_over_engine_8, identical_under_load_fraction "
+                    "(answers under load equal to the same requests alone), ttft_ms_p50 at 8 clients, and "
+                    "record_overhead (a server with --db against one without).",
+    )
+    b.add_argument("--model", default=None, help="a .gguf file (default: the embedded default)")
+    b.add_argument("--tokens", type=argtypes.positive, default=48, help="tokens per request at most (default 48)")
+    b.add_argument("--rounds", type=argtypes.positive, default=3,
+                   help="measurement rounds, the engine and both servers in turn; the best of each counts (default 3)")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.set_defaults(func=cmd_bench)
 
 
 def _check_port(host: str, port: int) -> None:
@@ -50,10 +72,32 @@ def _check_port(host: str, port: int) -> None:
             raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}; pick another --port") from None
 
 
+def _upstream(args):
+    import os
+
+    from tttr.engine.serve.errors import APIError
+    from tttr.engine.serve.proxy import Upstream
+
+    key = None
+    if args.upstream_key_env:
+        key = os.environ.get(args.upstream_key_env)
+        if not key:
+            raise ServeError(f"--upstream-key-env {args.upstream_key_env}: that environment variable is not set "
+                             "(or empty); export it with the upstream's API key")
+    try:
+        return Upstream(args.upstream, key=key, model=args.model)
+    except APIError as exc:
+        raise ServeError(str(exc)) from None
+
+
 def cmd_serve(args) -> int:
     from tttr.engine.serve.service import Service
 
-    service = Service(args.model, kernel_mode=args.kernels)  # a wrong path is refused before torch loads
+    if args.upstream_key_env and not args.upstream:
+        raise ServeError("--upstream-key-env needs --upstream URL")
+    upstream = _upstream(args) if args.upstream else None
+    # a wrong model path is refused before torch loads
+    service = Service(args.model, kernel_mode=args.kernels) if upstream is None else None
     _check_port(args.host, args.port)
     recorder = None
     if args.db:
@@ -68,11 +112,13 @@ def cmd_serve(args) -> int:
     def announce(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    app = create_app(service, recorder, announce=announce)
+    app = create_app(service, recorder, announce=announce, upstream=upstream)
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     where = f"recording to {args.db}" if args.db else "not recording (pass --db FILE)"
-    print(f"tttr serve: http://{shown_host}:{args.port}/v1 · model {service.model_id} · kernels {service.kernel_mode}"
-          f" · {where} · loading the model…", flush=True)
+    serving = (f"proxy to {upstream.shown} (token layer only)" if upstream is not None
+               else f"model {service.model_id} · kernels {service.kernel_mode}")
+    print(f"tttr serve: http://{shown_host}:{args.port}/v1 · {serving} · {where}"
+          f"{'' if upstream is not None else ' · loading the model…'}", flush=True)
     # The app's startup and shutdown run here rather than in uvicorn's lifespan: uvicorn
     # re-raises Ctrl-C once it has stopped serving, and a lifespan task would die in it.
     server = app.state.server
@@ -89,4 +135,20 @@ def cmd_serve(args) -> int:
     finally:
         server.shutdown()
     announce("tttr serve: stopped")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    import json
+
+    from tttr.engine.inference.loader import resolve_model_path
+    from tttr.engine.serve.bench import format_report, run_bench
+
+    model_path = resolve_model_path(args.model)  # a wrong path is refused before any work
+
+    def progress(text: str) -> None:
+        print(f"bench serve: {text}", file=sys.stderr, flush=True)
+
+    report = run_bench(model_path=model_path, tokens=args.tokens, rounds=args.rounds, progress=progress)
+    print(json.dumps(report) if args.json else format_report(report))
     return 0

@@ -85,6 +85,7 @@ class Engine:
         self._cv = threading.Condition()
         self._waiting: collections.deque[tuple[Sequence, Future]] = collections.deque()
         self._running: list[tuple[Sequence, Future]] = []
+        self._cancel: list[Sequence] = []  # running sequences to drop before the next step
         self._thread: threading.Thread | None = None
         self._closed = False
         cfg = model.config
@@ -119,6 +120,22 @@ class Engine:
     def generate(self, seqs: list[Sequence]) -> list[list[TokenRecord]]:
         futures = [self.submit(s) for s in seqs]
         return [f.result() for f in futures]
+
+    def cancel(self, seq: Sequence) -> bool:
+        """Stop `seq` (a client went away): a sequence still waiting is removed now and never
+        prefilled; a running one leaves before the next step, its cache freed. Its future
+        resolves to the records it has, with finish_reason "cancelled". False if the engine
+        no longer has it (it had finished)."""
+        with self._cv:
+            for i, (waiting, fut) in enumerate(self._waiting):
+                if waiting is seq:
+                    del self._waiting[i]
+                    _resolve_cancelled(seq, fut)
+                    return True
+            if any(running is seq for running, _ in self._running):
+                self._cancel.append(seq)
+                return True
+        return False
 
     def close(self) -> None:
         with self._cv:
@@ -158,6 +175,8 @@ class Engine:
                     self._cv.wait()
                 if self._closed and not self._waiting and not self._running:
                     return
+                if self._cancel:
+                    self._drop_cancelled()
                 self._admit()
             if self._running:
                 try:
@@ -194,6 +213,20 @@ class Engine:
             self._running.append((seq, fut))
             mode = seq.kernel_mode
             rows += need
+
+    def _drop_cancelled(self) -> None:
+        """Remove the running sequences `cancel` named (lock held, between steps)."""
+        gone = self._cancel
+        self._cancel = []
+        keep = []
+        for seq, fut in self._running:
+            if any(seq is g for g in gone):
+                _resolve_cancelled(seq, fut)
+            else:
+                keep.append((seq, fut))
+        self._running = keep
+        if not keep:
+            self._pool.release()
 
     def _feed(self, seq: Sequence) -> tuple[list[int], int]:
         """Tokens this sequence feeds now, and how many of the last rows produce positions."""
@@ -339,3 +372,11 @@ class Engine:
         tail = seq.output_ids[-64:]  # stop strings are short; 64 tokens cover any of them
         text = self.model.tokenizer.decode(tail)
         return any(s and s in text for s in seq.stop_strings)
+
+
+def _resolve_cancelled(seq: Sequence, fut: Future) -> None:
+    seq.finish_reason = "cancelled"
+    seq.cache = None
+    seq.done.set()
+    if not fut.done():
+        fut.set_result(seq.records)

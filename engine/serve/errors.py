@@ -22,4 +22,4 @@ class APIError(EngineError):
 
 
 _TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error",
-          500: "server_error", 503: "server_error"}
+          500: "server_error", 502: "server_error", 503: "server_error", 504: "server_error"}

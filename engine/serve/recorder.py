@@ -10,7 +10,15 @@ A call's events are the built-in agent's kinds at step S (the call's index in it
 sampling parameters and the seed: what a replay needs to run the call again), then per
 position `S:token:P` and `S:logits:P`, then `S:message` (text, finish reason, tool calls).
 Draws are at RNG coordinates (seed, 0, P) whatever S is: a call's randomness does not
-depend on how many calls came before it."""
+depend on how many calls came before it.
+
+A proxied call (`tttr serve --upstream URL`, see `proxy.py`) is recorded at the token layer
+only: `S:prompt` (the request, the body sent upstream, the seed; no ids), `S:token:P` with
+`"upstream": true` (text, the upstream's logprob and top_logprobs, bytes, and an id from the
+local tokenizer with its `id_source`), `S:message` (text, finish reason, tool calls, and the
+upstream's model, system_fingerprint and usage); never `S:logits:P`. Its run's model_id is
+the upstream's model name, its kernel_mode is null, and its fingerprint and meta say
+`served_by` (upstream URL, model, system_fingerprint) and `"tensor": "not recorded"`."""
 
 from __future__ import annotations
 
@@ -68,6 +76,10 @@ class CallRecorder:
         """Record a started call once it finishes (or is cancelled); returns at once."""
         self._queue.put((call, name, response_id))
 
+    def record_proxied(self, call) -> None:
+        """Record a proxied call (a `proxy.ProxiedCall`, complete or cut off); returns at once."""
+        self._queue.put(call)
+
     def flush(self) -> None:
         """Wait until every call handed over so far is written."""
         self._queue.join()
@@ -88,7 +100,10 @@ class CallRecorder:
             try:
                 if item is None:
                     return
-                self._write(self._collect(*item))
+                if isinstance(item, tuple):
+                    self._write(self._collect(*item))
+                else:
+                    self._write_proxied(item)
                 self.recorded += 1
             except Exception as exc:  # noqa: BLE001 - a failed write must not stop serving
                 self.failed += 1
@@ -117,18 +132,58 @@ class CallRecorder:
         )
 
     def _begin(self, call: CallRecord) -> tuple[int, int]:
-        if call.name is not None and call.name in self._named:
-            entry = self._named[call.name]
-            entry[1] += 1
-            return entry[0], entry[1] - 1
-        run_id = self.store.begin_run(
+        return self._begin_run(call.name, dict(
             task=call.name or f"api:{call.endpoint}", model_id=self.service.model_id, kernel_mode=self.service.kernel_mode,
             sampling={k: v for k, v in call.sampling.to_json().items() if k != "seed"}, seed=call.sampling.seed,
             fingerprint=self.service.fingerprint, meta={"source": "tttr serve", "name": call.name, "endpoint": call.endpoint},
-        )
-        if call.name is not None:
-            self._named[call.name] = [run_id, 1]
+        ))
+
+    def _begin_run(self, name: str | None, columns: dict) -> tuple[int, int]:
+        """(run id, step) of a call: a new run, or the next step of the run named `name`."""
+        if name is not None and name in self._named:
+            entry = self._named[name]
+            entry[1] += 1
+            return entry[0], entry[1] - 1
+        run_id = self.store.begin_run(**columns)
+        if name is not None:
+            self._named[name] = [run_id, 1]
         return run_id, 0
+
+    def _finish(self, run_id: int, name: str | None, finish_reason: str | None) -> None:
+        if name is None:
+            status = "incomplete" if finish_reason == "cancelled" else "complete"
+            self.store.finish_run(run_id, status=status, outcome={"finish_reason": finish_reason})
+        else:
+            self.store.commit_step(run_id)
+
+    def _write_proxied(self, call) -> None:
+        plan = call.plan
+        served_by = call.served_by()
+        sampling = {k: plan.request[k] for k in ("temperature", "top_p", "top_k")
+                    if type(plan.request.get(k)) in (int, float) and plan.request[k] >= 0}
+        run_id, step = self._begin_run(call.name, dict(
+            task=call.name or f"api:{plan.endpoint}", model_id=call.model, kernel_mode=None, sampling=sampling,
+            seed=plan.seed, fingerprint={"served_by": "upstream", **served_by},
+            meta={"source": "tttr serve", "name": call.name, "endpoint": plan.endpoint, "served_by": served_by,
+                  "tensor": "not recorded"},
+        ))
+        store = self.store
+
+        def emit(kind: str, value, pos: int | None = None) -> None:
+            store.append(run_id, step, KIND_LAYER[kind], kind, site(step, kind, pos), value)
+
+        usage = call.usage or {}
+        counted = {"n_tokens": usage["prompt_tokens"]} if type(usage.get("prompt_tokens")) is int else {}
+        emit("prompt", {
+            **counted, "endpoint": plan.endpoint, "request": plan.request, "sent": plan.sent, "sampling": {**sampling, "seed": plan.seed},
+            "seed_drawn": plan.seed_drawn, "response_id": call.response_id, "upstream": served_by["upstream"],
+        })
+        for p, value in enumerate(call.token_values()):
+            emit("token", value, p)
+        emit("message", {"text": call.text, "finish_reason": call.finish_reason, "tool_calls": call.tool_calls,
+                         "upstream": True, "model": call.model, "system_fingerprint": call.system_fingerprint,
+                         "usage": call.usage})
+        self._finish(run_id, call.name, call.finish_reason)
 
     def _write(self, call: CallRecord) -> None:
         run_id, step = self._begin(call)
@@ -150,8 +205,4 @@ class CallRecorder:
             emit("logits", {"digest": r.digest, "topk": [[int(i), float(lp)] for i, lp in r.topk[:k]],
                             "batch": [r.batch_rows, list(r.rows)], "mode": r.kernel_mode}, r.position)
         emit("message", {"text": call.text, "finish_reason": call.finish_reason, "tool_calls": call.tool_calls})
-        if call.name is None:
-            status = "incomplete" if call.finish_reason == "cancelled" else "complete"
-            store.finish_run(run_id, status=status, outcome={"finish_reason": call.finish_reason})
-        else:
-            store.commit_step(run_id)
+        self._finish(run_id, call.name, call.finish_reason)

@@ -7,8 +7,9 @@ arithmetic does not depend on its neighbours, so a seeded request gets the same 
 logprobs alone or under load. Each call's sampling draws come from (seed, step 0, position)
 — never from a shared generator — so they do not depend on the order calls arrive in.
 
-A call can be cancelled (a client that went away): its token callback raises, and the
-engine drops a sequence whose callback raised at the end of that step, freeing its cache."""
+A call can be cancelled (a client that went away): `Engine.cancel` removes a sequence still
+waiting for admission (it is never prefilled) and drops a running one before the next step;
+its token callback also raises from then on, so no token reaches the client after it."""
 
 from __future__ import annotations
 
@@ -56,10 +57,14 @@ class Call:
     created: int
     started: float
     cancelled: threading.Event = field(default_factory=threading.Event)
+    stop: Callable[[], object] | None = None  # the engine's cancel for this sequence
 
     def cancel(self) -> None:
-        """Stop at the engine's next step (the sequence is dropped and its cache freed)."""
+        """Stop at the engine's next step (the sequence is dropped and its cache freed);
+        a call still waiting for admission is removed at once."""
         self.cancelled.set()
+        if self.stop is not None:
+            self.stop()
 
 
 class Service:
@@ -205,7 +210,9 @@ class Service:
         seq = Sequence(list(prepared.prompt_ids), sampling, prepared.max_tokens, rng_step=0,
                        stop_token_ids=self.tokenizer.stop_token_ids, stop_strings=req.stop, on_token=callback)
         future = self.engine.submit(seq)
-        return Call(prepared, seq, future, int(time.time()), time.perf_counter(), cancelled)
+        engine = self.engine
+        return Call(prepared, seq, future, int(time.time()), time.perf_counter(), cancelled,
+                    stop=lambda: engine.cancel(seq))
 
 
 def _piece(tok, token_id: int | None) -> str:
