@@ -134,6 +134,14 @@ def _runtime(args, kernel_mode: str | None = None):
     return Runtime(args.model, kernel_mode=kernel_mode or "invariant")
 
 
+def _runtime_for(args, run):
+    """The runtime a replay or fork of `run` computes with: in the run's kernel mode (a
+    proxied run's calls, if ever generated here, in the local default)."""
+    from tttr.engine.replay.calls import is_call_run, local_kernel_mode
+
+    return _runtime(args, local_kernel_mode(run) if is_call_run(run) else run.kernel_mode)
+
+
 def cmd_record(args) -> int:
     from datetime import datetime
 
@@ -174,7 +182,7 @@ def cmd_replay(args) -> int:
     # Checked on a read-only connection first: a run that cannot be replayed (a value of the
     # wrong shape, a clock the sandbox cannot show, another model) is refused with the file untouched.
     with _open_readonly(args.db) as reader:
-        runtime = _runtime(args, reader.run(args.run).kernel_mode)
+        runtime = _runtime_for(args, reader.run(args.run))
         check_replay(reader, args.run, policy, runtime=runtime, unsafe_no_sandbox=args.unsafe_no_sandbox)
     store = _open_store(args.db, create=False)
     try:
@@ -193,7 +201,7 @@ def cmd_fork(args) -> int:
     # The run, the site and the new value are all checked on a read-only connection before
     # the file is opened for writing: a refused fork writes nothing and prints no progress.
     with _open_readonly(args.db) as reader:
-        runtime = _runtime(args, reader.run(args.run).kernel_mode)
+        runtime = _runtime_for(args, reader.run(args.run))
         check_fork(reader, args.run, args.at, args.value, runtime=runtime, unsafe_no_sandbox=args.unsafe_no_sandbox)
     store = _open_store(args.db, create=False)
     try:
@@ -215,18 +223,27 @@ def _print_result(args, res, verb: str) -> None:
     def say(text: str) -> None:  # actions and values come from the model or the file
         print(visible(text, newlines=False))
 
-    outcome = "passed" if res.passed else ("failed" if res.passed is False else res.status)
     head = f"{verb} run {res.run_id}" + (f" (child of {res.parent})" if res.parent is not None else "")
-    say(f"{head}: {len(res.actions)} steps, outcome {outcome}, status {res.status}")
-    for i, action in enumerate(res.actions):
-        say(f"  step {i}: {action}")
+    calls = "calls" in res.extra  # recorded API calls: one message per call, no task outcome
+    if calls:
+        say(f"{head}: {len(res.actions)} calls, status {res.status}")
+        for i, text in enumerate(res.actions):
+            say(f"  call {i}: {json.dumps(text, ensure_ascii=False)}")
+    else:
+        outcome = "passed" if res.passed else ("failed" if res.passed is False else res.status)
+        say(f"{head}: {len(res.actions)} steps, outcome {outcome}, status {res.status}")
+        for i, action in enumerate(res.actions):
+            say(f"  step {i}: {action}")
     if res.identical is not None:
-        say("decisions identical to the recording" if res.identical else "decisions differ from the recording")
+        what = "tokens" if calls else "decisions"
+        say(f"{what} identical to the recording" if res.identical else f"{what} differ from the recording")
     if res.divergence is not None:
         say(f"replay diverged at {res.divergence.describe()}")
     for note in res.extra.get("notes", ()):
         say(note)
-    if res.parent is not None:
+    if res.parent is not None and calls:
+        say(f"  logits computed: {res.logits_computed}")
+    elif res.parent is not None:
         say(f"  logits computed: {res.logits_computed}, commands run: {res.commands_run}")
 
 

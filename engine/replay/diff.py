@@ -147,12 +147,19 @@ def first_divergences(a_events: list, b_events: list) -> dict[str, Divergence]:
 _MISSING = object()
 
 
+def _messages(events: list) -> list[str]:
+    return [str(e.value.get("text")) if isinstance(e.value, dict) else str(e.value)
+            for e in events if e.kind == "message"]
+
+
 def diff_runs(store, run_a: int, run_b: int) -> RunDiff:
     # Unknown ids, and a run with any unreadable value, fail here in one line with the store's message.
     _, a_events = store.load_run(run_a)
     _, b_events = store.load_run(run_b)
     a_actions = [action_text(e.value) for e in a_events if e.kind == "action"]
     b_actions = [action_text(e.value) for e in b_events if e.kind == "action"]
+    if not a_actions and not b_actions:  # recorded API calls: a call's message stands for its action
+        a_actions, b_actions = _messages(a_events), _messages(b_events)
     diff = RunDiff(run_a, run_b, align(a_actions, b_actions), first_divergences(a_events, b_events))
     return diff
 

@@ -36,7 +36,7 @@ from tttr.engine.replay.events import EventLog
 from tttr.engine.replay.mutation import Mutation
 from tttr.engine.replay.policy import Policy
 from tttr.engine.replay.source import OracleError, Source
-from tttr.engine.replay.tokens import Tokens
+from tttr.engine.replay.tokens import Draws, Tokens
 from tttr.engine.replay.world import World
 from tttr.sessions.vocabulary import site
 
@@ -217,19 +217,35 @@ class Oracle:
         same = recorded is not None and recorded.get("ids_digest") == digest
         if recorded is not None and not same:
             self._compare(at, "agent", recorded.get("ids_digest"), digest)
+        return self.tokenizer.decode(self._message_ids(step, ids, same, max_tokens, stops, None))
+
+    def call(self, step: int, prompt: dict, max_tokens: int, stops: tuple[str, ...], draws: Draws) -> list:
+        """The token ids of a recorded API call's message. Its prompt is the recording's own
+        (`prompt` is its `S:prompt` value, written again as it is), so its context is the
+        recording's by construction; `draws` carries the call's seed and sampling. The ids
+        are the recorded ones where tokens are pinned (no model, no tokenizer needed), else
+        generated from the prompt's token ids."""
+        self.log.emit(step, "prompt", site(step, "prompt"), prompt)
+        same = self.source is not None and self._recorded(site(step, "prompt")) is not None
+        return self._message_ids(step, prompt.get("ids"), same, max_tokens, stops, draws)
+
+    def _message_ids(self, step: int, ids, same: bool, max_tokens: int, stops: tuple[str, ...],
+                     draws: Draws | None) -> list:
         rec_tokens = self.source.tokens.get(step, []) if same else []
         rec_logits = self.source.logits.get(step, []) if same else []
 
         mutated = self._mutated("token", step)
         if same and self.policy.pinned("token") and self.policy.pinned("tensor") and not mutated:
-            return self._said(self.tokens.replayed(step, rec_tokens, rec_logits))
+            return self._took(self.tokens.replayed(step, rec_tokens, rec_logits))
 
+        if not isinstance(ids, list):
+            raise OracleError(f"step {step} has no prompt token ids recorded: its message cannot be generated")
         forced: list[int] = []
         if mutated:
             if not same:
                 raise OracleError(f"cannot mutate {self.mutation.site}: the context of step {step} is not the recording's")
-            forced = self.tokens.forced(step, self.mutation, rec_tokens, rec_logits)
-        records = self.tokens.generated(step, ids, forced, max_tokens, stops)
+            forced = self.tokens.forced(step, self.mutation, rec_tokens, rec_logits, draws)
+        records = self.tokens.generated(step, ids, forced, max_tokens, stops, draws)
         if same and not mutated:
             for r in records:
                 pos = r.position
@@ -240,12 +256,12 @@ class Oracle:
             if len(records) < len(rec_tokens):
                 pos = len(records)
                 self._compare(site(step, "token", pos), "token", rec_tokens[pos]["id"], None)
-        return self._said(forced + [r.token_id for r in records])
+        return self._took(forced + [r.token_id for r in records])
 
-    def _said(self, ids: list[int]) -> str:
+    def _took(self, ids: list) -> list:
         self.token_ids += ids
         self.last_message_tokens = len(ids)
-        return self.tokenizer.decode(ids)
+        return ids
 
     # ------------------------------------------------------------------ lifecycle
     def step_done(self, step: int) -> None:
@@ -274,6 +290,14 @@ class Oracle:
         self.status = "complete"
         self.log.finish("complete", outcome)
         self._report(self.max_steps, "passed" if outcome["passed"] else "failed")
+        self.close()
+
+    def complete(self, outcome: dict) -> None:
+        """End a run that has no task to check (recorded API calls): complete, with `outcome`."""
+        self.log.commit()
+        self.outcome = outcome
+        self.status = "complete"
+        self.log.finish("complete", outcome)
         self.close()
 
     def discard(self) -> None:

@@ -11,63 +11,26 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
 from tttr.engine.replay.agent import AgentLimits, run_agent
-from tttr.engine.replay.diff import Divergence, action_text
+from tttr.engine.replay.calls import (check_call_fork, check_call_replay, fork_calls, is_call_run, local_kernel_mode,
+                                     replay_calls)
+from tttr.engine.replay.diff import action_text
 from tttr.engine.replay.mutation import Mutation, parse_mutation
 from tttr.engine.replay.oracle import Oracle
 from tttr.engine.replay.policy import Policy
+from tttr.engine.replay.result import ReplayError, RunResult, kernels_note
 from tttr.engine.replay.runtime import Runtime
 from tttr.engine.replay.source import Source
-from tttr.kernels import REVISION
 from tttr.recorders.clock import normalize_clock
 from tttr.recorders.errors import SandboxError
 from tttr.recorders.probe import probe
 from tttr.recorders.sandbox import REFUSAL, Executor
 from tttr.recorders.tasks import load_task
-from tttr.sessions.errors import TTTRError
 from tttr.sessions.values import ValueProblem, load_json
-
-
-class ReplayError(TTTRError, ValueError):
-    pass
-
-
-@dataclass(slots=True)
-class RunResult:
-    run_id: int | None
-    status: str
-    outcome: dict | None
-    actions: list[str]
-    identical: bool | None = None
-    divergence: Divergence | None = None
-    parent: int | None = None
-    logits_computed: int = 0
-    commands_run: int = 0
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool | None:
-        return None if not self.outcome else self.outcome.get("passed")
-
-    def to_json(self) -> dict:
-        return {
-            "run_id": self.run_id,
-            "parent": self.parent,
-            "status": self.status,
-            "outcome": None if self.outcome is None else {
-                k: self.outcome.get(k) for k in ("passed", "checker_exit", "checker_output", "reason") if k in self.outcome},
-            "actions": self.actions,
-            "steps": len(self.actions),
-            "identical": self.identical,
-            "divergence": None if self.divergence is None else self.divergence.to_json(),
-            "logits_computed": self.logits_computed,
-            "commands_run": self.commands_run,
-            **self.extra,
-        }
 
 
 def _fresh_seed() -> int:
@@ -299,22 +262,6 @@ def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation:
                      extra={"notes": notes} if notes else {})
 
 
-def kernels_note(recorded: dict) -> str | None:
-    """One line when the recording's logits came from another revision of TTTR's kernels (or
-    another digest): its tensor-layer values cannot match these bit for bit, whatever else
-    holds. None when they are comparable."""
-    from tttr.engine.inference.digest import LOGITS_DIGEST  # lazy: torch, which a faithful replay never loads
-
-    theirs = recorded.get("kernels_revision")
-    digest = recorded.get("logits_digest", "blake2b-128")
-    if theirs == REVISION and digest == LOGITS_DIGEST:
-        return None
-    which = "an earlier revision" if theirs is None else f"revision {theirs}"
-    return (f"note: the recording's logits come from TTTR kernels {which} ({digest} digests); this TTTR "
-            f"computes revision {REVISION} ({LOGITS_DIGEST}): tensor-layer values differ by construction, "
-            "so compare decisions, not logits digests")
-
-
 def _recorded_actions(source: Source) -> list[str]:
     return [action_text(e.value) for e in source.events if e.kind == "action"]
 
@@ -322,6 +269,8 @@ def _recorded_actions(source: Source) -> list[str]:
 def check_replay(store, run_id: int, free=(), *, runtime: Runtime, unsafe_no_sandbox: bool = False) -> Source:
     """Everything `replay` checks before it writes, on any store (a read-only one too)."""
     policy = Policy(frozenset(free)) if not isinstance(free, Policy) else free
+    if is_call_run(store.run(run_id)):
+        return check_call_replay(store, run_id, policy, runtime=runtime)
     source = Source(store, run_id)
     _check_source(source)
     _check_model(runtime, source.run)
@@ -334,6 +283,8 @@ def check_fork(store, run_id: int, site: str, value: str, *, runtime: Runtime,
                unsafe_no_sandbox: bool = False) -> Mutation:
     """Everything `fork` checks before it writes, on any store (a read-only one too): the
     source run, the model, the site and the new value; returns the parsed mutation."""
+    if is_call_run(store.run(run_id)):
+        return check_call_fork(store, run_id, site, value, runtime=runtime)
     source = Source(store, run_id)
     _check_source(source)
     _check_model(runtime, source.run)
@@ -346,8 +297,12 @@ def check_fork(store, run_id: int, site: str, value: str, *, runtime: Runtime,
 
 def replay(store, run_id: int, free=(), *, runtime: Runtime | None = None, progress=None, cancel=None,
            unsafe_no_sandbox: bool = False, seed: int | None = None) -> RunResult:
-    runtime = runtime or Runtime(kernel_mode=store.run(run_id).kernel_mode)
+    run = store.run(run_id)
     policy = Policy(frozenset(free)) if not isinstance(free, Policy) else free
+    if is_call_run(run):
+        runtime = runtime or Runtime(kernel_mode=local_kernel_mode(run))
+        return replay_calls(store, run_id, policy, runtime=runtime, seed=seed, progress=progress, cancel=cancel)
+    runtime = runtime or Runtime(kernel_mode=run.kernel_mode)
     source = Source(store, run_id)
     _check_source(source)
     _check_model(runtime, source.run)
@@ -357,7 +312,11 @@ def replay(store, run_id: int, free=(), *, runtime: Runtime | None = None, progr
 
 def fork(store, run_id: int, site: str, value: str, *, runtime: Runtime | None = None, progress=None,
          cancel=None, unsafe_no_sandbox: bool = False) -> RunResult:
-    runtime = runtime or Runtime(kernel_mode=store.run(run_id).kernel_mode)
+    run = store.run(run_id)
+    if is_call_run(run):
+        runtime = runtime or Runtime(kernel_mode=local_kernel_mode(run))
+        return fork_calls(store, run_id, site, value, runtime=runtime, progress=progress, cancel=cancel)
+    runtime = runtime or Runtime(kernel_mode=run.kernel_mode)
     source = Source(store, run_id)
     _check_source(source)
     _check_model(runtime, source.run)

@@ -1,14 +1,29 @@
 """The token side of a run: a step's message taken from the recording, or generated live
 — with a forced prefix when a fork replaces one of its tokens — and the token and logits
-values each position records."""
+values each position records.
+
+A message's draws are at RNG coordinates (seed, rng_step, position). The shell agent's
+messages use the run's seed and their own step (`Draws` left out); a recorded API call
+carries its own seed and sampling and draws at (seed, 0, position) whatever its step."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from tttr.engine.replay.events import EventLog
 from tttr.engine.replay.mutation import Mutation
 from tttr.sessions.vocabulary import site
+
+
+@dataclass(frozen=True, slots=True)
+class Draws:
+    """Where one message's draws come from: coordinates (seed, rng_step, position), and
+    the sequence factory that carries its sampling parameters."""
+
+    seed: int
+    rng_step: int
+    make_sequence: Callable  # (prompt_ids, seed, rng_step, first_position, max_tokens, stops) -> Sequence
 
 
 class Tokens:
@@ -20,46 +35,55 @@ class Tokens:
         self._log = log
         self.logits_computed = 0
 
-    def emit(self, step: int, pos: int, token: dict, logits: dict) -> None:
+    def draws(self, step: int, draws: Draws | None) -> Draws:
+        """The message's draws: as given, or the run's seed at the message's own step."""
+        return draws if draws is not None else Draws(self.seed, step, self._make_sequence)
+
+    def emit(self, step: int, pos: int, token: dict, logits: dict | None) -> None:
         self._log.emit(step, "token", site(step, "token", pos), token)
-        self._log.emit(step, "logits", site(step, "logits", pos), logits)
+        if logits is not None:  # a call recorded through a proxy has tokens but no logits
+            self._log.emit(step, "logits", site(step, "logits", pos), logits)
 
     def replayed(self, step: int, tokens: list[dict], logits: list[dict]) -> list[int]:
         """The recorded positions as they are, recorded again; their token ids."""
-        for pos, (tv, lv) in enumerate(zip(tokens, logits)):
-            self.emit(step, pos, tv, lv)
+        for pos, tv in enumerate(tokens):
+            self.emit(step, pos, tv, logits[pos] if pos < len(logits) else None)
         return [tv["id"] for tv in tokens]
 
-    def forced(self, step: int, mutation: Mutation, tokens: list[dict], logits: list[dict]) -> list[int]:
+    def forced(self, step: int, mutation: Mutation, tokens: list[dict], logits: list[dict],
+               draws: Draws | None = None) -> list[int]:
         """A fork's prefix of the step: the recorded tokens before the mutated position,
-        then the mutated token (with the recorded logits at its position); their ids."""
+        then the mutated token (with the recorded logits at its position, if any); their ids."""
+        d = self.draws(step, draws)
         p = mutation.site.pos
         self.replayed(step, tokens[:p], logits[:p])
         token_id = mutation.value
+        at_p = logits[p] if p < len(logits) else None
         self.emit(step, p, {
             "id": token_id, "text": self.tokenizer.decode([token_id]), "forced": True, "mutated": True,
-            "logprob": _logprob_of(logits[p], token_id), "rng": [self.seed, step, p],
-        }, logits[p])
+            "logprob": _logprob_of(at_p or {}, token_id), "rng": [d.seed, d.rng_step, p],
+        }, at_p)
         return [tv["id"] for tv in tokens[:p]] + [token_id]
 
     def generated(self, step: int, ids: list[int], forced: list[int], max_tokens: int,
-                  stops: tuple[str, ...]) -> list:
+                  stops: tuple[str, ...], draws: Draws | None = None) -> list:
         """Generate the rest of the step's message after `forced` live, recording each
         position; the engine's records (none when the forced prefix already ends it)."""
+        d = self.draws(step, draws)
         prefix_text = self.tokenizer.decode(forced) if forced else ""
         budget = max_tokens - len(forced)
         stopped = any(s in prefix_text for s in stops) or (forced and forced[-1] in self._stop_ids())
         if budget <= 0 or stopped:
             return []
-        records = self._generate(self._make_sequence(ids + forced, self.seed, step, len(forced), budget, stops))
+        records = self._generate(d.make_sequence(ids + forced, d.seed, d.rng_step, len(forced), budget, stops))
         self.logits_computed += len(records)
         for r in records:
-            self.emit(step, r.position, self.token_value(step, r), logits_value(r))
+            self.emit(step, r.position, self.token_value(d, r), logits_value(r))
         return records
 
-    def token_value(self, step: int, r) -> dict:
+    def token_value(self, draws: Draws, r) -> dict:
         return {"id": r.token_id, "text": self.tokenizer.decode([r.token_id]), "forced": bool(r.forced),
-                "logprob": round(float(r.logprob), 6), "rng": [self.seed, step, r.position]}
+                "logprob": round(float(r.logprob), 6), "rng": [draws.seed, draws.rng_step, r.position]}
 
     def _stop_ids(self) -> tuple[int, ...]:
         return tuple(self.tokenizer.stop_token_ids)  # the ids the engine stops a message on
