@@ -1,4 +1,10 @@
-"""Batch-invariant kernels (CPU torch, GPU Triton) and the kernel-mode switch."""
+"""The arithmetic: batch-invariant kernels (CPU: torch plus compiled C row kernels and
+quantized-block GEMV; GPU: Triton) and the kernel-mode switch.
+
+The engine reaches them through `ops` (the operations the model, sampler and scheduler
+call; each picks its compiled or PyTorch path) and `mode` (fast | invariant); the rest
+(`crow`, `cquant`, `cattention`, `invariant`, `triton_kernels`, `packing`) are behind them.
+"""
 
 # Bumped whenever TTTR's own compiled kernels change the bits they produce, so a run's
 # fingerprint tells a replay on a newer TTTR why its logits differ (1: compiled attention;
