@@ -6,6 +6,7 @@ so its test needs neither an upstream nor a model."""
 
 from __future__ import annotations
 
+import json
 from typing import NamedTuple
 
 import pytest
@@ -193,6 +194,9 @@ def test_a_fork_regenerates_from_the_token(recorded, runtime):
         token = store.event_at(forks[0].run_id, "0:token:3")
         if token is not None:
             assert token.value["rng"] == [11, 0, 3]
+        # The tensor layer freed: every call recomputed in the run's kernels, the same tokens and digests.
+        freed = replay(store, run_a, free=("tensor",), runtime=runtime)
+        assert freed.identical and freed.divergence is None and freed.logits_computed == len(parent)
         d = diff_runs(store, run_a, forks[0].run_id)
         assert d.first_divergence["token"].site == "0:token:2"
         assert d.first_divergence["token"].a == parent[2] and d.first_divergence["token"].b == alt
@@ -210,6 +214,9 @@ def test_the_commands_on_a_served_run(recorded, capsys):
     out = capsys.readouterr().out
     assert "forked run" in out and f"child of {run_a}" in out and "call 0:" in out
     forked = int(out.split("forked run ")[1].split()[0])
+    assert main(["replay", str(run_a), "--db", str(db), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["identical"] and got["calls"] == 1 and got["logits_computed"] == 0
     assert main(["diff", str(run_a), str(forked), "--db", str(db)]) == 0
     assert "first divergence: 0:token:1 (token layer)" in capsys.readouterr().out
     for at in ("0:tool", "5:token:0", "0:token:999"):
