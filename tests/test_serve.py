@@ -409,3 +409,67 @@ def test_the_command_starts_serves_and_stops_cleanly_on_ctrl_c(tmp_path):
     assert proc.returncode == 0 and "Traceback" not in err and "stopped" in err, err
     with Store.open(db, readonly=True) as store:
         assert [r.status for r in store.runs()] == ["complete"]
+
+
+@pytest.mark.slow
+def test_engine_cancel_drops_a_waiting_sequence_before_prefill_and_a_running_one(served):
+    from tttr.engine.inference.sampler import SamplingParams
+    from tttr.engine.inference.scheduler import Engine
+    from tttr.engine.inference.sequence import Sequence
+
+    tok = served.service.tokenizer
+    engine = Engine(served.service.model, kernel_mode="invariant", max_running=1)
+    try:
+        first = Sequence(tok.encode("Once upon a time"), SamplingParams(seed=1), 40)
+        second = Sequence(tok.encode("The sea is"), SamplingParams(seed=2), 40)
+        running, waiting = engine.submit(first), engine.submit(second)
+        assert engine.cancel(second)  # one runs at a time: the second still waits
+        assert waiting.result(5) == [] and second.finish_reason == "cancelled"
+        deadline = time.time() + 60
+        while not first.records:
+            assert time.time() < deadline, "the first sequence never produced a token"
+            time.sleep(0.01)
+        assert engine.cancel(first)
+        records = running.result(60)
+        assert first.finish_reason == "cancelled" and 1 <= len(records) < 40
+        assert not engine.cancel(first) and not engine._running and not engine._waiting
+        assert all(id(second) not in ids for _, ids in engine.history)  # never prefilled
+    finally:
+        engine.close()
+
+
+def _serve_process(port: int):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "tttr.app", "serve", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while True:
+        try:
+            if _http(f"http://127.0.0.1:{port}/health")[0] == 200:
+                return proc
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        assert time.time() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() is not None else "slow"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_seeded_answer_is_the_same_after_a_restart():
+    import signal
+
+    body = json.dumps({"messages": [{"role": "user", "content": "Name three fruits."}], "max_tokens": 12,
+                       "temperature": 0.9, "seed": 77, "logprobs": True, "top_logprobs": 3}).encode()
+    answers = []
+    for _ in range(2):  # two server processes, one after the other
+        port = _free_port()
+        proc = _serve_process(port)
+        try:
+            status, got = _http(f"http://127.0.0.1:{port}/v1/chat/completions", body)
+            assert status == 200, got
+            answers.append([(e["token"], e["logprob"], e["top_logprobs"]) for e in got["choices"][0]["logprobs"]["content"]])
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=60)
+    assert answers[0] and answers[0] == answers[1]  # bit for bit: tokens, logprobs, alternatives
