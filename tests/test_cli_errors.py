@@ -39,6 +39,8 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ("serve",): [
         ["serve", "--port", "abc"], ["serve", "--port", "70000"], ["serve", "--kernels", "slow"],
         ["serve", "--model", "{missing}"], ["serve", "--db", "{text}"], ["serve", "--host", "no.such.host.invalid"],
+        ["serve", "--upstream", "ftp://x"], ["serve", "--upstream-key-env", "TTTR_NO_SUCH_KEY_VAR"],
+        ["serve", "--upstream", "http://127.0.0.1:9/v1", "--upstream-key-env", "TTTR_NO_SUCH_KEY_VAR"],
     ],
     ("sandbox",): [["sandbox", "nosuch"]],
     ("sandbox", "exec"): [
@@ -96,6 +98,10 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["bench", "engine", "--rounds", "-1"], ["bench", "engine", "--kernels", "slow"],
         ["bench", "engine", "--model", "{missing}"],
     ],
+    ("bench", "serve"): [
+        ["bench", "serve", "--tokens", "0"], ["bench", "serve", "--rounds", "-1"],
+        ["bench", "serve", "--model", "{missing}"],
+    ],
     ("bench", "determinism"): [
         ["bench", "determinism", "--runs", "0"], ["bench", "determinism", "--tokens", "x"],
         ["bench", "determinism", "--seed", "-1"], ["bench", "determinism", "--threads", "0"],
@@ -112,7 +118,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
 # What `tttr --help` and `tttr bench --help` list (README's and docs' commands).
 COMMANDS = {"info", "runs", "events", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
             "diff", "open", "demo", "bench"}
-BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app"}
+BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve"}
 
 
 def command_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = (), help_text: str | None = None):

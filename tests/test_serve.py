@@ -473,3 +473,14 @@ def test_a_seeded_answer_is_the_same_after_a_restart():
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=60)
     assert answers[0] and answers[0] == answers[1]  # bit for bit: tokens, logprobs, alternatives
+
+
+def test_bench_serve_has_help(capsys):
+    from tttr.app.cli import build_parser
+
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["bench", "serve", "--help"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0 and "--tokens" in out and "--rounds" in out and "--json" in out
+    args = build_parser().parse_args(["bench", "serve", "--tokens", "8", "--rounds", "1", "--json"])
+    assert (args.tokens, args.rounds, args.json) == (8, 1, True)
