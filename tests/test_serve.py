@@ -353,8 +353,10 @@ def test_bad_requests_among_good_ones_leave_the_server_and_database_whole(client
     chat = served.url + "/v1/chat/completions"
     bad = [b"{", b"[]", b"null", json.dumps({"messages": USER, "n": 3}).encode(),
            json.dumps({"messages": USER, "temperature": "x"}).encode(), json.dumps({"messages": "hi"}).encode(),
-           json.dumps({"messages": USER, "model": "nope"}).encode(), b"\xff\xfe", b"x" * (17 << 20)]
-    jobs = [("bad", bad[i % len(bad)]) for i in range(120)]
+           json.dumps({"messages": USER, "model": "nope"}).encode(), b"\xff\xfe",
+           json.dumps({"messages": [{"role": "user", "content": "word " * 20000}]}).encode()]  # past the context
+    jobs = [("bad", bad[i % len(bad)]) for i in range(300)]
+    jobs[7::50] = [("bad", b"x" * (17 << 20))] * len(jobs[7::50])  # past the body limit
     jobs[::30] = [("good", None)] * len(jobs[::30])
 
     def send(job):
