@@ -357,3 +357,31 @@ def test_events_round_trip_through_the_file(tmp_path_factory, events):
         for i, (step, kind, site, value) in enumerate(expected):
             first = next(j for j, x in enumerate(expected) if x[2] == site)
             assert store.event_at(rid, site).seq == first
+
+
+def test_the_database_file_alone_holds_every_run_a_closed_writer_wrote(tmp_path):
+    """A reader that stays open (the app) keeps SQLite from checkpointing at the writer's
+    close; the writer checkpoints itself, so copying the .db alone shares every run."""
+    import shutil
+
+    path = tmp_path / "s.db"
+    Store.open(path).close()
+    reader = Store.open(path, readonly=True)
+    assert reader.runs() == []
+    writer = Store.open(path)
+    rid = writer.begin_run(seed=SEED)
+    for pos in range(3):
+        writer.append(rid, 0, "token", "token", f"0:token:{pos}", {"id": pos})
+    writer.commit_step(rid)
+    writer.finish_run(rid, outcome={"passed": True})
+    writer.close()
+    copy = tmp_path / "copy.db"
+    shutil.copyfile(path, copy)  # the .db file alone, without its -wal
+    assert not (tmp_path / "copy.db-wal").exists()
+    shared = Store.open(copy, readonly=True)
+    try:
+        assert [(r.id, r.status) for r in shared.runs()] == [(rid, "complete")]
+        assert [e.value["id"] for e in shared.events(rid)] == [0, 1, 2]
+    finally:
+        shared.close()
+        reader.close()
