@@ -114,6 +114,28 @@ def test_freed_token_layer_runs_off_record_commands_live(recording, tokenizer):
     assert store.event_at(child, "0:token:0").value["rng"][0] == 99
 
 
+def test_a_setup_clock_fork_moves_every_later_clock_with_it(recording, tokenizer):
+    """The setup clock is when the run happened: +1d there is +1d at every step (time never
+    runs backwards inside the fork), where an edit of one step's clock moves that step alone."""
+    from datetime import timedelta
+
+    from tttr.engine.replay.mutation import parse_mutation
+
+    store, run, _ = recording
+    mutation = parse_mutation(store, run, "-1:clock", "+1d", tokenizer=tokenizer)
+    source = Source(store, run)
+    child = _begin(store, parent=run, fork_seq=0, fork_site="-1:clock", mutation=mutation.to_json())
+    model = ScriptedModel(tokenizer, ["never asked\n```"])
+    oracle = _oracle(store, tokenizer, model, run_id=child, policy=Policy(), source=source, mutation=mutation)
+    run_agent(oracle, load_task(TASK).instruction, AgentLimits(max_steps=3))
+    clocks = lambda r: [datetime.fromisoformat(e.value["t"]) for e in store.events(r) if e.kind == "clock"]
+    parent, forked = clocks(run), clocks(child)
+    assert len(forked) == len(parent) >= 3
+    assert [f - p for p, f in zip(parent, forked)] == [timedelta(days=1)] * len(parent)
+    assert forked == sorted(forked)
+    assert oracle.divergence is not None and oracle.divergence.site == "-1:setup"  # the tree was set up a day later
+
+
 def test_clock_mutation_keeps_later_clocks_pinned_and_shares_the_prefix(recording, tokenizer):
     from tttr.engine.replay.mutation import parse_mutation
 

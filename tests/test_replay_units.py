@@ -86,3 +86,24 @@ def test_a_recording_from_other_kernels_gets_a_note():
     assert kernels_note(fingerprint()) is None  # this TTTR's own recordings compare bit for bit
     note = kernels_note({"attention_kernel": "compiled"})  # a session-2 fingerprint
     assert note.startswith("note:") and "earlier revision" in note and "blake2b-128" in note
+
+
+def test_same_decisions_with_another_end_state_are_said_so(capsys):
+    from types import SimpleNamespace
+
+    from tttr.app.commands.agent import _print_result
+    from tttr.engine.replay.result import RunResult, same_outcome
+
+    kept = {"passed": True, "tree": "aaaaaaaaaaaaaaaa", "clock": "2026-03-02T10:00:00"}
+    deleted = {"passed": False, "tree": "bbbbbbbbbbbbbbbb", "clock": "2026-04-01T10:00:00"}
+    assert same_outcome(kept, dict(kept, clock="later")) is True
+    assert same_outcome(kept, deleted) is False and same_outcome(kept, dict(kept, tree="c")) is False
+    assert same_outcome(None, kept) is None
+    res = RunResult(5, "complete", deleted, ["ls", "done"], identical=True, parent=1,
+                    same_outcome=same_outcome(kept, deleted), extra={"recorded_outcome": kept})
+    _print_result(SimpleNamespace(json=False), res, "forked")
+    out = capsys.readouterr().out
+    assert "decisions identical to the recording" in out
+    assert "the same decisions led to a different end state: passed (tree aaaaaaaaaaaa) in the recording, " \
+           "failed (tree bbbbbbbbbbbb) here" in out
+    assert res.to_json()["same_outcome"] is False and res.to_json()["identical"] is True

@@ -214,6 +214,14 @@ def cmd_fork(args) -> int:
     return 0
 
 
+def _verdict(outcome) -> str:
+    if not isinstance(outcome, dict):
+        return "no outcome"
+    verdict = {True: "passed", False: "failed"}.get(outcome.get("passed"), "no verdict")
+    tree = outcome.get("tree")
+    return f"{verdict} (tree {tree[:12]})" if isinstance(tree, str) else verdict
+
+
 def _print_result(args, res, verb: str) -> None:
     if args.json:
         print(safe_json(res.to_json(), default=str))
@@ -237,6 +245,9 @@ def _print_result(args, res, verb: str) -> None:
     if res.identical is not None:
         what = "tokens" if calls else "decisions"
         say(f"{what} identical to the recording" if res.identical else f"{what} differ from the recording")
+    if res.same_outcome is False:
+        say(("the same decisions led to a different end state" if res.identical else "the end state differs too")
+            + f": {_verdict(res.extra.get('recorded_outcome'))} in the recording, {_verdict(res.outcome)} here")
     if res.divergence is not None:
         say(f"replay diverged at {res.divergence.describe()}")
     for note in res.extra.get("notes", ()):

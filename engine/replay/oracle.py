@@ -92,6 +92,7 @@ class Oracle:
         self.status = "recording"
         self._t0 = time.monotonic()
         self._last_clock: datetime = clock_base
+        self._clock_shift = timedelta(0)  # how far a fork of the setup clock moved the run's clock
 
     # ------------------------------------------------------------------ what the caller reads
     @property
@@ -142,8 +143,12 @@ class Oracle:
         mutated = self._mutated("clock", step)
         if mutated:
             t = self.mutation.value
+            if step == -1 and recorded is not None:
+                # The setup clock is when the run happened: moving it moves every later
+                # reading with it (an edit of one step's clock moves that step alone).
+                self._clock_shift = t.replace(microsecond=0) - datetime.fromisoformat(recorded["t"])
         elif self.policy.pinned("trace") and recorded is not None:
-            t = datetime.fromisoformat(recorded["t"])
+            t = datetime.fromisoformat(recorded["t"]) + self._clock_shift
         elif self.policy.pinned("trace") and self.source is not None:
             t = self._last_clock + timedelta(seconds=1)  # past the end of the recording
         else:

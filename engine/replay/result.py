@@ -23,6 +23,7 @@ class RunResult:
     actions: list[str]
     identical: bool | None = None
     divergence: Divergence | None = None
+    same_outcome: bool | None = None  # the end state (passed, final tree) equals the recording's
     parent: int | None = None
     logits_computed: int = 0
     commands_run: int = 0
@@ -42,11 +43,20 @@ class RunResult:
             "actions": self.actions,
             "steps": len(self.actions),
             "identical": self.identical,
+            "same_outcome": self.same_outcome,
             "divergence": None if self.divergence is None else self.divergence.to_json(),
             "logits_computed": self.logits_computed,
             "commands_run": self.commands_run,
             **self.extra,
         }
+
+
+def same_outcome(recorded: dict | None, live: dict | None) -> bool | None:
+    """Whether two runs ended in the same state: the same verdict and the same final tree.
+    Same decisions can end differently (a date task's files set up on another day)."""
+    if not isinstance(recorded, dict) or not isinstance(live, dict):
+        return None
+    return recorded.get("passed") == live.get("passed") and recorded.get("tree") == live.get("tree")
 
 
 def kernels_note(recorded: dict) -> str | None:

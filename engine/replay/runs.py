@@ -22,7 +22,7 @@ from tttr.engine.replay.diff import action_text
 from tttr.engine.replay.mutation import Mutation, parse_mutation
 from tttr.engine.replay.oracle import Oracle
 from tttr.engine.replay.policy import Policy
-from tttr.engine.replay.result import ReplayError, RunResult, kernels_note
+from tttr.engine.replay.result import ReplayError, RunResult, kernels_note, same_outcome
 from tttr.engine.replay.runtime import Runtime
 from tttr.engine.replay.source import Source
 from tttr.recorders.clock import normalize_clock
@@ -257,9 +257,10 @@ def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation:
     identical = (oracle.actions == _recorded_actions(source)
                  and oracle.token_ids == [t["id"] for e in source.events if e.kind == "token" for t in [e.value]])
     return RunResult(oracle.run_id, oracle.status, oracle.outcome, oracle.actions, identical=identical,
-                     divergence=oracle.divergence, parent=run.id,
+                     divergence=oracle.divergence, same_outcome=same_outcome(source.outcome(), oracle.outcome),
+                     parent=run.id,
                      logits_computed=oracle.logits_computed, commands_run=oracle.commands_run,
-                     extra={"notes": notes} if notes else {})
+                     extra={"recorded_outcome": source.outcome(), **({"notes": notes} if notes else {})})
 
 
 def _recorded_actions(source: Source) -> list[str]:
