@@ -21,6 +21,7 @@ import argparse
 import importlib
 import sys
 
+from tttr.app.commands import args as argtypes
 from tttr.sessions.errors import TTTRError
 from tttr.sessions.safe_text import visible
 
@@ -61,6 +62,7 @@ def _missing(parser: argparse.ArgumentParser) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    argtypes.resolve_database(parser, args)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

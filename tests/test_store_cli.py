@@ -168,3 +168,19 @@ def test_the_console_command_exits_2(tmp_path):
     out = subprocess.run([sys.executable, "-m", "tttr.app", "runs", str(missing)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "does not exist" in out.stderr
     assert not missing.exists()
+
+
+def test_every_reading_command_takes_the_database_either_way(recorded, capsys):
+    """One rule: --db FILE everywhere; the reading commands also take it first."""
+    for command in (["info"], ["runs"], ["events", "{db}", "1"]):
+        as_first = argv([*command, "--json"], recorded)
+        as_option = [part for part in as_first if part != str(recorded)] + ["--db", str(recorded)]
+        assert main(as_first) == 0
+        first = capsys.readouterr().out
+        assert main(as_option) == 0
+        assert capsys.readouterr().out == first and first
+    for bad, reason in ((["runs"], "give the database"),
+                        (["runs", str(recorded), "--db", str(recorded) + "x"], "two databases given")):
+        with pytest.raises(SystemExit) as exc:
+            main(bad)
+        assert exc.value.code == 2 and reason in capsys.readouterr().err

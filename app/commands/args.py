@@ -38,3 +38,23 @@ positive = bounded_int(1, INT64_MAX, "a number >= 1")
 sandbox_step = bounded_int(-1, INT64_MAX, "an agent step (-1 = setup)")
 threads = bounded_int(1, 4096, "a thread count")
 bench_events = bounded_int(1000, 100_000_000, "an event count")
+
+
+def add_database(parser, help: str) -> None:
+    """The one rule for naming a database: every command takes `--db FILE`; the commands
+    that only read one (info, runs, events, open) also take it as their first argument."""
+    parser.add_argument("db", nargs="?", metavar="DB", help=f"{help} (or --db DB)")
+    parser.add_argument("--db", dest="db_option", metavar="DB", help="the database, as an option")
+    parser.set_defaults(resolve_db=True)
+
+
+def resolve_database(parser, args) -> None:
+    """After parsing: one database, however it was given (argparse's own error otherwise)."""
+    if not getattr(args, "resolve_db", False):
+        return
+    given = [d for d in (args.db, args.db_option) if d is not None]
+    if not given:
+        parser.error("give the database: tttr COMMAND DB ... or --db DB")
+    if len(given) == 2 and given[0] != given[1]:
+        parser.error(f"two databases given ({given[0]} and {given[1]}): give one")
+    args.db = given[0]

@@ -32,12 +32,12 @@ def register(sub, bench_sub) -> None:
         help="summarize a session database: schema, runs, events, blobs, integrity",
         description="Summarize a session database and check its integrity (PRAGMA quick_check). Read-only.",
     )
-    p.add_argument("db", metavar="DB", help="session database file")
+    argtypes.add_database(p, "session database file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=info)
 
     p = sub.add_parser("runs", help="list the runs in a session database", description="List the runs. Read-only.")
-    p.add_argument("db", metavar="DB", help="session database file")
+    argtypes.add_database(p, "session database file")
     p.add_argument("--json", action="store_true", help="print one JSON object per run")
     p.set_defaults(func=runs)
 
@@ -46,7 +46,7 @@ def register(sub, bench_sub) -> None:
         help="print a run's events, by window and filter",
         description="Print a run's events in seq order; a fork shows its parent's prefix then its own. Read-only.",
     )
-    p.add_argument("db", metavar="DB", help="session database file")
+    argtypes.add_database(p, "session database file")
     p.add_argument("run", metavar="RUN", type=argtypes.run_id, help="run id (see `tttr runs DB`)")
     p.add_argument("--layer", choices=LAYERS, help="only this layer")
     p.add_argument("--kind", metavar="K", help="only this kind (token, logits, clock, tool, message, action, ...)")

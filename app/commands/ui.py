@@ -19,7 +19,7 @@ def register(sub, bench_sub) -> None:
                     "and fork the run there, and compare any two runs side by side. The file is "
                     "opened read-only; a fork is written by a connection of its own.",
     )
-    p.add_argument("db", help="session database (written by tttr record / tttr demo)")
+    argtypes.add_database(p, "session database (written by tttr record / tttr demo)")
     p.add_argument("--run", type=argtypes.run_id, help="open this run's timeline directly")
     _model_args(p)
     p.set_defaults(func=cmd_open)
