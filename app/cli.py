@@ -59,9 +59,31 @@ def _missing(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
+# Options whose value may begin with "-": the setup step's sites (`-1:clock`) and clock shifts
+# (`-1d`). argparse reads such a value as another option; `--at=-1:clock` always worked.
+VALUE_MAY_START_WITH_DASH = ("--at", "--set")
+
+
+def _glue_dash_values(argv: list[str]) -> list[str]:
+    """`--at -1:clock` as `--at=-1:clock`, so the documented spelling parses."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--":
+            return out + argv[i:]
+        if argv[i] in VALUE_MAY_START_WITH_DASH and i + 1 < len(argv) and argv[i + 1].startswith("-") \
+                and argv[i + 1] not in ("-", "--") and not argv[i + 1].startswith("--"):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_glue_dash_values(sys.argv[1:] if argv is None else list(argv)))
     argtypes.resolve_database(parser, args)
     func = getattr(args, "func", None)
     if func is None:

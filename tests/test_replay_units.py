@@ -107,3 +107,14 @@ def test_same_decisions_with_another_end_state_are_said_so(capsys):
     assert "the same decisions led to a different end state: passed (tree aaaaaaaaaaaa) in the recording, " \
            "failed (tree bbbbbbbbbbbb) here" in out
     assert res.to_json()["same_outcome"] is False and res.to_json()["identical"] is True
+
+
+def test_setup_sites_and_negative_shifts_parse_as_documented():
+    """`--at -1:clock --set -1d` reads as values, not as options (argparse alone refuses both)."""
+    from tttr.app.cli import _glue_dash_values, build_parser
+
+    argv = ["fork", "1", "--at", "-1:clock", "--set", "-1d", "--db", "s.db"]
+    args = build_parser().parse_args(_glue_dash_values(argv))
+    assert (args.at, args.value, args.db) == ("-1:clock", "-1d", "s.db")
+    assert _glue_dash_values(["sandbox", "exec", "--", "--at", "-x"]) == ["sandbox", "exec", "--", "--at", "-x"]
+    assert _glue_dash_values(["fork", "--at", "--db"]) == ["fork", "--at", "--db"]
