@@ -3,7 +3,9 @@
 It only speaks HTTP: a body is checked by `engine.serve.requests`, prepared and run by
 `engine.serve.service`, shaped by `engine.serve.responses` and recorded by
 `engine.serve.recorder`; in proxy mode (`upstream`) a call is forwarded by
-`engine.serve.proxy` instead, and its stream relayed chunk by chunk. Every error is OpenAI's error object with its status, never a
+`engine.serve.proxy` instead, and its stream relayed chunk by chunk. The SDK's routes
+(`/tttr/v1/tool`, `/tttr/v1/clock`; bodies checked by `engine.serve.sdk_events`) record what a
+program got from outside the model into its run (see docs/serve.md). Every error is OpenAI's error object with its status, never a
 traceback. The engine's token callback runs on the engine's thread and only hands the
 token to the event loop, so a slow client never slows the batch."""
 
@@ -15,6 +17,7 @@ import sys
 import threading
 import time
 from contextlib import asynccontextmanager
+from datetime import datetime, timezone
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
@@ -28,6 +31,7 @@ from tttr.engine.serve import responses as shape
 from tttr.engine.serve import proxy
 from tttr.engine.serve.errors import APIError
 from tttr.engine.serve.requests import parse_chat, parse_completion
+from tttr.engine.serve.sdk_events import parse_clock, parse_tool
 from tttr.engine.serve.service import Call, Cancelled, Service
 
 MAX_BODY = 16 << 20  # bytes; a larger body is refused with 413
@@ -75,6 +79,12 @@ class Server:
         self.announce = announce or (lambda text: None)
         self.active: set[Call] = set()
         self._loader: threading.Thread | None = None
+        # The run's clock for SDK clock reads (a runner with a virtual clock replaces it).
+        self.clock = lambda: datetime.now(timezone.utc)
+        # The replay hook: (run name, kind, the post's value) -> the recorded answer (a dict
+        # for the SDK: a tool's "result"/"error" or a command's output, a clock's "t"), or
+        # None to let the call run live. None here: the server records, it never answers.
+        self.answer_from_recording = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def _load(self) -> None:
@@ -146,6 +156,52 @@ class Server:
         if self.upstream is not None:
             return await self._proxy(request, "completion")
         return await self._call(request, parse_completion, "completion")
+
+    # -- the SDK -------------------------------------------------------------------------
+    def _sdk_run(self, request: Request) -> str:
+        name = _run_name(request)
+        if name is None and self.recorder is not None:
+            name = getattr(self.recorder, "default_run", None)
+        if name is None:
+            raise APIError(f"an SDK event needs the run it belongs to: send the {RUN_HEADER} header "
+                           "(the SDK sends $TTTR_RUN)", param=RUN_HEADER, code="missing_run")
+        return name
+
+    def _recorded_answer(self, name: str, kind: str, value: dict) -> dict | None:
+        hook = self.answer_from_recording
+        return hook(name, kind, value) if hook is not None else None
+
+    async def sdk_tool(self, request: Request) -> JSONResponse:
+        """A tool call: recorded as the run's next step; a query (no outcome yet) is answered
+        from the recording when replaying, else {"recorded": false}: run it, then post it."""
+        try:
+            name = self._sdk_run(request)
+            post = parse_tool(await _body(request))
+        except APIError as exc:
+            return _error(exc)
+        if post.query:
+            answer = self._recorded_answer(name, "tool", post.value)
+            if answer is not None:
+                return JSONResponse({"recorded": True, "run": name, **answer})
+            return JSONResponse({"recorded": False, "run": name})
+        if self.recorder is not None:
+            self.recorder.record_event(name, "tool", {**post.value, "source": "sdk"})
+        return JSONResponse({"recorded": False, "run": name, "stored": self.recorder is not None})
+
+    async def sdk_clock(self, request: Request) -> JSONResponse:
+        """A clock read: the recording's value when replaying, else the server's clock, recorded."""
+        try:
+            name = self._sdk_run(request)
+            parse_clock(await _body(request))
+        except APIError as exc:
+            return _error(exc)
+        answer = self._recorded_answer(name, "clock", {})
+        if answer is not None:
+            return JSONResponse({"recorded": True, "run": name, **answer})
+        t = self.clock().isoformat()
+        if self.recorder is not None:
+            self.recorder.record_event(name, "clock", {"t": t, "source": "sdk"})
+        return JSONResponse({"recorded": False, "run": name, "t": t, "stored": self.recorder is not None})
 
     # -- proxy mode ------------------------------------------------------------------------
     async def _proxy(self, request: Request, endpoint: str):
@@ -329,7 +385,8 @@ def create_app(service: Service | None, recorder=None, *, announce=None, upstrea
     async def not_found(request: Request, exc: HTTPException) -> JSONResponse:
         if exc.status_code == 404:
             err = APIError(f"no route {request.method} {request.url.path}; the routes are GET /v1/models, "
-                           "POST /v1/chat/completions, POST /v1/completions, GET /health", status=404,
+                           "POST /v1/chat/completions, POST /v1/completions, GET /health, and the SDK's "
+                           "POST /tttr/v1/tool and POST /tttr/v1/clock", status=404,
                            code="not_found")
         else:
             err = APIError(f"{request.method} {request.url.path}: {exc.detail}", status=exc.status_code)
@@ -345,6 +402,8 @@ def create_app(service: Service | None, recorder=None, *, announce=None, upstrea
         Route("/v1/models", server.models, methods=["GET"]),
         Route("/v1/chat/completions", server.chat, methods=["POST"]),
         Route("/v1/completions", server.completions, methods=["POST"]),
+        Route("/tttr/v1/tool", server.sdk_tool, methods=["POST"]),
+        Route("/tttr/v1/clock", server.sdk_clock, methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=server.lifespan,
                     exception_handlers={HTTPException: not_found, Exception: crashed})

@@ -220,6 +220,7 @@ RULES: dict[str, tuple[dict[str, Check], tuple[str, ...]]] = {
         "stdout_size": _optional(_count), "stderr_size": _optional(_count), "truncated": _bool,
         "limit_hit": _optional(_text), "tree_before": _optional(_text), "tree_after": _optional(_text), "snapshot": _optional(_text),
         "cwd_after": _text, "exports_after": _text_map, "mutated": _bool, "off_record": _bool,
+        "function": _text, "args": _list, "kwargs": _object, "error": _optional(_object),  # an SDK tool call
     }, ()),
     "token": ({
         "id": _count, "text": _text, "forced": _bool, "logprob": _optional(_number), "rng": _rng,

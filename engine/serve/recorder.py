@@ -18,7 +18,15 @@ only: `S:prompt` (the request, the body sent upstream, the seed; no ids), `S:tok
 local tokenizer with its `id_source`), `S:message` (text, finish reason, tool calls, and the
 upstream's model, system_fingerprint and usage); never `S:logits:P`. Its run's model_id is
 the upstream's model name, its kernel_mode is null, and its fingerprint and meta say
-`served_by` (upstream URL, model, system_fingerprint) and `"tensor": "not recorded"`."""
+`served_by` (upstream URL, model, system_fingerprint) and `"tensor": "not recorded"`.
+
+An SDK event (`tttr.recorders.sdk`, posted to `/tttr/v1/tool` or `/tttr/v1/clock`) is a step
+of its own in the named run: `S:tool` or `S:clock`, numbered with the run's model calls in
+the order the server receives them. A step per event keeps every site printable and
+forkable in the existing grammar (`3:tool`), and a replay that makes the same calls in the
+same order meets the same sites; numbering events within a model call's step would instead
+tie a tool's site to the call before it. A run's outcome counts `calls` (model calls) and
+`sdk_events`."""
 
 from __future__ import annotations
 
@@ -56,6 +64,15 @@ class CallRecord:
     top_logprobs: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class SDKEvent:
+    """A value the program got from outside the model, posted by the SDK."""
+
+    name: str  # the run
+    kind: str  # "tool" | "clock"
+    value: dict  # checked by engine.serve.sdk_events
+
+
 def ids_digest(ids) -> str:
     """The prompt digest the agent records (blake2b-128 of the ids' JSON)."""
     return hashlib.blake2b(json.dumps(list(ids)).encode(), digest_size=16).hexdigest()
@@ -67,6 +84,7 @@ class CallRecorder:
         self.service = service
         self._queue: queue.Queue[CallRecord | None] = queue.Queue()
         self._named: dict[str, list[int]] = {}  # name -> [run id, next step]
+        self._sdk_steps: dict[str, int] = {}  # name -> how many of its steps are SDK events
         self.recorded = 0
         self.failed = 0
         self._thread = threading.Thread(target=self._loop, name="tttr-serve-recorder", daemon=True)
@@ -76,9 +94,21 @@ class CallRecorder:
         """Record a started call once it finishes (or is cancelled); returns at once."""
         self._queue.put((call, name, response_id))
 
+    def record_event(self, name: str, kind: str, value: dict) -> None:
+        """Record an SDK event (kind "tool" or "clock") as the next step of the run named
+        `name`; returns at once. The server hands events over in the order they arrive, model
+        calls included, so a program's steps are numbered in the order it made them."""
+        self._queue.put(SDKEvent(name, kind, value))
+
     def record_proxied(self, call) -> None:
         """Record a proxied call (a `proxy.ProxiedCall`, complete or cut off); returns at once."""
         self._queue.put(call)
+
+    def steps(self, name: str) -> int:
+        """How many steps the run named `name` has so far, model calls and SDK events
+        together: the next free step (call `flush()` first)."""
+        entry = self._named.get(name)
+        return entry[1] if entry is not None else 0
 
     def flush(self) -> None:
         """Wait until every call handed over so far is written."""
@@ -89,7 +119,9 @@ class CallRecorder:
         self._queue.put(None)
         self._thread.join()
         for name, (run_id, steps) in self._named.items():
-            self.store.finish_run(run_id, status="complete", outcome={"calls": steps})
+            sdk = self._sdk_steps.get(name, 0)
+            self.store.finish_run(run_id, status="complete",
+                                  outcome={"calls": steps - sdk, **({"sdk_events": sdk} if sdk else {})})
         self._named.clear()
         self.store.close()
 
@@ -102,6 +134,8 @@ class CallRecorder:
                     return
                 if isinstance(item, tuple):
                     self._write(self._collect(*item))
+                elif isinstance(item, SDKEvent):
+                    self._write_event(item)
                 else:
                     self._write_proxied(item)
                 self.recorded += 1
@@ -155,6 +189,17 @@ class CallRecorder:
             self.store.finish_run(run_id, status=status, outcome={"finish_reason": finish_reason})
         else:
             self.store.commit_step(run_id)
+
+    def _write_event(self, event: "SDKEvent") -> None:
+        s = self.service
+        run_id, step = self._begin_run(event.name, dict(
+            task=event.name, model_id=s.model_id if s is not None else None,
+            kernel_mode=s.kernel_mode if s is not None else None, fingerprint=s.fingerprint if s is not None else None,
+            meta={"source": "tttr serve", "name": event.name, "endpoint": "sdk"},
+        ))
+        self._sdk_steps[event.name] = self._sdk_steps.get(event.name, 0) + 1
+        self.store.append(run_id, step, KIND_LAYER[event.kind], event.kind, site(step, event.kind), event.value)
+        self.store.commit_step(run_id)
 
     def _write_proxied(self, call) -> None:
         plan = call.plan

@@ -1,0 +1,242 @@
+"""TTTR's SDK for a user's agent program: the values it gets from outside the model.
+
+    from tttr.recorders import sdk
+
+    @sdk.tool
+    def read_file(path: str) -> str: ...
+
+    out = sdk.shell("ls -la", timeout=30)   # .stdout .stderr .exit_code
+    today = sdk.now()                        # a datetime, like datetime.now()
+
+**Outside a recording** (`TTTR_RECORDER_URL` unset) every call just does its work: the
+decorated function runs, `shell` runs `bash -c CMD` with the timeout, `now` is
+`datetime.now()`. Nothing is sent anywhere, so the program runs unchanged without TTTR.
+
+**Inside a recording** the runner (`tttr record -- PROGRAM`, or a person by hand) sets:
+
+| variable | meaning |
+|---|---|
+| `TTTR_RECORDER_URL` | the `tttr serve --db` base URL, e.g. `http://127.0.0.1:8000` (a trailing `/v1` is fine) |
+| `TTTR_RUN` | the run name; sent as `X-TTTR-Run`, the header the program's model calls carry, so both land in one run (default `sdk`) |
+| `TTTR_REPLAY` | `1` when replaying: ask the server before running (see below) |
+
+and the SDK posts each value to the server, which records it as a trace-layer event of that
+run at the next step (`S:tool`, `S:clock`; see docs/serve.md, "The SDK's routes"):
+
+- `@sdk.tool`: the function runs here; then `POST /tttr/v1/tool` with `function`
+  (its qualified name), `args`, `kwargs`, and `result` or `error` (`{"type", "message"}`, the
+  exception is re-raised), `duration_ms`. Values that are not JSON are sent as their `repr`
+  (and `lossy: true`).
+- `sdk.shell`: the command runs **here, in the program's process** (not in the server's
+  sandbox: under `tttr record` the program is itself in the sandbox), then is posted with
+  `cmd`, `cwd`, `timeout_s`, `stdout`, `stderr`, `exit_code` (null and `limit_hit: "timeout"`
+  when it timed out), `duration_ms`.
+- `sdk.now()`: `POST /tttr/v1/clock`; the server reads the run's clock and records it,
+  and the answer's `t` (ISO 8601 with offset) is returned as a naive local datetime, as
+  `datetime.now()` returns.
+
+Replay (`TTTR_REPLAY=1`): a tool call is first posted without its outcome (a *query*); an
+answer `{"recorded": true, "result": …}` (or `error`, or a shell's output) is returned without
+running anything; `{"recorded": false}` means run it live, then post the outcome as above.
+
+If the server cannot be reached or refuses a post, the SDK says so on stderr in one line
+and the program goes on with the value it computed (the recording lacks that event).
+
+This module imports only the standard library, and the slow parts of it (HTTP, subprocess)
+only when first used: a program pays a few milliseconds to import it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from datetime import datetime
+
+__all__ = ["tool", "shell", "now", "ShellResult", "RecordedError", "recording"]
+
+URL_ENV = "TTTR_RECORDER_URL"
+RUN_ENV = "TTTR_RUN"
+REPLAY_ENV = "TTTR_REPLAY"
+RUN_HEADER = "X-TTTR-Run"
+DEFAULT_RUN = "sdk"
+TOOL_ROUTE = "/tttr/v1/tool"
+CLOCK_ROUTE = "/tttr/v1/clock"
+HTTP_TIMEOUT = 60.0  # seconds for one post; the server only records (or reads its clock)
+
+
+class ShellResult:
+    """What `shell` returns: `stdout`, `stderr` (text), `exit_code` (None if it timed out)."""
+
+    __slots__ = ("cmd", "stdout", "stderr", "exit_code", "timed_out")
+
+    def __init__(self, cmd: str, stdout: str, stderr: str, exit_code: int | None, timed_out: bool = False):
+        self.cmd, self.stdout, self.stderr, self.exit_code, self.timed_out = cmd, stdout, stderr, exit_code, timed_out
+
+    def __repr__(self) -> str:
+        return (f"ShellResult(cmd={self.cmd!r}, exit_code={self.exit_code!r}, timed_out={self.timed_out}, "
+                f"stdout={self.stdout[:60]!r}, stderr={self.stderr[:60]!r})")
+
+
+class RecordedError(Exception):
+    """A tool's exception answered from a recording: its type's name and message (the
+    original class is not rebuilt from a recording)."""
+
+    def __init__(self, type_name: str, message: str):
+        super().__init__(f"{type_name}: {message}")
+        self.type_name, self.message = type_name, message
+
+
+# ---------------------------------------------------------------------------- the recorder
+def recording() -> bool:
+    """Whether SDK calls are recorded (the runner set `TTTR_RECORDER_URL`)."""
+    return bool(os.environ.get(URL_ENV))
+
+
+def _base_url() -> str:
+    url = os.environ[URL_ENV].strip().rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
+
+def _post(route: str, body: dict) -> dict | None:
+    """POST to the recorder; the answer, or None (said on stderr) if it failed."""
+    import urllib.error
+    import urllib.request
+
+    url = _base_url() + route
+    data = json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="POST", headers={
+        "Content-Type": "application/json", RUN_HEADER: os.environ.get(RUN_ENV) or DEFAULT_RUN})
+    try:
+        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            why = json.loads(exc.read())["error"]["message"]
+        except Exception:  # noqa: BLE001 - not an OpenAI error body
+            why = f"HTTP {exc.code}"
+        _warn(f"the recorder at {url} refused the event ({why}); it is not recorded")
+    except (OSError, ValueError) as exc:
+        _warn(f"the recorder at {url} is unreachable ({exc}); the event is not recorded")
+    return None
+
+
+def _warn(text: str) -> None:
+    print(f"tttr sdk: {text}", file=sys.stderr, flush=True)
+
+
+def _replaying() -> bool:
+    return os.environ.get(REPLAY_ENV, "") not in ("", "0")
+
+
+def _jsonable(value, lossy: list[bool]):
+    """`value` as JSON; what JSON cannot hold becomes its repr (and `lossy[0]` is set)."""
+    try:
+        json.dumps(value, allow_nan=False)
+        return value
+    except (TypeError, ValueError):
+        pass
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, lossy) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _jsonable(v, lossy) for k, v in value.items()}
+    lossy[0] = True
+    return repr(value)
+
+
+# ---------------------------------------------------------------------------- tools
+def tool(fn=None, *, name: str | None = None):
+    """Decorator: record each call's arguments and result (or exception) as a tool event.
+    `@sdk.tool` or `@sdk.tool(name="search")`."""
+    if fn is None:
+        return lambda f: tool(f, name=name)
+    tool_name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "tool")
+
+    @functools.wraps(fn)
+    def recorded(*args, **kwargs):
+        if not recording():
+            return fn(*args, **kwargs)
+        lossy = [False]
+        call = {"function": tool_name, "args": _jsonable(list(args), lossy), "kwargs": _jsonable(kwargs, lossy)}
+        if _replaying():
+            answer = _post(TOOL_ROUTE, call)
+            if answer and answer.get("recorded"):
+                if answer.get("error"):
+                    err = answer["error"]
+                    raise RecordedError(str(err.get("type", "Exception")), str(err.get("message", "")))
+                return answer.get("result")
+        t0 = time.perf_counter()
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            call["error"] = {"type": type(exc).__name__, "message": str(exc)}
+            _finish(call, t0, lossy)
+            raise
+        call["result"] = _jsonable(result, lossy)
+        _finish(call, t0, lossy)
+        return result
+
+    return recorded
+
+
+def _finish(call: dict, t0: float, lossy: list[bool]) -> None:
+    call["duration_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    if lossy[0]:
+        call["lossy"] = True
+    _post(TOOL_ROUTE, call)
+
+
+def shell(cmd: str, timeout: float | None = 60, *, cwd: str | None = None) -> ShellResult:
+    """Run `bash -c CMD` (in `cwd`, default the current directory) with a timeout in
+    seconds (None: no limit); recorded as a tool call inside a recording."""
+    if not isinstance(cmd, str) or not cmd.strip():
+        raise ValueError(f"sdk.shell needs a command line (text), not {cmd!r}")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"sdk.shell timeout must be a number of seconds > 0 or None, not {timeout!r}")
+    where = os.path.abspath(cwd or os.getcwd())
+    if not recording():
+        return _run(cmd, timeout, where)[0]
+    call = {"cmd": cmd, "cwd": where, "timeout_s": timeout}
+    if _replaying():
+        answer = _post(TOOL_ROUTE, call)
+        if answer and answer.get("recorded"):
+            return ShellResult(cmd, answer.get("stdout") or "", answer.get("stderr") or "", answer.get("exit_code"),
+                               answer.get("limit_hit") == "timeout")
+    result, duration_ms = _run(cmd, timeout, where)
+    call.update(stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code, duration_ms=duration_ms)
+    if result.timed_out:
+        call["limit_hit"] = "timeout"
+    _post(TOOL_ROUTE, call)
+    return result
+
+
+def _run(cmd: str, timeout: float | None, cwd: str) -> tuple[ShellResult, float]:
+    import subprocess
+
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout)
+        result = ShellResult(cmd, _text(done.stdout), _text(done.stderr), done.returncode)
+    except subprocess.TimeoutExpired as exc:
+        result = ShellResult(cmd, _text(exc.stdout), _text(exc.stderr), None, timed_out=True)
+    return result, round((time.perf_counter() - t0) * 1000, 3)
+
+
+def _text(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------- the clock
+def now() -> datetime:
+    """The run's clock (a naive local datetime, as `datetime.now()`), recorded as a clock read."""
+    if not recording():
+        return datetime.now()
+    answer = _post(CLOCK_ROUTE, {})
+    try:
+        return datetime.fromisoformat(answer["t"]).astimezone().replace(tzinfo=None)
+    except (TypeError, KeyError, ValueError):
+        if answer is not None:
+            _warn(f"the recorder's clock answer {str(answer)[:80]!r} has no ISO 't'; using the local clock")
+        return datetime.now()
