@@ -30,6 +30,10 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["events", "{db}", "1", "--limit", "-1"], ["events", "{db}", "1", "--from", "x"],
         ["events", "{db}", "1", "--layer", "nosuch"], ["events", "{missing}", "1"],
     ],
+    ("prompt",): [
+        ["prompt", "{db}", "999"], ["prompt", "{db}", "x"], ["prompt", "{missing}", "1"], ["prompt", "1"],
+        ["prompt", "{db}", "1", "--step", "-1"], ["prompt", "{db}", "1", "--model", "{missing}"],
+    ],
     ("generate",): [
         ["generate", "hi", "--max-tokens", "0"], ["generate", "hi", "--top-k", "-1"],
         ["generate", "hi", "--seed", "-1"], ["generate", "hi", "--temperature", "-1"],
@@ -116,7 +120,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
 }
 
 # What `tttr --help` and `tttr bench --help` list (README's and docs' commands).
-COMMANDS = {"info", "runs", "events", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
+COMMANDS = {"info", "runs", "events", "prompt", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
             "diff", "open", "demo", "bench"}
 BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve"}
 

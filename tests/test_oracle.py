@@ -196,3 +196,39 @@ def test_a_hit_sandbox_limit_is_recorded_with_the_tool_call(tmp_path, tokenizer)
         assert tool.value["limit_hit"] in ("tree-quota", "file-size")
         ok = store.event_at(run, "1:tool")
         assert ok is None or ok.value["limit_hit"] is None
+
+
+def test_every_prompt_is_rebuilt_from_the_record_and_verified(recording, tokenizer):
+    """The prompt's text is not stored; rebuilt from the task, the earlier messages and tool
+    results, it encodes to the very ids whose digest the run recorded."""
+    from tttr.engine.replay.prompts import prompts
+
+    store, run, _ = recording
+    found = prompts(store, run, tokenizer)
+    assert [p.step for p in found] == [0, 1, 2] and all(p.verified for p in found)
+    assert [p.n_tokens for p in found] == [e.value["n_tokens"] for e in store.events(run) if e.kind == "prompt"]
+    assert "greeting.txt" in found[0].text and found[1].text.startswith(found[0].text[:200])
+    assert "echo 'hello world' > greeting.txt" in found[1].text and "exit code 0" in found[1].text
+    assert "echo 'hello world' > greeting.txt" not in found[0].text.split("Task: ")[-1]
+
+
+def test_a_prompt_that_does_not_encode_to_its_digest_is_not_verified(recording, tokenizer, tmp_path):
+    import shutil
+    import sqlite3
+
+    from tttr.engine.replay.prompts import prompts
+
+    store, run, _ = recording
+    copy = tmp_path / "copy.db"
+    store.close()
+    shutil.copyfile(store.path, copy)
+    store_digest = None
+    with Store.open(copy, readonly=True) as other:
+        store_digest = other.event_at(run, "1:prompt").value["ids_digest"]
+    with sqlite3.connect(copy) as conn:  # step 1's recorded digest no longer names the ids rebuilt for it
+        changed = conn.execute("UPDATE events SET value = replace(CAST(value AS TEXT), ?, ?) WHERE step = 1 AND "
+                               "CAST(value AS TEXT) LIKE ?", (store_digest, "0" * 32, f"%{store_digest}%")).rowcount
+    assert changed == 1
+    with Store.open(copy, readonly=True) as other:
+        found = prompts(other, run, tokenizer)
+    assert found[0].verified and not found[1].verified and "does not encode" in found[1].note

@@ -1,4 +1,4 @@
-"""`tttr info`, `tttr runs`, `tttr events`: look inside a session database, read-only.
+"""`tttr info`, `tttr runs`, `tttr events`, `tttr prompt`: look inside a session database, read-only.
 `tttr bench store`: how fast and how small the store is.
 
 Reading commands open the file read-only and never create or migrate it, so a wrong path
@@ -57,6 +57,23 @@ def register(sub, bench_sub) -> None:
     )
     p.add_argument("--json", action="store_true", help="one JSON object per line: run, seq, step, layer, kind, site, value, origin")
     p.set_defaults(func=events)
+
+    p = sub.add_parser(
+        "prompt",
+        help="the prompt the model saw at each step of a run, as text",
+        description="Rebuild the text of each step's prompt from the record (the task, the earlier "
+                    "messages and tool results, the model's chat template; a served call's recorded "
+                    "ids) and check it: 'verified' means it encodes to the very token ids the model "
+                    "read (their recorded digest). Read-only; loads the tokenizer, not the weights.",
+    )
+    argtypes.add_database(p, "session database file")
+    p.add_argument("run", metavar="RUN", type=argtypes.run_id, help="run id (see `tttr runs DB`)")
+    p.add_argument("--step", type=argtypes.count, help="only this step (default: every step)")
+    p.add_argument("--model", default=None,
+                   help="the run's model file, when it is not where the run recorded it (default: that path, "
+                        "else $TTTR_MODEL, else the embedded default)")
+    p.add_argument("--json", action="store_true", help="one JSON object per step: step, n_tokens, verified, note, text")
+    p.set_defaults(func=prompt)
 
     p = bench_sub.add_parser(
         "store",
@@ -281,4 +298,32 @@ def bench(args: argparse.Namespace) -> int:
         print(json.dumps(result))
     else:
         print("\n".join(store_bench.lines(result)))
+    return 0
+
+
+def prompt(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tttr.engine.replay.prompts import prompts
+    from tttr.engine.replay.runtime import Runtime
+    from tttr.sessions.safe_text import visible
+    from tttr.sessions.store import StoreError
+
+    with _open(args.db) as store:
+        run = store.run(args.run)  # an unknown run fails here, with the ids there are
+        model = args.model
+        recorded_path = (run.fingerprint or {}).get("model_path") if isinstance(run.fingerprint, dict) else None
+        if model is None and isinstance(recorded_path, str) and Path(recorded_path).is_file():
+            model = recorded_path
+        found = [p for p in prompts(store, args.run, Runtime(model).tokenizer) if args.step in (None, p.step)]
+    if not found:
+        raise StoreError(f"run {args.run} has no prompt" + (f" at step {args.step}" if args.step is not None else ""))
+    for p in found:
+        if args.json:
+            print(json.dumps({"step": p.step, "n_tokens": p.n_tokens, "verified": p.verified, "note": p.note,
+                              "text": p.text}, ensure_ascii=False))
+            continue
+        state = "verified" if p.verified else f"NOT verified: {p.note}"
+        print(visible(f"── step {p.step}: {p.n_tokens} tokens, {state}", newlines=False))
+        print(visible(p.text))
     return 0
