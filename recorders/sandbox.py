@@ -94,8 +94,11 @@ class Executor:
     command sees depends only on (seed, step)."""
 
     def __init__(self, tree: Path | str, seed: int = 0, unsafe_no_sandbox: bool = False,
-                 limits: Limits = Limits(), clamp_file_times: bool = True):
+                 limits: Limits = Limits(), clamp_file_times: bool = True,
+                 binds: tuple[tuple[str, str], ...] = ()):
         self.tree = Path(tree).resolve()
+        # (host directory, path inside) bound read-only: the host's Python, the model's socket
+        self.binds = tuple((str(src), str(dest)) for src, dest in binds)
         if not self.tree.is_dir():
             raise SandboxError(f"tree {str(tree)!r} is not a directory: create it or pass an existing one")
         if not isinstance(seed, int) or seed < 0:
@@ -299,6 +302,7 @@ class Executor:
             binds = None
             if self._host_uid is not None:  # bwrap, unprivileged, opens them at the stage
                 binds = {"w": str(self.tree), "r": str(self._runtime)}
+                binds |= {f"x{i}": src for i, (src, _) in enumerate(self.binds)}
                 if step_dir:
                     binds["s"], step_src = step_dir, f"{STAGE}/s"
             argv += launch_prefix(sup.launcher, sup.seccomp, self._host_uid, binds)
@@ -329,6 +333,9 @@ class Executor:
         argv += [*NAMESPACE_FLAGS, "--die-with-parent", "--new-session", "--hostname", "sandbox"]
         argv += bwrap_fs_args(tree, runtime, self.limits.tmp_mb << 20, sup.proc_entries,
                               preload=bool(self._preload_libs(inside=True)))
+        staged = sup.launcher and self._host_uid is not None
+        for i, (src, dest) in enumerate(self.binds):
+            argv += ["--ro-bind", f"{STAGE}/x{i}" if staged else src, dest]
         return argv
 
 

@@ -1,6 +1,7 @@
 """The seeded-randomness shim: a preloaded library that answers getrandom, getentropy
 and arc4random from a stream seeded by (run seed, step, pid), and pins the variables
-that steer the virtual clock.
+that steer the virtual clock. It also passes monotonic clock_nanosleep() calls to the kernel
+past libfaketime, which answers them with EINVAL when the monotonic clock is real.
 
 It is shipped as C source and compiled with the system C compiler on first use into
 the cache directory. Seeding by pid as well keeps two processes of one command from
@@ -39,6 +40,9 @@ SOURCE = r"""
 #include <string.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <dlfcn.h>
+#include <time.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -155,6 +159,23 @@ uint32_t arc4random_uniform(uint32_t upper) {
     uint32_t min = -upper % upper, v;
     do { v = arc4random(); } while (v < min);
     return v % upper;
+}
+
+/* libfaketime 0.9.10 answers clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, ...), which
+   Python's time.sleep() uses, with EINVAL when the monotonic clock is not faked. In the
+   sandbox it is real (FAKETIME_DONT_FAKE_MONOTONIC=1), so such a sleep needs no
+   translation and goes straight to the kernel; any other goes on to libfaketime. */
+int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct timespec *rem) {
+    if (clk == CLOCK_MONOTONIC || clk == CLOCK_MONOTONIC_RAW || clk == CLOCK_BOOTTIME) {
+        const char *real = getenv("FAKETIME_DONT_FAKE_MONOTONIC");
+        if (real && real[0] == '1' && !real[1]) {
+            long r = syscall(SYS_clock_nanosleep, clk, flags, req, rem);
+            return r < 0 ? errno : 0;
+        }
+    }
+    static int (*next)(clockid_t, int, const struct timespec *, struct timespec *);
+    if (!next) next = (int (*)(clockid_t, int, const struct timespec *, struct timespec *))dlsym(RTLD_NEXT, "clock_nanosleep");
+    return next ? next(clk, flags, req, rem) : ENOSYS;
 }
 """
 

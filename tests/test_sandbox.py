@@ -45,6 +45,14 @@ def test_timeouts_inside_the_command_still_work(ex):
 
 
 @needs_sandbox
+def test_python_sleeps_under_the_virtual_clock(ex):
+    # time.sleep() is clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME), which libfaketime
+    # 0.9.10 refuses (EINVAL) when the monotonic clock is real, as it is here
+    r = ex.run("python3 -c 'import time; t = time.monotonic(); time.sleep(0.3); print(time.monotonic() - t >= 0.29)'", CLOCK)
+    assert (r.exit_code, r.stdout.strip()) == (0, "True"), r.stderr
+
+
+@needs_sandbox
 def test_shell_state_is_carried(ex, tmp_path):
     r1 = ex.run("mkdir -p sub/deeper && cd sub && export GREETING='hi there' COUNT=3", CLOCK, 0, ShellState())
     assert r1.state_after.cwd == "/work/sub"

@@ -13,12 +13,20 @@ DEFAULT_DB = "tttr.db"
 
 def register(sub, bench_sub) -> None:
     p = sub.add_parser(
-        "record", help="run the agent on a task and record it at all three layers",
+        "record", help="run the agent on a task, or your own program, and record it",
+        usage="tttr record (--task NAME | [options] -- PROGRAM ARG...) [options]",
         description="Run the shell agent on a task from the suite (`tttr tasks` lists them) with the "
                     "embedded default model or --model, recording every value it could not have "
-                    "predicted. Prints the run id, steps, actions and outcome.",
+                    "predicted. Prints the run id, steps, actions and outcome. With `-- PROGRAM ARG...` "
+                    "instead of --task, record your own program: it runs in the sandbox with "
+                    "OPENAI_BASE_URL pointing at the model, and is recorded as one run.",
     )
-    p.add_argument("--task", required=True, help="task name (see `tttr tasks`)")
+    p.add_argument("--task", help="task name (see `tttr tasks`)")
+    p.add_argument("program", nargs="*", metavar="PROGRAM ARG", help="after --: a program to record instead of --task")
+    p.add_argument("--tree", help="with a PROGRAM: its working tree, at /work (default: a fresh empty directory)")
+    p.add_argument("--check", metavar="CMD", help="with a PROGRAM: a shell command run on the end tree; exit 0 = passed")
+    p.add_argument("--timeout", type=_timeout,
+                   help="with a PROGRAM: seconds before it is killed (default 600, at most 3600)")
     _model_args(p)
     p.add_argument("--seed", type=argtypes.seed, help="sampling and sandbox seed (default: random)")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7; 0 = greedy)")
@@ -87,6 +95,19 @@ def register(sub, bench_sub) -> None:
     b.set_defaults(func=cmd_bench_replay)
 
 
+def _timeout(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= 3600):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 3600]")
+    return value
+
+
 def _model_args(p) -> None:
     p.add_argument("--model", help="GGUF file or Hugging Face folder (default: TTTR_MODEL, then the embedded SmolLM2)")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
@@ -145,6 +166,19 @@ def _runtime_for(args, run):
 def cmd_record(args) -> int:
     from datetime import datetime
 
+    if bool(args.task) == bool(args.program):
+        from tttr.sessions.errors import TTTRError
+
+        raise TTTRError("give exactly one of --task NAME or -- PROGRAM ARG... "
+                        "(e.g. tttr record --task write-line, or tttr record -- python3 agent.py)")
+    if args.program:
+        return cmd_record_program(args)
+    for name in ("tree", "check", "timeout"):
+        if getattr(args, name) is not None:
+            from tttr.sessions.errors import TTTRError
+
+            raise TTTRError(f"--{name} goes with -- PROGRAM ARG..., not with --task")
+
     from tttr.engine.replay.agent import AgentLimits
     from tttr.engine.replay.runs import ReplayError, check_machine, record, sandbox_clock
     from tttr.engine.inference.sampler import SamplingParams
@@ -171,6 +205,33 @@ def cmd_record(args) -> int:
     finally:
         store.close()
     _print_result(args, res, "recorded")
+    return 0
+
+
+def cmd_record_program(args) -> int:
+    import random
+    from datetime import datetime
+
+    from tttr.app.program import print_result, record_program
+    from tttr.engine.replay.runs import ReplayError, sandbox_clock
+
+    clock = datetime.now()
+    if args.clock:
+        try:
+            clock = datetime.fromisoformat(args.clock).replace(tzinfo=None)
+        except ValueError:
+            raise ReplayError(f"--clock {args.clock!r} does not parse: give an ISO date-time like 2026-03-01T09:00:00") from None
+    clock = sandbox_clock(clock, "--clock")
+    seed = args.seed if args.seed is not None else random.randrange(2**31)
+
+    def progress(text: str) -> None:
+        if not args.json:
+            print(f"tttr record: {text}", file=sys.stderr, flush=True)
+
+    res = record_program(args.db, list(args.program), tree=args.tree, clock=clock, seed=seed, model=args.model,
+                         check=args.check, timeout_s=args.timeout or 600.0, unsafe_no_sandbox=args.unsafe_no_sandbox,
+                         progress=progress)
+    print_result(res, args.db, args.json)
     return 0
 
 

@@ -79,9 +79,11 @@ def ids_digest(ids) -> str:
 
 
 class CallRecorder:
-    def __init__(self, db_path, service):
+    def __init__(self, db_path, service, *, default_run: str | None = None):
         self.store = Store.open(db_path)  # a bad file is refused here, before serving
         self.service = service
+        self.default_run = default_run  # the name of calls without X-TTTR-Run (a recorded program's run)
+        self._adopted: set[str] = set()
         self._queue: queue.Queue[CallRecord | None] = queue.Queue()
         self._named: dict[str, list[int]] = {}  # name -> [run id, next step]
         self._sdk_steps: dict[str, int] = {}  # name -> how many of its steps are SDK events
@@ -92,7 +94,13 @@ class CallRecorder:
 
     def record(self, call, *, name: str | None, response_id: str) -> None:
         """Record a started call once it finishes (or is cancelled); returns at once."""
-        self._queue.put((call, name, response_id))
+        self._queue.put((call, name if name is not None else self.default_run, response_id))
+
+    def adopt(self, name: str, run_id: int) -> None:
+        """Calls named `name` become steps 0, 1, … of `run_id`, a run the caller began on
+        `self.store` and finishes itself (close() leaves it as it is)."""
+        self._named[name] = [run_id, 0]
+        self._adopted.add(name)
 
     def record_event(self, name: str, kind: str, value: dict) -> None:
         """Record an SDK event (kind "tool" or "clock") as the next step of the run named
@@ -119,9 +127,10 @@ class CallRecorder:
         self._queue.put(None)
         self._thread.join()
         for name, (run_id, steps) in self._named.items():
-            sdk = self._sdk_steps.get(name, 0)
-            self.store.finish_run(run_id, status="complete",
-                                  outcome={"calls": steps - sdk, **({"sdk_events": sdk} if sdk else {})})
+            if name not in self._adopted:
+                sdk = self._sdk_steps.get(name, 0)
+                self.store.finish_run(run_id, status="complete",
+                                      outcome={"calls": steps - sdk, **({"sdk_events": sdk} if sdk else {})})
         self._named.clear()
         self.store.close()
 

@@ -1,0 +1,233 @@
+"""`tttr record -- PROGRAM ARG...`: a user's program recorded as one run.
+
+An in-process `tttr serve` (the engine behind OpenAI's API, recording into the same
+database) answers the program's model calls; the program runs in the trace layer's sandbox
+(recorders/program.py: the host's Python read-only, the network reaching only the server's
+Unix socket through a forwarder, the virtual clock and seeded randomness of --clock/--seed).
+
+The run (task `program:NAME`, meta {"program", "tree", "clock"}) holds, in order:
+`-1:setup` (the clock, the start tree's snapshot, the command line), the model calls as the
+server records them (steps 0..N-1, with whatever the program's SDK records among them), then at
+the next step N `N:tool` (the program's command line,
+stdout, stderr, exit code, the end tree's snapshot) and `N:outcome` (exit code, and with
+--check the checker's verdict on the end tree). HTTP lives here (app/), the sandbox side in
+recorders/program.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from tttr.recorders.treeown import hand_over
+from tttr.recorders.program import (
+    API_DIR, PORT, SOCKET_NAME, HostPython, api_dir, check_program, check_tree, endpoint_env, sandboxed_command,
+)
+from tttr.sessions.errors import TTTRError
+from tttr.sessions.vocabulary import KIND_LAYER, site
+
+BLOB_THRESHOLD = 1024  # as the agent's tool events: longer text goes to a blob
+CHECK_TIMEOUT_S = 60.0
+READY_TIMEOUT_S = 600.0
+
+
+class ProgramRunError(TTTRError):
+    pass
+
+
+@dataclass(slots=True)
+class ProgramResult:
+    run_id: int
+    exit_code: int
+    calls: int
+    stdout: str
+    stderr: str
+    passed: bool | None
+    limit_hit: str | None
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"run_id": self.run_id, "exit_code": self.exit_code, "calls": self.calls, "passed": self.passed,
+                "limit_hit": self.limit_hit, "stdout": self.stdout, "stderr": self.stderr}
+
+
+def _text_value(store, text: str):
+    data = text.encode("utf-8", "surrogateescape")
+    if len(data) <= BLOB_THRESHOLD:
+        return text
+    return {"$blob": store.put_blob(data), "size": len(data)}
+
+
+class _Endpoint:
+    """uvicorn serving the app in a thread: on a Unix socket (sandboxed), or on a free
+    loopback port of the host (unsafe mode)."""
+
+    def __init__(self, app, sock: str | None):
+        import socket
+
+        import uvicorn
+
+        if sock is not None:
+            config = uvicorn.Config(app, uds=sock, log_level="warning", lifespan="off")
+            self.base = f"http://127.0.0.1:{PORT}"
+        else:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+            self.base = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="tttr-record-serve", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise ProgramRunError("the model endpoint did not start; see the lines above")
+            time.sleep(0.02)
+        if sock is not None:
+            os.chmod(sock, 0o666)  # the sandbox's unprivileged uid connects to it
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: datetime, seed: int,
+                   model: str | None = None, check: str | None = None, timeout_s: float = 600.0,
+                   unsafe_no_sandbox: bool = False, progress=None) -> ProgramResult:
+    """Record `argv` run in the sandbox as one run of `db`. Everything a user can get wrong
+    (the program, the tree, the model path, the sandbox) is refused before `db` is touched."""
+    from tttr.engine.serve.recorder import CallRecorder
+    from tttr.engine.serve.service import Service
+    from tttr.recorders.limits import Limits
+    from tttr.recorders.sandbox import Executor
+
+    say = progress or (lambda text: None)
+    host = HostPython.current()
+    own_tree = tree is None
+    tree_dir = Path(tempfile.mkdtemp(prefix="tttr-program-tree-")) if own_tree else Path(tree).resolve()
+    work = Path(tempfile.mkdtemp(prefix="tttr-program-"))
+    try:
+        if not tree_dir.is_dir():
+            raise ProgramRunError(f"--tree {tree!r} is not a directory: create it or pass an existing one")
+        check_tree(tree_dir)
+        program = check_program(argv, tree_dir, host)
+        limits = Limits(timeout_s=timeout_s, tree_mb=1024)
+        service = Service(model, kernel_mode="invariant")  # a wrong model path is refused here
+        sock_dir = api_dir(work / "api")
+        executor = Executor(tree_dir, seed=seed, unsafe_no_sandbox=unsafe_no_sandbox, limits=limits,
+                            binds=tuple((d, d) for d in host.binds) + ((str(sock_dir), API_DIR),))
+        name = f"program:{Path(argv[0]).name}"
+        recorder = CallRecorder(db, service, default_run=name)
+        owner = tree_dir.stat()
+        try:
+            return _record(recorder, service, executor, host, program, argv, name, tree_dir, clock, seed, check,
+                           sock_dir, say)
+        finally:
+            executor.close()
+            if not own_tree and executor.sandboxed:  # the sandbox's uid owned it while the program ran
+                hand_over(str(tree_dir), owner.st_uid, owner.st_gid)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if own_tree:
+            shutil.rmtree(tree_dir, ignore_errors=True)
+
+
+def _record(recorder, service, executor, host, program, argv, name, tree_dir, clock, seed, check, sock_dir,
+            say) -> ProgramResult:
+    from tttr.app.server import create_app
+    from tttr.recorders.clock import iso
+    from tttr.recorders.shell import ShellState
+    from tttr.recorders.snapshot import snapshot, tree_digest
+
+    store = recorder.store
+    app = create_app(service, recorder)
+    server = app.state.server
+    endpoint = None
+    run_id = None
+    try:
+        server.startup()  # loads the model in the background
+        run_id = store.begin_run(
+            task=name, model_id=service.model_id, kernel_mode=service.kernel_mode, seed=seed,
+            meta={"source": "tttr record", "program": list(argv), "tree": str(tree_dir), "clock": iso(clock),
+                  "sandboxed": executor.sandboxed},
+        )
+        recorder.adopt(name, run_id)
+        start, start_digest = snapshot(tree_dir, store), tree_digest(tree_dir)
+        store.append(run_id, -1, KIND_LAYER["setup"], "setup", site(-1, "setup"),
+                     {"task": name, "clock": iso(clock), "tree": start_digest, "snapshot": start,
+                      "program": list(argv)})
+        store.commit_step(run_id)
+        say("loading the model …")
+        if not service.wait_ready(READY_TIMEOUT_S) or service.load_error:
+            raise ProgramRunError(f"the model did not load: {service.load_error or 'timed out'}")
+        sandboxed = executor.sandboxed
+        endpoint = _Endpoint(app, str(sock_dir / SOCKET_NAME) if sandboxed else None)
+        env = {"PATH": host.path, **endpoint_env(endpoint.base, name)}
+        command = sandboxed_command(program, host) if sandboxed else program
+        say(f"running {program} …")
+        res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
+        recorder.flush()
+        calls = len(store.events(run_id, kind="prompt"))
+        last = store.steps(run_id)  # after the model calls and whatever else the program's SDK recorded
+        end = snapshot(tree_dir, store)
+        end_digest = tree_digest(tree_dir)
+        stderr = res.stderr
+        store.append(run_id, last, KIND_LAYER["tool"], "tool", site(last, "tool"), {
+            "cmd": program, "cwd": res.cwd, "exports": dict(env), "env": res.env,
+            "stdout": _text_value(store, res.stdout), "stderr": _text_value(store, stderr),
+            "exit_code": res.exit_code, "duration_ms": round(res.duration_ms, 3),
+            "stdout_size": res.stdout_size, "stderr_size": res.stderr_size, "truncated": res.truncated,
+            "limit_hit": res.limit_hit, "tree_before": start_digest, "tree_after": end_digest,
+            "snapshot": end, "cwd_after": res.state_after.cwd, "exports_after": dict(res.state_after.exports),
+            "program": list(argv),
+        })
+        outcome = {"exit_code": res.exit_code, "calls": calls, "tree": end_digest, "clock": iso(clock)}
+        if res.limit_hit:
+            outcome["reason"] = f"the program hit a limit: {res.limit_hit}"
+        passed = None
+        if check is not None:
+            say(f"checking with {check} …")
+            checker = executor.run(check, clock=clock, step=1)
+            passed = checker.exit_code == 0
+            outcome |= {"passed": passed, "checker_exit": checker.exit_code,
+                        "checker_output": (checker.stdout + checker.stderr)[-2000:]}
+        store.append(run_id, last, KIND_LAYER["outcome"], "outcome", site(last, "outcome"), outcome)
+        store.finish_run(run_id, status="complete", outcome=outcome)
+        run_id_done, run_id = run_id, None
+        return ProgramResult(run_id_done, res.exit_code, calls, res.stdout, stderr, passed, res.limit_hit)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
+        if run_id is not None:  # interrupted or failed: the recording says so
+            try:
+                store.finish_run(run_id, status="incomplete", outcome={"reason": "recording stopped early"})
+            except Exception:  # noqa: BLE001 - the store is closed next either way
+                pass
+        server.shutdown()
+
+
+def print_result(res: ProgramResult, db: str, as_json: bool) -> None:
+    import json
+
+    from tttr.sessions.safe_text import visible
+
+    if as_json:
+        print(json.dumps(res.to_json()))
+        return
+    if res.stdout:  # the program's own output, as it would have printed it (control characters shown)
+        sys.stdout.write(visible(res.stdout) + ("" if res.stdout.endswith("\n") else "\n"))
+    if res.stderr:
+        sys.stderr.write(visible(res.stderr) + ("" if res.stderr.endswith("\n") else "\n"))
+    outcome = "" if res.passed is None else f", check {'passed' if res.passed else 'failed'}"
+    limit = f", stopped: {res.limit_hit}" if res.limit_hit else ""
+    print(visible(f"recorded run {res.run_id} into {db}: exit code {res.exit_code}, {res.calls} model calls"
+                  f"{outcome}{limit}", newlines=False))
+    if res.calls == 0:
+        print("note: the program made no model call (it was given OPENAI_BASE_URL)", file=sys.stderr)

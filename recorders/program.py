@@ -1,0 +1,193 @@
+"""The sandbox side of recording a whole program (`tttr record -- PROGRAM ARG...`).
+
+The program runs in the trace layer's sandbox like one agent command, with three additions:
+
+- The host's Python (its prefix, with site-packages) is bound read-only at its own path and
+  its `bin` directory leads PATH, so `python3 prog.py` runs with the packages it has outside;
+  so is tttr's source for an editable install, unless it lies where the tree is mounted.
+- Its only way out is the model endpoint. The sandbox has its own network namespace with
+  nothing but loopback; the server listens on a Unix socket in a host directory that is bound
+  read-only into the sandbox at API_DIR, and a small forwarder started before the program
+  listens on 127.0.0.1:PORT inside and relays each connection to that socket. The program
+  gets `OPENAI_BASE_URL=http://127.0.0.1:PORT/v1`.
+- Its working tree is guarded by size before anything runs.
+
+Unsafe mode (no namespaces) has no private loopback: the program is pointed at the server's
+own TCP address on the host instead, and no forwarder runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tttr.recorders.errors import SandboxError
+from tttr.recorders.rootfs import PROGRAM_DIRS, SANDBOX_ROOT
+from tttr.recorders.sandbox import PATH
+from tttr.recorders.treeown import tree_bytes
+
+API_DIR = "/run/tttr-api"        # the host's socket directory, inside the sandbox
+SOCKET_NAME = "api.sock"
+FORWARDER_NAME = "forward.py"
+PORT = 8710                       # inside the sandbox's own network namespace: always free
+MAX_TREE_MB = 256
+
+# Listens on 127.0.0.1:PORT, then forks: the child relays every connection to the Unix
+# socket (one thread per direction), the parent exits 0 once the port accepts, so the
+# program starts only when its endpoint is up. The relay dies with the sandbox.
+FORWARDER = r'''
+import os, socket, sys, threading
+port, path = int(sys.argv[1]), sys.argv[2]
+lsn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+lsn.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+lsn.bind(("127.0.0.1", port))
+lsn.listen(64)
+if os.fork():
+    os._exit(0)
+os.setsid()
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+
+def pipe(src, dst):
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    for s in (src, dst):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+def serve(conn):
+    up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        up.connect(path)
+    except OSError:
+        conn.close()
+        return
+    threading.Thread(target=pipe, args=(up, conn), daemon=True).start()
+    pipe(conn, up)
+
+while True:
+    conn, _ = lsn.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+'''
+
+
+class ProgramError(SandboxError):
+    """A program that cannot be recorded as given (missing, empty, tree too large)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostPython:
+    """The host's Python as the program sees it: directories bound read-only at their own
+    path, and the directory of its executables, put first on PATH."""
+
+    binds: tuple[str, ...]
+    bin_dir: str
+
+    @classmethod
+    def current(cls) -> HostPython:
+        dirs = []
+        # tttr's own source, for an editable install (the program may import the SDK); a
+        # wheel's sits in site-packages, under the prefix
+        source = str(Path(__file__).resolve().parents[1])
+        for d in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, source):
+            d = os.path.realpath(d)
+            # a prefix under /usr is already there; one at the tree's place would hide it
+            if any(d == p or d.startswith(p + "/") for p in (*dirs, *PROGRAM_DIRS)):
+                continue
+            if d == SANDBOX_ROOT or d.startswith(SANDBOX_ROOT + "/") or d.startswith("/run/") or d == "/":
+                continue
+            dirs.append(d)
+        return cls(binds=tuple(dirs), bin_dir=os.path.dirname(sys.executable))
+
+    @property
+    def path(self) -> str:
+        return f"{self.bin_dir}:{PATH}"
+
+
+def check_program(argv: list[str], tree: Path, host: HostPython) -> str:
+    """The program's command line (shlex-joined), or ProgramError with one line when it
+    cannot start: no words, or a first word that is neither a file in the tree nor a
+    command on the sandbox's PATH."""
+    if not argv or not argv[0].strip():
+        raise ProgramError("no program given: put it after --, e.g. tttr record -- python3 agent.py")
+    if any("\0" in a for a in argv):
+        raise ProgramError("the program's arguments hold a NUL byte; remove it")
+    prog = argv[0]
+    if "/" in prog:
+        where = Path(prog) if prog.startswith("/") else tree / prog
+        if prog.startswith(SANDBOX_ROOT + "/"):
+            where = tree / prog[len(SANDBOX_ROOT) + 1:]
+        found = where.is_file() and os.access(where, os.X_OK)
+    else:
+        found = shutil.which(prog, path=host.path) is not None
+    if not found:
+        raise ProgramError(
+            f"program {prog!r} not found: give a command on PATH ({host.bin_dir} first) or an executable "
+            f"file in the tree (--tree {tree})"
+        )
+    script = argv[1] if len(argv) > 1 and PYTHON.fullmatch(os.path.basename(prog)) else None
+    if script is not None and script.endswith(".py") and not _visible(script, tree, host):
+        raise ProgramError(
+            f"script {script!r} is not in the tree: the program runs in --tree {tree} (at {SANDBOX_ROOT}); "
+            "copy it there or pass --tree DIR that holds it"
+        )
+    return shlex.join(argv)
+
+
+PYTHON = re.compile(r"python[0-9.]*")
+
+
+def _visible(path: str, tree: Path, host: HostPython) -> bool:
+    """Whether `path`, as the program names it from /work, is a file inside the sandbox."""
+    if not path.startswith("/"):
+        return (tree / path).is_file()
+    if path == SANDBOX_ROOT or path.startswith(SANDBOX_ROOT + "/"):
+        return (tree / path[len(SANDBOX_ROOT) + 1:]).is_file()
+    shown = (*host.binds, *PROGRAM_DIRS)
+    return os.path.isfile(path) and any(path.startswith(d.rstrip("/") + "/") for d in shown)
+
+
+def check_tree(tree: Path, limit_mb: int = MAX_TREE_MB) -> None:
+    """Refuse a working tree over `limit_mb` (it is snapshotted at the start and the end)."""
+    limit = limit_mb << 20
+    size = tree_bytes(str(tree), stop_above=limit)
+    if size > limit:
+        raise ProgramError(f"tree {tree} holds more than {limit_mb} MiB; pass a smaller --tree (or an empty one)")
+
+
+def api_dir(root: Path) -> Path:
+    """Make the directory the server's socket and the forwarder live in (readable and
+    searchable by the sandbox's unprivileged uid)."""
+    root.mkdir(mode=0o755, parents=True, exist_ok=True)
+    os.chmod(root, 0o755)
+    fwd = root / FORWARDER_NAME
+    fwd.write_text(FORWARDER)
+    os.chmod(fwd, 0o644)
+    return root
+
+
+def endpoint_env(base: str, run_name: str) -> dict[str, str]:
+    """What the program is told about its model endpoint (`base`: scheme, host and port)."""
+    return {"OPENAI_BASE_URL": f"{base}/v1", "OPENAI_API_KEY": "tttr",
+            "TTTR_RECORDER_URL": base, "TTTR_RUN": run_name}
+
+
+def sandboxed_command(program: str, host: HostPython) -> str:
+    """The shell line run in the sandbox: the forwarder, then the program."""
+    fwd = shlex.join([f"{host.bin_dir}/python3" if os.path.exists(f"{host.bin_dir}/python3") else sys.executable,
+                      "-I", "-S", f"{API_DIR}/{FORWARDER_NAME}", str(PORT), f"{API_DIR}/{SOCKET_NAME}"])
+    return f"{fwd} && {program}"

@@ -1,0 +1,151 @@
+"""`tttr record -- PROGRAM`: a user's program, run in the sandbox against the in-process
+server, recorded as one run: setup, the model calls, the program's output and exit code,
+the start and end trees, the check's verdict. Same --seed and --clock, same clock and
+random numbers inside the program."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tttr.app.cli import main
+from tttr.sessions.store import Store
+from sandbox_helpers import needs_sandbox
+
+PROGRAM = textwrap.dedent("""\
+    import datetime, random
+    print(datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"))
+    print(random.random())
+    from openai import OpenAI
+    client = OpenAI()
+    model = client.models.list().data[0].id
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hi"}],
+                                       max_tokens=4, temperature=0)
+    open("answer.txt", "w").write(r.choices[0].message.content or "")
+    print("answered")
+""")
+
+
+def _tree(tmp_path: Path, name: str, source: str) -> Path:
+    tree = tmp_path / name
+    tree.mkdir()
+    (tree / "prog.py").write_text(source)
+    return tree
+
+
+def _record(capsys, db: Path, tree: Path, *extra: str, program=("python3", "prog.py")) -> dict:
+    code = main(["record", "--db", str(db), "--tree", str(tree), "--seed", "7", "--clock", "2026-03-02T10:00:00",
+                 "--json", *extra, "--", *program])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_program_records_one_run_and_repeats_clock_and_randomness(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    first = _record(capsys, db, _tree(tmp_path, "a", PROGRAM))
+    second = _record(capsys, db, _tree(tmp_path, "b", PROGRAM))
+    assert first["exit_code"] == 0 and first["calls"] == 1, first
+    lines = first["stdout"].splitlines()
+    assert lines[0] == "2026-03-02 10:00:00"
+    assert lines[:2] == second["stdout"].splitlines()[:2]  # same --seed and --clock: same values
+    assert (tmp_path / "a" / "answer.txt").exists()
+    with Store.open(db, readonly=True) as store:
+        run, events = store.load_run(first["run_id"])
+        assert run.task == "program:python3" and run.status == "complete"
+        kinds = [(e.step, e.kind) for e in events]
+        assert kinds[0] == (-1, "setup") and (0, "prompt") in kinds and (0, "message") in kinds
+        assert kinds[-2:] == [(1, "tool"), (1, "outcome")]
+        tool = events[-2].value
+        assert tool["exit_code"] == 0 and tool["stdout"].startswith("2026-03-02 10:00:00")
+        assert tool["snapshot"] and events[0].value["snapshot"] and tool["tree_after"] != tool["tree_before"]
+        assert len(store.runs()) == 2  # each recording one run, the calls inside it
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_exit_code_and_check_are_recorded(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    noisy = "import sys\nsys.stdout.write('x' * 3_000_000)\nraise SystemExit(3)\n"  # megabytes, no model call
+    fails = _record(capsys, db, _tree(tmp_path, "a", noisy), "--check", "test -f done")
+    assert fails["exit_code"] == 3 and fails["passed"] is False and fails["calls"] == 0
+    assert "output truncated: 3000000 bytes" in fails["stdout"]
+    ok = _record(capsys, db, _tree(tmp_path, "b", "open('done', 'w').write('x')\n"), "--check", "test -f done")
+    assert ok["exit_code"] == 0 and ok["passed"] is True
+    hangs = _record(capsys, db, _tree(tmp_path, "c", "import time\ntime.sleep(60)\n"), "--timeout", "2")
+    assert hangs["exit_code"] == 124 and hangs["limit_hit"] == "timeout"
+    with Store.open(db, readonly=True) as store:
+        run, events = store.load_run(fails["run_id"])
+        assert run.outcome["exit_code"] == 3 and run.outcome["passed"] is False
+        tool = events[-2].value
+        assert tool["truncated"] and tool["stdout_size"] == 3_000_000 and "$blob" in tool["stdout"]
+
+
+def test_missing_program_is_refused_and_nothing_written(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    tree = tmp_path / "t"
+    tree.mkdir()
+    code = main(["record", "--db", str(db), "--tree", str(tree), "--", "no-such-program-tttr", "x"])
+    err = capsys.readouterr().err
+    assert code == 2 and "not found" in err and len(err.strip().splitlines()) == 1
+    assert not db.exists()
+    code = main(["record", "--db", str(db), "--tree", str(tree), "--", "./missing.sh"])
+    assert code == 2 and not db.exists()
+    code = main(["record", "--db", str(db), "--tree", str(tree), "--", "python3", "agent.py"])
+    assert code == 2 and "not in the tree" in capsys.readouterr().err and not db.exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["record"],
+    ["record", "--task", "write-line", "--", "true"],
+    ["record", "--task", "write-line", "--check", "true"],
+])
+def test_task_and_program_are_exclusive(tmp_path, capsys, argv):
+    db = tmp_path / "s.db"
+    code = main([*argv[:1], "--db", str(db), *argv[1:]])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert not db.exists()
+
+
+def test_existing_db_is_untouched_by_a_refused_program(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    Store.open(db).close()
+    before = db.read_bytes()
+    assert main(["record", "--db", str(db), "--", "no-such-program-tttr"]) == 2
+    assert db.read_bytes() == before
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+
+
+def test_tree_over_the_size_guard_is_refused(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    tree = tmp_path / "big"
+    tree.mkdir()
+    with open(tree / "huge", "wb") as f:
+        f.truncate(300 << 20)  # sparse: apparent size is what a snapshot would store
+    assert main(["record", "--db", str(db), "--tree", str(tree), "--", "true"]) == 2
+    assert "MiB" in capsys.readouterr().err and not db.exists()
+
+
+@pytest.mark.slow
+def test_unsafe_mode_reaches_the_model_over_the_hosts_loopback(tmp_path, capsys, monkeypatch):
+    from dataclasses import replace
+
+    import tttr.recorders.sandbox as sandbox_mod
+    from tttr.recorders.probe import probe
+
+    refused = replace(probe(), reason="bubblewrap cannot create namespaces here", bwrap=None, namespaces=False)
+    monkeypatch.setattr(sandbox_mod, "probe", lambda: refused)
+    db = tmp_path / "s.db"
+    assert main(["record", "--db", str(db), "--", "true"]) == 2  # refused without the flag, nothing written
+    assert "--unsafe-no-sandbox" in capsys.readouterr().err and not db.exists()
+    res = _record(capsys, db, _tree(tmp_path, "a", PROGRAM), "--unsafe-no-sandbox")
+    assert res["exit_code"] == 0 and res["calls"] == 1, res
+    assert (tmp_path / "a" / "answer.txt").exists()
