@@ -22,12 +22,12 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from tttr.recorders.treeown import hand_over
 from tttr.recorders.program import (
-    API_DIR, PORT, SOCKET_NAME, HostPython, api_dir, check_program, check_tree, endpoint_env, sandboxed_command,
+    PORT, SOCKET_NAME, HostPython, api_dir, check_program, check_tree, endpoint_env, sandboxed_command,
 )
 from tttr.sessions.errors import TTTRError
 from tttr.sessions.vocabulary import KIND_LAYER, site
@@ -120,9 +120,9 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
         program = check_program(argv, tree_dir, host)
         limits = Limits(timeout_s=timeout_s, tree_mb=1024)
         service = Service(model, kernel_mode="invariant")  # a wrong model path is refused here
-        sock_dir = api_dir(work / "api")
+        sock_dir = api_dir(work / "api", host)
         executor = Executor(tree_dir, seed=seed, unsafe_no_sandbox=unsafe_no_sandbox, limits=limits,
-                            binds=tuple((d, d) for d in host.binds) + ((str(sock_dir), API_DIR),))
+                            binds=host.binds(sock_dir))
         name = f"program:{Path(argv[0]).name}"
         recorder = CallRecorder(db, service, default_run=name)
         owner = tree_dir.stat()
@@ -169,8 +169,12 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
             raise ProgramRunError(f"the model did not load: {service.load_error or 'timed out'}")
         sandboxed = executor.sandboxed
         endpoint = _Endpoint(app, str(sock_dir / SOCKET_NAME) if sandboxed else None)
-        env = {"PATH": host.path, **endpoint_env(endpoint.base, name)}
+        env = {**(host.env() if sandboxed else {"PATH": host.path}), **endpoint_env(endpoint.base, name)}
         command = sandboxed_command(program, host) if sandboxed else program
+        started = time.monotonic()
+        # SDK clock reads (sdk.now()) get the virtual clock, running from --clock in whole
+        # seconds, as the sandbox's faketime clock runs from it in each process
+        server.clock = lambda: (clock + timedelta(seconds=int(time.monotonic() - started))).replace(tzinfo=timezone.utc)
         say(f"running {program} …")
         res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
         recorder.flush()

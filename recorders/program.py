@@ -3,8 +3,10 @@
 The program runs in the trace layer's sandbox like one agent command, with three additions:
 
 - The host's Python (its prefix, with site-packages) is bound read-only at its own path and
-  its `bin` directory leads PATH, so `python3 prog.py` runs with the packages it has outside;
-  so is tttr's source for an editable install, unless it lies where the tree is mounted.
+  its `bin` directory leads PATH, so `python3 prog.py` runs with the packages it has outside.
+  tttr's source (an editable install) is bound too, so the program can import the SDK: at its
+  own path, or, where the tree's mount would hide it, at SOURCE_DIR with a `tttr` of links
+  to it first on PYTHONPATH.
 - Its only way out is the model endpoint. The sandbox has its own network namespace with
   nothing but loopback; the server listens on a Unix socket in a host directory that is bound
   read-only into the sandbox at API_DIR, and a small forwarder started before the program
@@ -89,33 +91,68 @@ class ProgramError(SandboxError):
     """A program that cannot be recorded as given (missing, empty, tree too large)."""
 
 
+SOURCE_DIR = "/run/tttr-src"      # tttr's source, when it lies where the tree is mounted
+PACKAGES_DIR = f"{API_DIR}/pkg"    # a `tttr` of links into SOURCE_DIR, put on PYTHONPATH then
+
+
 @dataclass(frozen=True, slots=True)
 class HostPython:
     """The host's Python as the program sees it: directories bound read-only at their own
-    path, and the directory of its executables, put first on PATH."""
+    path, the directory of its executables, put first on PATH, and tttr's own source so that
+    the program can import the SDK (`tttr.recorders.sdk`)."""
 
-    binds: tuple[str, ...]
+    dirs: tuple[str, ...]          # bound at their own path
     bin_dir: str
+    source: str | None = None      # tttr's source, bound at SOURCE_DIR (an editable install under /work)
+    packages: tuple[str, ...] = ()  # tttr's subpackages in `source`
 
     @classmethod
     def current(cls) -> HostPython:
-        dirs = []
-        # tttr's own source, for an editable install (the program may import the SDK); a
-        # wheel's sits in site-packages, under the prefix
-        source = str(Path(__file__).resolve().parents[1])
-        for d in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, source):
+        dirs: list[str] = []
+        # A wheel's tttr sits in site-packages, under the prefix; an editable install's
+        # source is bound at its own path too, or at SOURCE_DIR where the tree would hide it.
+        here = os.path.realpath(Path(__file__).resolve().parents[1])
+        for d in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, here):
             d = os.path.realpath(d)
-            # a prefix under /usr is already there; one at the tree's place would hide it
             if any(d == p or d.startswith(p + "/") for p in (*dirs, *PROGRAM_DIRS)):
-                continue
+                continue  # a prefix under /usr is already there
             if d == SANDBOX_ROOT or d.startswith(SANDBOX_ROOT + "/") or d.startswith("/run/") or d == "/":
                 continue
             dirs.append(d)
-        return cls(binds=tuple(dirs), bin_dir=os.path.dirname(sys.executable))
+        source = None
+        if not any(here == d or here.startswith(d + "/") for d in (*dirs, *PROGRAM_DIRS)):
+            source = here
+        packages = tuple(sorted(n for n in ("app", "assets", "engine", "kernels", "recorders", "sessions")
+                                if source and os.path.isdir(os.path.join(source, n))))
+        return cls(dirs=tuple(dirs), bin_dir=os.path.dirname(sys.executable), source=source, packages=packages)
 
     @property
     def path(self) -> str:
         return f"{self.bin_dir}:{PATH}"
+
+    def binds(self, api: Path) -> tuple[tuple[str, str], ...]:
+        """(host directory, path inside) for the executor, `api` the socket's directory."""
+        out = [(d, d) for d in self.dirs] + [(str(api), API_DIR)]
+        if self.source:
+            out.append((self.source, SOURCE_DIR))
+        return tuple(out)
+
+    def env(self) -> dict[str, str]:
+        env = {"PATH": self.path}
+        if self.source:
+            env["PYTHONPATH"] = PACKAGES_DIR
+        return env
+
+    def write_packages(self, api: Path) -> None:
+        """In `api`: pkg/tttr/NAME -> SOURCE_DIR/NAME, the layout an installed tttr has."""
+        if not self.source:
+            return
+        pkg = api / "pkg" / "tttr"
+        pkg.mkdir(parents=True, exist_ok=True)
+        for name in self.packages:
+            os.symlink(f"{SOURCE_DIR}/{name}", pkg / name)
+        for d in (api / "pkg", pkg):
+            os.chmod(d, 0o755)
 
 
 def check_program(argv: list[str], tree: Path, host: HostPython) -> str:
@@ -157,7 +194,7 @@ def _visible(path: str, tree: Path, host: HostPython) -> bool:
         return (tree / path).is_file()
     if path == SANDBOX_ROOT or path.startswith(SANDBOX_ROOT + "/"):
         return (tree / path[len(SANDBOX_ROOT) + 1:]).is_file()
-    shown = (*host.binds, *PROGRAM_DIRS)
+    shown = (*host.dirs, *PROGRAM_DIRS)
     return os.path.isfile(path) and any(path.startswith(d.rstrip("/") + "/") for d in shown)
 
 
@@ -169,14 +206,15 @@ def check_tree(tree: Path, limit_mb: int = MAX_TREE_MB) -> None:
         raise ProgramError(f"tree {tree} holds more than {limit_mb} MiB; pass a smaller --tree (or an empty one)")
 
 
-def api_dir(root: Path) -> Path:
-    """Make the directory the server's socket and the forwarder live in (readable and
-    searchable by the sandbox's unprivileged uid)."""
+def api_dir(root: Path, host: HostPython) -> Path:
+    """Make the directory the server's socket, the forwarder and the links to tttr's source
+    live in (readable and searchable by the sandbox's unprivileged uid)."""
     root.mkdir(mode=0o755, parents=True, exist_ok=True)
     os.chmod(root, 0o755)
     fwd = root / FORWARDER_NAME
     fwd.write_text(FORWARDER)
     os.chmod(fwd, 0o644)
+    host.write_packages(root)
     return root
 
 

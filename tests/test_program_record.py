@@ -149,3 +149,29 @@ def test_unsafe_mode_reaches_the_model_over_the_hosts_loopback(tmp_path, capsys,
     res = _record(capsys, db, _tree(tmp_path, "a", PROGRAM), "--unsafe-no-sandbox")
     assert res["exit_code"] == 0 and res["calls"] == 1, res
     assert (tmp_path / "a" / "answer.txt").exists()
+
+
+SDK_PROGRAM = textwrap.dedent("""\
+    from tttr.recorders import sdk
+
+    @sdk.tool
+    def add(a, b):
+        return a + b
+
+    print(add(2, 3), sdk.now().strftime("%Y-%m-%d"))
+""")
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_the_sdk_inside_a_recorded_program_lands_in_its_run(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    res = _record(capsys, db, _tree(tmp_path, "a", SDK_PROGRAM))
+    assert res["exit_code"] == 0, res["stderr"]
+    assert res["stdout"].split() == ["5", "2026-03-02"]  # the run's clock
+    with Store.open(db, readonly=True) as store:
+        assert len(store.runs()) == 1
+        run, events = store.load_run(res["run_id"])
+        kinds = [(e.step, e.kind) for e in events]
+        assert (0, "tool") in kinds and (1, "clock") in kinds, kinds
+        assert kinds[-2:] == [(2, "tool"), (2, "outcome")]
