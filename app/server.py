@@ -85,6 +85,10 @@ class Server:
         # for the SDK: a tool's "result"/"error" or a command's output, a clock's "t"), or
         # None to let the call run live. None here: the server records, it never answers.
         self.answer_from_recording = None
+        # The model calls' replay hook: (run name, endpoint, body) -> the recorded response
+        # (a chat.completion or text_completion object) or an APIError; None: served live.
+        self.answer_call = None
+        self.replay_model: dict | None = None  # GET /v1/models' entry while replaying without a model
 
     # -- lifecycle -------------------------------------------------------------------------
     def _load(self) -> None:
@@ -145,14 +149,20 @@ class Server:
                 return JSONResponse(await self.upstream.models())
             except APIError as exc:
                 return _error(exc)
+        if self.service is None and self.replay_model is not None:
+            return JSONResponse({"object": "list", "data": [self.replay_model]})
         return JSONResponse(shape.models(self.service))
 
     async def chat(self, request: Request):
+        if self.answer_call is not None:
+            return await self._replayed(request, "chat")
         if self.upstream is not None:
             return await self._proxy(request, "chat")
         return await self._call(request, parse_chat, "chat")
 
     async def completions(self, request: Request):
+        if self.answer_call is not None:
+            return await self._replayed(request, "completion")
         if self.upstream is not None:
             return await self._proxy(request, "completion")
         return await self._call(request, parse_completion, "completion")
@@ -202,6 +212,26 @@ class Server:
         if self.recorder is not None:
             self.recorder.record_event(name, "clock", {"t": t, "source": "sdk"})
         return JSONResponse({"recorded": False, "run": name, "t": t, "stored": self.recorder is not None})
+
+    # -- replay mode -----------------------------------------------------------------------
+    async def _replayed(self, request: Request, endpoint: str):
+        """A model call answered by the replay hook, from the recording: no model, no compute."""
+        try:
+            name = _run_name(request)
+            body = await _body(request)
+            if type(body) is not dict:
+                raise APIError(f"the request body is a JSON object, not {type(body).__name__}")
+            if name is None and self.recorder is not None:
+                name = getattr(self.recorder, "default_run", None)
+            answer = await run_in_threadpool(self.answer_call, name, endpoint, body)
+            if isinstance(answer, APIError):
+                raise answer
+        except APIError as exc:
+            return _error(exc)
+        if body.get("stream") is True:
+            usage = isinstance(body.get("stream_options"), dict) and body["stream_options"].get("include_usage") is True
+            return EventSourceResponse(_replayed_stream(answer, endpoint, usage), ping=15, send_timeout=30)
+        return JSONResponse(answer)
 
     # -- proxy mode ------------------------------------------------------------------------
     async def _proxy(self, request: Request, endpoint: str):
@@ -350,6 +380,26 @@ class Server:
             if not call.future.done():
                 call.cancel()  # the client went away (or the server is stopping)
             self.active.discard(call)
+
+
+async def _replayed_stream(answer: dict, endpoint: str, usage: bool):
+    """A recorded response as server-sent events: the whole text in one chunk, then the end."""
+    head = {k: answer[k] for k in ("id", "created", "model") if k in answer}
+    choice = answer["choices"][0]
+    if endpoint == "chat":
+        obj, msg = "chat.completion.chunk", choice["message"]
+        delta = {"role": "assistant", "content": msg.get("content") or ""}
+        if msg.get("tool_calls"):
+            delta["tool_calls"] = [dict(c, index=i) for i, c in enumerate(msg["tool_calls"])]
+        yield _sse({**head, "object": obj, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        yield _sse({**head, "object": obj, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+    else:
+        obj = "text_completion"
+        yield _sse({**head, "object": obj, "choices": [{"index": 0, "text": choice.get("text", ""), "finish_reason": None}]})
+        yield _sse({**head, "object": obj, "choices": [{"index": 0, "text": "", "finish_reason": choice["finish_reason"]}]})
+    if usage:
+        yield _sse({**head, "object": obj, "choices": [], "usage": answer.get("usage")})
+    yield {"data": "[DONE]"}
 
 
 def _chunk(service, call, response_id, chat: bool, delta: str, records: list) -> dict:

@@ -240,6 +240,8 @@ def cmd_replay(args) -> int:
     from tttr.engine.replay.runs import check_replay, replay
 
     policy = Policy.parse(args.free)
+    if _is_program(args):
+        return cmd_replay_program(args, policy)
     # Checked on a read-only connection first: a run that cannot be replayed (a value of the
     # wrong shape, a clock the sandbox cannot show, another model) is refused with the file untouched.
     with _open_readonly(args.db) as reader:
@@ -256,9 +258,39 @@ def cmd_replay(args) -> int:
     return 0
 
 
+def _is_program(args) -> bool:
+    """Whether run `args.run` of `args.db` is a recorded program (`tttr record -- PROGRAM`)."""
+    from tttr.app.program_replay import is_program_run
+
+    with _open_readonly(args.db) as reader:
+        return is_program_run(reader.run(args.run))
+
+
+def cmd_replay_program(args, policy) -> int:
+    from tttr.app.program_replay import print_replay, replay_program
+    from tttr.sessions.errors import TTTRError
+
+    if not policy.faithful or args.seed is not None:
+        raise TTTRError(f"run {args.run} is a recorded program: only its faithful replay is supported yet "
+                        "(drop --free and --seed)")
+
+    def progress(text: str) -> None:
+        if not args.json:
+            print(f"tttr replay: {text}", file=sys.stderr, flush=True)
+
+    res = replay_program(args.db, args.run, unsafe_no_sandbox=args.unsafe_no_sandbox, progress=progress)
+    print_replay(res, args.json)
+    return 0
+
+
 def cmd_fork(args) -> int:
     from tttr.engine.replay.runs import check_fork, fork
 
+    if _is_program(args):
+        from tttr.sessions.errors import TTTRError
+
+        raise TTTRError(f"run {args.run} is a recorded program: forking it is not supported yet "
+                        f"(tttr replay {args.run} replays it)")
     # The run, the site and the new value are all checked on a read-only connection before
     # the file is opened for writing: a refused fork writes nothing and prints no progress.
     with _open_readonly(args.db) as reader:

@@ -78,6 +78,15 @@ def ids_digest(ids) -> str:
     return hashlib.blake2b(json.dumps(list(ids)).encode(), digest_size=16).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class CopiedStep:
+    """A recorded step's events written again as the next step of a run (a replay answering
+    from the recording): (kind, position or None, value) each."""
+
+    name: str
+    events: list
+
+
 class CallRecorder:
     def __init__(self, db_path, service, *, default_run: str | None = None):
         self.store = Store.open(db_path)  # a bad file is refused here, before serving
@@ -89,6 +98,7 @@ class CallRecorder:
         self._sdk_steps: dict[str, int] = {}  # name -> how many of its steps are SDK events
         self.recorded = 0
         self.failed = 0
+        self.posted: dict[str, int] = {}  # SDK events posted by kind (in a replay: values obtained live)
         self._thread = threading.Thread(target=self._loop, name="tttr-serve-recorder", daemon=True)
         self._thread.start()
 
@@ -106,7 +116,13 @@ class CallRecorder:
         """Record an SDK event (kind "tool" or "clock") as the next step of the run named
         `name`; returns at once. The server hands events over in the order they arrive, model
         calls included, so a program's steps are numbered in the order it made them."""
+        self.posted[kind] = self.posted.get(kind, 0) + 1
         self._queue.put(SDKEvent(name, kind, value))
+
+    def record_copy(self, name: str, events: list) -> None:
+        """Write `events` ((kind, position or None, value) each) as the next step of the run
+        named `name`; returns at once."""
+        self._queue.put(CopiedStep(name, list(events)))
 
     def record_proxied(self, call) -> None:
         """Record a proxied call (a `proxy.ProxiedCall`, complete or cut off); returns at once."""
@@ -145,6 +161,8 @@ class CallRecorder:
                     self._write(self._collect(*item))
                 elif isinstance(item, SDKEvent):
                     self._write_event(item)
+                elif isinstance(item, CopiedStep):
+                    self._write_copy(item)
                 else:
                     self._write_proxied(item)
                 self.recorded += 1
@@ -208,6 +226,14 @@ class CallRecorder:
         ))
         self._sdk_steps[event.name] = self._sdk_steps.get(event.name, 0) + 1
         self.store.append(run_id, step, KIND_LAYER[event.kind], event.kind, site(step, event.kind), event.value)
+        self.store.commit_step(run_id)
+
+    def _write_copy(self, item: CopiedStep) -> None:
+        if item.name not in self._named:
+            raise ValueError(f"no run named {item.name!r} to copy a step into (adopt it first)")
+        run_id, step = self._begin_run(item.name, {})
+        for kind, pos, value in item.events:
+            self.store.append(run_id, step, KIND_LAYER[kind], kind, site(step, kind, pos), value)
         self.store.commit_step(run_id)
 
     def _write_proxied(self, call) -> None:

@@ -1,0 +1,406 @@
+"""`tttr replay RUN` of a recorded program (task `program:NAME`, see app/program.py).
+
+The recorded command line runs again in the sandbox, on a tree restored from the recorded
+start snapshot (-1:setup), with the recorded clock and seed, against an in-process server in
+replay mode: the program's requests are met, in order, by the recorded steps.
+
+- A model call whose request (its messages, then each other parameter) equals the recorded
+  one is answered with the recorded message: no model is loaded, nothing is computed.
+- An SDK tool query that names the recorded function (or command) with the same arguments
+  gets the recorded result: the SDK returns it without running the tool. A clock read gets
+  the recorded value.
+- Each answered step's recorded events are written as the same step of the replay, a child
+  run of the recording with its own events.
+
+The first request that differs (another kind of step, another message, argument or
+parameter, or a step the recording lacks) is the divergence, reported with the call's
+index and both values. From there on SDK tools run live and the clock is live; model calls
+are refused (HTTP 409, `replay_diverged`): the replay stops generating there rather than
+loading the model. At the end the program's stdout, exit code and end tree are compared
+with the recorded ones (an SDK tool's side effects on the tree are not re-done).
+
+The program's code is taken from where it was recorded (the recorded --tree, if that
+directory still exists), the rest of the tree from the snapshot: an edited program replays
+against the old recording and diverges where it asks for something else; a program that is
+gone is refused in one line before anything is written."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from tttr.app.program import BLOB_THRESHOLD, ProgramRunError, _Endpoint, _text_value
+from tttr.engine.replay.diff import Divergence
+from tttr.engine.serve.errors import APIError
+from tttr.recorders.program import PYTHON, SOCKET_NAME, HostPython, api_dir, check_program, endpoint_env, sandboxed_command
+from tttr.sessions.vocabulary import KIND_LAYER, site, site_parts
+
+RECORDED_BY = "tttr record"
+NAMES = ("recorded", "live")
+
+
+def is_program_run(run) -> bool:
+    meta = run.meta if isinstance(run.meta, dict) else {}
+    return meta.get("source") == RECORDED_BY or (isinstance(run.task, str) and run.task.startswith("program:"))
+
+
+@dataclass(slots=True)
+class _Step:
+    step: int
+    kind: str  # "call" | "tool" | "clock"
+    events: list  # the recorded events of the step
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    run_id: int
+    parent: int
+    identical: bool
+    divergence: Divergence | None
+    exit_code: int
+    recorded_exit_code: int | None
+    stdout: str
+    same_stdout: bool
+    same_tree: bool
+    calls_answered: int
+    logits_computed: int = 0
+    tools_run: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"run_id": self.run_id, "parent": self.parent, "identical": self.identical,
+                "divergence": self.divergence.to_json() if self.divergence else None,
+                "exit_code": self.exit_code, "recorded_exit_code": self.recorded_exit_code,
+                "same_stdout": self.same_stdout, "same_tree": self.same_tree, "calls_answered": self.calls_answered,
+                "logits_computed": self.logits_computed, "tools_run": self.tools_run, "stdout": self.stdout}
+
+
+# ---------------------------------------------------------------------------- the recording
+@dataclass(slots=True)
+class _Recording:
+    run: object
+    setup: dict
+    steps: list  # _Step, in order
+    final: dict  # N:tool: the program's output, exit code, end tree
+    outcome: dict | None
+
+
+def _load(store, run_id: int) -> _Recording:
+    run, events = store.load_run(run_id)
+    if not is_program_run(run):
+        raise ProgramRunError(f"run {run_id} is not a recorded program")
+    if run.status != "complete":
+        raise ProgramRunError(f"run {run_id} is {run.status}: only complete runs can be replayed")
+    setup = next((e.value for e in events if e.step == -1 and e.kind == "setup"), None)
+    if not isinstance(setup, dict) or not setup.get("snapshot") or not isinstance(setup.get("program"), list):
+        raise ProgramRunError(f"run {run_id} has no -1:setup with the start tree and the command line")
+    final_step = next((e.step for e in events if e.kind == "tool" and isinstance(e.value, dict)
+                       and "program" in e.value), None)
+    if final_step is None:
+        raise ProgramRunError(f"run {run_id} has no record of the program's end (N:tool)")
+    by_step: dict[int, list] = {}
+    for e in events:
+        if 0 <= e.step < final_step:
+            by_step.setdefault(e.step, []).append(e)
+    steps = []
+    for s in sorted(by_step):
+        kinds = {e.kind for e in by_step[s]}
+        kind = "call" if "prompt" in kinds else ("tool" if "tool" in kinds else ("clock" if "clock" in kinds else None))
+        if kind is not None:
+            steps.append(_Step(s, kind, by_step[s]))
+    final = next(e.value for e in events if e.step == final_step and e.kind == "tool")
+    outcome = next((e.value for e in events if e.step == final_step and e.kind == "outcome"), None)
+    return _Recording(run, setup, steps, final, outcome)
+
+
+def _text(store, value) -> str:
+    if isinstance(value, dict) and "$blob" in value:
+        return store.get_blob(value["$blob"]).decode("utf-8", "surrogateescape")
+    return value if isinstance(value, str) else ""
+
+
+# ---------------------------------------------------------------------------- the answers
+def _first_difference(recorded: dict, live: dict) -> tuple[str, object, object] | None:
+    """(what, recorded value, live value) of the first message, then parameter, that differs."""
+    rec_msgs, live_msgs = recorded.get("messages"), live.get("messages")
+    if isinstance(rec_msgs, list) and isinstance(live_msgs, list):
+        for i in range(max(len(rec_msgs), len(live_msgs))):
+            a = rec_msgs[i] if i < len(rec_msgs) else None
+            b = live_msgs[i] if i < len(live_msgs) else None
+            if a != b:
+                return f"message {i}", a, b
+    elif rec_msgs != live_msgs:
+        return "messages", rec_msgs, live_msgs
+    for key in sorted((set(recorded) | set(live)) - {"messages"}):
+        if recorded.get(key) != live.get(key):
+            return f"parameter {key}", recorded.get(key), live.get(key)
+    return None
+
+
+def _response(endpoint: str, step: _Step, prompt: dict, model: str) -> dict:
+    by_kind = {e.kind: e.value for e in step.events if site_parts(e.site)[2] is None}
+    message = by_kind.get("message") if isinstance(by_kind.get("message"), dict) else {}
+    text, finish, tool_calls = message.get("text") or "", message.get("finish_reason") or "stop", message.get("tool_calls")
+    n_out = sum(1 for e in step.events if e.kind == "token")
+    n_in = prompt.get("n_tokens") if type(prompt.get("n_tokens")) is int else 0
+    usage = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+    rid = prompt.get("response_id") or f"replay-{step.step}"
+    if endpoint == "chat":
+        msg: dict = {"role": "assistant", "content": text if (text or not tool_calls) else None}
+        if tool_calls:
+            msg["tool_calls"] = tool_calls
+        choice = {"index": 0, "message": msg, "finish_reason": finish, "logprobs": None}
+        obj = "chat.completion"
+    else:
+        choice, obj = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}, "text_completion"
+    return {"id": rid, "object": obj, "created": 0, "model": model, "choices": [choice], "usage": usage,
+            "tttr": {"replayed_from_step": step.step}}
+
+
+class Replayer:
+    """Meets the program's requests with the recording's steps, in order."""
+
+    def __init__(self, rec: _Recording, recorder, name: str):
+        self.rec, self.recorder, self.name = rec, recorder, name
+        self.cursor = 0
+        self.calls = 0  # model calls met so far (the call index)
+        self.answered = 0
+        self.divergence: Divergence | None = None
+        self._lock = threading.Lock()
+
+    def _diverge(self, where: str, a, b) -> None:
+        self.divergence = Divergence(where, "trace", a, b, NAMES)
+
+    def _take(self, kind: str, asked) -> _Step | None:
+        """The next recorded step if it is a `kind`, else the divergence (and None)."""
+        if self.divergence is not None:
+            return None
+        what = {"call": f"call {self.calls}", "tool": "an SDK tool call", "clock": "an SDK clock read"}[kind]
+        if self.cursor >= len(self.rec.steps):
+            self._diverge(f"step {self.cursor}", "(the recording ends here)", f"{what}: {asked}")
+            return None
+        step = self.rec.steps[self.cursor]
+        if step.kind != kind:
+            recorded = {"call": "a model call", "tool": "an SDK tool call", "clock": "an SDK clock read"}[step.kind]
+            self._diverge(f"step {step.step}", recorded, f"{what}: {asked}")
+            return None
+        return step
+
+    def _copy(self, step: _Step) -> None:
+        self.recorder.record_copy(self.name, [(e.kind, site_parts(e.site)[2], e.value) for e in step.events])
+        self.cursor += 1
+        self.answered += 1
+
+    def answer_call(self, name, endpoint: str, body: dict):
+        with self._lock:
+            step = self._take("call", body.get("messages", body.get("prompt")))
+            if step is not None:
+                prompt = next(e.value for e in step.events if e.kind == "prompt")
+                recorded = prompt.get("request") if isinstance(prompt.get("request"), dict) else {}
+                index = self.calls
+                diff = _first_difference(recorded, body)
+                if prompt.get("endpoint", endpoint) != endpoint:
+                    diff = ("endpoint", prompt.get("endpoint"), endpoint)
+                if diff is None:
+                    self._copy(step)
+                    self.calls += 1
+                    return _response(endpoint, step, prompt, self.rec.run.model_id or "tttr")
+                self._diverge(f"call {index} (step {step.step}), {diff[0]}", diff[1], diff[2])
+            return APIError(f"tttr replay stopped at the divergence, {self.divergence.describe()}: "
+                            "model calls after it are not generated yet", status=409, code="replay_diverged")
+
+    def answer_sdk(self, name, kind: str, value: dict):
+        with self._lock:
+            step = self._take(kind, value)
+            if step is None:
+                return None  # live from here on
+            recorded = next(e.value for e in step.events if e.kind == kind)
+            if kind == "clock":
+                self._copy(step)
+                return {"t": recorded.get("t")}
+            keys = ("function", "args", "kwargs") if "function" in value else ("cmd", "cwd", "timeout_s")
+            for key in keys:
+                if recorded.get(key) != value.get(key):
+                    label = recorded.get("function") or recorded.get("cmd")
+                    self._diverge(f"step {step.step}, tool {label}: {key}", recorded.get(key), value.get(key))
+                    return None
+            self._copy(step)
+            if "function" in value:
+                return {"error": recorded["error"]} if recorded.get("error") else {"result": recorded.get("result")}
+            return {k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}
+
+    def finish(self) -> None:
+        """A recording with steps the program never asked for diverges at the first of them."""
+        with self._lock:
+            if self.divergence is None and self.cursor < len(self.rec.steps):
+                step = self.rec.steps[self.cursor]
+                self._diverge(f"step {step.step}", f"a {'model call' if step.kind == 'call' else 'SDK ' + step.kind}",
+                              "(the program ended)")
+
+
+# ---------------------------------------------------------------------------- the run
+def _script(argv: list[str]) -> str | None:
+    """The program's own file, relative to its tree: `python3 X.py`'s X.py, or ./prog."""
+    if len(argv) > 1 and PYTHON.fullmatch(Path(argv[0]).name) and not argv[1].startswith(("-", "/")):
+        return argv[1]
+    if "/" in argv[0] and not argv[0].startswith("/"):
+        return argv[0]
+    return None
+
+
+def _take_program(argv: list[str], recorded_tree: str | None, tree_dir: Path) -> None:
+    """Put the program's current code (from the recorded --tree) over the restored tree."""
+    rel = _script(argv)
+    if rel is None or not recorded_tree or not Path(recorded_tree).is_dir():
+        return
+    src = Path(recorded_tree) / rel
+    if not src.is_file():
+        raise ProgramRunError(f"program {rel!r} is missing from {recorded_tree}, where run was recorded: "
+                              "put it back to replay the run")
+    dest = tree_dir / rel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dest)
+
+
+def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, timeout_s: float = 600.0,
+                   progress=None) -> ReplayResult:
+    """Replay recorded program run `run_id` of `db` as a child run; see the module's text."""
+    from tttr.recorders.limits import Limits
+    from tttr.recorders.sandbox import Executor
+    from tttr.recorders.snapshot import restore
+    from tttr.sessions.store import Store
+
+    say = progress or (lambda text: None)
+    host = HostPython.current()
+    work = Path(tempfile.mkdtemp(prefix="tttr-replay-"))
+    tree_dir = work / "tree"
+    try:
+        with Store.open(db, create=False, readonly=True) as reader:  # checked before anything is written
+            rec = _load(reader, run_id)
+            argv = [str(a) for a in rec.setup["program"]]
+            restore(rec.setup["snapshot"], reader, tree_dir)
+            _take_program(argv, (rec.run.meta or {}).get("tree"), tree_dir)
+            program = check_program(argv, tree_dir, host)
+            recorded_stdout = _text(reader, rec.final.get("stdout"))
+        clock = datetime.fromisoformat(rec.setup.get("clock") or rec.run.meta["clock"]).replace(tzinfo=None)
+        sock_dir = api_dir(work / "api", host)
+        executor = Executor(tree_dir, seed=rec.run.seed or 0, unsafe_no_sandbox=unsafe_no_sandbox,
+                            limits=Limits(timeout_s=timeout_s, tree_mb=1024), binds=host.binds(sock_dir))
+        try:
+            return _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say)
+        finally:
+            executor.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say) -> ReplayResult:
+    from tttr.app.server import create_app
+    from tttr.engine.serve.recorder import CallRecorder
+    from tttr.recorders.clock import iso
+    from tttr.recorders.shell import ShellState
+    from tttr.recorders.snapshot import snapshot, tree_digest
+
+    run = rec.run
+    name = run.task
+    recorder = CallRecorder(db, None, default_run=name)
+    store = recorder.store
+    app = create_app(None, recorder)
+    server = app.state.server
+    replayer = Replayer(rec, recorder, name)
+    server.answer_call = replayer.answer_call
+    server.answer_from_recording = replayer.answer_sdk
+    server.replay_model = {"id": run.model_id or "tttr", "object": "model", "created": 0, "owned_by": "tttr"}
+    endpoint = None
+    child = None
+    try:
+        child = store.begin_run(task=run.task, model_id=run.model_id, kernel_mode=run.kernel_mode,
+                                sampling=run.sampling, seed=run.seed, fingerprint=run.fingerprint, parent=run.id,
+                                fork_seq=0, meta={**(run.meta or {}), "replay": {"free": []}})
+        recorder.adopt(name, child)
+        store.append(child, -1, KIND_LAYER["setup"], "setup", site(-1, "setup"), rec.setup)
+        store.commit_step(child)
+        sandboxed = executor.sandboxed
+        endpoint = _Endpoint(app, str(sock_dir / SOCKET_NAME) if sandboxed else None)
+        env = {**(host.env() if sandboxed else {"PATH": host.path}), **endpoint_env(endpoint.base, name),
+               "TTTR_REPLAY": "1"}
+        command = sandboxed_command(program, host) if sandboxed else program
+        started = time.monotonic()
+        # live clock reads (after a divergence) run from the recorded clock, as when recording
+        server.clock = lambda: (clock + timedelta(seconds=int(time.monotonic() - started))).replace(tzinfo=timezone.utc)
+        say(f"replaying {program} …")
+        res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
+        recorder.flush()
+        replayer.finish()
+        last = store.steps(child)
+        end, end_digest = snapshot(tree_dir, store), tree_digest(tree_dir)
+        store.append(child, last, KIND_LAYER["tool"], "tool", site(last, "tool"), {
+            "cmd": program, "cwd": res.cwd, "exports": dict(env), "env": res.env,
+            "stdout": _text_value(store, res.stdout), "stderr": _text_value(store, res.stderr),
+            "exit_code": res.exit_code, "duration_ms": round(res.duration_ms, 3), "stdout_size": res.stdout_size,
+            "stderr_size": res.stderr_size, "truncated": res.truncated, "limit_hit": res.limit_hit,
+            "tree_before": rec.setup.get("tree"), "tree_after": end_digest, "snapshot": end,
+            "program": list(argv),
+        })
+        tools_run = recorder.posted.get("tool", 0)
+        same_stdout = res.stdout == recorded_stdout
+        same_exit = res.exit_code == rec.final.get("exit_code")
+        same_tree = end_digest == rec.final.get("tree_after")
+        identical = replayer.divergence is None and same_stdout and same_exit
+        outcome = {"exit_code": res.exit_code, "calls": replayer.calls, "tree": end_digest, "clock": iso(clock),
+                   "identical": identical, "same_stdout": same_stdout, "same_tree": same_tree,
+                   "logits_computed": 0, "tools_run": tools_run,
+                   "divergence": replayer.divergence.to_json() if replayer.divergence else None}
+        if isinstance(rec.outcome, dict) and "passed" in rec.outcome:
+            outcome["recorded_passed"] = rec.outcome["passed"]
+        store.append(child, last, KIND_LAYER["outcome"], "outcome", site(last, "outcome"), outcome)
+        store.finish_run(child, status="complete", outcome=outcome)
+        done, child = child, None
+        return ReplayResult(done, run.id, identical, replayer.divergence, res.exit_code, rec.final.get("exit_code"),
+                            res.stdout, same_stdout, same_tree, replayer.answered, 0, tools_run)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
+        if child is not None:
+            try:
+                store.finish_run(child, status="incomplete", outcome={"reason": "replay stopped early"})
+            except Exception:  # noqa: BLE001 - the store is closed next either way
+                pass
+        server.shutdown()
+
+
+def print_replay(res: ReplayResult, as_json: bool) -> None:
+    import json
+
+    from tttr.sessions.safe_text import visible
+
+    if as_json:
+        print(json.dumps(res.to_json()))
+        return
+    if res.stdout:
+        sys.stdout.write(visible(res.stdout) + ("" if res.stdout.endswith("\n") else "\n"))
+
+    def say(text: str) -> None:
+        print(visible(text, newlines=False))
+
+    say(f"replayed run {res.run_id} (child of {res.parent}): exit code {res.exit_code}, "
+        f"{res.calls_answered} steps answered from the recording")
+    say("identical to the recording" if res.identical else "differs from the recording")
+    if res.divergence is not None:
+        say(f"replay diverged at {res.divergence.describe()}")
+    if not res.same_stdout:
+        say("stdout differs from the recording")
+    if res.exit_code != res.recorded_exit_code:
+        say(f"exit code {res.recorded_exit_code} in the recording, {res.exit_code} here")
+    say("end tree " + ("identical to the recording" if res.same_tree
+                       else "differs from the recording (an SDK tool's effects on files are not re-done in a replay)"))
+    say(f"  logits computed: {res.logits_computed}, tools run: {res.tools_run}")
+
+
+__all__ = ["BLOB_THRESHOLD", "ReplayResult", "Replayer", "is_program_run", "print_replay", "replay_program"]

@@ -1,0 +1,96 @@
+"""`tttr replay RUN` of a recorded program: re-run in the sandbox on the restored start
+tree, its model calls, SDK tool calls and clock reads answered from the recording (no model,
+no tool run); an edited program diverges at the first request that differs."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tttr.app.cli import main
+from tttr.recorders.snapshot import read_manifest
+from tttr.sessions.store import Store
+from sandbox_helpers import needs_sandbox
+
+PROGRAM = textwrap.dedent("""\
+    from openai import OpenAI
+    from tttr.recorders import sdk
+
+    @sdk.tool
+    def note(text):
+        with open("log.txt", "a") as f:
+            f.write(text + "\\n")
+        return len(text)
+
+    client = OpenAI()
+    r = client.chat.completions.create(model=client.models.list().data[0].id, messages=[{"role": "user", "content": "Say hi"}],
+                                       max_tokens=4, seed=3)
+    answer = r.choices[0].message.content
+    print(repr(answer), note(answer), sdk.now().isoformat())
+""")
+
+
+def _record(capsys, tmp_path: Path) -> tuple[Path, Path, dict]:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "prog.py").write_text(PROGRAM)
+    db = tmp_path / "s.db"
+    code = main(["record", "--db", str(db), "--tree", str(tree), "--seed", "7", "--clock", "2026-03-02T10:00:00",
+                 "--json", "--", "python3", "prog.py"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["exit_code"] == 0 and res["calls"] == 1, res["stderr"]
+    return db, tree, res
+
+
+def _replay(capsys, db: Path, run_id: int) -> dict:
+    code = main(["replay", str(run_id), "--db", str(db), "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_faithful_replay_is_identical_without_model_or_tools(tmp_path, capsys):
+    db, tree, rec = _record(capsys, tmp_path)
+    assert (tree / "log.txt").read_text().count("\n") == 1
+    res = _replay(capsys, db, rec["run_id"])
+    assert res["identical"] is True and res["divergence"] is None, res
+    assert res["stdout"] == rec["stdout"] and res["exit_code"] == 0
+    assert res["logits_computed"] == 0 and res["tools_run"] == 0 and res["calls_answered"] == 3
+    with Store.open(db, readonly=True) as store:
+        run, events = store.load_run(res["run_id"])
+        assert run.parent == rec["run_id"] and run.status == "complete"
+        kinds = [(e.step, e.kind) for e in events]
+        assert (0, "prompt") in kinds and (1, "tool") in kinds and (2, "clock") in kinds, kinds
+        end = next(e.value for e in events if e.kind == "tool" and "program" in e.value)
+        paths = {e.path for e in read_manifest(end["snapshot"], store)}
+        assert "log.txt" not in paths  # the tool was answered from the recording, never run
+    assert (tree / "log.txt").read_text().count("\n") == 1  # the recorded tree is left alone
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_edited_program_diverges_at_its_first_call_and_a_missing_one_is_refused(tmp_path, capsys):
+    db, tree, rec = _record(capsys, tmp_path)
+    (tree / "prog.py").write_text(PROGRAM.replace("Say hi", "Say bye"))
+    res = _replay(capsys, db, rec["run_id"])
+    div = res["divergence"]
+    assert res["identical"] is False and div["site"].startswith("call 0 (step 0), message 0"), res
+    assert div["recorded"]["content"] == "Say hi" and div["live"]["content"] == "Say bye"
+    assert res["logits_computed"] == 0
+    with Store.open(db, readonly=True) as store:
+        runs = len(store.runs())
+    assert main(["fork", str(rec["run_id"]), "--db", str(db), "--at", "1:tool", "--set", "3"]) == 2
+    assert "not supported yet" in capsys.readouterr().err
+    (tree / "prog.py").unlink()
+    assert main(["replay", str(rec["run_id"]), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "prog.py" in err and "missing" in err and len(err.strip().splitlines()) == 1, err
+    with Store.open(db, readonly=True) as store:
+        assert len(store.runs()) == runs  # nothing written
