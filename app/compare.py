@@ -14,8 +14,14 @@ from tttr.engine.replay.diff import align, diff_runs
 from tttr.sessions.vocabulary import site_order
 
 
+SETUP_STEP = -1  # the steps of a run's setup: its clock and its tree, before the agent's first step
+
+
 @dataclass(frozen=True, slots=True)
 class StepInfo:
+    """One side of a compare row: an agent step (its action and the tool's result), or
+    the setup (step -1: `action` is its clock, `output` its tree)."""
+
     step: int
     action: str
     exit_code: int | None = None
@@ -55,6 +61,12 @@ class Comparison:
             key=lambda d: site_order(d.site),
         )
         return ranked[0] if ranked else None
+
+    @property
+    def at_fork(self):
+        """The divergence at the fork site itself, when it is the only one the engine
+        names for its layer (a fork whose later values all agree)."""
+        return next((d for d in self.divergences.values() if d.site == self.fork_site), None)
 
 
 def _events(store, run_id: int, kind: str) -> list:
@@ -97,6 +109,20 @@ def _steps(store, run_id: int) -> list[StepInfo]:
     return out
 
 
+def _setup(store, run_id: int) -> StepInfo | None:
+    """The run's setup as a compare side: its clock and its tree; None without setup events."""
+    events = [e for kind in ("clock", "setup") for e in _events(store, run_id, kind)
+              if e.step == SETUP_STEP and e.kind in ("clock", "setup")]
+    if not events:
+        return None
+    problems = [f"{e.site}: {value_problem(e)}" for e in events if value_problem(e) is not None]
+    values = {e.kind: e.value for e in events if value_problem(e) is None and isinstance(e.value, dict)}
+    clock = values.get("clock", {}).get("t") or values.get("setup", {}).get("clock")
+    tree = values.get("setup", {}).get("tree")
+    return StepInfo(SETUP_STEP, "" if clock is None else str(clock), None,
+                    "" if tree is None else f"tree {str(tree)[:16]}", problems[0] if problems else None)
+
+
 def build_comparison(store, run_a: int, run_b: int) -> Comparison:
     """Rows of the two runs side by side, aligned as `tttr diff` aligns them: by edit
     distance over the actions (`engine.replay.diff.align`), for a fork and its parent as
@@ -126,10 +152,18 @@ def build_comparison(store, run_a: int, run_b: int) -> Comparison:
     fork_step = site_order(fork_site)[0] if fork_site else None
     first = comparison.first
     first_step = site_order(first.site)[0] if first is not None else None
+    if first is None and comparison.at_fork is not None:
+        first_step = site_order(comparison.at_fork.site)[0]  # the fork is the only difference: mark it
+    pairs = [(a_steps[row.a_step] if row.a_step is not None and row.a_step < len(a_steps) else None,
+              b_steps[row.b_step] if row.b_step is not None and row.b_step < len(b_steps) else None,
+              row.same) for row in rows]
+    setup_a, setup_b = _setup(store, run_a), _setup(store, run_b)
+    if setup_a is not None or setup_b is not None:
+        same_setup = (setup_a is not None and setup_b is not None
+                      and (setup_a.action, setup_a.output) == (setup_b.action, setup_b.output))
+        pairs.insert(0, (setup_a, setup_b, same_setup))
     marked_fork = marked_first = False
-    for row in rows:
-        a = a_steps[row.a_step] if row.a_step is not None and row.a_step < len(a_steps) else None
-        b = b_steps[row.b_step] if row.b_step is not None and row.b_step < len(b_steps) else None
+    for a, b, row_same in pairs:
         steps = {s.step for s in (a, b) if s is not None}
         is_fork = not marked_fork and fork_step is not None and fork_step in steps
         is_first = not marked_first and first_step is not None and (
@@ -137,7 +171,7 @@ def build_comparison(store, run_a: int, run_b: int) -> Comparison:
         )
         marked_fork |= is_fork
         marked_first |= is_first
-        same = row.same and not any(s is not None and (s.problem or s.tool_problem) for s in (a, b))
+        same = row_same and not any(s is not None and (s.problem or s.tool_problem) for s in (a, b))
         comparison.rows.append(CompareRow(a, b, same, is_fork, is_first))
     return comparison
 

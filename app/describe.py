@@ -237,15 +237,20 @@ def heading(event) -> Text:
     return text
 
 
-def detail(view: RunView, event, token_texts=None) -> RenderableType:
+def detail(view: RunView, event, token_texts=None, prompt=None) -> RenderableType:
     """Everything the pane shows about `event`. `token_texts(ids) -> {id: text}` names
     the top-k alternatives when a tokenizer is at hand. Blobs come from `view.text`
-    (placeholders while a deferring view loads them)."""
+    (placeholders while a deferring view loads them). `prompt`, for a prompt event: the
+    text rebuilt from the record (`engine.replay.prompts.Prompt`), or a line saying why
+    it is not shown (yet)."""
     problem = value_problem(event)
     if problem is not None:
         return unreadable_detail(event, problem)
     try:
-        body = _detail_body(view, event, token_texts)
+        if event.kind == "prompt":
+            body = prompt_detail(event, prompt)
+        else:
+            body = _detail_body(view, event, token_texts)
     except Exception as exc:  # noqa: BLE001 - a shape the checks missed is shown as such
         return unreadable_detail(event, f"{type(exc).__name__}: {exc}")
     hint = Text()
@@ -270,7 +275,7 @@ def _detail_body(view: RunView, event, token_texts) -> RenderableType:
         return tool_detail(view, event)
     if kind == "clock":
         return clock_detail(view, event)
-    if kind in ("message", "prompt"):
+    if kind == "message":
         return safe(clip(view.text(_field(event.value, "text"))))
     if kind == "action":
         cmd = _field(event.value, "cmd")
@@ -278,6 +283,31 @@ def _detail_body(view: RunView, event, token_texts) -> RenderableType:
     if kind == "outcome":
         return Group(summary(event), safe(clip(view.text(_field(event.value, "checker_output"))), style="dim"))
     return safe(preview(event.value, SHOWN_CHARS))
+
+
+def prompt_detail(event, prompt) -> RenderableType:
+    """A prompt's token count and digest, then the text the model read: verified (it
+    encodes to the recorded ids), or rebuilt but not verified, with the reason. Without
+    rebuilt text, what the event itself records: its text, or a served call's request."""
+    v = event.value
+    rows: list[tuple[str, Any]] = [("tokens", short(_field(v, "n_tokens", "?"), 12)),
+                                   ("ids digest", short(_field(v, "ids_digest", "—"), 40))]
+    rebuilt = prompt if prompt is not None and not isinstance(prompt, str) else None
+    if rebuilt is None:
+        note = Text(visible(prompt or "the prompt's text is not rebuilt", newlines=False), style="dim italic")
+    elif rebuilt.verified:
+        rows.append(("text", Text("✓ verified: it encodes to the recorded ids", style="green")))
+    else:
+        rows.append(("text", Text("✗ not verified: " + visible(rebuilt.note, newlines=False), style="bold yellow")))
+    parts: list[RenderableType] = [_kv(rows)]
+    if rebuilt is not None and rebuilt.text:
+        return Group(*parts, Text(""), safe(clip(rebuilt.text)))
+    if rebuilt is None:
+        parts += [Text(""), note]
+    for key in ("text", "request"):
+        if _field(v, key) is not None:
+            parts += [Text(""), Text(f"recorded {key}", style="bold"), safe(clip(preview(_field(v, key), SHOWN_CHARS)))]
+    return Group(*parts)
 
 
 def _readable(event):
@@ -430,12 +460,36 @@ def lineage(run) -> str:
         free = replay.get("free") if isinstance(replay, dict) else None
         shown = ", ".join(short(f, 20) for f in free) if isinstance(free, list) and free else "none"
         return f"replay of #{short(parent, 12)}, free: {short(shown, 60)}"
-    mutation = getattr(run, "mutation", None)
     site = getattr(run, "fork_site", None)
-    shown = mutation
-    if isinstance(mutation, dict):
-        shown = mutation.get("text", mutation.get("value", mutation))
-    return f"fork of #{short(parent, 12)} at {short(site, 30)} = {short(preview(shown, 200, quote=True), 30)}"
+    return f"fork of #{short(parent, 12)} at {short(site, 30)} = {mutation_label(getattr(run, 'mutation', None), 60)}"
+
+
+def mutation_label(mutation: Any, width: int = 80) -> str:
+    """A fork's new value as the user typed it, then what it became when that differs:
+    `+30d → 2026-04-01T10:00:00` (a clock shift), `" rm" → 28120` (a token's id); a
+    tool result reads as typed. One line, controls visible."""
+    if not isinstance(mutation, dict):
+        return short(preview(mutation, 200, quote=True), width)
+    typed = mutation.get("input", mutation.get("text"))
+    value = mutation.get("value")
+    if not isinstance(typed, str):
+        return short(preview(value, 200, quote=not isinstance(value, str)), width)
+    if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value) != typed.strip():
+        return short(f"{typed} → {value}", width)
+    return short(typed, width)
+
+
+def outcome_line(outcome: Any) -> Text:
+    """passed/failed and the first line of the checker's message; `—` when there is none."""
+    if not isinstance(outcome, dict) or "passed" not in outcome:
+        return Text("—" if not outcome else short(preview(outcome, 200, quote=True), 40), style="dim")
+    passed = outcome.get("passed")
+    text = Text("passed" if passed else "failed", style="bold green" if passed else "bold red")
+    message = outcome.get("checker_output")
+    first = next((ln for ln in message.splitlines() if ln.strip()), "") if isinstance(message, str) else ""
+    if first:
+        text.append(": " + short(first.strip(), 60))
+    return text
 
 
 def outcome_label(run) -> Text:

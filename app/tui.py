@@ -9,6 +9,7 @@ thread.
 from __future__ import annotations
 
 import threading
+from functools import partial
 from pathlib import Path
 
 from textual.app import App
@@ -26,6 +27,14 @@ class TokenizerLoaded(Message):
     def __init__(self, model_id: str, tokenizer) -> None:
         super().__init__()
         self.model_id, self.tokenizer = model_id, tokenizer
+
+
+class PromptsRebuilt(Message):
+    """The prompts of run `run_id` as text ({step: Prompt}), or why not (a line)."""
+
+    def __init__(self, run_id: int, prompts: dict | str) -> None:
+        super().__init__()
+        self.run_id, self.prompts = run_id, prompts
 
 
 class TTTRApp(App):
@@ -55,6 +64,7 @@ class TTTRApp(App):
         self._tokenizers: dict[str | None, object] = {}
         self._runtime = None
         self._runtime_lock = threading.Lock()
+        self._prompts: dict[int, dict | str] = {}  # run id -> {step: Prompt}, or why there is none
 
     def on_mount(self) -> None:
         self.push_screen(RunsScreen())
@@ -98,7 +108,10 @@ class TTTRApp(App):
                     action = binding.action.split("(")[0]
                     if node.check_action(action, ()) is False:
                         continue
-                    out.append((key_label(binding.key), binding.description or action))
+                    description = binding.description or action
+                    if action == "back":  # says where it goes, which depends on the screen below
+                        description = getattr(node, "back_label", description)
+                    out.append((key_label(binding.key), description))
         return out
 
     # -- what forks and the detail pane need ------------------------------------------
@@ -147,3 +160,56 @@ class TTTRApp(App):
         self._tokenizers[message.model_id] = message.tokenizer
         if isinstance(self.screen, TimelineScreen):
             self.screen.refresh_token_texts()
+
+    # -- the prompts a run's model read, as text ------------------------------------------
+    def prompt_of(self, run, step: int):
+        """The prompt of `run` at `step` as rebuilt from the record (a Prompt), or a line
+        saying why it is not shown. The first ask starts the rebuild in a worker (the
+        tokenizer takes a moment to load); `PromptsRebuilt` then reaches the screen."""
+        found = self._prompts.get(run.id)
+        if found is None:
+            if not self._load_tokenizer:
+                return "the prompt's text is not rebuilt: the app was started without a tokenizer"
+            self._prompts[run.id] = found = "rebuilding the prompt's text from the record …"
+            self.run_worker(partial(self._prompts_worker, run), thread=True, exit_on_error=False,
+                            name=f"prompts of run {run.id}")
+        if isinstance(found, str):
+            return found
+        return found.get(step, f"no prompt of step {step} could be rebuilt")
+
+    def prompt_tokenizer(self, run):
+        """The tokenizer of the model `run` was recorded with: the model at hand if it is
+        that one, else the model file the run's fingerprint names, if it is still there."""
+        tokenizer = self.tokenizer_for(run.model_id)
+        if tokenizer is not None:
+            return tokenizer
+        fingerprint = run.fingerprint if isinstance(run.fingerprint, dict) else {}
+        path = fingerprint.get("model_path")
+        if not isinstance(path, str) or not Path(path).is_file():
+            raise LookupError(f"the model the run was recorded with ({run.model_id}) is not here: "
+                              "start the app with --model pointing at it")
+        from tttr.engine.replay.runtime import Runtime
+
+        return Runtime(path).tokenizer
+
+    def _prompts_worker(self, run) -> None:
+        """Off the UI thread, on a connection of its own: every prompt of the run, rebuilt."""
+        from tttr.engine.replay.prompts import prompts
+        from tttr.sessions.store import Store
+
+        try:
+            tokenizer = self.prompt_tokenizer(run)
+            store = Store.open(self.db_path, create=False, readonly=True)
+            try:
+                found: dict | str = {p.step: p for p in prompts(store, run.id, tokenizer)}
+            finally:
+                store.close()
+        except Exception as exc:  # noqa: BLE001 - shown in the pane where the text would be
+            found = f"the prompt's text cannot be rebuilt: {exc}"
+        # Posted, not called: a call from this thread would wait forever on an app that quit.
+        self.post_message(PromptsRebuilt(run.id, found))
+
+    def on_prompts_rebuilt(self, message: PromptsRebuilt) -> None:
+        self._prompts[message.run_id] = message.prompts
+        if isinstance(self.screen, TimelineScreen) and self.screen.view.run_id == message.run_id:
+            self.screen.refresh_detail()

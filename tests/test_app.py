@@ -140,14 +140,17 @@ def test_diff_of_two_runs_side_by_side(db):
         side = app.screen.query_one(SideBySide)
         await wait_for(pilot, lambda: side.comparison is not None)
         rows = side.rows
-        assert len(rows) == 8
+        assert len(rows) == 1 + 8  # the setup (its clock and tree), then the steps
+        assert rows[0].a.step == rows[0].b.step == -1 and rows[0].a.output != rows[0].b.output
         differing = [i for i, r in enumerate(rows) if not r.same]
-        assert differing == [2]
-        assert rows[2].a.action == COMMANDS[2] and rows[2].b.action == OTHER[2]
+        assert differing == [0, 3]  # the two setups' trees differ, and step 2's command
+        assert rows[3].a.action == COMMANDS[2] and rows[3].b.action == OTHER[2]
         assert side.comparison.first is not None
         # one widget paints both sides: moving the cursor scrolls both at once
         await pilot.press("n")
-        assert side.cursor == 2
+        assert side.cursor == 3
+        await pilot.press("p")
+        assert side.cursor == 0
 
     run_app(db, flow)
 

@@ -88,7 +88,8 @@ def test_edit_a_token_and_fork_shows_the_fork_beside_its_parent(demo_db):
         await until(pilot, lambda: side.comparison is not None)
         comparison = side.comparison
         assert comparison.run_a == run_id and comparison.fork_site == "0:token:0"
-        assert side.rows[0].fork  # the fork site is marked on its step
+        assert side.rows[0].a.step == side.rows[0].b.step == -1  # the setup's row, then the steps
+        assert [r.fork for r in side.rows[:2]] == [False, True]  # the fork site is marked on its step
         assert any(r.first_divergence for r in side.rows) == (comparison.first is not None)
         child = app.store.run(comparison.run_b)
         assert child.parent == run_id and child.fork_site == "0:token:0"

@@ -199,7 +199,8 @@ CASES: dict[str, Case] = {
     "five-megabyte-output": Case(_huge_output, "tool", shown=["too large to show in full"], editable=False),
     "step-a-trillion": Case(_huge_step, timeline_shown=[str(10**12)[:4]]),
     "site-and-kind-names": Case(_names, timeline_shown=["0:tool[/oops]\\x1", "prompt[/]\\x9b"]),
-    "fork-description": Case(_fork_description, runs_shown=[("[/oops]\\u001b]0;t\\u0007", "unreadable")],
+    "fork-description": Case(_fork_description, runs_shown=[("[/oops]\\u001b]0;t\\u0007", "[/oops]\\x1b]0;t\\x07",
+                                                             "unreadable")],
                              compare_shown=["\\x1b[2J"]),
 }
 

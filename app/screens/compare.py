@@ -15,6 +15,7 @@ from textual.widgets import Footer, LoadingIndicator, Static
 
 from tttr.app import describe
 from tttr.app.compare import Comparison, build_comparison
+from tttr.app.screens.help import label_back
 from tttr.app.widgets.side_by_side import SideBySide
 from tttr.sessions.safe_text import brief
 from tttr.sessions.vocabulary import LAYERS
@@ -32,6 +33,7 @@ class CompareScreen(Screen):
         Binding("b", "open_side('b')", "open right"),
         Binding("escape", "back", "back"),
     ]
+    place = "compare"  # what a screen above says `escape` goes back to
 
     def __init__(self, run_a: int, run_b: int) -> None:
         super().__init__()
@@ -46,6 +48,7 @@ class CompareScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
+        label_back(self)
         self.query_one(SideBySide).display = False
         self.run_worker(self._load, thread=True, exit_on_error=False, name="diff")
 
@@ -95,10 +98,8 @@ class CompareScreen(Screen):
     def _summary(self, c: Comparison) -> Text:
         text = Text()
         if c.fork_site:
-            value = c.mutation.get("input", c.mutation.get("value")) if isinstance(c.mutation, dict) else c.mutation
             text.append("⋔ fork ", style="bold magenta")
-            shown = describe.short(describe.preview(value, 400, quote=True), 80)
-            text.append(f"at {describe.short(c.fork_site, 40)} = {shown}")
+            text.append(f"at {describe.short(c.fork_site, 40)} = {describe.mutation_label(c.mutation)}")
             token_id = c.mutation.get("value") if isinstance(c.mutation, dict) else None
             if ":token:" in c.fork_site and isinstance(token_id, int):
                 model_id = self.app.store.run(c.run_b).model_id
@@ -111,13 +112,20 @@ class CompareScreen(Screen):
             text.append(describe.short(c.note, 200) + "\n", style="red")
             text.append("steps are aligned by their actions; unreadable ones are marked ✗", style="dim")
             return text
+        text.append_text(self._outcomes(c))
         first = c.first
-        if first is None:
+        if first is None and c.at_fork is None:
             text.append("identical: no site differs between the two runs", style="bold green")
             return text
-        text.append("▶ first divergence " + ("after the fork " if c.fork_site else ""), style="bold red")
-        text.append(f"{describe.short(first.site, 40)} ({describe.short(first.layer, 10)}): "
-                    f"{brief(first.a, 50)} → {brief(first.b, 50)}\n")
+        if first is None:
+            at = c.at_fork
+            text.append("▶ the runs diverge at the fork only ", style="bold red")
+            text.append(f"{describe.short(at.site, 40)} ({describe.short(at.layer, 10)}): "
+                        f"{brief(at.a, 50)} → {brief(at.b, 50)}; no other layer differs\n")
+        else:
+            text.append("▶ first divergence " + ("after the fork " if c.fork_site else ""), style="bold red")
+            text.append(f"{describe.short(first.site, 40)} ({describe.short(first.layer, 10)}): "
+                        f"{brief(first.a, 50)} → {brief(first.b, 50)}\n")
         for layer in LAYERS:
             d = c.divergences.get(layer)
             if d is not None:
@@ -125,7 +133,21 @@ class CompareScreen(Screen):
                 text.append(f"first differs at {describe.short(d.site, 40)}: "
                             f"{brief(d.a, 50)} → {brief(d.b, 50)}\n", style="dim")
         differing = sum(1 for r in c.rows if not r.same)
-        text.append(f"{differing} of {len(c.rows)} aligned steps differ · n/p next/previous difference", style="dim")
+        text.append(f"{differing} of {len(c.rows)} aligned rows differ · n/p next/previous difference", style="dim")
+        return text
+
+    @staticmethod
+    def _outcomes(c: Comparison) -> Text:
+        """Each run's outcome; said in words when the same actions ended differently."""
+        text = Text("outcome ", style="bold")
+        for side, run_id, outcome in (("left", c.run_a, c.outcome_a), ("right", c.run_b, c.outcome_b)):
+            text.append(("   " if side == "right" else " ") + f"{side} #{describe.short(run_id, 12)} ")
+            text.append_text(describe.outcome_line(outcome))
+        passed = [o.get("passed") if isinstance(o, dict) else None for o in (c.outcome_a, c.outcome_b)]
+        steps = [r for r in c.rows if not any(s is not None and s.step < 0 for s in (r.a, r.b))]
+        if None not in passed and passed[0] != passed[1] and all(r.same for r in steps):
+            text.append("\n  the same actions led to a different outcome", style="bold yellow")
+        text.append("\n")
         return text
 
     def action_open_side(self, side: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -17,6 +19,20 @@ LAYER_HELP = {
     "trace": "the world: the virtual clock, a command's result, file snapshots",
     "agent": "derived values: prompt, message, parsed action, outcome",
 }
+
+
+def label_back(screen) -> None:
+    """Name where `escape` (the screen's `back`) goes — the screen under it, by its
+    `place` — in the footer and in help: `back to runs`, `back to run #3`, `back to compare`."""
+    stack = screen.app.screen_stack
+    below = stack[stack.index(screen) - 1] if screen in stack and stack.index(screen) > 0 else None
+    place = getattr(below, "place", None)
+    label = f"back to {place}" if place else "back"
+    screen.back_label = label
+    bindings = screen._bindings.key_to_bindings  # this screen's own copy: the class keeps its default
+    bindings["escape"] = [replace(b, description=label) if b.action == "back" else b
+                          for b in bindings.get("escape", [])]
+    screen.refresh_bindings()
 
 
 def key_label(key: str) -> str:

@@ -22,6 +22,7 @@ class RunsScreen(Screen):
         Binding("d", "diff", "diff"),
         Binding("r", "reload", "reload"),
     ]
+    place = "runs"  # what a screen above says `escape` goes back to
 
     def __init__(self) -> None:
         super().__init__()

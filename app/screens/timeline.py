@@ -24,6 +24,7 @@ from tttr.app.runview import (BLOB_PREVIEW, EDITABLE_KINDS, LAYERS, TOO_LARGE, R
                          value_problem)
 from tttr.app.screens.edit import EditScreen
 from tttr.app.screens.search import SearchScreen
+from tttr.app.screens.help import label_back
 from tttr.app.widgets.detail import DetailPane
 from tttr.app.widgets.fork_progress import ForkProgress
 from tttr.app.widgets.message import MessageStrip
@@ -97,13 +98,21 @@ class TimelineScreen(Screen):
         return Text(f", . step through {letter} {layer}", style=f"bold {colour}")
 
     def on_mount(self) -> None:
+        label_back(self)
         timeline = self.query_one(Timeline)
         timeline.focus()
         if self.start:
             timeline.cursor = self.start
+            # Laid out only after this: scroll the rows to the cursor once they have a height.
+            self.call_after_refresh(timeline.scroll_to_cursor)
 
     def token_texts(self, ids: list[int]) -> dict[int, str]:
         return self.app.token_texts(ids, self.view.run.model_id)
+
+    @property
+    def place(self) -> str:
+        """What a screen above says `escape` goes back to."""
+        return f"run #{self.view.run_id}"
 
     @property
     def timeline(self) -> Timeline:
@@ -127,7 +136,8 @@ class TimelineScreen(Screen):
     def _show_detail(self, event) -> None:
         """The detail of `event`, from what is loaded; blobs it needs (outputs, snapshots)
         load in a worker, and the pane shows placeholders until they arrive."""
-        self.query_one(DetailPane).show(describe.detail(self.view, event, self.token_texts))
+        prompt = self.app.prompt_of(self.view.run, event.step) if event.kind == "prompt" else None
+        self.query_one(DetailPane).show(describe.detail(self.view, event, self.token_texts, prompt))
         wanted = self.view.take_wanted()
         if wanted:
             self.run_worker(partial(self._load_blobs, wanted), thread=True, exclusive=True, group="blobs",
@@ -157,6 +167,12 @@ class TimelineScreen(Screen):
 
     def on_blobs_loaded(self, message: BlobsLoaded) -> None:
         self.view.merge_loaded(message.loaded)
+        event = self.current
+        if event is not None:
+            self._show_detail(event)
+
+    def refresh_detail(self) -> None:
+        """Something the detail pane shows arrived (a prompt's text): show it again."""
         event = self.current
         if event is not None:
             self._show_detail(event)

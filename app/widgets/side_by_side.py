@@ -1,7 +1,7 @@
 """Two runs side by side, aligned by step, on one virtual widget: one scroll moves both.
 
 Each aligned row takes two lines: the action, then its exit code and first line of
-output. The fork site carries ⋔, every divergent row is tinted (≠), and the first
+output; the setup's row (when either run has one), its clock, then its tree. The fork site carries ⋔, every divergent row is tinted (≠), and the first
 divergence is marked ▶ and tinted strongest.
 """
 
@@ -100,6 +100,15 @@ class SideBySide(ScrollView, can_focus=True):
     def _side(info: StepInfo | None, sub: int, width: int) -> Text:
         if info is None:
             text = Text("   —  (no step)" if sub == 0 else "", style="dim")
+        elif info.step < 0:  # the setup: its clock, then its tree
+            if sub == 0:
+                text = Text("setup ", style="bold")
+                if info.problem is not None:
+                    text.append_text(describe.unreadable_label(describe.short(info.problem, width)))
+                else:
+                    text.append("clock " + describe.short(info.action or "not recorded", width), style="yellow")
+            else:
+                text = Text("      " + describe.short(info.output, width), style="dim")
         elif sub == 0:
             text = Text(f"{describe.short(info.step, 6):>4} ", style="bold")
             if info.problem is not None:
