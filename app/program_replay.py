@@ -78,7 +78,8 @@ class ReplayResult:
                 "divergence": self.divergence.to_json() if self.divergence else None,
                 "exit_code": self.exit_code, "recorded_exit_code": self.recorded_exit_code,
                 "same_stdout": self.same_stdout, "same_tree": self.same_tree, "calls_answered": self.calls_answered,
-                "logits_computed": self.logits_computed, "tools_run": self.tools_run, "stdout": self.stdout}
+                "logits_computed": self.logits_computed, "tools_run": self.tools_run, "stdout": self.stdout,
+                **self.extra}
 
 
 # ---------------------------------------------------------------------------- the recording
@@ -208,12 +209,20 @@ class Replayer:
                 if prompt.get("endpoint", endpoint) != endpoint:
                     diff = ("endpoint", prompt.get("endpoint"), endpoint)
                 if diff is None:
-                    self._copy(step)
-                    self.calls += 1
-                    return _response(endpoint, step, prompt, self.rec.run.model_id or "tttr")
+                    return self._answer_call(name, endpoint, body, step, prompt)
                 self._diverge(f"call {index} (step {step.step}), {diff[0]}", diff[1], diff[2])
-            return APIError(f"tttr replay stopped at the divergence, {self.divergence.describe()}: "
-                            "model calls after it are not generated yet", status=409, code="replay_diverged")
+            return self._live_call(name, endpoint, body)
+
+    def _answer_call(self, name, endpoint: str, body: dict, step: _Step, prompt: dict):
+        """A model call that matches recorded step `step`: the recorded answer."""
+        self._copy(step)
+        self.calls += 1
+        return _response(endpoint, step, prompt, self.rec.run.model_id or "tttr")
+
+    def _live_call(self, name, endpoint: str, body: dict):
+        """A model call after the divergence: a replay does not generate it (a fork does)."""
+        return APIError(f"tttr replay stopped at the divergence, {self.divergence.describe()}: "
+                        "model calls after it are not generated yet", status=409, code="replay_diverged")
 
     def answer_sdk(self, name, kind: str, value: dict):
         with self._lock:
@@ -230,10 +239,14 @@ class Replayer:
                     label = recorded.get("function") or recorded.get("cmd")
                     self._diverge(f"step {step.step}, tool {label}: {key}", recorded.get(key), value.get(key))
                     return None
-            self._copy(step)
-            if "function" in value:
-                return {"error": recorded["error"]} if recorded.get("error") else {"result": recorded.get("result")}
-            return {k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}
+            return self._answer_sdk(step, recorded, value)
+
+    def _answer_sdk(self, step: _Step, recorded: dict, value: dict) -> dict:
+        """An SDK tool query that matches recorded step `step`: the recorded result."""
+        self._copy(step)
+        if "function" in value:
+            return {"error": recorded["error"]} if recorded.get("error") else {"result": recorded.get("result")}
+        return {k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}
 
     def finish(self) -> None:
         """A recording with steps the program never asked for diverges at the first of them."""
@@ -269,8 +282,9 @@ def _take_program(argv: list[str], recorded_tree: str | None, tree_dir: Path) ->
 
 
 def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, timeout_s: float = 600.0,
-                   progress=None) -> ReplayResult:
-    """Replay recorded program run `run_id` of `db` as a child run; see the module's text."""
+                   progress=None, fork=None) -> ReplayResult:
+    """Replay recorded program run `run_id` of `db` as a child run; see the module's text.
+    `fork` (app/program_fork.py's ForkPlan, checked already) makes it a fork at one site."""
     from tttr.recorders.limits import Limits
     from tttr.recorders.sandbox import Executor
     from tttr.recorders.snapshot import restore
@@ -293,14 +307,16 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
         executor = Executor(tree_dir, seed=rec.run.seed or 0, unsafe_no_sandbox=unsafe_no_sandbox,
                             limits=Limits(timeout_s=timeout_s, tree_mb=1024), binds=host.binds(sock_dir))
         try:
-            return _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say)
+            return _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
+                           fork)
         finally:
             executor.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say) -> ReplayResult:
+def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
+            fork=None) -> ReplayResult:
     from tttr.app.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.recorders.clock import iso
@@ -313,19 +329,23 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
     store = recorder.store
     app = create_app(None, recorder)
     server = app.state.server
-    replayer = Replayer(rec, recorder, name)
+    replayer = fork.replayer(rec, recorder, name) if fork is not None else Replayer(rec, recorder, name)
     server.answer_call = replayer.answer_call
     server.answer_from_recording = replayer.answer_sdk
     server.replay_model = {"id": run.model_id or "tttr", "object": "model", "created": 0, "owned_by": "tttr"}
     endpoint = None
     child = None
     try:
+        how = fork.columns() if fork is not None else {"fork_seq": 0, "meta": {**(run.meta or {}), "replay": {"free": []}}}
         child = store.begin_run(task=run.task, model_id=run.model_id, kernel_mode=run.kernel_mode,
-                                sampling=run.sampling, seed=run.seed, fingerprint=run.fingerprint, parent=run.id,
-                                fork_seq=0, meta={**(run.meta or {}), "replay": {"free": []}})
-        recorder.adopt(name, child)
-        store.append(child, -1, KIND_LAYER["setup"], "setup", site(-1, "setup"), rec.setup)
-        store.commit_step(child)
+                                sampling=run.sampling, seed=run.seed, fingerprint=run.fingerprint, parent=run.id, **how)
+        if fork is None:
+            recorder.adopt(name, child)
+            store.append(child, -1, KIND_LAYER["setup"], "setup", site(-1, "setup"), rec.setup)
+            store.commit_step(child)
+        else:  # the setup and the steps before the site are the parent's, shared
+            recorder.adopt(name, child, first_step=fork.site.step)
+            recorder.shared.update(fork.shared)
         sandboxed = executor.sandboxed
         endpoint = _Endpoint(app, str(sock_dir / SOCKET_NAME) if sandboxed else None)
         env = {**(host.env() if sandboxed else {"PATH": host.path}), **endpoint_env(endpoint.base, name),
@@ -334,7 +354,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         started = time.monotonic()
         # live clock reads (after a divergence) run from the recorded clock, as when recording
         server.clock = lambda: (clock + timedelta(seconds=int(time.monotonic() - started))).replace(tzinfo=timezone.utc)
-        say(f"replaying {program} …")
+        say(f"{'forking' if fork is not None else 'replaying'} {program} …")
         res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
         recorder.flush()
         replayer.finish()
@@ -353,17 +373,21 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         same_exit = res.exit_code == rec.final.get("exit_code")
         same_tree = end_digest == rec.final.get("tree_after")
         identical = replayer.divergence is None and same_stdout and same_exit
+        logits = getattr(replayer, "logits_computed", 0)
         outcome = {"exit_code": res.exit_code, "calls": replayer.calls, "tree": end_digest, "clock": iso(clock),
                    "identical": identical, "same_stdout": same_stdout, "same_tree": same_tree,
-                   "logits_computed": 0, "tools_run": tools_run,
+                   "logits_computed": logits, "tools_run": tools_run,
                    "divergence": replayer.divergence.to_json() if replayer.divergence else None}
+        if fork is not None:
+            outcome.update(replayer.report())
         if isinstance(rec.outcome, dict) and "passed" in rec.outcome:
             outcome["recorded_passed"] = rec.outcome["passed"]
         store.append(child, last, KIND_LAYER["outcome"], "outcome", site(last, "outcome"), outcome)
         store.finish_run(child, status="complete", outcome=outcome)
         done, child = child, None
         return ReplayResult(done, run.id, identical, replayer.divergence, res.exit_code, rec.final.get("exit_code"),
-                            res.stdout, same_stdout, same_tree, replayer.answered, 0, tools_run)
+                            res.stdout, same_stdout, same_tree, replayer.answered, logits, tools_run,
+                            replayer.report() if fork is not None else {})
     finally:
         if endpoint is not None:
             endpoint.stop()
@@ -373,9 +397,11 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
             except Exception:  # noqa: BLE001 - the store is closed next either way
                 pass
         server.shutdown()
+        if fork is not None:
+            replayer.close()
 
 
-def print_replay(res: ReplayResult, as_json: bool) -> None:
+def print_replay(res: ReplayResult, as_json: bool, verb: str = "replayed") -> None:
     import json
 
     from tttr.sessions.safe_text import visible
@@ -389,11 +415,15 @@ def print_replay(res: ReplayResult, as_json: bool) -> None:
     def say(text: str) -> None:
         print(visible(text, newlines=False))
 
-    say(f"replayed run {res.run_id} (child of {res.parent}): exit code {res.exit_code}, "
+    say(f"{verb} run {res.run_id} (child of {res.parent}): exit code {res.exit_code}, "
         f"{res.calls_answered} steps answered from the recording")
+    if "fork_site" in res.extra:
+        say(f"forked at {res.extra['fork_site']}" + ("" if res.extra.get("forked") else " (the program never got there)")
+            + f", {res.extra.get('calls_generated', 0)} model calls generated")
     say("identical to the recording" if res.identical else "differs from the recording")
     if res.divergence is not None:
-        say(f"replay diverged at {res.divergence.describe()}")
+        say(f"{verb.removesuffix('ed')} diverged at {res.divergence.describe()}"
+            if verb == "replayed" else f"the program diverged after the fork at {res.divergence.describe()}")
     if not res.same_stdout:
         say("stdout differs from the recording")
     if res.exit_code != res.recorded_exit_code:

@@ -86,8 +86,8 @@ def test_edited_program_diverges_at_its_first_call_and_a_missing_one_is_refused(
     assert res["logits_computed"] == 0
     with Store.open(db, readonly=True) as store:
         runs = len(store.runs())
-    assert main(["fork", str(rec["run_id"]), "--db", str(db), "--at", "1:tool", "--set", "3"]) == 2
-    assert "not supported yet" in capsys.readouterr().err
+    assert main(["fork", str(rec["run_id"]), "--db", str(db), "--at", "0:prompt", "--set", "3"]) == 2
+    assert "STEP:tool" in capsys.readouterr().err
     (tree / "prog.py").unlink()
     assert main(["replay", str(rec["run_id"]), "--db", str(db)]) == 2
     err = capsys.readouterr().err

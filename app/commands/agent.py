@@ -283,14 +283,27 @@ def cmd_replay_program(args, policy) -> int:
     return 0
 
 
+def cmd_fork_program(args) -> int:
+    from tttr.app.program_fork import check_program_fork, print_fork
+    from tttr.app.program_replay import replay_program
+
+    with _open_readonly(args.db) as reader:  # checked before anything is written
+        plan = check_program_fork(reader, args.run, args.at, args.value, model=args.model)
+
+    def progress(text: str) -> None:
+        if not args.json:
+            print(f"tttr fork: {text}", file=sys.stderr, flush=True)
+
+    res = replay_program(args.db, args.run, unsafe_no_sandbox=args.unsafe_no_sandbox, progress=progress, fork=plan)
+    print_fork(res, args.json)
+    return 0
+
+
 def cmd_fork(args) -> int:
     from tttr.engine.replay.runs import check_fork, fork
 
     if _is_program(args):
-        from tttr.sessions.errors import TTTRError
-
-        raise TTTRError(f"run {args.run} is a recorded program: forking it is not supported yet "
-                        f"(tttr replay {args.run} replays it)")
+        return cmd_fork_program(args)
     # The run, the site and the new value are all checked on a read-only connection before
     # the file is opened for writing: a refused fork writes nothing and prints no progress.
     with _open_readonly(args.db) as reader:

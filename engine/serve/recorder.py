@@ -96,6 +96,8 @@ class CallRecorder:
         self._queue: queue.Queue[CallRecord | None] = queue.Queue()
         self._named: dict[str, list[int]] = {}  # name -> [run id, next step]
         self._sdk_steps: dict[str, int] = {}  # name -> how many of its steps are SDK events
+        # sites a fork's child shares with its parent (the prefix before the fork site): not written again
+        self.shared: set[str] = set()
         self.recorded = 0
         self.failed = 0
         self.posted: dict[str, int] = {}  # SDK events posted by kind (in a replay: values obtained live)
@@ -106,10 +108,10 @@ class CallRecorder:
         """Record a started call once it finishes (or is cancelled); returns at once."""
         self._queue.put((call, name if name is not None else self.default_run, response_id))
 
-    def adopt(self, name: str, run_id: int) -> None:
-        """Calls named `name` become steps 0, 1, … of `run_id`, a run the caller began on
-        `self.store` and finishes itself (close() leaves it as it is)."""
-        self._named[name] = [run_id, 0]
+    def adopt(self, name: str, run_id: int, first_step: int = 0) -> None:
+        """Calls named `name` become steps first_step, first_step + 1, … of `run_id`, a run the
+        caller began on `self.store` and finishes itself (close() leaves it as it is)."""
+        self._named[name] = [run_id, first_step]
         self._adopted.add(name)
 
     def record_event(self, name: str, kind: str, value: dict) -> None:
@@ -233,7 +235,8 @@ class CallRecorder:
             raise ValueError(f"no run named {item.name!r} to copy a step into (adopt it first)")
         run_id, step = self._begin_run(item.name, {})
         for kind, pos, value in item.events:
-            self.store.append(run_id, step, KIND_LAYER[kind], kind, site(step, kind, pos), value)
+            if site(step, kind, pos) not in self.shared:
+                self.store.append(run_id, step, KIND_LAYER[kind], kind, site(step, kind, pos), value)
         self.store.commit_step(run_id)
 
     def _write_proxied(self, call) -> None:
@@ -270,7 +273,8 @@ class CallRecorder:
         store = self.store
 
         def emit(kind: str, value, pos: int | None = None) -> None:
-            store.append(run_id, step, KIND_LAYER[kind], kind, site(step, kind, pos), value)
+            if site(step, kind, pos) not in self.shared:
+                store.append(run_id, step, KIND_LAYER[kind], kind, site(step, kind, pos), value)
 
         emit("prompt", {
             "ids_digest": ids_digest(call.prompt_ids), "n_tokens": len(call.prompt_ids), "ids": list(call.prompt_ids),

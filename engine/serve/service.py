@@ -191,8 +191,9 @@ class Service:
         seed = req.seed if req.seed is not None else secrets.randbelow(SEED_LIMIT)
         return Prepared(req, tuple(ids), seed, req.seed is None, req.max_tokens or room, tool_format, names)
 
-    def start(self, prepared: Prepared, on_token: Callable | None = None) -> Call:
-        """Submit the call to the engine; `on_token(record)` runs on the engine's thread."""
+    def start(self, prepared: Prepared, on_token: Callable | None = None, *, forced: dict | None = None) -> Call:
+        """Submit the call to the engine; `on_token(record)` runs on the engine's thread.
+        `forced` ({position: token id}) takes those tokens instead of sampling them (a fork)."""
         from tttr.engine.inference.sampler import SamplingParams
         from tttr.engine.inference.sequence import Sequence
 
@@ -208,7 +209,8 @@ class Service:
                 on_token(record)
 
         seq = Sequence(list(prepared.prompt_ids), sampling, prepared.max_tokens, rng_step=0,
-                       stop_token_ids=self.tokenizer.stop_token_ids, stop_strings=req.stop, on_token=callback)
+                       stop_token_ids=self.tokenizer.stop_token_ids, stop_strings=req.stop, on_token=callback,
+                       forced=forced)
         future = self.engine.submit(seq)
         engine = self.engine
         return Call(prepared, seq, future, int(time.time()), time.perf_counter(), cancelled,

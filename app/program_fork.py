@@ -1,0 +1,241 @@
+"""`tttr fork RUN --at SITE --set VALUE` of a recorded program (see app/program_replay.py).
+
+The program runs again as in a faithful replay: every step before the fork site is answered
+from the recording. At the site:
+
+- `STEP:tool` (an SDK tool call): the tool is not run; the SDK gets the new value. For a
+  function (`@sdk.tool`) a JSON object with `result` and/or `error` sets those, other JSON
+  (`3`, `"text"`, `[1, 2]`) is the new result, and plain text is the new result as a string;
+  for a command (`sdk.shell`) the grammar is the built-in agent's (stdout text, `exit=N`,
+  JSON with stdout/stderr/exit_code).
+- `STEP:token:POS` (a model call): the call is generated again from its recorded prompt
+  with its own sampling and seed (engine/replay/calls.py's checks), its tokens before POS
+  forced to the recorded ones, the new token at POS, the rest sampled live. The model loads
+  then, not before.
+
+After the site, requests that still equal the recording are answered from it; the first one
+that differs is the divergence, and from there on model calls are generated live and SDK
+tools run live. The child run records its parent, fork site and mutation."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+
+from tttr.app.program import ProgramRunError
+from tttr.app.program_replay import Replayer, _load, _Step
+from tttr.engine.serve.errors import APIError
+from tttr.sessions.vocabulary import Site, SiteError, site_parts
+
+
+@dataclass(slots=True)
+class ForkPlan:
+    """A checked fork: the site, the parsed value, and (for a token) the call's settings."""
+
+    run_id: int
+    site: Site
+    value: object  # tool: dict of replaced fields; token: int token id
+    text: str
+    fork_seq: int
+    model: str | None = None
+    forced: dict | None = None  # token fork: {position: token id}
+    settings: dict | None = None  # token fork: prompt ids, seed, max_tokens
+    shared: frozenset = frozenset()  # the site's step's events before it: the parent's, shared
+
+    def columns(self) -> dict:
+        return {"fork_seq": self.fork_seq, "fork_site": str(self.site),
+                "mutation": {"site": str(self.site), "value": self.value, "input": self.text}}
+
+    def replayer(self, rec, recorder, name: str) -> ForkReplayer:
+        return ForkReplayer(rec, recorder, name, self)
+
+
+def _sdk_value(text: str, recorded: dict) -> dict:
+    """The new value of an SDK tool step: see the module's text."""
+    if "function" not in recorded:  # sdk.shell: the built-in agent's tool grammar
+        from tttr.engine.replay.mutation import _tool
+
+        return _tool(text)
+    stripped = text.strip()
+    if re.fullmatch(r"exit(?:_code)?\s*=\s*-?\d+", stripped):
+        raise ProgramRunError(f"the tool is the function {recorded['function']!r}, which has no exit code: set its "
+                              "result (JSON or text) or {\"error\": \"...\"}")
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return {"result": text}
+    if isinstance(value, dict) and value and set(value) <= {"result", "error"}:
+        if "error" in value and not isinstance(value["error"], (str, dict)):
+            raise ProgramRunError(f"an SDK tool's error is text or an object, not {value['error']!r}")
+        return value
+    return {"result": value}
+
+
+def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, model: str | None = None) -> ForkPlan:
+    """Everything a program fork checks before it writes; ProgramRunError (one line) if bad."""
+    from tttr.engine.replay.source import Source
+
+    rec = _load(store, run_id)
+    try:
+        at = Site.parse(site_text)
+    except (SiteError, ValueError) as exc:
+        raise ProgramRunError(f"{exc}; a program run forks at an SDK tool (STEP:tool) or a model call's "
+                              "token (STEP:token:POS)") from None
+    step = next((s for s in rec.steps if s.step == at.step), None)
+    source = Source(store, run_id)
+    if at.name == "tool":
+        if step is None or step.kind != "tool":
+            raise ProgramRunError(f"site {at} is not an SDK tool call of run {run_id}: "
+                                  f"`tttr events {run_id}` lists its sites")
+        recorded = next(e.value for e in step.events if e.kind == "tool")
+        try:
+            value = _sdk_value(value_text, recorded)
+        except ValueError as exc:
+            raise ProgramRunError(str(exc)) from None
+        return ForkPlan(run_id, at, value, value_text, source.seq_of(str(at)), shared=_shared(source, at))
+    if at.name == "token":
+        if step is None or step.kind != "call":
+            raise ProgramRunError(f"site {at} is not a model call's token in run {run_id}: "
+                                  f"`tttr events {run_id}` lists its sites")
+        return _check_token(store, source, at, value_text, model)
+    raise ProgramRunError(f"a program run forks at an SDK tool (STEP:tool) or a model call's token "
+                          f"(STEP:token:POS), not {at}")
+
+
+def _check_token(store, source, at: Site, value_text: str, model: str | None) -> ForkPlan:
+    from tttr.engine.replay.calls import _call_settings, _recorded_seed
+    from tttr.engine.replay.mutation import parse_mutation
+    from tttr.engine.replay.runtime import Runtime
+
+    run = source.run
+    runtime = Runtime(model)  # the model's identity and tokenizer only: nothing loads here
+    if run.model_id != runtime.model_id:
+        raise ProgramRunError(f"run {run.id} was served by model {run.model_id}; generating its calls needs that "
+                              f"model here, but the local model is {runtime.model_id}: pass it with --model")
+    mutation = parse_mutation(store, run.id, str(at), value_text, tokenizer=runtime.tokenizer)
+    prompt, sampling, max_tokens, _ = _call_settings(source, at.step)
+    seed = _recorded_seed(source, sampling)
+    before = source.tokens.get(at.step, [])[:at.pos]
+    if not all(type(t.get("id")) is int for t in before):
+        raise ProgramRunError(f"run {run.id}, call {at.step}: its tokens before position {at.pos} have no ids")
+    forced = {p: t["id"] for p, t in enumerate(before)}
+    forced[at.pos] = mutation.value
+    settings = {"ids": list(prompt["ids"]), "seed": seed, "max_tokens": max_tokens}
+    return ForkPlan(run.id, at, mutation.value, value_text, source.seq_of(str(at)), model, forced, settings,
+                    _shared(source, at))
+
+
+def _shared(source, at: Site) -> frozenset:
+    seq = source.seq_of(str(at))
+    return frozenset(e.site for e in source.events if e.step == at.step and e.seq < seq)
+
+
+class ForkReplayer(Replayer):
+    """A replay that takes the new value at the fork site and runs live after the divergence."""
+
+    def __init__(self, rec, recorder, name: str, plan: ForkPlan):
+        super().__init__(rec, recorder, name)
+        self.plan = plan
+        self.forked = False
+        self.service = None
+        self.logits_computed = 0
+        self.calls_generated = 0
+
+    def _copy(self, step: _Step) -> None:
+        if self.forked or self.divergence is not None:
+            super()._copy(step)
+        else:  # before the site: the parent's events are the child's, shared, not written again
+            self.cursor += 1
+            self.answered += 1
+
+    # -- the fork site ---------------------------------------------------------------------
+    def _at_site(self, step: _Step, kind: str) -> bool:
+        return not self.forked and step.step == self.plan.site.step and self.plan.site.name == kind
+
+    def _answer_call(self, name, endpoint: str, body: dict, step: _Step, prompt: dict):
+        if not self._at_site(step, "token"):
+            return super()._answer_call(name, endpoint, body, step, prompt)
+        self.forked = True
+        self.cursor += 1
+        self.calls += 1
+        return self._generate(name, endpoint, body, forced=True)
+
+    def _answer_sdk(self, step: _Step, recorded: dict, value: dict) -> dict:
+        if not self._at_site(step, "tool"):
+            return super()._answer_sdk(step, recorded, value)
+        self.forked = True
+        new = {**recorded, **self.plan.value}
+        if "function" in recorded:
+            if "result" in self.plan.value and "error" not in self.plan.value:
+                new.pop("error", None)
+            if "error" in self.plan.value and "result" not in self.plan.value:
+                new.pop("result", None)
+        events = [(e.kind, site_parts(e.site)[2], new if e.kind == "tool" else e.value) for e in step.events]
+        self.recorder.record_copy(self.name, events)
+        self.cursor += 1
+        if "function" in value:
+            return {"error": new["error"]} if new.get("error") else {"result": new.get("result")}
+        return {k: new.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}
+
+    # -- live ------------------------------------------------------------------------------
+    def _live_call(self, name, endpoint: str, body: dict):
+        return self._generate(name, endpoint, body, forced=False)
+
+    def _model(self):
+        if self.service is None:
+            from tttr.engine.serve.service import Service
+
+            service = Service(self.plan.model, kernel_mode="invariant")
+            service.load()  # the first live call pays for it
+            self.service = service
+            self.recorder.service = service
+        return self.service
+
+    def _generate(self, name, endpoint: str, body: dict, *, forced: bool):
+        from tttr.engine.serve import responses as shape
+        from tttr.engine.serve.requests import parse_chat, parse_completion
+
+        try:
+            service = self._model()
+            prepared = service.prepare((parse_chat if endpoint == "chat" else parse_completion)(body))
+        except APIError as exc:
+            return exc
+        except Exception as exc:  # noqa: BLE001 - the program gets an error, the fork reports it
+            return APIError(f"tttr fork could not generate this call: {exc}", status=500, code="engine_error")
+        plan = self.plan
+        if forced:
+            s = plan.settings
+            prepared = replace(prepared, prompt_ids=tuple(s["ids"]), seed=s["seed"], max_tokens=s["max_tokens"],
+                               seed_drawn=False)
+        response_id = shape.new_id("chatcmpl" if endpoint == "chat" else "cmpl")
+        call = service.start(prepared, None, forced=plan.forced if forced else None)
+        self.recorder.record(call, name=name, response_id=response_id)
+        try:
+            call.future.result()
+        except Exception as exc:  # noqa: BLE001
+            return APIError(f"generation failed: {exc}", status=500, code="engine_error")
+        self.calls_generated += 1
+        self.logits_computed += len(call.seq.records)
+        out = shape.output(call, service.tokenizer)
+        make = shape.chat_response if endpoint == "chat" else shape.completion_response
+        return make(service, call, out, response_id)
+
+    def report(self) -> dict:
+        return {"fork_site": str(self.plan.site), "forked": self.forked, "calls_generated": self.calls_generated}
+
+    def close(self) -> None:
+        if self.service is not None:
+            self.service.close()
+
+
+def print_fork(res, as_json: bool) -> None:
+    from tttr.app.program_replay import print_replay
+
+    if as_json:
+        print_replay(res, True)
+        return
+    print_replay(res, False, verb="forked")
+
+
+__all__ = ["ForkPlan", "ForkReplayer", "check_program_fork", "print_fork"]

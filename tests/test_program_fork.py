@@ -1,0 +1,114 @@
+"""`tttr fork RUN --at SITE --set VALUE` of a recorded program: re-run like a faithful replay,
+the new value at the site (an SDK tool's result, or a model call's token with the rest of the
+call generated live), answered from the recording while requests match, live after."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tttr.app.cli import main
+from tttr.sessions.store import Store
+from sandbox_helpers import needs_sandbox
+
+PROGRAM = textwrap.dedent("""\
+    from openai import OpenAI
+    from tttr.recorders import sdk
+
+    @sdk.tool
+    def decide(text):
+        return "stop"
+
+    client = OpenAI()
+    model = client.models.list().data[0].id
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hi"}],
+                                       max_tokens=4, seed=3)
+    answer = r.choices[0].message.content
+    verdict = decide(answer)
+    print("answer:", repr(answer))
+    print("verdict:", verdict)
+    if verdict == "again":
+        r2 = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say more"}],
+                                            max_tokens=4, seed=3)
+        print("second:", repr(r2.choices[0].message.content))
+""")
+
+
+def _run(capsys, argv: list[str]) -> dict:
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _record(capsys, tmp_path: Path) -> tuple[Path, dict]:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "prog.py").write_text(PROGRAM)
+    db = tmp_path / "s.db"
+    res = _run(capsys, ["record", "--db", str(db), "--tree", str(tree), "--seed", "7", "--clock",
+                        "2026-03-02T10:00:00", "--json", "--", "python3", "prog.py"])
+    assert res["exit_code"] == 0 and res["calls"] == 1, res["stderr"]
+    return db, res
+
+
+def _fork(capsys, db: Path, run_id: int, at: str, value: str) -> dict:
+    return _run(capsys, ["fork", str(run_id), "--db", str(db), "--at", at, "--set", value, "--json"])
+
+
+def _tokens(store, run_id: int, step: int) -> list[int]:
+    _, events = store.load_run(run_id)
+    return [e.value["id"] for e in sorted((e for e in events if e.step == step and e.kind == "token"),
+                                          key=lambda e: e.site)]
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_fork_at_an_sdk_tool_result_changes_the_path(tmp_path, capsys):
+    db, rec = _record(capsys, tmp_path)
+    assert "verdict: stop" in rec["stdout"] and "second:" not in rec["stdout"]
+    res = _fork(capsys, db, rec["run_id"], "1:tool", "again")
+    assert res["exit_code"] == 0 and res["forked"] is True, res
+    assert "verdict: again" in res["stdout"] and "second:" in res["stdout"], res["stdout"]
+    assert res["calls_generated"] == 1 and res["logits_computed"] > 0
+    assert res["tools_run"] == 0  # the tool was given the new value, not run
+    div = res["divergence"]  # the first request after the fork the recording lacks: the second call
+    assert div["site"] == "step 2" and "ends here" in div["recorded"] and "Say more" in div["live"], div
+    assert res["same_stdout"] is False and res["identical"] is False
+    with Store.open(db, readonly=True) as store:
+        run, events = store.load_run(res["run_id"])
+        assert run.parent == rec["run_id"] and run.fork_site == "1:tool" and run.status == "complete"
+        assert run.mutation["value"] == {"result": "again"}
+        tool = next(e.value for e in events if e.step == 1 and e.kind == "tool")
+        assert tool["result"] == "again"
+        assert any(e.step == 2 and e.kind == "prompt" for e in events)  # the second call, recorded live
+        assert _tokens(store, res["run_id"], 0) == _tokens(store, rec["run_id"], 0)  # answered from the recording
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_fork_at_a_token_regenerates_the_call_from_there_and_bad_sites_are_refused(tmp_path, capsys):
+    db, rec = _record(capsys, tmp_path)
+    with Store.open(db, readonly=True) as store:
+        recorded = _tokens(store, rec["run_id"], 0)
+        runs = len(store.runs())
+    assert len(recorded) >= 2
+    new = 0 if recorded[1] != 0 else 1
+    for at, value in (("1:token:0", "5"), ("9:tool", "x"), ("0:clock", "+1"), ("nonsense", "1"),
+                      ("0:token:99", "5"), ("1:tool", "exit=3")):
+        assert main(["fork", str(rec["run_id"]), "--db", str(db), "--at", at, "--set", value]) == 2, at
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+    with Store.open(db, readonly=True) as store:
+        assert len(store.runs()) == runs  # nothing written
+    res = _fork(capsys, db, rec["run_id"], "0:token:1", str(new))
+    assert res["exit_code"] == 0 and res["forked"] is True and res["calls_generated"] == 1, res
+    with Store.open(db, readonly=True) as store:
+        run = store.run(res["run_id"])
+        assert run.parent == rec["run_id"] and run.fork_site == "0:token:1"
+        tokens = _tokens(store, res["run_id"], 0)
+    assert tokens[0] == recorded[0] and tokens[1] == new and tokens != recorded
+    assert "answer:" in res["stdout"]
