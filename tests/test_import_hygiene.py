@@ -79,6 +79,7 @@ def test_the_wheel_installs_one_top_level_name(tmp_path):
     for package in PACKAGES:
         assert f"tttr/{package}/__init__.py" in names
     assert "tttr/app/styles/app.tcss" in names and any(n.startswith("tttr/assets/tasks/") for n in names)
+    assert "tttr/assets/examples/openai_agent.py" in names and "tttr/assets/examples/README.md" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     with zipfile.ZipFile(wheel) as zf:
         assert "tttr = tttr.app.cli:main" in zf.read(entry).decode()

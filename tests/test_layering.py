@@ -40,6 +40,8 @@ def _modules() -> dict[str, Path]:
     found = {}
     for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
+            if path.parent == ROOT / "assets" / "examples":
+                continue  # programs a user runs under `tttr record`, shipped as data, not modules of tttr
             found[_module_name(path)] = path
     return found
 

@@ -1,0 +1,61 @@
+"""assets/examples/: each example agent solves the task suite's `write-line` task under
+`tttr record` (the task's check passes), `tttr replay` of its run is identical with no
+model computation and no tool run, and a fork at its `list_files` result (the file is there
+already) takes the other path: it stops without writing, and `tttr diff` shows where the runs part."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tttr.app.cli import main
+from tttr.sessions.store import Store
+from sandbox_helpers import needs_sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+TASK = ROOT / "assets" / "tasks" / "write-line"
+
+
+def _json(capsys, argv: list[str]) -> dict:
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@needs_sandbox
+@pytest.mark.parametrize("example", ["openai_agent.py", "langgraph_agent.py"])
+def test_example_solves_write_line_replays_faithfully_and_forks(tmp_path, capsys, example):
+    tree = tmp_path / "work"
+    tree.mkdir()
+    subprocess.run(["sh", str(TASK / "setup.sh")], cwd=tree, check=True)
+    shutil.copy(ROOT / "assets" / "examples" / example, tree)
+    shutil.copy(TASK / "check.sh", tree)
+    db = tmp_path / "agent.db"
+    clock = json.loads((TASK / "task.json").read_text())["clock"]
+    rec = _json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--seed", "1", "--clock", clock,
+                         "--check", "sh check.sh", "--json", "--", "python3", example])
+    assert rec["exit_code"] == 0 and rec["passed"] is True and rec["calls"] == 2, rec["stderr"]
+    assert "greeting.txt: 'hello world' (exit 0)" in rec["stdout"] and "[2026-03-02 09:05]" in rec["stdout"]
+    assert (tree / "greeting.txt").read_text() == "hello world\n"
+    with Store.open(db, readonly=True) as store:
+        kinds = [e.kind for e in store.load_run(rec["run_id"])[1]]
+    assert kinds.count("message") == 2 and kinds.count("clock") == 1 and kinds.count("tool") == 4, kinds
+
+    res = _json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    assert res["identical"] is True and res["divergence"] is None, res
+    assert res["stdout"] == rec["stdout"] and res["exit_code"] == 0
+    assert res["logits_computed"] == 0 and res["tools_run"] == 0 and res["calls_answered"] == 6
+
+    fork = _json(capsys, ["fork", str(rec["run_id"]), "--db", str(db), "--at", "1:tool",
+                          "--set", '["README", "greeting.txt"]', "--json"])
+    assert fork["fork_site"] == "1:tool" and fork["exit_code"] == 1, fork
+    assert "greeting.txt exists already: not overwriting it" in fork["stdout"]
+    assert fork["calls_generated"] == 0 and fork["logits_computed"] == 0 and fork["tools_run"] == 0
+    diff = _json(capsys, ["diff", str(rec["run_id"]), str(fork["run_id"]), "--db", str(db), "--json"])
+    assert diff["identical"] is False and [row["same"] for row in diff["rows"]] == [True, False], diff
