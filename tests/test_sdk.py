@@ -6,11 +6,8 @@ program's model calls. The SDK routes need no model; the test marked slow makes 
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import threading
-import time
 import urllib.error
 import urllib.request
 from datetime import datetime
@@ -18,6 +15,7 @@ from datetime import datetime
 import pytest
 
 from tttr.recorders import sdk
+from serve_helpers import Running, free_port
 
 
 @pytest.fixture(autouse=True)
@@ -61,33 +59,6 @@ def test_outside_a_recording_every_call_just_does_its_work(tmp_path):
 
 
 # ---------------------------------------------------------------------------- a server
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _Running:
-    def __init__(self, app, lifespan: str = "on"):
-        import uvicorn
-
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.app = app
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    lifespan=lifespan))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 30
-        while not self.server.started:
-            assert time.time() < deadline, "the server did not start"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-
-
 @pytest.fixture()
 def unloaded(tmp_path):
     """A `tttr serve --db` whose model never loads: the SDK routes do not need it."""
@@ -98,7 +69,7 @@ def unloaded(tmp_path):
     db = tmp_path / "sdk.db"
     service = Service()
     recorder = CallRecorder(db, service)
-    running = _Running(create_app(service, recorder), lifespan="off")
+    running = Running(create_app(service, recorder), lifespan="off")
     running.db, running.recorder = db, recorder
     yield running
     running.stop()
@@ -242,7 +213,7 @@ def test_a_replaying_server_answers_tool_calls_and_clock_reads_from_the_recordin
 
 
 def test_an_unreachable_recorder_is_said_once_and_the_program_goes_on(monkeypatch, capsys):
-    monkeypatch.setenv(sdk.URL_ENV, f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv(sdk.URL_ENV, f"http://127.0.0.1:{free_port()}")
 
     @sdk.tool
     def double(x):
@@ -267,7 +238,7 @@ def test_model_calls_and_sdk_events_share_one_run(tmp_path, monkeypatch, capsys)
     db = tmp_path / "program.db"
     service = Service(kernel_mode="invariant")
     recorder = CallRecorder(db, service)
-    running = _Running(create_app(service, recorder))
+    running = Running(create_app(service, recorder))
     try:
         assert service.wait_ready(300), service.load_error
         monkeypatch.setenv(sdk.URL_ENV, running.url)

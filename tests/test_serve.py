@@ -5,8 +5,6 @@ tests marked slow run the default model (a few tokens each)."""
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,6 +16,7 @@ from tttr.engine.serve.errors import APIError
 from tttr.engine.serve.requests import parse_chat, parse_completion
 from tttr.engine.serve.responses import TextStream
 from tttr.engine.serve.tools import call_format, parse_tool_calls, supports_tools
+from serve_helpers import Running, free_port
 
 SMOL_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content']"
                  " + '<|im_end|>' + '\\n'}}{% endfor %}")
@@ -138,33 +137,6 @@ def test_the_domain_side_never_loads_the_http_stack():
 
 
 # ---------------------------------------------------------------------------- a server
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _Running:
-    def __init__(self, app, lifespan: str = "on"):
-        import uvicorn
-
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.app = app
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    lifespan=lifespan))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 30
-        while not self.server.started:
-            assert time.time() < deadline, "the server did not start"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-
-
 def _http(url: str, data: bytes | None = None, method: str | None = None) -> tuple[int, dict]:
     req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
@@ -179,7 +151,7 @@ def test_errors_have_openai_shape_while_the_model_loads():
     from tttr.engine.serve.service import Service
 
     service = Service()  # never loaded: the routes that need it answer 503
-    running = _Running(create_app(service), lifespan="off")
+    running = Running(create_app(service), lifespan="off")
     try:
         chat = running.url + "/v1/chat/completions"
         body = json.dumps({"messages": USER}).encode()
@@ -212,7 +184,7 @@ def served(tmp_path_factory):
     db = tmp_path_factory.mktemp("serve") / "calls.db"
     service = Service(kernel_mode="invariant")
     recorder = CallRecorder(db, service)
-    running = _Running(create_app(service, recorder))
+    running = Running(create_app(service, recorder))
     assert service.wait_ready(300), service.load_error
     running.db, running.service, running.recorder = db, service, recorder
     yield running
@@ -388,7 +360,7 @@ def test_the_command_starts_serves_and_stops_cleanly_on_ctrl_c(tmp_path):
 
     from tttr.sessions.store import Store
 
-    port, db = _free_port(), tmp_path / "cli.db"
+    port, db = free_port(), tmp_path / "cli.db"
     proc = subprocess.Popen([sys.executable, "-m", "tttr.app", "serve", "--port", str(port), "--db", str(db)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -466,7 +438,7 @@ def test_a_seeded_answer_is_the_same_after_a_restart():
                        "temperature": 0.9, "seed": 77, "logprobs": True, "top_logprobs": 3}).encode()
     answers = []
     for _ in range(2):  # two server processes, one after the other
-        port = _free_port()
+        port = free_port()
         proc = _serve_process(port)
         try:
             status, got = _http(f"http://127.0.0.1:{port}/v1/chat/completions", body)

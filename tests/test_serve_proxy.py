@@ -5,43 +5,15 @@ marked slow run the default model."""
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 import urllib.error
 import urllib.request
 
 import pytest
 
 from tttr.engine.serve.proxy import Plan, ProxiedCall, Upstream, base_url, for_client, shown_url
+from serve_helpers import Running, free_port
 
 USER = [{"role": "user", "content": "Name a colour."}]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _Running:
-    def __init__(self, app, lifespan: str = "on"):
-        import uvicorn
-
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    lifespan=lifespan))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 30
-        while not self.server.started:
-            assert time.time() < deadline, "the server did not start"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 def _http(url: str, data: bytes | None = None) -> tuple[int, dict]:
@@ -88,8 +60,8 @@ def test_a_streamed_answer_is_assembled_for_the_record():
 def test_an_unreachable_upstream_is_a_502():
     from tttr.app.server import create_app
 
-    dead = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
-    running = _Running(create_app(None, upstream=Upstream(dead)), lifespan="off")
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    running = Running(create_app(None, upstream=Upstream(dead)), lifespan="off")
     try:
         status, got = _http(running.url + "/v1/chat/completions", json.dumps({"messages": USER}).encode())
         assert status == 502 and set(got["error"]) == {"message", "type", "param", "code"}, got
@@ -113,11 +85,11 @@ def pair(tmp_path_factory):
     folder = tmp_path_factory.mktemp("proxy")
     service = Service(kernel_mode="invariant")
     up_recorder = CallRecorder(folder / "up.db", service)
-    upstream = _Running(create_app(service, up_recorder))
+    upstream = Running(create_app(service, up_recorder))
     assert service.wait_ready(300), service.load_error
     proxy_recorder = CallRecorder(folder / "proxy.db", None)
     target = Upstream(upstream.url + "/v1", key="sk-never-recorded")
-    proxied = _Running(create_app(None, proxy_recorder, upstream=target))
+    proxied = Running(create_app(None, proxy_recorder, upstream=target))
     yield {"up": upstream, "proxy": proxied, "service": service, "up_db": folder / "up.db", "db": folder / "proxy.db",
            "up_recorder": up_recorder, "recorder": proxy_recorder, "target": target}
     proxied.stop()

@@ -100,7 +100,7 @@ def recorded(tmp_path_factory):
     `agent-b`; run P one call through a proxy (`--upstream`) in front of that server."""
     import openai
 
-    from tests.test_serve import _Running
+    from serve_helpers import Running
     from tttr.app.server import create_app
     from tttr.engine.serve.proxy import Upstream
     from tttr.engine.serve.recorder import CallRecorder
@@ -110,9 +110,9 @@ def recorded(tmp_path_factory):
     db = folder / "calls.db"
     service = Service(kernel_mode="invariant")
     recorder = CallRecorder(db, service)
-    running = _Running(create_app(service, recorder))
+    running = Running(create_app(service, recorder))
     proxy_recorder = CallRecorder(folder / "proxy.db", None)
-    proxy = _Running(create_app(None, proxy_recorder, upstream=Upstream(running.url + "/v1", key="unused")))
+    proxy = Running(create_app(None, proxy_recorder, upstream=Upstream(running.url + "/v1", key="unused")))
     try:
         assert service.wait_ready(300), service.load_error
 
