@@ -163,6 +163,19 @@ def _runtime_for(args, run):
     return _runtime(args, local_kernel_mode(run) if is_call_run(run) else run.kernel_mode)
 
 
+def _clock_arg(text: str):
+    """--clock: an ISO date-time the virtual clock can show (one line, exit 2 otherwise)."""
+    from datetime import datetime
+
+    from tttr.engine.replay.runs import ReplayError, sandbox_clock
+
+    try:
+        clock = datetime.fromisoformat(text).replace(tzinfo=None)
+    except ValueError:
+        raise ReplayError(f"--clock {text!r} does not parse: give an ISO date-time like 2026-03-01T09:00:00") from None
+    return sandbox_clock(clock, "--clock")
+
+
 def cmd_record(args) -> int:
     from datetime import datetime
 
@@ -180,17 +193,11 @@ def cmd_record(args) -> int:
             raise TTTRError(f"--{name} goes with -- PROGRAM ARG..., not with --task")
 
     from tttr.engine.replay.agent import AgentLimits
-    from tttr.engine.replay.runs import ReplayError, check_machine, record, sandbox_clock
+    from tttr.engine.replay.runs import check_machine, record, sandbox_clock
     from tttr.engine.inference.sampler import SamplingParams
     from tttr.recorders.tasks import load_task
 
-    clock = None
-    if args.clock:
-        try:
-            clock = datetime.fromisoformat(args.clock).replace(tzinfo=None)
-        except ValueError:
-            raise ReplayError(f"--clock {args.clock!r} does not parse: give an ISO date-time like 2026-03-01T09:00:00") from None
-        clock = sandbox_clock(clock, "--clock")
+    clock = _clock_arg(args.clock) if args.clock else None
     limits = AgentLimits(max_steps=args.max_steps)
     SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed or 0)
     task = load_task(args.task)  # an unknown task fails before the database is touched
@@ -213,15 +220,9 @@ def cmd_record_program(args) -> int:
     from datetime import datetime
 
     from tttr.app.program import print_result, record_program
-    from tttr.engine.replay.runs import ReplayError, sandbox_clock
+    from tttr.engine.replay.runs import sandbox_clock
 
-    clock = datetime.now()
-    if args.clock:
-        try:
-            clock = datetime.fromisoformat(args.clock).replace(tzinfo=None)
-        except ValueError:
-            raise ReplayError(f"--clock {args.clock!r} does not parse: give an ISO date-time like 2026-03-01T09:00:00") from None
-    clock = sandbox_clock(clock, "--clock")
+    clock = _clock_arg(args.clock) if args.clock else sandbox_clock(datetime.now(), "--clock")
     seed = args.seed if args.seed is not None else random.randrange(2**31)
 
     def progress(text: str) -> None:
