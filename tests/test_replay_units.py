@@ -118,3 +118,16 @@ def test_setup_sites_and_negative_shifts_parse_as_documented():
     assert (args.at, args.value, args.db) == ("-1:clock", "-1d", "s.db")
     assert _glue_dash_values(["sandbox", "exec", "--", "--at", "-x"]) == ["sandbox", "exec", "--", "--at", "-x"]
     assert _glue_dash_values(["fork", "--at", "--db"]) == ["fork", "--at", "--db"]
+
+
+def test_an_sdk_tool_result_that_differs_is_a_trace_divergence():
+    """SDK function calls record `result`/`error`, not stdout: a fork that changed one must
+    still be named by diff at that site."""
+    a = [_E("1:tool", "tool", {"function": "list_files", "args": [], "kwargs": {}, "result": ["README"]}),
+         _E("2:tool", "tool", {"cmd": "cat x", "stdout": "same", "stderr": "", "exit_code": 0})]
+    b = [_E("1:tool", "tool", {"function": "list_files", "args": [], "kwargs": {}, "result": ["README", "greeting.txt"]}),
+         _E("2:tool", "tool", {"cmd": "cat x", "stdout": "other", "stderr": "", "exit_code": 0})]
+    d = first_divergences(a, b)
+    assert d["trace"].site == "1:tool" and d["trace"].a == {"result": ["README"]}
+    boom = [_E("1:tool", "tool", {"function": "f", "error": {"type": "ValueError", "message": "boom"}})]
+    assert first_divergences(a[:1], boom)["trace"].site == "1:tool"

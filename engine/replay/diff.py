@@ -19,7 +19,7 @@ from tttr.sessions.vocabulary import KIND_LAYER, LAYERS, site_order
 # What counts as "the value" of an event when comparing two runs, per kind.
 _COMPARED = {
     "clock": ("t",),
-    "tool": ("stdout", "stderr", "exit_code"),
+    "tool": ("stdout", "stderr", "exit_code", "result", "error"),  # a command's outcome, or an SDK function's
     "token": ("id",),
     "logits": ("digest",),
     "action": ("cmd", "done"),
