@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from tttr.engine.replay.events import stored_text
 from tttr.recorders.treeown import hand_over
 from tttr.recorders.program import (
     PORT, SOCKET_NAME, HostPython, api_dir, check_program, check_tree, endpoint_env, sandboxed_command,
@@ -32,7 +33,6 @@ from tttr.recorders.program import (
 from tttr.sessions.errors import TTTRError
 from tttr.sessions.vocabulary import KIND_LAYER, site
 
-BLOB_THRESHOLD = 1024  # as the agent's tool events: longer text goes to a blob
 CHECK_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 600.0
 
@@ -55,13 +55,6 @@ class ProgramResult:
     def to_json(self) -> dict:
         return {"run_id": self.run_id, "exit_code": self.exit_code, "calls": self.calls, "passed": self.passed,
                 "limit_hit": self.limit_hit, "stdout": self.stdout, "stderr": self.stderr}
-
-
-def _text_value(store, text: str):
-    data = text.encode("utf-8", "surrogateescape")
-    if len(data) <= BLOB_THRESHOLD:
-        return text
-    return {"$blob": store.put_blob(data), "size": len(data)}
 
 
 class _Endpoint:
@@ -185,7 +178,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         stderr = res.stderr
         store.append(run_id, last, KIND_LAYER["tool"], "tool", site(last, "tool"), {
             "cmd": program, "cwd": res.cwd, "exports": dict(env), "env": res.env,
-            "stdout": _text_value(store, res.stdout), "stderr": _text_value(store, stderr),
+            "stdout": stored_text(store, res.stdout), "stderr": stored_text(store, stderr),
             "exit_code": res.exit_code, "duration_ms": round(res.duration_ms, 3),
             "stdout_size": res.stdout_size, "stderr_size": res.stderr_size, "truncated": res.truncated,
             "limit_hit": res.limit_hit, "tree_before": start_digest, "tree_after": end_digest,

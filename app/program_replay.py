@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from tttr.app.program import BLOB_THRESHOLD, ProgramRunError, _Endpoint, _text_value
+from tttr.app.program import ProgramRunError, _Endpoint
+from tttr.engine.replay.events import stored_text
 from tttr.engine.replay.diff import Divergence
 from tttr.engine.serve.errors import APIError
 from tttr.recorders.program import PYTHON, SOCKET_NAME, HostPython, api_dir, check_program, endpoint_env, sandboxed_command
@@ -362,7 +363,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         end, end_digest = snapshot(tree_dir, store), tree_digest(tree_dir)
         store.append(child, last, KIND_LAYER["tool"], "tool", site(last, "tool"), {
             "cmd": program, "cwd": res.cwd, "exports": dict(env), "env": res.env,
-            "stdout": _text_value(store, res.stdout), "stderr": _text_value(store, res.stderr),
+            "stdout": stored_text(store, res.stdout), "stderr": stored_text(store, res.stderr),
             "exit_code": res.exit_code, "duration_ms": round(res.duration_ms, 3), "stdout_size": res.stdout_size,
             "stderr_size": res.stderr_size, "truncated": res.truncated, "limit_hit": res.limit_hit,
             "tree_before": rec.setup.get("tree"), "tree_after": end_digest, "snapshot": end,
@@ -433,4 +434,4 @@ def print_replay(res: ReplayResult, as_json: bool, verb: str = "replayed") -> No
     say(f"  logits computed: {res.logits_computed}, tools run: {res.tools_run}")
 
 
-__all__ = ["BLOB_THRESHOLD", "ReplayResult", "Replayer", "is_program_run", "print_replay", "replay_program"]
+__all__ = ["ReplayResult", "Replayer", "is_program_run", "print_replay", "replay_program"]

@@ -14,7 +14,7 @@ from tttr.app.tui import TTTRApp
 from tttr.app.widgets.detail import DetailPane
 from tttr.app.widgets.side_by_side import SideBySide
 from tttr.app.widgets.timeline import Timeline
-from tttr.engine.replay.prompts import ids_digest
+from tttr.engine.replay.events import ids_digest
 
 from tests.app_helpers import run_app, wait_for
 

@@ -73,6 +73,16 @@ class Transcript:
         msgs.append({"role": "user", "content": f"Task: {self.instruction}"})
         return msgs + self.turns
 
+    def reply(self, message: str) -> None:
+        """The model's message as the assistant turn, its bash block closed."""
+        text = message.rstrip()
+        closed = text if text.endswith(FENCE_CLOSE) else text + "\n" + FENCE_CLOSE
+        self.turns.append({"role": "assistant", "content": closed})
+
+    def observe(self, stdout: str, stderr: str, exit_code: int, limit: int) -> None:
+        """A command's result as the next user turn."""
+        self.turns.append({"role": "user", "content": observation(stdout, stderr, exit_code, limit)})
+
 
 def parse_action(message: str) -> Action:
     """The command inside the message's bash block; `done`, `exit` or nothing means done."""
@@ -115,16 +125,14 @@ def run_agent(oracle, instruction: str, limits: AgentLimits = AgentLimits()) -> 
         action = parse_action(message)
         oracle.note(step, "message", {"text": message})
         oracle.note(step, "action", action.to_json())
-        transcript.turns.append({"role": "assistant", "content": message.rstrip() if
-                                 message.rstrip().endswith(FENCE_CLOSE) else message.rstrip() + "\n" + FENCE_CLOSE})
+        transcript.reply(message)
         if action.done:
             break
         if oracle.cancelled():
             oracle.abort("cancelled")
             return
         result = oracle.tool(step, action.cmd)
-        transcript.turns.append({"role": "user", "content": observation(
-            result["stdout"], result["stderr"], result["exit_code"], limits.observation_chars)})
+        transcript.observe(result["stdout"], result["stderr"], result["exit_code"], limits.observation_chars)
         oracle.step_done(step)
         if budget <= 0:
             break

@@ -4,12 +4,34 @@ only at its first commit, and large text moved to blobs."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Callable
 
 from tttr.engine.replay.source import OracleError, Source
 from tttr.sessions.vocabulary import KIND_LAYER
 
 BLOB_THRESHOLD = 1024  # bytes of text kept inline in an event; longer text goes to a blob
+
+
+def ids_digest(ids) -> str:
+    """What a prompt event records of its token ids: blake2b-128 of their JSON."""
+    return hashlib.blake2b(json.dumps(list(ids)).encode(), digest_size=16).hexdigest()
+
+
+def stored_text(store, text: str, write: bool = True) -> Any:
+    """`text` as an event stores it: inline, or a blob reference when it is large."""
+    data = text.encode("utf-8", "surrogateescape")
+    if len(data) <= BLOB_THRESHOLD or not write:
+        return text
+    return {"$blob": store.put_blob(data), "size": len(data)}
+
+
+def read_text(store, value: Any) -> str:
+    """The text an event holds, read back from its blob if it has one."""
+    if isinstance(value, dict) and "$blob" in value:
+        return store.get_blob(value["$blob"]).decode("utf-8", "surrogateescape")
+    return value if isinstance(value, str) else ""
 
 
 class EventLog:
@@ -84,14 +106,7 @@ class EventLog:
 
     # ------------------------------------------------------------------ large values
     def text_value(self, text: str) -> Any:
-        """`text` as an event stores it: inline, or a blob reference when it is large."""
-        data = text.encode("utf-8", "surrogateescape")
-        if len(data) <= BLOB_THRESHOLD or not self.write:
-            return text
-        return {"$blob": self.store.put_blob(data), "size": len(data)}
+        return stored_text(self.store, text, self.write)
 
     def text_of(self, value: Any) -> str:
-        """The text an event holds, read back from its blob if it has one."""
-        if isinstance(value, dict) and "$blob" in value:
-            return self.store.get_blob(value["$blob"]).decode("utf-8", "surrogateescape")
-        return value or ""
+        return read_text(self.store, value)

@@ -24,15 +24,13 @@ and are not written again: the oracle counts them and starts writing at the fork
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import time
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
 from tttr.engine.replay.diff import Divergence, compared_value
-from tttr.engine.replay.events import EventLog
+from tttr.engine.replay.events import EventLog, ids_digest
 from tttr.engine.replay.mutation import Mutation
 from tttr.engine.replay.policy import Policy
 from tttr.engine.replay.source import OracleError, Source
@@ -215,7 +213,7 @@ class Oracle:
 
     def message(self, step: int, prompt_text: str, max_tokens: int, stops: tuple[str, ...]) -> str:
         ids = self.tokenizer.encode(prompt_text)
-        digest = hashlib.blake2b(json.dumps(ids).encode(), digest_size=16).hexdigest()
+        digest = ids_digest(ids)
         at = site(step, "prompt")
         self.log.emit(step, "prompt", at, {"ids_digest": digest, "n_tokens": len(ids)})
         recorded = self._recorded(at)

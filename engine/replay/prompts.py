@@ -10,11 +10,10 @@ call recorded by `tttr serve` keeps its prompt ids; they are decoded.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 
-from tttr.engine.replay.agent import FENCE_CLOSE, FENCE_OPEN, AgentLimits, Transcript, observation
+from tttr.engine.replay.events import ids_digest, read_text
+from tttr.engine.replay.agent import FENCE_OPEN, AgentLimits, Transcript
 from tttr.engine.replay.result import ReplayError
 from tttr.recorders.errors import TaskError
 from tttr.recorders.tasks import load_task
@@ -27,11 +26,6 @@ class Prompt:
     n_tokens: int
     verified: bool  # the text encodes to the recorded ids (their digest, or the ids themselves)
     note: str = ""  # why it is not verified
-
-
-def ids_digest(ids: list[int]) -> str:
-    """The digest the oracle records for a prompt's token ids."""
-    return hashlib.blake2b(json.dumps(ids).encode(), digest_size=16).hexdigest()
 
 
 def prompts(store, run_id: int, tokenizer) -> list[Prompt]:
@@ -60,15 +54,11 @@ def prompts(store, run_id: int, tokenizer) -> list[Prompt]:
         out.append(Prompt(step, text, len(ids), verified,
                           "" if verified else "rebuilt, but it does not encode to the recorded digest "
                           "(another model's tokenizer, or an older agent)"))
-        message = messages.get(step, "")
-        transcript.turns.append({"role": "assistant", "content": message.rstrip() if
-                                 message.rstrip().endswith(FENCE_CLOSE) else message.rstrip() + "\n" + FENCE_CLOSE})
+        transcript.reply(messages.get(step, ""))
         tool = tools.get(step)
-        if tool is None:
-            continue
-        transcript.turns.append({"role": "user", "content": observation(
-            _text(store, tool.get("stdout")), _text(store, tool.get("stderr")), tool.get("exit_code"),
-            limits.observation_chars)})
+        if tool is not None:
+            transcript.observe(read_text(store, tool.get("stdout")), read_text(store, tool.get("stderr")),
+                               tool.get("exit_code"), limits.observation_chars)
     return out
 
 
@@ -79,8 +69,3 @@ def _from_ids(step: int, value: dict, tokenizer) -> Prompt:
     verified = value.get("ids_digest") in (None, ids_digest(ids))
     return Prompt(step, tokenizer.decode(ids), len(ids), verified, "" if verified else "the ids do not match their digest")
 
-
-def _text(store, value) -> str:
-    if isinstance(value, dict) and "$blob" in value:
-        return store.get_blob(value["$blob"]).decode("utf-8", "surrogateescape")
-    return value if isinstance(value, str) else ""

@@ -30,14 +30,13 @@ tie a tool's site to the call before it. A run's outcome counts `calls` (model c
 
 from __future__ import annotations
 
-import hashlib
-import json
 import queue
 import sys
 import threading
 from dataclasses import dataclass, field, replace
 
 from tttr.engine.inference.sampler import SamplingParams
+from tttr.engine.replay.events import ids_digest
 from tttr.sessions.store import Store
 from tttr.sessions.vocabulary import KIND_LAYER, site
 
@@ -71,11 +70,6 @@ class SDKEvent:
     name: str  # the run
     kind: str  # "tool" | "clock"
     value: dict  # checked by engine.serve.sdk_events
-
-
-def ids_digest(ids) -> str:
-    """The prompt digest the agent records (blake2b-128 of the ids' JSON)."""
-    return hashlib.blake2b(json.dumps(list(ids)).encode(), digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
