@@ -57,6 +57,13 @@ class ProgramResult:
                 "limit_hit": self.limit_hit, "stdout": self.stdout, "stderr": self.stderr}
 
 
+def running_clock(start: datetime):
+    """SDK clock reads (`sdk.now()`): the virtual clock, running from `start` in whole
+    seconds from now, as the sandbox's faketime clock runs from it in each process."""
+    began = time.monotonic()
+    return lambda: (start + timedelta(seconds=int(time.monotonic() - began))).replace(tzinfo=timezone.utc)
+
+
 class _Endpoint:
     """uvicorn serving the app in a thread: on a Unix socket (sandboxed), or on a free
     loopback port of the host (unsafe mode)."""
@@ -164,10 +171,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         endpoint = _Endpoint(app, str(sock_dir / SOCKET_NAME) if sandboxed else None)
         env = {**(host.env() if sandboxed else {"PATH": host.path}), **endpoint_env(endpoint.base, name)}
         command = sandboxed_command(program, host) if sandboxed else program
-        started = time.monotonic()
-        # SDK clock reads (sdk.now()) get the virtual clock, running from --clock in whole
-        # seconds, as the sandbox's faketime clock runs from it in each process
-        server.clock = lambda: (clock + timedelta(seconds=int(time.monotonic() - started))).replace(tzinfo=timezone.utc)
+        server.clock = running_clock(clock)
         say(f"running {program} …")
         res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
         recorder.flush()

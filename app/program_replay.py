@@ -30,12 +30,11 @@ import shutil
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from pathlib import Path
 
-from tttr.app.program import ProgramRunError, _Endpoint
+from tttr.app.program import ProgramRunError, _Endpoint, running_clock
 from tttr.engine.replay.events import stored_text
 from tttr.engine.replay.diff import Divergence
 from tttr.engine.serve.errors import APIError
@@ -352,9 +351,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         env = {**(host.env() if sandboxed else {"PATH": host.path}), **endpoint_env(endpoint.base, name),
                "TTTR_REPLAY": "1"}
         command = sandboxed_command(program, host) if sandboxed else program
-        started = time.monotonic()
-        # live clock reads (after a divergence) run from the recorded clock, as when recording
-        server.clock = lambda: (clock + timedelta(seconds=int(time.monotonic() - started))).replace(tzinfo=timezone.utc)
+        server.clock = running_clock(clock)  # live reads, after a divergence: as when recording
         say(f"{'forking' if fork is not None else 'replaying'} {program} …")
         res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
         recorder.flush()
