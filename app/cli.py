@@ -26,7 +26,7 @@ from tttr.sessions.errors import TTTRError
 from tttr.sessions.safe_text import visible
 
 # Order here is the order in `tttr --help`.
-COMMAND_MODULES = ("store", "generate", "kernels", "sandbox", "agent", "serve", "ui")
+COMMAND_MODULES = ("store", "files", "generate", "kernels", "sandbox", "agent", "experiments", "suite", "serve", "ui")
 
 DESCRIPTION = """\
 TTTR (Tensor-Token-Trace Replay) records every value an agent run could not have
