@@ -86,9 +86,11 @@ def record(
     progress: Callable | None = None,
     cancel: threading.Event | None = None,
     write: bool = True,
+    meta: dict | None = None,
 ) -> RunResult:
     """Run the agent on a task with every layer live, recording it (unless write=False,
-    which is the same run with recording switched off: the baseline for its overhead)."""
+    which is the same run with recording switched off: the baseline for its overhead).
+    `meta` is merged into the run's meta (e.g. a suite's id and condition)."""
     from tttr.engine.inference.sampler import SamplingParams  # lazy: torch, which a faithful replay never loads
 
     runtime = runtime or Runtime()
@@ -103,7 +105,7 @@ def record(
         sampling={"temperature": temperature, "top_p": top_p, "top_k": top_k},
         seed=seed, fingerprint=runtime.fingerprint(),
         meta={"clock": base.isoformat(), "limits": _limits_json(limits),
-              "sandbox": runtime.sandbox_mechanisms(unsafe_no_sandbox)},
+              "sandbox": runtime.sandbox_mechanisms(unsafe_no_sandbox), **(meta or {})},
     )
     oracle = Oracle(
         store=store, run_id=None, begin=lambda: store.begin_run(**settings), task=task, tokenizer=runtime.tokenizer,
@@ -220,7 +222,7 @@ def _check_values(source: Source) -> None:
 
 
 def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation: Mutation | None,
-           progress, cancel, unsafe_no_sandbox: bool, seed: int | None) -> RunResult:
+           progress, cancel, unsafe_no_sandbox: bool, seed: int | None, meta_extra: dict | None = None) -> RunResult:
     run = source.run
     plan = _plan(source, policy, mutation, seed)
     check_machine(runtime, unsafe_no_sandbox, commands=mutation is not None or not policy.faithful)
@@ -230,6 +232,7 @@ def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation:
             "sandbox": runtime.sandbox_mechanisms(unsafe_no_sandbox)}
     if mutation is None:
         meta["replay"] = {"free": sorted(policy.free)}
+    meta.update(meta_extra or {})
     kernel_mode = run.kernel_mode
     settings = dict(
         task=run.task, model_id=run.model_id, kernel_mode=kernel_mode,
@@ -297,7 +300,8 @@ def check_fork(store, run_id: int, site: str, value: str, *, runtime: Runtime,
 
 
 def replay(store, run_id: int, free=(), *, runtime: Runtime | None = None, progress=None, cancel=None,
-           unsafe_no_sandbox: bool = False, seed: int | None = None) -> RunResult:
+           unsafe_no_sandbox: bool = False, seed: int | None = None, meta: dict | None = None) -> RunResult:
+    """`meta` is merged into the replay's meta (e.g. a suite's id and condition)."""
     run = store.run(run_id)
     policy = Policy(frozenset(free)) if not isinstance(free, Policy) else free
     if is_call_run(run):
@@ -308,7 +312,7 @@ def replay(store, run_id: int, free=(), *, runtime: Runtime | None = None, progr
     _check_source(source)
     _check_model(runtime, source.run)
     return _child(store, source, runtime, policy=policy, mutation=None, progress=progress,
-                  cancel=cancel, unsafe_no_sandbox=unsafe_no_sandbox, seed=seed)
+                  cancel=cancel, unsafe_no_sandbox=unsafe_no_sandbox, seed=seed, meta_extra=meta)
 
 
 def fork(store, run_id: int, site: str, value: str, *, runtime: Runtime | None = None, progress=None,
