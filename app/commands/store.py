@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from typing import TYPE_CHECKING
 
 from tttr.app.commands import args as argtypes
+from tttr.sessions.export import safe_json  # noqa: F401 - also used by the other commands
 from tttr.sessions.vocabulary import LAYERS  # no imports of its own: `tttr --help` stays fast
 
 if TYPE_CHECKING:  # rich loads in the handlers, so that `tttr --help` stays fast
     from rich.text import Text
 
 HUMAN_LIMIT = 100
-JSON_CHUNK = 5000
 STATUS_STYLE = {"complete": "green", "recording": "cyan", "incomplete": "yellow", "failed": "red"}
 
 
@@ -56,6 +55,8 @@ def register(sub, bench_sub) -> None:
         help=f"at most N events (default: {HUMAN_LIMIT} in a table, all with --json)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per line: run, seq, step, layer, kind, site, value, origin")
+    p.add_argument("--format", choices=("table", "jsonl", "md"), default="table",
+                   help="table (default), jsonl (as --json) or md: a Markdown table, as the app's export writes")
     p.set_defaults(func=events)
 
     p = sub.add_parser(
@@ -109,15 +110,6 @@ def shown(value: object, style: str = "") -> Text:
     return Text(visible("" if value is None else value, newlines=False), style=style)
 
 
-# C1 controls and the bidi/format characters `visible` shows; JSON leaves them raw (only
-# C0 must be escaped), so `--json` escapes them itself. Valid JSON either way.
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff\u2028\u2029]")
-
-
-def safe_json(value: object, **kwargs) -> str:
-    """json.dumps whose output holds no control character a terminal would act on."""
-    text = json.dumps(value, ensure_ascii=False, **kwargs)
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def info(args: argparse.Namespace) -> int:
@@ -223,43 +215,27 @@ def _fitted_table(console, title: str, heads, cells, *, squeeze, right):
     return table
 
 
-def _event_json(e) -> str:
-    row = {"run": e.run, "seq": e.seq, "step": e.step, "layer": e.layer, "kind": e.kind, "site": e.site,
-           "value": e.value, "origin": e.origin}
-    if e.problem:
-        row["problem"] = e.problem  # the value cannot be read: it is null, and this says why
-    return safe_json(row)
-
-
 def events(args: argparse.Namespace) -> int:
     from tttr.sessions.store import StoreError
 
     if args.start < 0 or (args.limit is not None and args.limit < 0):
         raise StoreError(f"--from and --limit take numbers >= 0, not {args.start} and {args.limit}")
     with _open(args.db) as store:
-        store.run(args.run)  # an unknown run fails here, with the ids there are
-        if args.json:
-            _print_json(store, args)
+        run = store.run(args.run)  # an unknown run fails here, with the ids there are
+        if args.json or args.format != "table":
+            from tttr.sessions import export
+
+            found = export.iter_events(store, args.run, args.start, args.limit, layer=args.layer, kind=args.kind)
+            if args.json or args.format == "jsonl":
+                export.write_events_jsonl(found, sys.stdout)
+            else:
+                export.write_events_md(run, found, sys.stdout)
             return 0
         limit = HUMAN_LIMIT if args.limit is None else args.limit
         found = store.events(args.run, args.start, None, layer=args.layer, kind=args.kind, limit=limit + 1)
         total = store.count_events(args.run)
     _print_table(args, found[:limit], more=len(found) > limit, total=total)
     return 0
-
-
-def _print_json(store, args) -> None:
-    start, left = args.start, args.limit
-    out = sys.stdout
-    while left is None or left > 0:
-        chunk = JSON_CHUNK if left is None else min(JSON_CHUNK, left)
-        window = store.events(args.run, start, None, layer=args.layer, kind=args.kind, limit=chunk)
-        for e in window:
-            out.write(_event_json(e) + "\n")
-        if len(window) < chunk:
-            break
-        start = window[-1].seq + 1
-        left = None if left is None else left - len(window)
 
 
 def _print_table(args, found, *, more: bool, total: int) -> None:
