@@ -15,6 +15,7 @@ File contents are untrusted: callers show them through `sessions.safe_text`.
 from __future__ import annotations
 
 import difflib
+import stat
 from dataclasses import dataclass, field
 
 from tttr.recorders.errors import RecorderError, SnapshotError
@@ -154,8 +155,8 @@ class RunTrees:
         """(digest, site of the event that left it) of the tree after `step`."""
         t = self._trees
         if not SETUP_STEP <= step <= t.last_step:
-            raise TreeStateError(f"run {self.run_id} has no step {step}: its steps are "
-                                 f"{SETUP_STEP} (setup) to {t.last_step}")
+            last = "" if t.last_step < 0 else f", 0 to {t.last_step}"
+            raise TreeStateError(f"run {self.run_id} has no step {step}: its steps are setup{last}")
         done = [s for s in t.after if s <= step]
         if done:
             return t.after[max(done)]
@@ -195,6 +196,12 @@ class RunTrees:
         return TreeAt(self.run_id, step, digest, where, entries)
 
 
+    def at_or_final(self, step: int | None) -> TreeAt:
+        """The tree after `step`, or the run's final tree when it ended before `step` (or
+        `step` is None): how the same step of two runs of different lengths compares."""
+        return self.at(self.last_step if step is None else min(step, self.last_step))
+
+
 def tree_at(store, run_id: int, step: int | None = None) -> TreeAt:
     """The files of run `run_id` after `step` (default: its last step)."""
     trees = RunTrees(store, run_id)
@@ -217,9 +224,28 @@ def diff_steps(store, run_id: int, step_a: int, step_b: int) -> TreeDiff:
     return diff_trees(trees.at(step_a), trees.at(step_b))
 
 
-def diff_runs_at(store, run_a: int, run_b: int, step: int) -> TreeDiff:
-    """The same step of two runs (a fork and its parent, two seeds of a task)."""
-    return diff_trees(RunTrees(store, run_a).at(step), RunTrees(store, run_b).at(step))
+def diff_runs_at(store, run_a: int, run_b: int, step: int | None = None) -> TreeDiff:
+    """The same step of two runs (a fork and its parent, two seeds of a task); a run that
+    ended before `step` gives its final tree. Default: both runs' final trees."""
+    return diff_trees(RunTrees(store, run_a).at_or_final(step), RunTrees(store, run_b).at_or_final(step))
+
+
+def mode_text(entry: Entry) -> str:
+    """`ls -l`'s mode column: `-rw-r--r--`, `drwxr-xr-x`, `lrwxrwxrwx`."""
+    kind = {"d": stat.S_IFDIR, "l": stat.S_IFLNK}.get(entry.kind, stat.S_IFREG)
+    return stat.filemode(kind | (entry.mode & 0o7777 if isinstance(entry.mode, int) else 0))
+
+
+def change_text(change: FileChange) -> str:
+    """What changed, for one line: `content`, `mode -rw-r--r-- → -rwxr-xr-x`, `added, 12 bytes`."""
+    if change.before is None or change.after is None:
+        entry = change.after or change.before
+        size = f", {entry.size:,} bytes" if entry.kind == "f" and isinstance(entry.size, int) else ""
+        return f"{change.change}{size}"
+    what = change.what
+    if "mode" in what:
+        what = what.replace("mode", f"mode {mode_text(change.before)} → {mode_text(change.after)}")
+    return what
 
 
 def file_text(store, entry: Entry | None, limit: int = SHOW_LIMIT) -> FileText:
