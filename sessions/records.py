@@ -24,6 +24,7 @@ class Run:
     fork_site: str | None
     mutation: Any
     meta: dict
+    name: str | None = None  # a person's name for it (`Store.rename_run`), or None
     # What is wrong with the stored metadata ("its sampling is a list, not an object; ..."),
     # or None. The fields named hold safe stand-ins (None, {}), so the run can be listed;
     # replay, fork and diff refuse it with this line.

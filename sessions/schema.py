@@ -5,7 +5,7 @@ One SQLite file per session database. `PRAGMA application_id` is 0x54545452 ("TT
 read while a recorder writes. Every open applies the migrations the file lacks, in order,
 in one transaction; a migration is never edited once shipped: a change is a new one.
 
-Tables (current version, 2):
+Tables (current version, 3):
 
 runs      one row per run.
           id INTEGER PRIMARY KEY, task, model_id, kernel_mode, sampling (JSON), seed,
@@ -13,6 +13,8 @@ runs      one row per run.
           outcome (JSON or NULL), created / finished (ISO UTC), meta (JSON),
           parent, fork_seq, fork_site, mutation (JSON) for a fork or replay,
           writer: "boot_id:pid:start_ticks" of the process recording it, NULL once finished.
+          name: a person's name for the run (`tttr rename`), NULL until given. Added by
+          migration 3.
           A run whose writer is gone reads as `incomplete` (see `sessions.liveness`); a
           writable open also stores that status.
 
@@ -112,8 +114,12 @@ def _m0002_steps(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m0003_run_names(db: sqlite_utils.Database) -> None:
+    db.execute("ALTER TABLE runs ADD COLUMN name TEXT")
+
+
 # Index i holds the migration to version i + 1. Append only.
-MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_m0001_initial, _m0002_steps)
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_m0001_initial, _m0002_steps, _m0003_run_names)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

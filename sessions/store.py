@@ -29,12 +29,13 @@ from .errors import StoreError
 __all__ = ["Store", "StoreError", "Run", "Event", "LAYERS", "STATUSES"]
 
 STATUSES = ("recording", "complete", "incomplete", "failed")
+NAME_CHARS = 80  # a run's name: one line a person reads in the runs list
 _KIND = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
 _END = 1 << 32  # seqs of a run are below this: events.id = run << 32 | seq
 _MASK = _END - 1
 _RUN_COLUMNS = (
     "id, task, model_id, kernel_mode, sampling, seed, fingerprint, status, outcome, created,"
-    " finished, parent, fork_seq, fork_site, mutation, meta, writer"
+    " finished, parent, fork_seq, fork_site, mutation, meta, name, writer"
 )
 _RUN_FIELDS = tuple(c.strip() for c in _RUN_COLUMNS.split(","))
 
@@ -101,6 +102,7 @@ class Store:
         self._chains: dict[int, tuple[int | None, int]] = {}  # run -> (parent, first own seq)
         self._seeds: dict[int, int | None] = {}
         self._recording: dict[int, _Recording] = {}
+        self._data_version: int | None = None
         self._load_kinds()
 
     # ------------------------------------------------------------------ opening
@@ -306,6 +308,75 @@ class Store:
             "UPDATE runs SET status = ?, outcome = ?, finished = ?, writer = NULL WHERE id = ?",
             (status, _dumps(outcome, "outcome"), _now(), run_id),
         )
+
+    # ------------------------------------------------------------------ managing runs
+    @_guarded
+    def rename_run(self, run_id: int, name: str | None) -> None:
+        """Give the run a name a person reads in the runs list (None clears it). Only the
+        run's row changes; its events and every other run stay as they are."""
+        self._writable()
+        if name is not None:
+            if type(name) is not str:
+                raise StoreError(f"a run's name is text, not {type(name).__name__}")
+            name = name.strip()
+            bad = next((c for c in name if not c.isprintable()), None)
+            if not name or len(name) > NAME_CHARS or bad is not None:
+                why = "is empty" if not name else f"holds the control character {bad!r}" if bad else f"is {len(name)} characters long"
+                raise StoreError(f"the name {safe_text.visible(name[:40], newlines=False)!r} {why}; give 1..{NAME_CHARS} "
+                                 "printable characters on one line")
+        self.run(run_id)  # an unknown run fails here, with the ids there are
+        self._conn.execute("UPDATE runs SET name = ? WHERE id = ?", (name, run_id))
+
+    @_guarded
+    def children(self, run_id: int) -> list[int]:
+        """The runs that branch from `run_id` (its forks and replays), by id."""
+        return [r for (r,) in self._conn.execute("SELECT id FROM runs WHERE parent = ? AND id != ? ORDER BY id",
+                                                 (run_id, run_id))]
+
+    @_guarded
+    def delete_run(self, run_id: int) -> None:
+        """Delete a run: its row, and the events and step index rows it stored itself. A
+        fork reads its parent's events up to its fork seq; those belong to the parent and
+        stay. Refused for a run that still has forks or replays (delete them first: their
+        events read through it) and for a run being recorded. Blobs stay: they are
+        content-addressed and may be shared by other runs."""
+        self._writable()
+        run = self.run(run_id)
+        if run.status == "recording":
+            raise StoreError(f"run {run_id} is still being recorded; delete it once its recorder has finished")
+        kids = self.children(run_id)
+        if kids:
+            shown = ", ".join(map(str, kids[:10])) + (" …" if len(kids) > 10 else "")
+            raise StoreError(f"run {run_id} has {len(kids)} fork(s) or replay(s) that read its events ({shown}); "
+                             f"delete those first, e.g. `tttr delete {kids[0]} --db {self.path}`")
+        base = run_id << 32
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("DELETE FROM events WHERE id >= ? AND id < ?", (base, base + _END))
+            conn.execute("DELETE FROM steps WHERE run = ?", (run_id,))
+            conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._chains.pop(run_id, None)
+        self._seeds.pop(run_id, None)
+
+    @_guarded
+    def data_version(self) -> int:
+        """A number that changes when another connection commits to the file (SQLite's
+        `PRAGMA data_version`): the one cheap query a reader polls to follow a live run.
+        When it changes, what this store remembers of runs' lineage is read again (a run
+        may have been deleted and its id given to a new one)."""
+        (version,) = self._conn.execute("PRAGMA data_version").fetchone()
+        if version != self._data_version:
+            if self._data_version is not None:
+                self._chains = {r: c for r, c in self._chains.items() if r in self._recording}
+                self._seeds = {r: s for r, s in self._seeds.items() if r in self._recording}
+            self._data_version = version
+        return version
 
     # ------------------------------------------------------------------ blobs
     @_guarded

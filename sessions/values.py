@@ -276,8 +276,8 @@ def check_run_fields(fields: dict[str, Any]) -> tuple[dict[str, Any], list[str]]
         problems.append(f"its {name} {what}")
         out[name] = safe
 
-    for name in ("task", "model_id", "kernel_mode", "fork_site", "finished"):
-        v = fields[name]
+    for name in ("task", "model_id", "kernel_mode", "fork_site", "finished", "name"):
+        v = fields.get(name)
         if v is not None and type(v) is not str:
             bad(name, f"is {_sql_type(v)}, not text", None)
     if type(fields["created"]) is not str:

@@ -98,7 +98,7 @@ def test_token_and_logits_values_are_stored_as_small_records():
 
 
 @pytest.mark.parametrize("site,step,kind,stored", [
-    ("4:token:17", 4, "token", (17, None)), ("4:clock", 4, "clock", (None, None)), ("-1:setup", -1, "setup", (None, None)),
+    ("4:token:17", 4, "token", (17, None)), ("4:clock", 4, "clock", (None, None)), ("setup:setup", -1, "setup", (None, None)),
     ("4:token:017", 4, "token", (None, "4:token:017")), ("5:token:1", 4, "token", (None, "5:token:1")),
     ("4:clock", 4, "tool", (None, "4:clock")), ("anything", 0, "x", (None, "anything")), ("4:token:٣", 4, "token", (None, "4:token:٣")),
 ])
@@ -385,3 +385,98 @@ def test_the_database_file_alone_holds_every_run_a_closed_writer_wrote(tmp_path)
     finally:
         shared.close()
         reader.close()
+
+
+# --------------------------------------------------------------------------- managing runs
+def _fork_tree(store: Store) -> tuple[int, int, int, int]:
+    """A parent, a fork of it that recorded two steps of its own, a fork of that fork,
+    and an unrelated run."""
+    parent = record(store, steps=4)
+    fork = store.begin_run(parent=parent, fork_site="2:token:3", mutation={"site": "2:token:3", "value": "x"}, seed=SEED)
+    store.append(fork, 2, "token", "token", "2:token:3", token(2, 3, tid=999))
+    store.commit_step(fork)
+    record_step(store, fork, 3, positions=2)
+    store.finish_run(fork, "complete", {"passed": False})
+    grandchild = store.begin_run(parent=fork, fork_seq=store.count_events(fork) - 1, seed=SEED)
+    record_step(store, grandchild, 3, positions=1)
+    store.finish_run(grandchild, "incomplete", {"reason": "cancelled"})
+    other = record(store, steps=2)
+    return parent, fork, grandchild, other
+
+
+def _contents(store: Store, run_id: int) -> list[tuple]:
+    return [(e.seq, e.site, e.value, e.origin) for e in store.events(run_id)]
+
+
+def test_deleting_a_fork_removes_only_its_own_events_and_row(tmp_path):
+    path = tmp_path / "s.db"
+    with Store.open(path) as store:
+        parent, fork, grandchild, other = _fork_tree(store)
+        kept = {r: _contents(store, r) for r in (parent, other)}
+        kept_steps = {r: store.steps(r) for r in (parent, other)}
+        fork_prefix = _contents(store, fork)[: store.run(grandchild).fork_seq]
+        with pytest.raises(StoreError, match=rf"run {fork} has 1 fork.*\({grandchild}\).*delete those first"):
+            store.delete_run(fork)
+        assert _contents(store, grandchild)[: len(fork_prefix)] == fork_prefix  # the refusal changed nothing
+        store.delete_run(grandchild)
+        store.delete_run(fork)
+        assert [r.id for r in store.runs()] == [parent, other]
+        assert {r: _contents(store, r) for r in (parent, other)} == kept
+        assert {r: store.steps(r) for r in (parent, other)} == kept_steps
+        for gone in (fork, grandchild):
+            assert store._conn.execute("SELECT count(*) FROM events WHERE id >> 32 = ?", (gone,)).fetchone()[0] == 0
+            assert store._conn.execute("SELECT count(*) FROM steps WHERE run = ?", (gone,)).fetchone()[0] == 0
+            with pytest.raises(StoreError, match=f"no run {gone}"):
+                store.run(gone)
+        assert store.check() == []
+    with Store.open(path, readonly=True) as reader:  # and so the file says, read afresh
+        assert [r.id for r in reader.runs()] == [parent, other]
+        assert {r: _contents(reader, r) for r in (parent, other)} == kept
+        assert reader.check() == []
+
+
+def test_a_run_with_forks_or_being_recorded_is_not_deleted(db):
+    parent, fork, grandchild, other = _fork_tree(db)
+    for run_id in (parent, fork):
+        with pytest.raises(StoreError, match="delete those first"):
+            db.delete_run(run_id)
+    live = db.begin_run(seed=SEED)
+    with pytest.raises(StoreError, match="still being recorded"):
+        db.delete_run(live)
+    with pytest.raises(StoreError, match="no run 99"):
+        db.delete_run(99)
+    assert [r.id for r in db.runs()] == [parent, fork, grandchild, other, live]
+    with Store.open(db.path, readonly=True) as reader, pytest.raises(StoreError, match="read-only"):
+        reader.delete_run(other)
+
+
+def test_a_run_can_be_renamed_and_the_name_is_checked(tmp_path):
+    path = tmp_path / "s.db"
+    with Store.open(path) as store:
+        parent, fork, _, other = _fork_tree(store)
+        before = _contents(store, fork)
+        store.rename_run(fork, "  the clock fork  ")
+        assert store.run(fork).name == "the clock fork" and store.run(parent).name is None
+        assert _contents(store, fork) == before
+        for bad, why in (("", "is empty"), ("a\nb", "control character"), ("x" * 81, "81 characters"), (7, "text")):
+            with pytest.raises(StoreError, match=why):
+                store.rename_run(other, bad)
+        assert store.run(other).name is None
+        with pytest.raises(StoreError, match="no run 99"):
+            store.rename_run(99, "x")
+        store.rename_run(other, None)
+    with Store.open(path, readonly=True) as reader:
+        assert [r.name for r in reader.runs()] == [None, "the clock fork", None, None]
+
+
+def test_a_reader_notices_another_connections_commit_by_data_version(tmp_path):
+    path = tmp_path / "s.db"
+    Store.open(path).close()
+    with Store.open(path, readonly=True) as reader, Store.open(path) as writer:
+        first = reader.data_version()
+        assert reader.data_version() == first  # nothing committed in between
+        rid = writer.begin_run(seed=SEED)
+        assert reader.data_version() != first
+        second = reader.data_version()
+        record_step(writer, rid, 0, positions=1)
+        assert reader.data_version() != second and reader.count_events(rid) == 5

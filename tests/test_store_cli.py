@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tttr.app.cli import main
+from tttr.sessions import schema
 from tttr.sessions.store import Store
 from test_store import build_v1, record
 
@@ -42,7 +43,7 @@ def recorded(tmp_path) -> Path:
 def test_info_runs_and_events(recorded, capsys):
     assert main(["info", str(recorded)]) == 0
     out = capsys.readouterr().out
-    assert "version 2" in out and "integrity" in out and "1 complete, 1 failed" in out
+    assert f"version {schema.SCHEMA_VERSION}" in out and "integrity" in out and "1 complete, 1 failed" in out
     assert main(["info", str(recorded), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["runs"] == 2 and stats["integrity"] == "ok" and stats["events"] == 3 * 13 + 1
@@ -77,7 +78,7 @@ def test_reading_commands_leave_the_file_unchanged_even_when_it_is_old(tmp_path,
         for command in READ_COMMANDS:
             assert main(argv(list(command), path)) == 0
         assert digest(path) == before
-    assert "version 1 (read as 2" in (main(["info", str(old)]), capsys.readouterr().out)[1]
+    assert f"version 1 (read as {schema.SCHEMA_VERSION}" in (main(["info", str(old)]), capsys.readouterr().out)[1]
 
 
 def test_bench_store_json_has_the_keys(capsys):
