@@ -8,6 +8,10 @@ from the recording. At the site:
   (`3`, `"text"`, `[1, 2]`) is the new result, and plain text is the new result as a string;
   for a command (`sdk.shell`) the grammar is the built-in agent's (stdout text, `exit=N`,
   JSON with stdout/stderr/exit_code).
+- `STEP:clock` (an `sdk.now()` read): the program reads the new value (the clock grammar:
+  an ISO date-time or a shift like `+90`, `-2h`, `+1d`), and every later read of the run's
+  clock is moved by the same amount. The setup clock (`setup:clock`) moves the whole run: the
+  program runs again with its virtual clock (faketime and `sdk.now()`) started at the new time.
 - `STEP:token:POS` (a model call): the call is generated again from its recorded prompt
   with its own sampling and seed (engine/replay/calls.py's checks), its tokens before POS
   forced to the recorded ones, the new token at POS, the rest sampled live. The model loads
@@ -22,11 +26,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
 
 from tttr.app.program import ProgramRunError
 from tttr.app.program_replay import Replayer, _load, _Step
 from tttr.engine.serve.errors import APIError
-from tttr.sessions.vocabulary import Site, SiteError, site_parts
+from tttr.sessions.vocabulary import KIND_LAYER, Site, SiteError, site, site_parts
+
+SITES = "an SDK tool (STEP:tool), a clock read (STEP:clock, or setup:clock) or a model call's token (STEP:token:POS)"
 
 
 @dataclass(slots=True)
@@ -35,17 +42,38 @@ class ForkPlan:
 
     run_id: int
     site: Site
-    value: object  # tool: dict of replaced fields; token: int token id
+    value: object  # tool: dict of replaced fields; token: int token id; clock: the new ISO time
     text: str
     fork_seq: int
     model: str | None = None
     forced: dict | None = None  # token fork: {position: token id}
     settings: dict | None = None  # token fork: prompt ids, seed, max_tokens
     shared: frozenset = frozenset()  # the site's step's events before it: the parent's, shared
+    shift: timedelta = timedelta(0)  # clock fork: how far the new value moves the run's clock
+
+    @property
+    def at_setup(self) -> bool:
+        return self.site.step < 0
 
     def columns(self) -> dict:
         return {"fork_seq": self.fork_seq, "fork_site": str(self.site),
                 "mutation": {"site": str(self.site), "value": self.value, "input": self.text}}
+
+    def start_clock(self, recorded: datetime) -> datetime:
+        """The virtual clock the program starts at: moved by a fork of the setup clock."""
+        return recorded + self.shift if self.at_setup else recorded
+
+    def adopt(self, recorder, child: int, setup: dict) -> None:
+        """Make run `child` the fork's: the parent's events before the site are shared; a
+        fork of the setup clock shares nothing and starts with the setup at the new time."""
+        if self.at_setup:
+            recorder.adopt(recorder.default_run, child)
+            recorder.store.append(child, -1, KIND_LAYER["setup"], "setup", site(-1, "setup"),
+                                  {**setup, "clock": self.value})
+            recorder.store.commit_step(child)
+            return
+        recorder.adopt(recorder.default_run, child, first_step=self.site.step)
+        recorder.shared.update(self.shared)
 
     def replayer(self, rec, recorder, name: str) -> ForkReplayer:
         return ForkReplayer(rec, recorder, name, self)
@@ -80,10 +108,11 @@ def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, m
     try:
         at = Site.parse(site_text)
     except (SiteError, ValueError) as exc:
-        raise ProgramRunError(f"{exc}; a program run forks at an SDK tool (STEP:tool) or a model call's "
-                              "token (STEP:token:POS)") from None
+        raise ProgramRunError(f"{exc}; a program run forks at {SITES}") from None
     step = next((s for s in rec.steps if s.step == at.step), None)
     source = Source(store, run_id)
+    if at.name == "clock":
+        return _check_clock(rec, source, at, step, value_text)
     if at.name == "tool":
         if step is None or step.kind != "tool":
             raise ProgramRunError(f"site {at} is not an SDK tool call of run {run_id}: "
@@ -99,8 +128,34 @@ def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, m
             raise ProgramRunError(f"site {at} is not a model call's token in run {run_id}: "
                                   f"`tttr events {run_id}` lists its sites")
         return _check_token(store, source, at, value_text, model)
-    raise ProgramRunError(f"a program run forks at an SDK tool (STEP:tool) or a model call's token "
-                          f"(STEP:token:POS), not {at}")
+    raise ProgramRunError(f"a program run forks at {SITES}, not {at}")
+
+
+def _check_clock(rec, source, at: Site, step, value_text: str) -> ForkPlan:
+    """A clock read's (or the setup clock's) new value, and how far it moves the run's clock."""
+    from tttr.engine.replay.mutation import MutationError, _clock
+
+    if at.step < 0:
+        recorded = rec.setup.get("clock") or (rec.run.meta or {}).get("clock")
+        fork_seq, shared = 0, frozenset()
+    elif step is None or step.kind != "clock":
+        raise ProgramRunError(f"site {at} is not a clock read (sdk.now()) of run {rec.run.id}: "
+                              f"`tttr events {rec.run.id}` lists its sites")
+    else:
+        recorded = next(e.value for e in step.events if e.kind == "clock").get("t")
+        fork_seq, shared = source.seq_of(str(at)), _shared(source, at)
+    try:
+        old = datetime.fromisoformat(recorded)
+        new = _utc(_clock(value_text, {"t": recorded}))
+    except (MutationError, TypeError, ValueError) as exc:
+        raise ProgramRunError(f"run {rec.run.id}, site {at}: {exc}") from None
+    shift = new.replace(microsecond=0) - _utc(old)
+    return ForkPlan(rec.run.id, at, (old + shift).isoformat(), value_text, fork_seq, shared=shared, shift=shift)
+
+
+def _utc(t: datetime) -> datetime:
+    """`t` as a naive UTC time (the virtual clock's), whether or not it carries a zone."""
+    return t if t.tzinfo is None else t.astimezone(timezone.utc).replace(tzinfo=None)
 
 
 def _check_token(store, source, at: Site, value_text: str, model: str | None) -> ForkPlan:
@@ -135,12 +190,16 @@ class ForkReplayer(Replayer):
     """A replay that takes the new value at the fork site and runs live after the divergence."""
 
     def __init__(self, rec, recorder, name: str, plan: ForkPlan):
+        from tttr.app.program import running_clock
+
         super().__init__(rec, recorder, name)
         self.plan = plan
-        self.forked = False
+        self.forked = plan.at_setup  # the setup comes before every request
         self.service = None
         self.logits_computed = 0
         self.calls_generated = 0
+        start = datetime.fromisoformat(rec.setup.get("clock") or rec.run.meta["clock"]).replace(tzinfo=None)
+        self._live_clock = running_clock(start)  # as the server's, for live reads after the site
 
     def _copy(self, step: _Step) -> None:
         if self.forked or self.divergence is not None:
@@ -177,6 +236,29 @@ class ForkReplayer(Replayer):
         if "function" in value:
             return {"error": new["error"]} if new.get("error") else {"result": new.get("result")}
         return {k: new.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}
+
+    def _answer_clock(self, step: _Step, recorded: dict) -> dict:
+        if not self.forked and not self._at_site(step, "clock"):
+            return super()._answer_clock(step, recorded)
+        if self._at_site(step, "clock"):
+            self.forked, t = True, self.plan.value
+        else:  # after the site: the recorded read, moved as the fork moved the clock
+            t = (datetime.fromisoformat(recorded["t"]) + self.plan.shift).isoformat()
+            self.answered += 1
+        self.recorder.record_copy(self.name, [(e.kind, site_parts(e.site)[2], {**e.value, "t": t}
+                                               if e.kind == "clock" else e.value) for e in step.events])
+        self.cursor += 1
+        return {"t": t}
+
+    def answer_sdk(self, name, kind: str, value: dict):
+        answer = super().answer_sdk(name, kind, value)
+        if answer is None and kind == "clock" and self.forked and self.plan.shift and not self.plan.at_setup:
+            # A live read after a moved clock read: moved the same. (After a moved setup clock,
+            # the server's own clock already runs from the new time.)
+            t = (self._live_clock() + self.plan.shift).isoformat()
+            self.recorder.record_copy(self.name, [("clock", None, {"t": t, "source": "sdk"})])
+            return {"t": t}
+        return answer
 
     # -- live ------------------------------------------------------------------------------
     def _live_call(self, name, endpoint: str, body: dict):

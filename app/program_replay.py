@@ -231,8 +231,7 @@ class Replayer:
                 return None  # live from here on
             recorded = next(e.value for e in step.events if e.kind == kind)
             if kind == "clock":
-                self._copy(step)
-                return {"t": recorded.get("t")}
+                return self._answer_clock(step, recorded)
             keys = ("function", "args", "kwargs") if "function" in value else ("cmd", "cwd", "timeout_s")
             for key in keys:
                 if recorded.get(key) != value.get(key):
@@ -240,6 +239,11 @@ class Replayer:
                     self._diverge(f"step {step.step}, tool {label}: {key}", recorded.get(key), value.get(key))
                     return None
             return self._answer_sdk(step, recorded, value)
+
+    def _answer_clock(self, step: _Step, recorded: dict) -> dict:
+        """A clock read at recorded step `step`: the recorded value."""
+        self._copy(step)
+        return {"t": recorded.get("t")}
 
     def _answer_sdk(self, step: _Step, recorded: dict, value: dict) -> dict:
         """An SDK tool query that matches recorded step `step`: the recorded result."""
@@ -303,6 +307,8 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
             program = check_program(argv, tree_dir, host)
             recorded_stdout = _text(reader, rec.final.get("stdout"))
         clock = datetime.fromisoformat(rec.setup.get("clock") or rec.run.meta["clock"]).replace(tzinfo=None)
+        if fork is not None:  # a fork of the setup clock runs the whole program at another time
+            clock = fork.start_clock(clock)
         sock_dir = api_dir(work / "api", host)
         executor = Executor(tree_dir, seed=rec.run.seed or 0, unsafe_no_sandbox=unsafe_no_sandbox,
                             limits=Limits(timeout_s=timeout_s, tree_mb=1024), binds=host.binds(sock_dir))
@@ -344,8 +350,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
             store.append(child, -1, KIND_LAYER["setup"], "setup", site(-1, "setup"), rec.setup)
             store.commit_step(child)
         else:  # the setup and the steps before the site are the parent's, shared
-            recorder.adopt(name, child, first_step=fork.site.step)
-            recorder.shared.update(fork.shared)
+            fork.adopt(recorder, child, rec.setup)
         sandboxed = executor.sandboxed
         endpoint = _Endpoint(app, str(sock_dir / SOCKET_NAME) if sandboxed else None)
         env = {**(host.env() if sandboxed else {"PATH": host.path}), **endpoint_env(endpoint.base, name),

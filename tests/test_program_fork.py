@@ -112,3 +112,82 @@ def test_fork_at_a_token_regenerates_the_call_from_there_and_bad_sites_are_refus
         tokens = _tokens(store, res["run_id"], 0)
     assert tokens[0] == recorded[0] and tokens[1] == new and tokens != recorded
     assert "answer:" in res["stdout"]
+
+
+CLOCK_PROGRAM = textwrap.dedent("""\
+    from datetime import datetime
+    from openai import OpenAI
+    from tttr.recorders import sdk
+
+    client = OpenAI()
+    model = client.models.list().data[0].id
+    first = sdk.now()
+    print("first:", first.isoformat())
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}],
+                                       max_tokens=2, seed=3)
+    later = sdk.now()
+    print("later:", later.isoformat())
+    print("apart:", (later - first).total_seconds())
+    print("today:", datetime.now().date().isoformat())
+""")
+
+
+def _lines(stdout: str) -> dict:
+    return dict(line.split(": ", 1) for line in stdout.splitlines() if ": " in line)
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_fork_at_a_clock_read_moves_it_and_later_reads_and_the_setup_clock_moves_the_run(tmp_path, capsys):
+    from datetime import datetime, timedelta
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "prog.py").write_text(CLOCK_PROGRAM)
+    db = tmp_path / "s.db"
+    rec = _run(capsys, ["record", "--db", str(db), "--tree", str(tree), "--seed", "7", "--clock",
+                        "2026-03-02T10:00:00", "--json", "--", "python3", "prog.py"])
+    assert rec["exit_code"] == 0 and rec["calls"] == 1, rec["stderr"]
+    run = rec["run_id"]
+    was = _lines(rec["stdout"])
+    assert was["today"] == "2026-03-02"
+    with Store.open(db, readonly=True) as store:
+        _, events = store.load_run(run)
+        clocks = [e.site for e in events if e.kind == "clock"]
+    assert clocks == ["0:clock", "2:clock"], clocks  # the model call between them is step 1
+
+    # One read moved: it and the later read move by the same hour; nothing is generated.
+    res = _fork(capsys, db, run, "0:clock", "+1h")
+    now = _lines(res["stdout"])
+    hour = timedelta(hours=1)
+    assert datetime.fromisoformat(now["first"]) == datetime.fromisoformat(was["first"]) + hour
+    assert datetime.fromisoformat(now["later"]) == datetime.fromisoformat(was["later"]) + hour
+    assert now["apart"] == was["apart"] and now["today"] == was["today"]  # the program's own clock is not moved
+    assert res["forked"] is True and res["calls_generated"] == 0 and res["logits_computed"] == 0, res
+    with Store.open(db, readonly=True) as store:
+        child, events = store.load_run(res["run_id"])
+        assert child.parent == run and child.fork_site == "0:clock" and child.status == "complete"
+        assert [e.value["t"][:19] for e in events if e.kind == "clock"] == [now["first"], now["later"]]
+
+    # The setup clock moved: the whole run happens on another day, the program's own clock included.
+    res = _fork(capsys, db, run, "-1:clock", "2026-05-01T08:00:00")
+    now = _lines(res["stdout"])
+    moved = datetime(2026, 5, 1, 8) - datetime(2026, 3, 2, 10)
+    assert now["today"] == "2026-05-01"
+    assert datetime.fromisoformat(now["first"]) == datetime.fromisoformat(was["first"]) + moved
+    assert datetime.fromisoformat(now["later"]) == datetime.fromisoformat(was["later"]) + moved
+    assert res["calls_generated"] == 0, res  # the prompt does not hold the time: still the recorded call
+    with Store.open(db, readonly=True) as store:
+        child, events = store.load_run(res["run_id"])
+        setup = next(e.value for e in events if e.kind == "setup")
+        assert setup["clock"] == "2026-05-01T08:00:00" and child.parent == run
+
+    # Bad values and sites: one line, exit 2, nothing written.
+    with Store.open(db, readonly=True) as store:
+        runs = len(store.runs())
+    for at, value in (("0:clock", "tomorrow"), ("1:clock", "+1"), ("-1:clock", "+900000d")):
+        assert main(["fork", str(run), "--db", str(db), "--at", at, "--set", value]) == 2, at
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+    with Store.open(db, readonly=True) as store:
+        assert len(store.runs()) == runs
