@@ -101,6 +101,15 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ("diff",): [
         ["diff", "1", "2", "--db", "{missing}"], ["diff", "1", "999", "--db", "{db}"], ["diff", "-1", "1"],
     ],
+    ("rename",): [
+        ["rename", "1", "x", "--db", "{missing}"], ["rename", "999", "x", "--db", "{db}"],
+        ["rename", "1", "", "--db", "{db}"], ["rename", "1", "a\nb", "--db", "{db}"], ["rename", "1", "x"],
+        ["rename", "x", "y", "--db", "{db}"],
+    ],
+    ("delete",): [
+        ["delete", "1", "--db", "{missing}", "--yes"], ["delete", "999", "--db", "{db}", "--yes"],
+        ["delete", "-1", "--db", "{db}"], ["delete", "1"], ["delete", "1", "--db", "{db}"],
+    ],
     ("open",): [["open", "{missing}"], ["open", "{text}"], ["open", "{db}", "--run", "999"], ["open", "{db}", "--run", "-1"]],
     ("demo",): [
         ["demo", "--task", "nosuch", "--db", "{new}"], ["demo", "--db", "{db}"],
@@ -132,7 +141,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
 
 # What `tttr --help` and `tttr bench --help` list (README's and docs' commands).
 COMMANDS = {"info", "runs", "events", "prompt", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
-            "diff", "open", "demo", "bench"}
+            "diff", "open", "demo", "bench", "rename", "delete"}
 BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve"}
 
 

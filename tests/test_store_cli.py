@@ -185,3 +185,37 @@ def test_every_reading_command_takes_the_database_either_way(recorded, capsys):
         with pytest.raises(SystemExit) as exc:
             main(bad)
         assert exc.value.code == 2 and reason in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- rename and delete
+def test_rename_and_delete_a_fork_from_the_command_line(recorded, capsys, monkeypatch):
+    with Store.open(recorded, readonly=True) as store:
+        parent_events = [(e.seq, e.site, e.value) for e in store.events(1)]
+    assert main(["rename", "2", "  token fork ", "--db", str(recorded)]) == 0
+    assert "run 2 is now named 'token fork'" in capsys.readouterr().out
+    assert main(["runs", str(recorded)]) == 0
+    assert "2 token fork" in capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt: "n")
+    assert main(["delete", "2", "--db", str(recorded)]) == 1  # asked, and the answer was no
+    assert "nothing deleted" in capsys.readouterr().out
+    monkeypatch.setattr("builtins.input", lambda prompt: "y")
+    assert main(["delete", "2", "--db", str(recorded)]) == 0
+    assert "deleted run 2 (token fork, fork of #1 at 1:token:2" in capsys.readouterr().out
+    with Store.open(recorded, readonly=True) as store:
+        assert [r.id for r in store.runs()] == [1]
+        assert [(e.seq, e.site, e.value) for e in store.events(1)] == parent_events
+        assert store.check() == []
+
+
+def test_delete_refuses_a_run_with_forks_and_asks_unless_yes(recorded, capsys):
+    before = digest(recorded)
+    assert main(["delete", "1", "--db", str(recorded), "--yes"]) == 2
+    assert "run 1 has 1 fork(s) or replay(s) that read its events (2); delete those first" in capsys.readouterr().err
+    assert main(["delete", "2", "--db", str(recorded)]) == 2  # stdin is not a terminal here: no one to ask
+    assert "pass --yes" in capsys.readouterr().err
+    assert digest(recorded) == before
+    assert main(["delete", "2", "--db", str(recorded), "--yes"]) == 0
+    assert main(["delete", "1", "--db", str(recorded), "--yes"]) == 0
+    with Store.open(recorded, readonly=True) as store:
+        assert store.runs() == [] and store.stats()["events"] == 0

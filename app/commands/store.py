@@ -76,6 +76,8 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per step: step, n_tokens, verified, note, text")
     p.set_defaults(func=prompt)
 
+    _register_manage(sub)
+
     p = bench_sub.add_parser(
         "store",
         help="session store: append rate, window read time, bytes per event",
@@ -170,7 +172,7 @@ def runs(args: argparse.Namespace) -> int:
             outcome = json.dumps(outcome, ensure_ascii=False)[:40]
         status = r["status"] + (" (unreadable)" if r["problem"] else "")
         cells.append([
-            str(r["id"]), status, r["task"] or "", r["model_id"] or "", r["kernel_mode"] or "",
+            str(r["id"]) + (f" {r['name']}" if r.get("name") else ""), status, r["task"] or "", r["model_id"] or "", r["kernel_mode"] or "",
             "" if r["seed"] is None else str(r["seed"]), parent, f"{r['steps']:,}", f"{r['events']:,}",
             outcome or "", (r["created"] or "")[:16].replace("T", " "),
         ])
@@ -302,4 +304,67 @@ def prompt(args: argparse.Namespace) -> int:
         state = "verified" if p.verified else f"NOT verified: {p.note}"
         print(visible(f"── step {p.step}: {p.n_tokens} tokens, {state}", newlines=False))
         print(visible(p.text))
+    return 0
+
+
+# -- managing runs: the two commands here that write ----------------------------------------
+def _register_manage(sub) -> None:
+    p = sub.add_parser(
+        "rename", help="give a run a name, shown in `tttr runs` and the app",
+        description="Give a run a name (1-80 printable characters; '' is refused). Only the run's row "
+                    "changes: its events and every other run stay as they are.",
+    )
+    p.add_argument("run", metavar="RUN", type=argtypes.run_id, help="run id (see `tttr runs DB`)")
+    p.add_argument("name", metavar="NAME", help="the new name")
+    p.add_argument("--db", required=True, metavar="DB", help="the session database")
+    p.set_defaults(func=rename)
+
+    p = sub.add_parser(
+        "delete", help="delete a run (a fork: only its own events; its parent's stay)",
+        description="Delete a run: its row and the events it recorded itself. A fork's shared prefix "
+                    "belongs to its parent and stays; no other run is touched. A run that has forks or "
+                    "replays is refused until they are deleted; a run being recorded is refused. Asks "
+                    "first unless --yes.",
+    )
+    p.add_argument("run", metavar="RUN", type=argtypes.run_id, help="run id (see `tttr runs DB`)")
+    p.add_argument("--db", required=True, metavar="DB", help="the session database")
+    p.add_argument("--yes", action="store_true", help="delete without asking")
+    p.set_defaults(func=delete)
+
+
+def _open_writable(path: str):
+    from tttr.sessions.store import Store
+
+    return Store.open(path, create=False)
+
+
+def rename(args: argparse.Namespace) -> int:
+    with _open_writable(args.db) as store:
+        store.rename_run(args.run, args.name)
+        name = store.run(args.run).name
+    _console().print(shown(f"run {args.run} is now named {name!r}"))
+    return 0
+
+
+def delete(args: argparse.Namespace) -> int:
+    from tttr.app.describe import lineage
+    from tttr.sessions.store import StoreError
+
+    with _open_writable(args.db) as store:
+        run = store.run(args.run)  # an unknown run fails here, with the ids there are
+        kids = store.children(args.run)
+        if kids:  # refused before asking
+            store.delete_run(args.run)
+        shared = run.fork_seq if run.parent is not None and run.fork_seq else 0  # the parent's, kept
+        own = store.count_events(args.run) - shared
+        what = f"run {args.run} ({run.name or run.task or 'no task'}, {lineage(run)}, {own:,} events of its own)"
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise StoreError(f"not deleting {what} without asking: pass --yes to delete it from a script")
+            answer = input(shown(f"delete {what}? [y/N] ").plain)
+            if answer.strip().lower() not in ("y", "yes"):
+                print("nothing deleted")
+                return 1
+        store.delete_run(args.run)
+    _console().print(shown(f"deleted {what}"))
     return 0
