@@ -2,8 +2,8 @@
 not have predicted — the clock of a step, the result of a tool call, the tokens (and the
 logits behind them) of a message — and which writes the new run's events.
 
-It holds a policy (pin or free, per layer), at most one mutation, and when replaying, the
-source recording. Recording is the oracle with every layer free and no source.
+It holds a policy (pin or free, per layer), a fork's one mutation or an experiment's set of
+them (`MutationSet`), and when replaying, the source recording. Recording is the oracle with every layer free and no source.
 
 - token pinned: while the step's context (its prompt token ids) is identical to the
   recording's, the recorded tokens are taken as they are; once it differs, tokens are
@@ -32,6 +32,7 @@ from typing import Any, Callable
 from tttr.engine.replay.diff import Divergence, compared_value
 from tttr.engine.replay.events import EventLog, ids_digest
 from tttr.engine.replay.mutation import Mutation
+from tttr.engine.replay.mutations import REQUEST_KEYS, MutationSet
 from tttr.engine.replay.policy import Policy
 from tttr.engine.replay.source import OracleError, Source
 from tttr.engine.replay.tokens import Draws, Tokens
@@ -57,7 +58,7 @@ class Oracle:
         clock_base: datetime,
         executor_factory: Callable,  # (tree_dir, seed) -> Executor
         source: Source | None = None,
-        mutation: Mutation | None = None,
+        mutation: Mutation | MutationSet | None = None,
         fork_seq: int = 0,
         write: bool = True,
         progress: Callable | None = None,
@@ -72,7 +73,8 @@ class Oracle:
         self.kernel_mode = kernel_mode
         self.clock_base = clock_base
         self.source = source
-        self.mutation = mutation
+        self.mutation = mutation  # as given (read by the recorded-calls driver)
+        self.mutations = MutationSet.of(mutation)
         self.progress = progress
         self.cancel = cancel
         self.max_steps = max_steps
@@ -121,8 +123,8 @@ class Oracle:
         if self.divergence is None and self.source is not None and recorded != live:
             self.divergence = Divergence(at, layer, recorded, live, ("recorded", "live"))
 
-    def _mutated(self, kind: str, step: int) -> bool:
-        return self.mutation is not None and self.mutation.at(kind, step)
+    def _mutated(self, kind: str, step: int) -> Mutation | None:
+        return self.mutations.get(kind, step)
 
     def note(self, step: int, kind: str, value: dict) -> None:
         """A derived value of the agent layer (message, action): recorded, never pinned."""
@@ -140,7 +142,8 @@ class Oracle:
         recorded = self._recorded(at)
         mutated = self._mutated("clock", step)
         if mutated:
-            t = self.mutation.value
+            self.mutations.took(mutated)
+            t = mutated.value
             if step == -1 and recorded is not None:
                 # The setup clock is when the run happened: moving it moves every later
                 # reading with it (an edit of one step's clock moves that step alone).
@@ -180,12 +183,16 @@ class Oracle:
         recorded = self._recorded(at)
         shell = self.world.shell
         value: dict
-        if self._mutated("tool", step):
+        mutated = self.mutations.tool(step, {"cmd": cmd, "tree_before": self.world.tree})
+        if mutated is not None and recorded is None and not self.mutations.strict:
+            mutated = None  # an experiment's delta at a step this run does not reach as recorded
+        if mutated is not None:
             if recorded is None:
                 raise OracleError(f"site {at} has no recorded tool result to mutate")
+            self.mutations.took(mutated)
             value = dict(recorded)
             value.update({k: self.log.text_value(v) if k in ("stdout", "stderr") else v
-                          for k, v in self.mutation.value.items()})
+                          for k, v in mutated.value.items() if k not in REQUEST_KEYS})
             value["mutated"] = True
         elif (self.policy.pinned("trace") and recorded is not None
               and recorded.get("cmd") == cmd and recorded.get("cwd") == shell.cwd
@@ -238,6 +245,8 @@ class Oracle:
         rec_logits = self.source.logits.get(step, []) if same else []
 
         mutated = self._mutated("token", step)
+        if mutated is not None and not same and not self.mutations.strict:
+            mutated = None  # an experiment's token delta applies only where the context is the recording's
         if same and self.policy.pinned("token") and self.policy.pinned("tensor") and not mutated:
             return self._took(self.tokens.replayed(step, rec_tokens, rec_logits))
 
@@ -246,8 +255,9 @@ class Oracle:
         forced: list[int] = []
         if mutated:
             if not same:
-                raise OracleError(f"cannot mutate {self.mutation.site}: the context of step {step} is not the recording's")
-            forced = self.tokens.forced(step, self.mutation, rec_tokens, rec_logits, draws)
+                raise OracleError(f"cannot mutate {mutated.site}: the context of step {step} is not the recording's")
+            self.mutations.took(mutated)
+            forced = self.tokens.forced(step, mutated, rec_tokens, rec_logits, draws)
         records = self.tokens.generated(step, ids, forced, max_tokens, stops, draws)
         if same and not mutated:
             for r in records:
