@@ -1,9 +1,195 @@
-"""`tttr ...`: tttr suite and tttr stats: record runs under four pinning conditions and decompose their variance (issue 17).
-
-(Being written: register() adds its subcommands.)"""
+"""`tttr suite` and `tttr stats`: record runs under four pinning conditions and decompose
+their variance by layer (issue 17). The work is `tttr.engine.replay.suite`; this parses,
+prints and plots."""
 
 from __future__ import annotations
 
+import sys
+import threading
+
+from tttr.app.commands import args as argtypes
+from tttr.app.commands.agent import DEFAULT_DB
+
+RULE_LINES = (
+    "agreement: fraction of run pairs (same task and condition) with the same sequence of state-modifying",
+    "actions (commands that changed the sandbox's files); 'removed': how much of the free condition's",
+    "disagreement disappears with that layer pinned; residual: disagreement with every layer pinned (must be 0)",
+)
+
 
 def register(sub, bench_sub) -> None:
-    pass
+    p = sub.add_parser(
+        "suite", help="record N runs per task under four pinning conditions (variance by layer)",
+        description="Record N runs per task in each of four conditions: free (a fresh seed and the "
+                    "machine's clock: today's practice), token-pinned (one seed, the trace live), "
+                    "trace-pinned (one clock and start tree, recorded tool results; a fresh seed per "
+                    "run) and pinned (everything pinned: must agree 100%). The pinned conditions are "
+                    "replays of each task's first free run. Runs go through the engine side by side "
+                    "(--batch at a time, sharing its batches: the kernels are batch-invariant). "
+                    "Progress on stderr; Ctrl-C keeps the finished runs. Read them with `tttr stats`.",
+    )
+    p.add_argument("--runs", type=argtypes.bounded_int(2, 1000, "a run count"), required=True,
+                   help="runs per task and condition (at least 2: agreement compares pairs)")
+    p.add_argument("--tasks", help="comma-separated task names (default: every task, see `tttr tasks`)")
+    p.add_argument("--model", help="GGUF file or Hugging Face folder (default: TTTR_MODEL, then the embedded SmolLM2)")
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7; must be > 0)")
+    p.add_argument("--max-steps", type=argtypes.steps, default=6, help="step limit per run (default 6)")
+    p.add_argument("--batch", type=argtypes.bounded_int(1, 64, "a batch size"), default=8,
+                   help="runs in flight at once, sharing the engine's batches (default 8)")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"session database (default {DEFAULT_DB})")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="run agent commands without bubblewrap where the machine refuses namespaces (unsafe)")
+    p.set_defaults(func=cmd_suite)
+
+    p = sub.add_parser(
+        "stats", help="pass rates, action agreement and its decomposition by layer for a suite",
+        description="Read the runs of a suite recorded by `tttr suite`: per task and overall, the pass "
+                    "rate with a 95% Wilson interval, action agreement per condition, and how much of "
+                    "the free condition's disagreement disappears when each layer is pinned. "
+                    + " ".join(RULE_LINES),
+    )
+    p.add_argument("--db", default=DEFAULT_DB, help=f"session database (default {DEFAULT_DB})")
+    p.add_argument("--suite", help="suite id (default: the latest in the database)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", metavar="FILE.png", help="also write the plots as a PNG (matplotlib)")
+    p.add_argument("--plot-terminal", action="store_true", help="also draw the plots in the terminal (plotext)")
+    p.set_defaults(func=cmd_stats)
+
+
+def _tasks(text: str | None) -> list[str]:
+    from tttr.recorders.tasks import list_tasks, load_task
+
+    if text is None:
+        return [t.name for t in list_tasks()]
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        from tttr.sessions.errors import TTTRError
+
+        raise TTTRError(f"--tasks {text!r} names no task: give comma-separated names (see `tttr tasks`)")
+    for n in names:
+        load_task(n)  # an unknown name: one line, before anything is written
+    return list(dict.fromkeys(names))
+
+
+def cmd_suite(args) -> int:
+    from tttr.app.commands.agent import _runtime
+    from tttr.engine.inference.sampler import SamplingParams
+    from tttr.engine.replay.runs import check_machine
+    from tttr.engine.replay.suite import new_suite_id, run_suite
+    from tttr.engine.replay.variance import CONDITIONS
+    from tttr.sessions.errors import TTTRError
+    from tttr.sessions.safe_text import visible
+
+    if not args.temperature > 0:
+        raise TTTRError(f"--temperature {args.temperature} leaves nothing to vary: give a temperature > 0")
+    SamplingParams(temperature=args.temperature, seed=0)
+    tasks = _tasks(args.tasks)
+    runtime = _runtime(args, "invariant")
+    check_machine(runtime, args.unsafe_no_sandbox)
+    suite_id = new_suite_id()
+    total = len(tasks) * args.runs * len(CONDITIONS)
+    print(f"suite {suite_id}: {len(tasks)} task(s) x {args.runs} runs x {len(CONDITIONS)} conditions = {total} runs "
+          f"into {args.db}; up to {args.batch} at a time through one engine (batch-invariant kernels)",
+          file=sys.stderr, flush=True)
+
+    def progress(f) -> None:
+        what = f"[{f.done}/{f.total}] {f.task} {f.condition} #{f.index}"
+        if f.error is not None:
+            line = f"{what}: failed: {f.error}"
+        else:
+            r = f.run
+            verdict = r.status if r.status != "complete" else ("passed" if r.passed else "failed")
+            line = f"{what}: run {r.run_id} {verdict}, {len(r.actions)} state-modifying action(s)"
+        print(visible(line, newlines=False), file=sys.stderr, flush=True)
+
+    cancel = threading.Event()
+    try:
+        _, runs = run_suite(args.db, tasks, args.runs, runtime=runtime, temperature=args.temperature,
+                            max_steps=args.max_steps, batch=args.batch, unsafe_no_sandbox=args.unsafe_no_sandbox,
+                            suite_id=suite_id, progress=progress, cancel=cancel)
+    except KeyboardInterrupt:
+        cancel.set()
+        print(f"tttr suite: interrupted; the finished runs are kept in {args.db} "
+              f"(tttr stats --db {args.db} --suite {suite_id})", file=sys.stderr)
+        return 130
+    finally:
+        runtime.close()
+    complete = sum(r.status == "complete" for r in runs)
+    print(f"suite {suite_id}: {complete} of {total} runs complete in {args.db}; "
+          f"read them with: tttr stats --db {args.db}")
+    return 0
+
+
+def _check_plot_path(path: str) -> None:
+    from pathlib import Path
+
+    from tttr.sessions.errors import TTTRError
+
+    p = Path(path)
+    if p.suffix.lower() != ".png":
+        raise TTTRError(f"--plot {path!r}: give a file name ending in .png")
+    if not p.parent.resolve().is_dir():
+        raise TTTRError(f"--plot {path!r}: the folder {str(p.parent)!r} does not exist")
+
+
+def cmd_stats(args) -> int:
+    from tttr.app.commands.agent import _open_readonly
+    from tttr.engine.replay.suite import suite_stats
+    from tttr.sessions.export import safe_json
+
+    if args.plot:
+        _check_plot_path(args.plot)  # before anything is read or written
+    with _open_readonly(args.db) as store:
+        stats = suite_stats(store, args.suite)
+    if args.json:
+        print(safe_json(stats.to_json()))
+    else:
+        print(stats_table(stats))
+    if not all(t.decomposition.residual_ok for t in [*stats.tasks, stats.overall]):
+        print("tttr stats: RESIDUAL NOT ZERO: runs with every layer pinned disagree; those replays are not "
+              "controlled experiments on this machine (see the 'pinned' column)", file=sys.stderr)
+    if args.plot:
+        from tttr.app.stats_plot import write_png
+
+        write_png(stats, args.plot)
+        if not args.json:
+            print(f"plot written to {args.plot}")
+    if args.plot_terminal:
+        from tttr.app.stats_plot import terminal_plot
+
+        print(terminal_plot(stats), file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _f(x: float | None, signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x:+.2f}" if signed else f"{x:.2f}"
+
+
+def stats_table(stats) -> str:
+    """A plain-text table (it goes into a README as it is): one row per task and overall."""
+    from tttr.sessions.safe_text import visible
+
+    head = ("task", "runs", "pass free [95% CI]", "agree: free", "token-pin", "trace-pin", "pinned",
+            "removed: token", "trace", "residual")
+    rows = []
+    for t in [*stats.tasks, stats.overall]:
+        free = t.by_condition.get("free")
+        iv = free.interval if free else None
+        cell = f"{_f(free.pass_rate)} [{_f(iv.low)},{_f(iv.high)}]" if iv else "-"
+        agree = [_f(t.by_condition[c].agreement.fraction) if c in t.by_condition else "-"
+                 for c in ("free", "token-pinned", "trace-pinned", "pinned")]
+        runs = "/".join(str(t.by_condition[c].runs) if c in t.by_condition else "0"
+                        for c in ("free", "token-pinned", "trace-pinned", "pinned"))
+        d = t.decomposition
+        residual = _f(d.residual) + ("" if d.residual_ok else " !")
+        rows.append((visible(t.task, newlines=False), runs, cell, *agree, _f(d.removed_by("token"), True),
+                     _f(d.removed_by("trace"), True), residual))
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in [head, *rows]]
+    out = [f"suite {stats.suite_id} (runs per condition: free/token-pinned/trace-pinned/pinned)", *lines, *RULE_LINES]
+    if stats.left_out:
+        out.append(f"{stats.left_out} incomplete run(s) left out")
+    return "\n".join(out)

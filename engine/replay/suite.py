@@ -1,0 +1,252 @@
+"""A variance suite: N runs per task under each of four conditions, and their statistics.
+
+How each condition is recorded (every run carries `meta.suite = {id, condition, index,
+anchor}`):
+
+- `free` — today's practice: `record` with a fresh seed and the machine's clock at the run's
+  start (the actual now, not the task's fixed clock: an evaluation run today sees the day it
+  runs on; runs of one suite are minutes apart, so this understates the spread of runs made
+  on different days). The first complete free run of a task is its *anchor*.
+- `token-pinned` — `replay` of the anchor with the trace layer free (the clock is now and
+  every command runs live) and the anchor's seed.
+- `trace-pinned` — `replay` of the anchor with the token layer free (a fresh seed per run)
+  and the trace pinned: the anchor's clock readings and start tree; a tool call returns the
+  recorded result when command and tree match, and otherwise runs live from that state.
+- `pinned` — `replay` of the anchor with nothing but the arithmetic live: tokens and trace
+  pinned. Its runs must agree 100%.
+
+In all four the logits are computed live with the invariant kernels, in whatever batch they
+land in: the tensor layer is pinned by construction. The sandbox's seeded randomness
+(`$RANDOM`, `getrandom`) follows the run's seed, so it moves with the token layer.
+
+Runs go through the engine side by side (one thread per run, `batch` at a time): their
+forward passes share the scheduler's batches, which changes no result because the kernels
+are batch-invariant. Each run is stored as soon as it finishes; a cancelled suite keeps them.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable
+
+from tttr.engine.replay.variance import CONDITIONS, Decomposition, Outcomes, decompose, outcomes, state_actions
+from tttr.sessions.errors import TTTRError
+
+# The layers each replayed condition computes live (the tensor layer: with invariant kernels).
+FREED = {"token-pinned": ("tensor", "trace"), "trace-pinned": ("tensor", "token"), "pinned": ("tensor",)}
+
+
+class SuiteError(TTTRError, ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteRun:
+    """One stored run of a suite, as the statistics read it."""
+
+    run_id: int
+    task: str
+    condition: str
+    index: int
+    status: str
+    passed: bool | None
+    actions: tuple[str, ...]  # its state-modifying actions
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """What the progress callback hears after each run."""
+
+    done: int
+    total: int
+    task: str
+    condition: str
+    index: int
+    run: SuiteRun | None
+    error: str | None = None
+
+
+def new_suite_id() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def _suite_meta(suite_id: str, condition: str, index: int, anchor: int | None) -> dict:
+    return {"suite": {"id": suite_id, "condition": condition, "index": index, "anchor": anchor}}
+
+
+def read_run(store, run) -> SuiteRun | None:
+    """A stored run as a suite run, or None if it belongs to no suite."""
+    info = run.meta.get("suite") if isinstance(run.meta, dict) else None
+    if not isinstance(info, dict) or info.get("condition") not in CONDITIONS or not isinstance(run.task, str):
+        return None
+    tools = [e.value for e in store.events(run.id, kind="tool")]
+    passed = run.outcome.get("passed") if isinstance(run.outcome, dict) else None
+    index = info.get("index") if isinstance(info.get("index"), int) else 0
+    return SuiteRun(run.id, run.task, info["condition"], index, run.status, passed, state_actions(tools))
+
+
+def run_suite(
+    db: str,
+    tasks: list[str],
+    runs: int,
+    *,
+    runtime,
+    temperature: float,
+    max_steps: int,
+    batch: int = 8,
+    unsafe_no_sandbox: bool = False,
+    suite_id: str | None = None,
+    progress: Callable[[Finished], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> tuple[str, list[SuiteRun]]:
+    """Record the suite into `db`; the suite id and the runs that finished (complete or not)."""
+    from tttr.engine.replay.agent import AgentLimits
+    from tttr.engine.replay.runs import record, replay
+    from tttr.sessions.store import Store
+
+    suite_id = suite_id or new_suite_id()
+    limits = AgentLimits(max_steps=max_steps)
+    cancel = cancel or threading.Event()
+    total = len(tasks) * runs * len(CONDITIONS)
+    finished: list[SuiteRun] = []
+    lock = threading.Lock()
+    Store.open(db, create=True).close()  # created and migrated once, before the threads open it
+
+    def one(task: str, condition: str, index: int, anchor: int | None) -> SuiteRun | None:
+        if cancel.is_set():
+            return None
+        meta = _suite_meta(suite_id, condition, index, anchor)
+        store = Store.open(db, create=False)
+        try:
+            if condition == "free":
+                res = record(store, task, runtime=runtime, temperature=temperature, limits=limits,
+                             clock=datetime.now(), unsafe_no_sandbox=unsafe_no_sandbox, cancel=cancel, meta=meta)
+            else:
+                res = replay(store, anchor, FREED[condition], runtime=runtime, cancel=cancel,
+                             unsafe_no_sandbox=unsafe_no_sandbox, meta=meta)
+            if res.run_id is None:
+                return None
+            return read_run(store, store.run(res.run_id))
+        finally:
+            store.close()
+
+    def report(task, condition, index, run, error=None):
+        with lock:
+            if run is not None:
+                finished.append(run)
+            done = len(finished) if error is None else len(finished) + 1
+            if progress is not None:
+                progress(Finished(done, total, task, condition, index, run, error))
+
+    def phase(jobs: list[tuple[str, str, int, int | None]]) -> None:
+        with ThreadPoolExecutor(max_workers=max(1, min(batch, len(jobs)))) as pool:
+            futures = {pool.submit(one, *job): job for job in jobs}
+            try:
+                for fut in as_completed(futures):
+                    task, condition, index, _ = futures[fut]
+                    try:
+                        run = fut.result()
+                    except Exception as exc:  # noqa: BLE001 - one failed run is reported; the suite goes on
+                        report(task, condition, index, None, f"{type(exc).__name__}: {exc}")
+                        continue
+                    if run is not None:
+                        report(task, condition, index, run)
+            except KeyboardInterrupt:
+                cancel.set()  # the runs in flight stop at their next step, marked incomplete
+                for f in futures:
+                    f.cancel()
+                raise
+
+    phase([(t, "free", i, None) for t in tasks for i in range(runs)])
+    anchors = {}
+    for r in sorted(finished, key=lambda r: (r.index, r.run_id)):
+        if r.condition == "free" and r.status == "complete":
+            anchors.setdefault(r.task, r.run_id)
+    phase([(t, c, i, anchors[t]) for c in FREED for t in tasks if t in anchors and not cancel.is_set()
+           for i in range(runs)])
+    return suite_id, finished
+
+
+# ---------------------------------------------------------------------------- statistics
+
+@dataclass(frozen=True, slots=True)
+class TaskStats:
+    task: str  # or "overall"
+    by_condition: dict[str, Outcomes]
+    decomposition: Decomposition
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteStats:
+    suite_id: str
+    tasks: list[TaskStats]
+    overall: TaskStats
+    left_out: int  # runs of the suite that are not complete
+
+    def to_json(self) -> dict:
+        def task_json(t: TaskStats) -> dict:
+            conds = {}
+            for c, o in t.by_condition.items():
+                iv = o.interval
+                conds[c] = {"runs": o.runs, "passed": o.passed, "pass_rate": o.pass_rate,
+                            "pass_interval_95": [iv.low, iv.high] if iv else None,
+                            "pairs": o.agreement.pairs, "agreeing_pairs": o.agreement.agreeing,
+                            "agreement": o.agreement.fraction}
+            return {"task": t.task, "conditions": conds, "decomposition": t.decomposition.to_json()}
+
+        return {"suite": self.suite_id, "tasks": [task_json(t) for t in self.tasks],
+                "overall": task_json(self.overall), "incomplete_runs_left_out": self.left_out,
+                "residual_ok": self.overall.decomposition.residual_ok
+                and all(t.decomposition.residual_ok for t in self.tasks)}
+
+
+def suite_ids(store) -> list[str]:
+    """The suites recorded in a store, oldest first."""
+    seen: dict[str, int] = {}
+    for run in store.runs():
+        info = run.meta.get("suite") if isinstance(run.meta, dict) else None
+        if isinstance(info, dict) and isinstance(info.get("id"), str) and info.get("condition") in CONDITIONS:
+            seen.setdefault(info["id"], run.id)
+    return sorted(seen, key=seen.get)
+
+
+def suite_stats(store, suite_id: str | None = None) -> SuiteStats:
+    """The statistics of one suite of a store (the latest, unless named); SuiteError if the
+    store holds none (or not that one)."""
+    ids = suite_ids(store)
+    if not ids:
+        raise SuiteError("the database holds no suite runs: record some with `tttr suite --runs N --db FILE`")
+    if suite_id is None:
+        suite_id = ids[-1]
+    elif suite_id not in ids:
+        raise SuiteError(f"no suite {suite_id!r} in the database: it holds {', '.join(ids)}")
+    runs = []
+    for run in store.runs():
+        info = run.meta.get("suite") if isinstance(run.meta, dict) else None
+        if isinstance(info, dict) and info.get("id") == suite_id:
+            r = read_run(store, run)
+            if r is not None:
+                runs.append(r)
+    return stats_of(suite_id, runs)
+
+
+def stats_of(suite_id: str, runs: list[SuiteRun]) -> SuiteStats:
+    """Pass rates, agreement and decomposition per task and overall, from complete runs only."""
+    complete = [r for r in runs if r.status == "complete"]
+    tasks = sorted({r.task for r in complete})
+    per_task = []
+    pooled: dict[str, Outcomes] = {}
+    for task in tasks:
+        by_cond = {}
+        for cond in CONDITIONS:
+            rs = [(r.passed, r.actions) for r in complete if r.task == task and r.condition == cond]
+            if rs:
+                by_cond[cond] = outcomes(rs)
+                pooled[cond] = pooled[cond] + by_cond[cond] if cond in pooled else by_cond[cond]
+        per_task.append(TaskStats(task, by_cond, decompose(by_cond)))
+    overall = TaskStats("overall", pooled, decompose(pooled))
+    return SuiteStats(suite_id, per_task, overall, len(runs) - len(complete))
