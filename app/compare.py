@@ -11,10 +11,7 @@ from typing import Any
 
 from tttr.app.runview import RunView, is_blob, value_problem
 from tttr.engine.replay.diff import align, diff_runs
-from tttr.sessions.vocabulary import site_order
-
-
-SETUP_STEP = -1  # the steps of a run's setup: its clock and its tree, before the agent's first step
+from tttr.sessions.vocabulary import SETUP_STEP, site_order
 
 
 @dataclass(frozen=True, slots=True)

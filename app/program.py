@@ -159,11 +159,13 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
                   "sandboxed": executor.sandboxed},
         )
         recorder.adopt(name, run_id)
+        began = time.perf_counter()  # the recording's own time, without the model's load (extra["program_s"])
         start, start_digest = snapshot(tree_dir, store), tree_digest(tree_dir)
         store.append(run_id, -1, KIND_LAYER["setup"], "setup", site(-1, "setup"),
                      {"task": name, "clock": iso(clock), "tree": start_digest, "snapshot": start,
                       "program": list(argv)})
         store.commit_step(run_id)
+        setup_s = time.perf_counter() - began
         say("loading the model …")
         if not service.wait_ready(READY_TIMEOUT_S) or service.load_error:
             raise ProgramRunError(f"the model did not load: {service.load_error or 'timed out'}")
@@ -173,6 +175,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         command = sandboxed_command(program, host) if sandboxed else program
         server.clock = running_clock(clock)
         say(f"running {program} …")
+        began = time.perf_counter()
         res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
         recorder.flush()
         calls = len(store.events(run_id, kind="prompt"))
@@ -189,6 +192,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
             "snapshot": end, "cwd_after": res.state_after.cwd, "exports_after": dict(res.state_after.exports),
             "program": list(argv),
         })
+        program_s = setup_s + time.perf_counter() - began
         outcome = {"exit_code": res.exit_code, "calls": calls, "tree": end_digest, "clock": iso(clock)}
         if res.limit_hit:
             outcome["reason"] = f"the program hit a limit: {res.limit_hit}"
@@ -202,7 +206,8 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         store.append(run_id, last, KIND_LAYER["outcome"], "outcome", site(last, "outcome"), outcome)
         store.finish_run(run_id, status="complete", outcome=outcome)
         run_id_done, run_id = run_id, None
-        return ProgramResult(run_id_done, res.exit_code, calls, res.stdout, stderr, passed, res.limit_hit)
+        return ProgramResult(run_id_done, res.exit_code, calls, res.stdout, stderr, passed, res.limit_hit,
+                             {"program_s": program_s})
     finally:
         if endpoint is not None:
             endpoint.stop()

@@ -23,7 +23,7 @@ from typing import Any
 
 from . import blobs, codec, liveness, opening, safe_text, schema, values
 from .records import Event, Run
-from .vocabulary import LAYERS, site_parts
+from .vocabulary import LAYERS, canonical_site, site_parts
 from .errors import StoreError
 
 __all__ = ["Store", "StoreError", "Run", "Event", "LAYERS", "STATUSES"]
@@ -405,6 +405,10 @@ class Store:
     def _to_run(self, row: tuple) -> Run:
         fields, problems = values.check_run_fields(dict(zip(_RUN_FIELDS, row)))
         writer = fields.pop("writer")
+        # A fork of the setup step recorded as `-1:clock` reads as `setup:clock`, like its events' sites.
+        fields["fork_site"] = canonical_site(fields["fork_site"])
+        if isinstance(fields["mutation"], dict) and isinstance(fields["mutation"].get("site"), str):
+            fields["mutation"] = {**fields["mutation"], "site": canonical_site(fields["mutation"]["site"])}
         if fields["status"] == "recording" and fields["id"] not in self._recording and not liveness.alive(
                 writer if type(writer) is str else None):
             fields["status"] = "incomplete"

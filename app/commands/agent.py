@@ -1,4 +1,4 @@
-"""`tttr record`, `tttr replay`, `tttr fork`, `tttr diff`, and `tttr bench replay`."""
+"""`tttr record`, `tttr replay`, `tttr fork`, `tttr diff`, `tttr bench replay` and `tttr bench agent`."""
 
 from __future__ import annotations
 
@@ -93,6 +93,20 @@ def register(sub, bench_sub) -> None:
     _model_args(b)
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=cmd_bench_replay)
+
+    b = bench_sub.add_parser(
+        "agent", help="record, replay and fork a user's agent program: speedups, overhead, SDK import",
+        description="Runs assets/examples/openai_agent.py on the write-line task, each round: recorded "
+                    "(tttr record), unrecorded in the same sandbox against the server without a database, "
+                    "replayed faithfully, and forked at its last model call. Prints whether the replays are "
+                    "identical, replay and fork speedups over recording, recording's overhead on the "
+                    "program's run, and the SDK's import time in a fresh interpreter.",
+    )
+    b.add_argument("--rounds", type=argtypes.bounded_int(1, 100, "a round count"), default=3,
+                   help="measurement rounds; the best of each side counts (default 3)")
+    _model_args(b)
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.set_defaults(func=cmd_bench_agent)
 
 
 def _timeout(text: str) -> float:
@@ -406,4 +420,19 @@ def cmd_bench_replay(args) -> int:
                        unsafe_no_sandbox=args.unsafe_no_sandbox, log=None if args.json else print)
     if args.json:
         print(json.dumps(result))
+    return 0
+
+
+def cmd_bench_agent(args) -> int:
+    from tttr.app.bench_agent import format_report, run_bench
+    from tttr.engine.inference.loader import resolve_model_path
+
+    resolve_model_path(args.model)  # a wrong path is refused before any work
+
+    def progress(text: str) -> None:
+        print(f"bench agent: {text}", file=sys.stderr, flush=True)
+
+    report = run_bench(rounds=args.rounds, model=args.model, unsafe_no_sandbox=args.unsafe_no_sandbox,
+                       progress=progress)
+    print(json.dumps(report) if args.json else format_report(report))
     return 0

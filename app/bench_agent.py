@@ -1,0 +1,247 @@
+"""`tttr bench agent`: recording, replaying and forking a user's agent program, side by side.
+
+The program is example (1), assets/examples/openai_agent.py (the official `openai` client
+and the SDK), solving the task suite's `write-line` task from a fresh tree each time. Each
+round, in this process:
+
+- `record`: `tttr record --check 'sh check.sh' -- python3 openai_agent.py`, end to end as a
+  user runs it (the model loads, the program runs in the sandbox, the check runs);
+- `unrecorded`: the same program in the same sandbox against `tttr serve`'s app without a
+  database (its model loaded once, before the rounds; the program's SDK calls do their own
+  work, as outside TTTR), timed from the program's start to its end;
+- `faithful replay` of the first round's recording (`tttr replay RUN`);
+- `fork` of it at its last model call (`tttr fork RUN --at STEP:token:0 --set` the recorded
+  runner-up token): everything before is answered from the recording, that call is generated.
+
+`replay_speedup` = record ÷ faithful replay and `fork_speedup` = record ÷ fork (the full re-run
+a fork saves), best round of each side. `record_overhead` compares the program's run inside
+`tttr record` (its start and end snapshots and its events included, the model's load not)
+with the unrecorded run: best and median rounds. `sdk_import_ms` is `python3 -c 'from
+tttr.recorders import sdk'` minus `python3 -c pass`, medians of several fresh interpreters.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+from tttr.app.program import ProgramRunError, _Endpoint
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "assets" / "examples" / "openai_agent.py"
+TASK = "write-line"
+ARGV = ["python3", EXAMPLE.name]
+CHECK = "sh check.sh"
+SEED = 1
+TIMEOUT_S = 600.0
+IMPORT_SAMPLES = 9
+TARGETS = {"replay_speedup": 50.0, "fork_speedup": 3.0, "record_overhead": 0.05}
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What one bench run measured: seconds per round, and the SDK's import time."""
+
+    record_s: tuple[float, ...]  # `tttr record`, end to end
+    recorded_program_s: tuple[float, ...]  # the program's run inside it, recording included, no model load
+    unrecorded_program_s: tuple[float, ...]  # the same program against a server that does not record
+    replay_s: tuple[float, ...]
+    fork_s: tuple[float, ...]
+    identical: tuple[bool, ...]  # each faithful replay: identical, 0 logits computed, 0 tools run
+    sdk_import_ms: float
+    fork_site: str
+
+    def __post_init__(self):
+        for name in ("record_s", "recorded_program_s", "unrecorded_program_s", "replay_s", "fork_s"):
+            times = getattr(self, name)
+            if not times or any(not t > 0 for t in times):
+                raise ValueError(f"Figures.{name} needs one positive time per round, got {times!r}")
+
+    def to_json(self) -> dict:
+        best = {name: min(getattr(self, name)) for name in
+                ("record_s", "recorded_program_s", "unrecorded_program_s", "replay_s", "fork_s")}
+        median = statistics.median
+        return {
+            "example": f"assets/examples/{EXAMPLE.name}", "task": TASK, "rounds": len(self.record_s),
+            "faithful_identical": all(self.identical),
+            "replay_speedup": round(best["record_s"] / best["replay_s"], 2),
+            "fork_speedup": round(best["record_s"] / best["fork_s"], 2),
+            "record_overhead": round(best["recorded_program_s"] / best["unrecorded_program_s"] - 1, 4),
+            "record_overhead_median": round(median(self.recorded_program_s) / median(self.unrecorded_program_s) - 1, 4),
+            "sdk_import_ms": round(self.sdk_import_ms, 2),
+            "fork_site": self.fork_site,
+            **{name: round(t, 3) for name, t in best.items()},
+        }
+
+
+def format_report(r: dict) -> str:
+    """The bench's lines, each figure with its target."""
+    return "\n".join([
+        f"agent ({r['example']} on {r['task']}, best of {r['rounds']}): record {r['record_s']:.2f} s | "
+        f"faithful replay {r['replay_s']:.2f} s | fork at {r['fork_site']} {r['fork_s']:.2f} s | program "
+        f"{r['unrecorded_program_s']:.2f} s unrecorded, {r['recorded_program_s']:.2f} s recorded",
+        f"faithful_identical {str(r['faithful_identical']).lower()} (target true); replay_speedup "
+        f"{r['replay_speedup']:.1f}x (target >= {TARGETS['replay_speedup']:.0f}x); fork_speedup "
+        f"{r['fork_speedup']:.1f}x (target >= {TARGETS['fork_speedup']:.0f}x, fork at the last model call)",
+        f"record_overhead {r['record_overhead'] * 100:+.1f}% best, {r['record_overhead_median'] * 100:+.1f}% median "
+        f"(target <= {TARGETS['record_overhead'] * 100:.0f}%); sdk_import_ms {r['sdk_import_ms']:.1f} ms",
+    ])
+
+
+# ---------------------------------------------------------------------------- the parts
+def _tree(parent: Path, n: int) -> Path:
+    """A fresh `write-line` start tree with the example and the task's checker in it."""
+    from tttr.recorders.tasks import load_task
+
+    task = load_task(TASK)
+    tree = parent / f"tree-{n}"
+    tree.mkdir()
+    subprocess.run(["sh", str(task.path / "setup.sh")], cwd=tree, check=True, capture_output=True)
+    shutil.copy(EXAMPLE, tree)
+    shutil.copy(task.path / "check.sh", tree)
+    return tree
+
+
+class _Unrecorded:
+    """The program in the sandbox against `tttr serve`'s app without a database (this process)."""
+
+    def __init__(self, work: Path, model: str | None, unsafe_no_sandbox: bool):
+        from tttr.app.server import create_app
+        from tttr.engine.serve.service import Service
+        from tttr.recorders.program import HostPython, api_dir
+
+        self.host = HostPython.current()
+        self.sock_dir = api_dir(work / "api-unrecorded", self.host)
+        self.unsafe_no_sandbox = unsafe_no_sandbox
+        service = Service(model, kernel_mode="invariant")
+        service.load()
+        self.app = create_app(service, None)
+        self.endpoint: _Endpoint | None = None
+
+    def run(self, tree: Path, clock: datetime) -> float:
+        from tttr.recorders.limits import Limits
+        from tttr.recorders.program import SOCKET_NAME, check_program, endpoint_env, sandboxed_command
+        from tttr.recorders.sandbox import Executor
+        from tttr.recorders.shell import ShellState
+
+        host = self.host
+        executor = Executor(tree, seed=SEED, unsafe_no_sandbox=self.unsafe_no_sandbox,
+                            limits=Limits(timeout_s=TIMEOUT_S, tree_mb=1024), binds=host.binds(self.sock_dir))
+        try:
+            program = check_program(ARGV, tree, host)
+            sandboxed = executor.sandboxed
+            if self.endpoint is None:
+                self.endpoint = _Endpoint(self.app, str(self.sock_dir / SOCKET_NAME) if sandboxed else None)
+            model_only = {k: v for k, v in endpoint_env(self.endpoint.base, "").items() if k.startswith("OPENAI_")}
+            env = {**(host.env() if sandboxed else {"PATH": host.path}), **model_only}
+            command = sandboxed_command(program, host) if sandboxed else program
+            began = time.perf_counter()
+            res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
+            took = time.perf_counter() - began
+        finally:
+            executor.close()
+        if res.exit_code != 0:
+            raise ProgramRunError(f"the example exited {res.exit_code} without recording: {res.stderr.strip()[-300:]}")
+        return took
+
+    def close(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.stop()
+        self.app.state.server.shutdown()
+
+
+def sdk_import_ms(samples: int = IMPORT_SAMPLES) -> float:
+    """`from tttr.recorders import sdk` in a fresh interpreter minus the bare interpreter (medians)."""
+    def once(code: str) -> float:
+        began = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - began
+
+    bare, sdk = [], []
+    for _ in range(samples):  # interleaved, so that the machine's load falls on both alike
+        bare.append(once("pass"))
+        sdk.append(once("from tttr.recorders import sdk"))
+    return (statistics.median(sdk) - statistics.median(bare)) * 1000
+
+
+def _fork_site(db: str, run_id: int) -> tuple[str, str]:
+    """The first token of the recording's last model call, and its recorded runner-up."""
+    from tttr.engine.replay.bench import _late_token_fork
+    from tttr.sessions.store import Store
+
+    with Store.open(db, create=False, readonly=True) as reader:
+        last = max(e.step for e in reader.events(run_id, kind="prompt"))
+        return _late_token_fork(reader, run_id, last)
+
+
+def _fork(db: str, run_id: int, site: str, value: str, model: str | None, unsafe_no_sandbox: bool):
+    from tttr.app.program_fork import check_program_fork
+    from tttr.app.program_replay import replay_program
+    from tttr.sessions.store import Store
+
+    with Store.open(db, create=False, readonly=True) as reader:
+        plan = check_program_fork(reader, run_id, site, value, model=model)
+    return replay_program(db, run_id, unsafe_no_sandbox=unsafe_no_sandbox, fork=plan)
+
+
+# ---------------------------------------------------------------------------- the bench
+def measure(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: bool = False,
+            progress: Callable[[str], None] = lambda text: None) -> Figures:
+    from tttr.app.program import record_program
+    from tttr.app.program_replay import replay_program
+    from tttr.recorders.tasks import load_task
+
+    clock = load_task(TASK).clock
+    work = Path(tempfile.mkdtemp(prefix="tttr-bench-agent-"))
+    db = str(work / "agent.db")
+    times: dict[str, list] = {k: [] for k in ("record", "recorded", "unrecorded", "replay", "fork", "identical")}
+    try:
+        progress("loading the model for the unrecorded runs …")
+        unrecorded = _Unrecorded(work, model, unsafe_no_sandbox)
+        try:
+            first = site = value = None
+            for r in range(1, rounds + 1):
+                began = time.perf_counter()
+                rec = record_program(db, ARGV, tree=str(_tree(work, 2 * r)), clock=clock, seed=SEED, model=model,
+                                     check=CHECK, timeout_s=TIMEOUT_S, unsafe_no_sandbox=unsafe_no_sandbox)
+                times["record"].append(time.perf_counter() - began)
+                if rec.exit_code != 0 or not rec.passed:
+                    raise ProgramRunError(f"the example did not solve {TASK} under tttr record (exit {rec.exit_code}, "
+                                          f"check {rec.passed}): {rec.stderr.strip()[-300:]}")
+                times["recorded"].append(rec.extra["program_s"])
+                times["unrecorded"].append(unrecorded.run(_tree(work, 2 * r + 1), clock))
+                if first is None:
+                    first = rec.run_id
+                    site, value = _fork_site(db, first)
+                began = time.perf_counter()
+                rep = replay_program(db, first, unsafe_no_sandbox=unsafe_no_sandbox)
+                times["replay"].append(time.perf_counter() - began)
+                times["identical"].append(rep.identical and rep.logits_computed == 0 and rep.tools_run == 0)
+                began = time.perf_counter()
+                forked = _fork(db, first, site, value, model, unsafe_no_sandbox)
+                times["fork"].append(time.perf_counter() - began)
+                if not forked.extra.get("forked"):
+                    raise ProgramRunError(f"the fork of run {first} at {site} never reached its site")
+                progress(f"round {r}/{rounds}: record {times['record'][-1]:.2f} s (program {times['recorded'][-1]:.2f} s; "
+                         f"unrecorded {times['unrecorded'][-1]:.2f} s) | replay {times['replay'][-1]:.2f} s "
+                         f"({'identical' if times['identical'][-1] else 'NOT identical'}) | fork at {site} "
+                         f"{times['fork'][-1]:.2f} s")
+        finally:
+            unrecorded.close()
+        progress(f"timing the SDK's import in {IMPORT_SAMPLES} fresh interpreters …")
+        return Figures(tuple(times["record"]), tuple(times["recorded"]), tuple(times["unrecorded"]),
+                       tuple(times["replay"]), tuple(times["fork"]), tuple(times["identical"]), sdk_import_ms(), site)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_bench(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: bool = False,
+              progress: Callable[[str], None] = lambda text: None) -> dict:
+    return measure(rounds=rounds, model=model, unsafe_no_sandbox=unsafe_no_sandbox, progress=progress).to_json()
