@@ -24,9 +24,9 @@ from tttr.recorders.clock import iso, normalize_clock, parse_clock
 from tttr.recorders.errors import TaskError
 from tttr.recorders.limits import Limits
 from tttr.recorders.sandbox import CommandResult, Executor, ShellState
+from tttr.sessions.vocabulary import SETUP_STEP
 
 TASKS_DIR = Path(__file__).resolve().parent.parent / "assets" / "tasks"
-SETUP_STEP = -1
 CHECK_STEP = 1_000_000   # the checker's randomness never collides with an agent step's
 REQUIRED = ("instruction.md", "task.json", "setup.sh", "check.sh", "solution.sh")
 

@@ -7,9 +7,16 @@ line and the app. Nothing here imports more than the error base, so the command 
 use it without loading anything else.
 
 A *site* names where a recorded value was consumed: `STEP:KIND`, or `STEP:KIND:POS` for the
-kinds with a position (`2:clock`, `2:tool`, `2:token:5`, `2:logits:5`, `-1:setup`). The same
-site names the same decision point in every run of a task, so two runs are matched site by
-site, and `tttr fork --at SITE` takes this syntax.
+kinds with a position (`2:clock`, `2:tool`, `2:token:5`, `2:logits:5`). The setup step
+(step -1: the task's clock and starting tree, before the agent's first step) is written
+`setup`: `setup:clock`, `setup:setup`. The same site names the same decision point in every
+run of a task, so two runs are matched site by site, and `tttr fork --at SITE` takes this
+syntax.
+
+The store keeps a site as its step, kind and position, and writes the text with `site()`
+when it reads, so databases recorded when the setup step was spelled `-1` (`-1:clock`) read
+as `setup:clock` with no migration. That old spelling is still accepted wherever a site is
+read (`site_parts`, `Site.parse`, `canonical_site`), and names the same site.
 """
 
 from __future__ import annotations
@@ -46,8 +53,11 @@ KINDS = tuple(KIND_LAYER)
 POSITIONAL = ("token", "logits")  # kinds whose site carries a position
 MUTABLE = ("clock", "tool", "token")  # kinds whose value a fork may replace
 
+SETUP_STEP = -1  # the setup step: the task's clock and starting tree, before step 0
+SETUP = "setup"  # how a site names the setup step: `setup:clock` (`-1:clock` reads the same)
+
 _RANK = {kind: rank for rank, kind in enumerate(KINDS)} | {"logits": KINDS.index("token")}
-_USER_SITE = re.compile(r"^(-?\d+):([a-z]+)(?::(\d+))?$")
+_USER_SITE = re.compile(rf"^(-?\d+|{SETUP}):([a-z]+)(?::(\d+))?$")
 
 
 class SiteError(TTTRError, ValueError):
@@ -56,24 +66,35 @@ class SiteError(TTTRError, ValueError):
 
 def site(step: int, kind: str, pos: int | None = None) -> str:
     """The site of a value of `kind` consumed at `step` (and position `pos`)."""
+    return _written(SETUP if step == SETUP_STEP else str(step), kind, pos)
+
+
+def _written(step: str, kind: str, pos: int | None) -> str:
     return f"{step}:{kind}" if pos is None else f"{step}:{kind}:{pos}"
 
 
 def site_parts(text: str) -> tuple[int, str, int | None] | None:
-    """(step, kind, pos) when `text` is exactly what `site()` writes for them — any kind,
-    so foreign events parse too — else None. No leading zeros, spaces or negative
-    positions: this is the stored form, not a user's."""
+    """(step, kind, pos) when `text` is exactly what `site()` writes for them, or the setup
+    step's old spelling of it (`-1:clock`) — any kind, so foreign events parse too — else
+    None. No leading zeros, spaces or negative positions: this is the stored form, not a
+    user's."""
     parts = text.split(":")
     if len(parts) not in (2, 3) or not parts[1]:
         return None
     try:
-        step = int(parts[0])
+        step = SETUP_STEP if parts[0] == SETUP else int(parts[0])
         pos = int(parts[2]) if len(parts) == 3 else None
     except ValueError:
         return None
-    if site(step, parts[1], pos) != text or (pos is not None and pos < 0):
+    if text not in (site(step, parts[1], pos), _written(str(step), parts[1], pos)) or (pos is not None and pos < 0):
         return None
     return step, parts[1], pos
+
+
+def canonical_site(text: str) -> str:
+    """`text` as `site()` writes it (`-1:clock` becomes `setup:clock`); any other text as it is."""
+    parts = site_parts(text) if isinstance(text, str) else None
+    return text if parts is None else site(*parts)
 
 
 def site_order(text: str) -> tuple[int, int, int, str]:
@@ -106,12 +127,13 @@ class Site:
         m = _USER_SITE.match(text.strip())
         if not m or m.group(2) not in KIND_LAYER:
             raise SiteError(
-                f"bad site {text!r}: use STEP:clock, STEP:tool or STEP:token:POS "
-                "(`tttr events DB RUN --json` lists every site of a run)"
+                f"bad site {text!r}: use STEP:clock, STEP:tool or STEP:token:POS, or setup:clock "
+                "for the setup step (`tttr events DB RUN` lists every site of a run)"
             )
         if len(m.group(1)) > 10 or (m.group(3) and len(m.group(3)) > 10):
             raise SiteError(f"bad site {text[:40]!r}: its step or position is far beyond any run's")
-        step, name, pos = int(m.group(1)), m.group(2), m.group(3)
+        step = SETUP_STEP if m.group(1) == SETUP else int(m.group(1))
+        name, pos = m.group(2), m.group(3)
         if (name in POSITIONAL) != (pos is not None):
             raise SiteError(
                 f"bad site {text!r}: {name} sites "

@@ -128,7 +128,7 @@ def _record(store, *, clock, tree, outcome, parent=None, mutation=None) -> int:
     run = store.begin_run(task="rotate-logs", model_id="m", kernel_mode="invariant", sampling={}, seed=0,
                           fingerprint={}, meta={}, parent=parent,
                           fork_site=mutation["site"] if mutation else None, mutation=mutation)
-    store.append(run, -1, "trace", "clock", "-1:clock", {"t": clock})
+    store.append(run, -1, "trace", "clock", "-1:clock", {"t": clock})  # as older databases spell the setup step
     store.append(run, -1, "trace", "setup", "-1:setup", {"task": "rotate-logs", "clock": clock, "tree": tree,
                                                          "snapshot": None})
     store.commit_step(run)
@@ -183,8 +183,9 @@ def test_a_fork_of_the_setup_clock_shows_the_setup_row_as_the_fork(clock_fork):
         assert side.cursor == 0  # the compare opens on the first divergence
         summary = " ".join(str(app.screen.query_one("#compare-summary").render()).split())
         assert "identical" not in summary
-        assert f"-1:clock = +30d → {CHILD_CLOCK}" in summary
-        assert "-1:clock (trace)" in summary and PARENT_CLOCK in summary
+        # stored in the setup step's old spelling (`-1:clock`), shown in the one spelling
+        assert f"setup:clock = +30d → {CHILD_CLOCK}" in summary and "-1:clock" not in summary
+        assert "setup:clock (trace)" in summary and PARENT_CLOCK in summary
         assert "passed: kept app.log (8 days old)" in summary and "failed: deleted app.log (0 days old)" in summary
         assert "the same actions led to a different outcome" in summary
         title = str(app.screen.query_one("#compare-title").render())

@@ -122,9 +122,9 @@ def test_a_setup_clock_fork_moves_every_later_clock_with_it(recording, tokenizer
     from tttr.engine.replay.mutation import parse_mutation
 
     store, run, _ = recording
-    mutation = parse_mutation(store, run, "-1:clock", "+1d", tokenizer=tokenizer)
+    mutation = parse_mutation(store, run, "setup:clock", "+1d", tokenizer=tokenizer)
     source = Source(store, run)
-    child = _begin(store, parent=run, fork_seq=0, fork_site="-1:clock", mutation=mutation.to_json())
+    child = _begin(store, parent=run, fork_seq=0, fork_site="setup:clock", mutation=mutation.to_json())
     model = ScriptedModel(tokenizer, ["never asked\n```"])
     oracle = _oracle(store, tokenizer, model, run_id=child, policy=Policy(), source=source, mutation=mutation)
     run_agent(oracle, load_task(TASK).instruction, AgentLimits(max_steps=3))
@@ -133,7 +133,7 @@ def test_a_setup_clock_fork_moves_every_later_clock_with_it(recording, tokenizer
     assert len(forked) == len(parent) >= 3
     assert [f - p for p, f in zip(parent, forked)] == [timedelta(days=1)] * len(parent)
     assert forked == sorted(forked)
-    assert oracle.divergence is not None and oracle.divergence.site == "-1:setup"  # the tree was set up a day later
+    assert oracle.divergence is not None and oracle.divergence.site == "setup:setup"  # the tree was set up a day later
 
 
 def test_clock_mutation_keeps_later_clocks_pinned_and_shares_the_prefix(recording, tokenizer):

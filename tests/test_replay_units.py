@@ -19,7 +19,7 @@ def test_policy_parse_and_pins():
 
 @pytest.mark.parametrize("text,site", [
     ("3:clock", Site(3, "clock")), ("0:tool", Site(0, "tool")),
-    ("2:token:17", Site(2, "token", 17)), ("-1:setup", Site(-1, "setup")),
+    ("2:token:17", Site(2, "token", 17)), ("setup:setup", Site(-1, "setup")),
 ])
 def test_site_round_trip(text, site):
     assert Site.parse(text) == site

@@ -10,8 +10,8 @@ import pytest
 from tttr.engine.replay.diff import Divergence, first_divergences
 from tttr.sessions import codec
 from tttr.sessions.safe_text import brief, short
-from tttr.sessions.vocabulary import (KIND_LAYER, KINDS, LAYERS, MUTABLE, POSITIONAL, Site, SiteError, site,
-                                      site_order, site_parts)
+from tttr.sessions.vocabulary import (KIND_LAYER, KINDS, LAYERS, MUTABLE, POSITIONAL, SETUP_STEP, Site, SiteError,
+                                      canonical_site, site, site_order, site_parts)
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("app", "engine", "kernels", "recorders", "sessions")
@@ -23,7 +23,7 @@ def test_every_kind_has_a_known_layer():
     assert KIND_LAYER["logits"] == "tensor" and KIND_LAYER["token"] == "token" and KIND_LAYER["tool"] == "trace"
 
 
-@pytest.mark.parametrize("text", ["2:clock", "-1:setup", "0:token:0", "12:logits:345", "3:foreign_kind", "4:x:7"])
+@pytest.mark.parametrize("text", ["2:clock", "setup:setup", "setup:clock", "0:token:0", "12:logits:345", "3:foreign_kind", "4:x:7"])
 def test_stored_sites_round_trip(text):
     parts = site_parts(text)
     assert parts is not None and site(*parts) == text
@@ -32,14 +32,32 @@ def test_stored_sites_round_trip(text):
 
 
 @pytest.mark.parametrize("text", ["02:clock", "2:token:01", "2:token:-1", " 2:clock", "2", "a:clock", "2::3", "1:2:3:4",
-                                  "٣:clock"])
+                                  "٣:clock", "-01:clock", "Setup:clock", "setup :clock"])
 def test_non_canonical_sites_are_stored_verbatim(text):
     assert site_parts(text) is None
     assert codec.split_site(text, 2, "clock") == (None, text)
 
 
+def test_the_setup_step_is_written_setup_and_its_old_spelling_reads_the_same():
+    """Sites of step -1 are `setup:KIND` (a value that starts with "-" reads as an option on a
+    command line); `-1:KIND`, as older databases and scripts wrote them, names the same site."""
+    assert site(SETUP_STEP, "clock") == "setup:clock" and site(-2, "clock") == "-2:clock"
+    assert site_parts("-1:clock") == site_parts("setup:clock") == (SETUP_STEP, "clock", None)
+    assert canonical_site("-1:setup") == "setup:setup" and canonical_site("4:token:2") == "4:token:2"
+    assert canonical_site("not a site") == "not a site"
+    # stored as nothing but its position, so it reads back in the one spelling
+    pos, verbatim = codec.split_site("-1:clock", SETUP_STEP, "clock")
+    assert verbatim is None and codec.join_site(SETUP_STEP, "clock", pos, None) == "setup:clock"
+    assert Site.parse("setup:clock") == Site.parse(" -1:clock") == Site(SETUP_STEP, "clock")
+    assert str(Site.parse("-1:clock")) == "setup:clock" and Site.parse("setup:clock").at("clock", SETUP_STEP)
+    assert site_order("-1:setup") == site_order("setup:setup") < site_order("0:prompt")
+    for bad in ("setup:token", "setup:clock:1", "setup:bogus", "setupx:clock", "setup"):
+        with pytest.raises(SiteError):
+            Site.parse(bad)
+
+
 def test_site_order_is_the_order_the_loop_consumes():
-    consumed = ["-1:clock", "-1:setup", "0:prompt", "0:token:0", "0:logits:0", "0:token:1", "0:logits:1", "0:token:10",
+    consumed = ["setup:clock", "setup:setup", "0:prompt", "0:token:0", "0:logits:0", "0:token:1", "0:logits:1", "0:token:10",
                 "0:message", "0:action", "0:clock", "0:tool", "1:prompt", "1:outcome", "not a site"]
     shuffled = sorted(consumed, key=lambda s: (hash(s) % 7, s))
     ordered = sorted(shuffled, key=site_order)
@@ -84,7 +102,7 @@ def _definitions() -> dict[str, list[str]]:
     return found
 
 
-@pytest.mark.parametrize("name", ["Divergence", "ShellState", "Site", "Mutation", "site_order", "site_parts",
+@pytest.mark.parametrize("name", ["Divergence", "ShellState", "Site", "Mutation", "site_order", "site_parts", "canonical_site",
                                   "KIND_LAYER", "brief", "short", "_short", "_site_key", "_LAYER_OF", "_RANK"])
 def test_defined_once(name):
     assert len(_definitions().get(name, [])) <= 1, f"{name} is defined in {_definitions()[name]}"

@@ -31,6 +31,7 @@ from tttr.recorders.probe import probe
 from tttr.recorders.sandbox import REFUSAL, Executor
 from tttr.recorders.tasks import load_task
 from tttr.sessions.values import ValueProblem, load_json
+from tttr.sessions.vocabulary import SETUP_STEP, site
 
 
 def _fresh_seed() -> int:
@@ -183,9 +184,9 @@ def _plan(source: Source, policy: Policy, mutation: Mutation | None, seed: int |
         raise ReplayError(f"run {run.id} has no recorded seed: replay it with --free token")
     _check_values(source)
     if policy.pinned("trace"):
-        recorded = run.meta.get("clock") or (source.value("-1:clock") or {}).get("t")
+        recorded = run.meta.get("clock") or (source.value(site(SETUP_STEP, "clock")) or {}).get("t")
         if recorded is None:
-            raise ReplayError(f"run {run.id} has no starting clock (meta.clock or -1:clock): replay it with --free trace")
+            raise ReplayError(f"run {run.id} has no starting clock (meta.clock or setup:clock): replay it with --free trace")
         base = sandbox_clock(datetime.fromisoformat(recorded), f"run {run.id}: its starting clock")
     else:
         base = datetime.now(timezone.utc).replace(tzinfo=None)

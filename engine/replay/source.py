@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tttr.sessions.errors import TTTRError
+from tttr.sessions.vocabulary import canonical_site
 
 
 class OracleError(TTTRError, RuntimeError):
@@ -36,11 +37,11 @@ class Source:
                     self.manifests[tree] = e.value["snapshot"]
 
     def value(self, site: str) -> Any:
-        e = self.by_site.get(site)
+        e = self.by_site.get(canonical_site(site))  # `-1:clock` is `setup:clock`, as the store writes it
         return None if e is None else e.value
 
     def seq_of(self, site: str) -> int:
-        e = self.by_site.get(site)
+        e = self.by_site.get(canonical_site(site))
         if e is None:
             raise OracleError(f"site {site} does not exist in run {self.run.id}")
         return e.seq
