@@ -31,6 +31,7 @@ class CompareScreen(Screen):
     BINDINGS = [
         Binding("enter,a", "open_side('a')", "open left"),
         Binding("b", "open_side('b')", "open right"),
+        Binding("f", "files", "files at this step"),
         Binding("escape", "back", "back"),
     ]
     place = "compare"  # what a screen above says `escape` goes back to
@@ -158,6 +159,18 @@ class CompareScreen(Screen):
         info = row.a if side == "a" else row.b
         run_id = self.run_a if side == "a" else self.run_b
         self.app.open_run(run_id, step=info.step if info is not None else None)
+
+    def action_files(self) -> None:
+        """The files of both runs after the row's step, marked from left to right."""
+        from tttr.app.screens.files import FilesScreen, TreeRef
+
+        side_widget = self.query_one(SideBySide)
+        if self.comparison is None or not side_widget.rows:
+            return
+        row = side_widget.rows[side_widget.cursor]
+        step_a = (row.a or row.b).step
+        step_b = (row.b or row.a).step
+        self.app.push_screen(FilesScreen(TreeRef(self.run_b, step_b), TreeRef(self.run_a, step_a)))
 
     def action_back(self) -> None:
         self.app.pop_screen()

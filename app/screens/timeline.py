@@ -54,6 +54,7 @@ class TimelineScreen(Screen):
         Binding("slash", "search", "search"),
         Binding("d", "diff_parent", "diff vs parent"),
         Binding("x", "cancel_fork", "cancel fork"),
+        Binding("f", "files", "files at this step"),
         Binding("escape", "back", "back to runs"),
     ]
 
@@ -352,6 +353,15 @@ class TimelineScreen(Screen):
         if self.fork_cancel is not None:
             self.fork_cancel.set()
             self.query_one(ForkProgress).stopping()
+
+    def action_files(self) -> None:
+        """The sandbox's files after the step under the cursor, marked against the step before."""
+        from tttr.app.screens.files import FilesScreen, TreeRef
+
+        event = self.current
+        step = event.step if event is not None and isinstance(event.step, int) else -1
+        run = self.view.run_id
+        self.app.push_screen(FilesScreen(TreeRef(run, step), TreeRef(run, step - 1) if step >= 0 else None))
 
     def action_diff_parent(self) -> None:
         from tttr.app.screens.compare import CompareScreen

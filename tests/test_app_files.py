@@ -1,0 +1,111 @@
+"""The app's files view and the compare screen's token diff, driven by Textual's pilot on
+runs recorded through the real sandbox with given commands (tests/test_files.py's
+`record_scripted`: real task, real commands, real snapshots, real store), their messages
+as the default model's tokenizer splits them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.app_helpers import run_app, wait_for
+from tests.sandbox_helpers import needs_sandbox
+from tests.test_files import record_scripted
+from tttr.app.screens.compare import CompareScreen
+from tttr.app.screens.files import FilesScreen
+from tttr.app.screens.timeline import TimelineScreen
+from tttr.app.widgets.side_by_side import SideBySide
+from tttr.sessions.store import Store
+
+pytestmark = needs_sandbox
+
+LEFT = ("echo hello world > greeting.txt", "printf 'a\\000b' > bin.dat", "ls")
+RIGHT = ("echo hello > greeting.txt", "printf 'a\\000b' > bin.dat; rm README",
+         "printf '\\033]0;pwned\\007[bold red]x[/]' > notes.txt")  # tests.test_files.HOSTILE
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    from tttr.engine.replay.runtime import Runtime
+
+    tokenizer = Runtime().tokenizer  # reads the default model's vocabulary, not its weights
+    path = tmp_path_factory.mktemp("app-files") / "session.db"
+    with Store.open(path, create=True) as store:
+        assert record_scripted(store, "write-line", LEFT, tokenizer=tokenizer) == 1
+        assert record_scripted(store, "write-line", RIGHT, tokenizer=tokenizer) == 2
+    return path
+
+
+def _listing(screen: FilesScreen) -> list[tuple[str, str | None]]:
+    return [(item.path, item.change) for item in screen.listed]
+
+
+async def _files_shown(pilot, app) -> FilesScreen:
+    await wait_for(pilot, lambda: isinstance(app.screen, FilesScreen) and app.screen.trees is not None)
+    return app.screen
+
+
+def test_f_on_the_timeline_shows_the_files_after_the_step_marked_against_the_step_before(db):
+    async def flow(app, pilot):
+        await wait_for(pilot, lambda: isinstance(app.screen, TimelineScreen))
+        timeline = app.screen.timeline
+        timeline.cursor = app.screen.view.step_start(1)
+        await pilot.pause()
+        await pilot.press("f")
+        screen = await _files_shown(pilot, app)
+        assert _listing(screen) == [("README", None), ("bin.dat", "added"), ("greeting.txt", None)]
+        title = str(screen.query_one("#files-title").render())
+        assert "run #1 after step 1, marked against step 0" in title
+        # The cursor starts on the first changed file: a binary file, named, not dumped.
+        await wait_for(pilot, lambda: "binary, 3 bytes" in screen.detail_text)
+        assert "added, 3 bytes" in screen.detail_text
+        await pilot.press("down")
+        await wait_for(pilot, lambda: "hello world" in screen.detail_text)
+        assert screen.detail_text.splitlines()[0].startswith("greeting.txt")
+        await pilot.press("escape")
+        assert isinstance(app.screen, TimelineScreen)
+        # The setup step: its tree, nothing to mark against.
+        timeline.cursor = 0
+        await pilot.pause()
+        await pilot.press("f")
+        screen = await _files_shown(pilot, app)
+        assert _listing(screen) == [("README", None)]
+        await wait_for(pilot, lambda: "greeting.txt should say hello world" in screen.detail_text)
+        return True
+
+    assert run_app(db, flow, run_id=1, load_tokenizer=False)
+
+
+def test_f_on_the_compare_screen_shows_the_same_step_of_both_runs_with_text_diffs(db):
+    async def flow(app, pilot):
+        app.push_screen(CompareScreen(1, 2))
+        await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.comparison is not None)
+        side = app.screen.query_one(SideBySide)
+        side.cursor = next(i for i, r in enumerate(side.rows) if r.a is not None and r.a.step == 1)
+        await pilot.pause()
+        await pilot.press("f")
+        screen = await _files_shown(pilot, app)
+        assert "after step 1: run #1 ┃ run #2" in str(screen.query_one("#files-title").render())
+        assert _listing(screen) == [("README", "removed"), ("bin.dat", None), ("greeting.txt", "changed")]
+        await wait_for(pilot, lambda: "-greeting.txt should say hello world" in screen.detail_text)
+        await pilot.press("down", "down")
+        await wait_for(pilot, lambda: "+hello" in screen.detail_text.splitlines())
+        assert "-hello world" in screen.detail_text.splitlines()
+        await pilot.press("c")  # the file's contents instead of its diff
+        await wait_for(pilot, lambda: "-hello world" not in screen.detail_text.splitlines())
+        assert "hello" in screen.detail_text.splitlines()
+        summary = str(screen.query_one("#files-summary").render())
+        assert "0 added · 1 removed · 1 changed" in summary
+        await pilot.press("escape")
+        assert isinstance(app.screen, CompareScreen)
+        # The last step: the hostile file's text is shown with its controls visible.
+        side.cursor = next(i for i, r in enumerate(side.rows) if r.b is not None and r.b.step == 2)
+        await pilot.pause()
+        await pilot.press("f")
+        screen = await _files_shown(pilot, app)
+        assert ("notes.txt", "added") in _listing(screen)
+        screen.query_one("#files-list").highlighted = [p for p, _ in _listing(screen)].index("notes.txt")
+        await wait_for(pilot, lambda: "[bold red]x[/]" in screen.detail_text)
+        assert "\x1b" not in screen.detail_text and "\\x1b]0;pwned\\x07" in screen.detail_text
+        return True
+
+    assert run_app(db, flow, load_tokenizer=False)
