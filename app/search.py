@@ -73,9 +73,10 @@ def build_corpus(view: RunView) -> list[Entry]:
     return entries
 
 
-def search(corpus: list[Entry], query: str, limit: int = 50, cutoff: float = 60.0) -> list[Hit]:
+def search(corpus: list[Entry], query: str, limit: int | None = 50, cutoff: float = 60.0) -> list[Hit]:
     """Best matches first; ties keep timeline order. Substrings score highest
-    (partial_ratio), so `rotate` finds `logrotate -f /etc/…` as well as typos of it."""
+    (partial_ratio), so `rotate` finds `logrotate -f /etc/…` as well as typos of it.
+    limit None: every match (what `n`/`N` step through)."""
     query = query.strip()
     if not query:
         return []

@@ -16,8 +16,9 @@ from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
 
+from tttr.app.palette import TTTRCommands
 from tttr.app.runview import RunView
-from tttr.app.screens.help import HelpScreen, key_label
+from tttr.app.screens.help import HelpScreen, screen_keys
 from tttr.app.screens.runs import RunsScreen
 from tttr.app.screens.timeline import TimelineScreen
 from tttr.sessions.safe_text import visible
@@ -39,6 +40,7 @@ class PromptsRebuilt(Message):
 
 class TTTRApp(App):
     CSS_PATH = "styles/app.tcss"
+    COMMANDS = App.COMMANDS | {TTTRCommands}
     TITLE = "TTTR"
     BINDINGS = [
         Binding("question_mark", "help", "help"),
@@ -65,6 +67,7 @@ class TTTRApp(App):
         self._runtime = None
         self._runtime_lock = threading.Lock()
         self._prompts: dict[int, dict | str] = {}  # run id -> {step: Prompt}, or why there is none
+        self.bookmarks: dict[int, set[int]] = {}  # run id -> bookmarked seqs, for this app session only
 
     def on_mount(self) -> None:
         self.push_screen(RunsScreen())
@@ -88,31 +91,7 @@ class TTTRApp(App):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             title = type(self.screen).__name__.removesuffix("Screen").lower()
-            self.push_screen(HelpScreen(self._own_bindings(), f"{title} keys"))
-
-    def _own_bindings(self) -> list[tuple[str, str]]:
-        """The keys TTTR defines for what is on screen (focused widget, then its screen,
-        then the app), in the order they are declared; Textual's own are left out."""
-        nodes = []
-        node = self.focused
-        while node is not None and node is not self.screen:
-            nodes.append(node)
-            node = node.parent
-        nodes += [self.screen, self]
-        out: list[tuple[str, str]] = []
-        for node in nodes:
-            for cls in reversed(type(node).__mro__):
-                if not cls.__module__.startswith("tttr.app.") or "BINDINGS" not in cls.__dict__:
-                    continue
-                for binding in cls.__dict__["BINDINGS"]:
-                    action = binding.action.split("(")[0]
-                    if node.check_action(action, ()) is False:
-                        continue
-                    description = binding.description or action
-                    if action == "back":  # says where it goes, which depends on the screen below
-                        description = getattr(node, "back_label", description)
-                    out.append((key_label(binding.key), description))
-        return out
+            self.push_screen(HelpScreen(screen_keys(self.screen), f"{title} keys"))
 
     # -- what forks and the detail pane need ------------------------------------------
     def runtime(self):

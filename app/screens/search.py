@@ -42,6 +42,7 @@ class SearchScreen(ModalScreen[int | None]):
 
     @on(Input.Changed, "#search-input")
     def _changed(self, event: Input.Changed) -> None:
+        self.query_text = event.value
         self._refresh_hits(event.value)
 
     def set_corpus(self, corpus: list[search.Entry]) -> None:

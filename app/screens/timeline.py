@@ -22,6 +22,9 @@ from tttr.app import describe
 from tttr.app.forking import ForkFailed, ForkFinished, ForkProgressed, run_fork
 from tttr.app.runview import (BLOB_PREVIEW, EDITABLE_KINDS, LAYERS, TOO_LARGE, RunView, is_blob, token_pos,
                          value_problem)
+from tttr.app.exporting import ask_export
+from tttr.app.navigation import GOTO_HELP, goto_target, next_in, value_text
+from tttr.app.screens.ask import AskScreen
 from tttr.app.screens.edit import EditScreen
 from tttr.app.screens.search import SearchScreen
 from tttr.app.screens.help import label_back
@@ -55,6 +58,16 @@ class TimelineScreen(Screen):
         Binding("d", "diff_parent", "diff vs parent"),
         Binding("x", "cancel_fork", "cancel fork"),
         Binding("f", "files", "files at this step"),
+        # like a debugger: go to, search matches, bookmarks, copy, export (docs/reference.md)
+        Binding("colon", "goto", "go to event/step/site", show=False),
+        Binding("n", "search_next", "next search match", show=False),
+        Binding("N", "search_prev", "previous search match", show=False),
+        Binding("m", "bookmark", "bookmark / unbookmark", show=False),
+        Binding("apostrophe", "next_bookmark", "next bookmark", show=False),
+        Binding("quotation_mark", "prev_bookmark", "previous bookmark", show=False),
+        Binding("y", "copy", "copy value", show=False),
+        Binding("w", "export", "export run", show=False),
+        Binding("tab", "switch_pane", "timeline ⇄ detail pane (scroll it with ↑↓ pgup pgdn)", show=False),
         Binding("escape", "back", "back to runs"),
     ]
 
@@ -65,11 +78,14 @@ class TimelineScreen(Screen):
         self.corpus = None
         self.fork_cancel: threading.Event | None = None
         self.message_shown: tuple[int, int | None] | None = None
+        self.search_query = ""
+        self.search_seqs: list[int] = []  # the events the last search matched, in seq order
 
     def compose(self) -> ComposeResult:
         yield Static(self._title("token"), id="run-title")
         with Horizontal(id="timeline-body"):
-            yield Timeline(self.view, id="timeline")
+            yield Timeline(self.view, bookmarks=self.app.bookmarks.setdefault(self.view.run_id, set()),
+                           id="timeline")
             yield DetailPane(id="detail")
         yield MessageStrip(id="message")
         progress = ForkProgress(id="fork-progress")
@@ -187,11 +203,11 @@ class TimelineScreen(Screen):
 
     # -- search -------------------------------------------------------------------------
     def action_search(self) -> None:
-        screen = SearchScreen(self.corpus)
+        screen = SearchScreen(self.corpus, self.search_query)
         if self.corpus is None:
             self.run_worker(partial(self._index, screen), thread=True, exclusive=True, group="index",
                             exit_on_error=False, name="search index")
-        self.app.push_screen(screen, self._jump_to_hit)
+        self.app.push_screen(screen, partial(self._jump_to_hit, screen))
 
     def _index(self, screen: SearchScreen) -> None:
         """In a worker thread, on a connection of its own: the search corpus (it reads
@@ -218,10 +234,91 @@ class TimelineScreen(Screen):
         self.corpus = message.corpus
         message.dialog.set_corpus(message.corpus)
 
-    def _jump_to_hit(self, seq: int | None) -> None:
+    def _jump_to_hit(self, screen: SearchScreen, seq: int | None) -> None:
         if seq is not None:
+            from tttr.app.search import search
+
+            self.search_query = screen.query_text
+            self.search_seqs = sorted({hit.entry.seq for hit in search(screen.corpus or [], self.search_query,
+                                                                       limit=None)})
             self.timeline.cursor = seq
             self.timeline.focus()
+
+    def action_search_next(self, forward: bool = True) -> None:
+        """`n`/`N`: the next (previous) event the last search matched, wrapping like vim."""
+        if not self.search_query:
+            self.timeline.nowhere("no search yet: press / to search")
+            return
+        seq, wrapped = next_in(self.search_seqs, self.timeline.cursor, forward)
+        if seq is None:
+            self.timeline.nowhere(f"no match for {describe.short(self.search_query, 40)!r}")
+            return
+        self.timeline.go_to(seq, f"the only match for {describe.short(self.search_query, 40)!r} is here")
+        if wrapped:
+            self.notify(f"search wrapped to the {'first' if forward else 'last'} match", timeout=2, markup=False)
+
+    def action_search_prev(self) -> None:
+        self.action_search_next(forward=False)
+
+    # -- go to, bookmarks, copy, export -------------------------------------------------
+    def action_goto(self) -> None:
+        check = partial(goto_target, self.view, cursor=self.timeline.cursor)
+        self.app.push_screen(AskScreen("Go to", GOTO_HELP, check), self._went)
+
+    def _went(self, index: int | None) -> None:
+        if index is not None:
+            self.timeline.go_to(index, f"already at event {index}")
+            self.timeline.focus()
+
+    def action_bookmark(self) -> None:
+        marked = self.timeline.toggle_bookmark()
+        count = len(self.timeline.bookmarks)
+        self.notify(f"{'bookmarked' if marked else 'unbookmarked'} event {self.timeline.cursor} "
+                    f"({count} bookmark{'s' if count != 1 else ''} in this run; ' jumps between them)",
+                    timeout=2, markup=False)
+
+    def action_next_bookmark(self, forward: bool = True) -> None:
+        seq, wrapped = next_in(sorted(self.timeline.bookmarks), self.timeline.cursor, forward)
+        if seq is None:
+            self.timeline.nowhere("no bookmarks in this run: m bookmarks the event under the cursor")
+            return
+        self.timeline.go_to(seq, "the only bookmark is here")
+        if wrapped:
+            self.notify(f"back to the {'first' if forward else 'last'} bookmark", timeout=2, markup=False)
+
+    def action_prev_bookmark(self) -> None:
+        self.action_next_bookmark(forward=False)
+
+    def action_copy(self) -> None:
+        """Copy the value under the cursor: to the terminal's clipboard (OSC 52, where the
+        terminal supports it) and, since not every terminal does, to a file as well."""
+        event = self.current
+        if event is None:
+            return
+        text = value_text(self.view, event)
+        if text is None:
+            self._show_detail(event)  # (re)starts its loading
+            self.notify("the value is still loading: press y again in a moment", severity="warning", markup=False)
+            return
+        self.app.copy_to_clipboard(text)
+        from tttr.sessions.cache import cache_dir
+
+        where = "."
+        try:
+            path = cache_dir() / "clipboard.txt"
+            path.write_text(text, encoding="utf-8")
+            where = f"; also in {visible(str(path), newlines=False)}"
+        except OSError as exc:
+            where = f" (not written to a file: {exc.strerror})"
+        self.notify(f"copied {describe.short(event.site, 30)} ({len(text):,} characters) to the clipboard{where}",
+                    timeout=6, markup=False)
+
+    def action_export(self) -> None:
+        ask_export(self.app, self.view.run_id)
+
+    def action_switch_pane(self) -> None:
+        detail = self.query_one(DetailPane)
+        (self.timeline if detail.has_focus else detail).focus()
 
     # -- edit and fork -----------------------------------------------------------------
     def action_edit(self) -> None:

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 from rich.console import RenderableType
 from rich.segment import Segment
+from textual.binding import Binding
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 
-class DetailPane(ScrollView, can_focus=False):
-    """Shows one renderable; the screen sets it when the cursor moves."""
+class DetailPane(ScrollView, can_focus=True):
+    """Shows one renderable; the screen sets it when the cursor moves. Tab focuses it,
+    and the arrow and page keys then scroll it (ScrollView's bindings)."""
+
+    BINDINGS = [
+        Binding("down,j", "scroll_down", "scroll the detail down", show=False),
+        Binding("up,k", "scroll_up", "scroll the detail up", show=False),
+    ]
 
     def __init__(self, *, id=None, classes=None) -> None:
         super().__init__(id=id, classes=classes)

@@ -1,7 +1,8 @@
 """The message strip: a step's generated tokens read as text, the selected one marked.
 
-The strip has a fixed height, so updating it never re-lays out the screen; it shows the
-stretch of the message around the selected token that fits.
+The strip has a fixed height, so updating it never re-lays out the screen, except when
+the cursor enters or leaves a step with no tokens, where it shrinks to one line; it shows
+the stretch of the message around the selected token that fits.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class MessageStrip(Static):
 
     def show_tokens(self, step: int, tokens: list, selected: int | None) -> None:
         title = Text(f"step {visible(str(step), newlines=False)} message ", style="bold")
+        self.set_class(not tokens, "-empty")  # the strip shrinks (a layout) only when this changes
         if not tokens:
             self.update(title + Text("(no generated tokens in this step)", style="dim"), layout=False)
             return

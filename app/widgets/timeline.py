@@ -2,7 +2,9 @@
 
 Only the visible lines are rendered, from events the `RunView` reads by window, so the
 widget costs the same for a run of 100 events and one of 100k. Events are grouped by
-step with a bracket in the gutter; each line carries its layer's letter and colour.
+step with a bracket in the gutter; each line carries its layer's letter and colour, and a
+bookmarked event a mark beside the bracket. The border's subtitle says where the cursor
+is (`event 57/128 · step 1/3`); a move with nowhere to go rings the bell and says so.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from tttr.app import describe
 from tttr.app.runview import LAYER_ORDER, LAYERS, RunView
 
 SITE_WIDTH = 15
+BOOKMARK = "◆"
 
 
 class Timeline(ScrollView, can_focus=True):
     """Cursor over the events of one run. Posts `EventSelected` when the cursor moves."""
 
-    COMPONENT_CLASSES = {"timeline--cursor", "timeline--gutter", "timeline--fork"}
+    COMPONENT_CLASSES = {"timeline--cursor", "timeline--gutter", "timeline--fork", "timeline--bookmark"}
 
     BINDINGS = [
         Binding("down,j", "move(1)", "next event", show=False),
@@ -64,9 +67,13 @@ class Timeline(ScrollView, can_focus=True):
             super().__init__()
             self.layer = layer
 
-    def __init__(self, view: RunView, *, name=None, id=None, classes=None) -> None:
+    def __init__(self, view: RunView, *, bookmarks: set[int] | None = None, name=None, id=None,
+                 classes=None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.view = view
+        self.bookmarks: set[int] = set() if bookmarks is None else bookmarks
+        last = view.event(view.count - 1)
+        self._steps = last.step + 1 if last is not None and isinstance(last.step, int) and last.step >= 0 else 0
         self._lines: OrderedDict[tuple[int, int], Strip] = OrderedDict()
         self._styles: dict[str, Style] = {}
         fork_seq = getattr(view.run, "fork_seq", None)
@@ -74,6 +81,7 @@ class Timeline(ScrollView, can_focus=True):
 
     def on_mount(self) -> None:
         self.virtual_size = Size(0, self.view.count)
+        self.border_subtitle = self.position
 
     # -- rendering -------------------------------------------------------------------
     def _style(self, name: str) -> Style:
@@ -130,7 +138,7 @@ class Timeline(ScrollView, can_focus=True):
             line.append(f"{step:>5}", style=gutter_style).append("┌" if not last else "─", style=gutter_style)
         else:
             line.append("     " + ("└" if last else "│"), style=gutter_style)
-        line.append(" ")
+        line.append(BOOKMARK if index in self.bookmarks else " ", style=self._style("timeline--bookmark"))
         line.append_text(describe.layer_tag(event.layer))
         line.append(" ")
         colour = LAYERS.get(event.layer, ("", "white"))[1]
@@ -146,6 +154,14 @@ class Timeline(ScrollView, can_focus=True):
         if 0 <= y < self.size.height:
             self.refresh(Region(0, y, self.size.width, 1))
 
+    def toggle_bookmark(self) -> bool:
+        """Bookmark the event under the cursor, or drop its bookmark; True if now marked."""
+        index = self.cursor
+        self.bookmarks.symmetric_difference_update({index})
+        self._lines = OrderedDict((k, v) for k, v in self._lines.items() if k[0] != index)
+        self.refresh_index(index)
+        return index in self.bookmarks
+
     def forget(self) -> None:
         """Drop rendered lines (after the theme or the data changed)."""
         self._lines.clear()
@@ -156,7 +172,16 @@ class Timeline(ScrollView, can_focus=True):
         self.refresh_index(old)
         self.refresh_index(new)
         self.scroll_to_cursor()
+        self.border_subtitle = self.position
         self.post_message(self.EventSelected(self, new))
+
+    @property
+    def position(self) -> str:
+        """Where the cursor is: `event 57/128 · step 1/3` (a seq of the run's events, a
+        step number of its steps; `setup` before the first step)."""
+        event = self.view.event(self.cursor)
+        step = "?" if event is None else "setup" if event.step == -1 else describe.short(event.step, 8)
+        return f"event {self.cursor}/{self.view.count} · step {step}/{self._steps}"
 
     def validate_cursor(self, value: int) -> int:
         return max(0, min(value, max(0, self.view.count - 1)))
@@ -173,36 +198,45 @@ class Timeline(ScrollView, can_focus=True):
         _, scroll_y = self.scroll_offset
         self.cursor = scroll_y + event.y
 
-    def go_to(self, index: int | None) -> None:
-        if index is None:
-            self.app.bell()
+    def go_to(self, index: int | None, nowhere: str = "nowhere to go from here") -> None:
+        """Move the cursor to `index`; None (or where it already is): say `nowhere`."""
+        if index is None or self.validate_cursor(index) == self.cursor:
+            self.nowhere(nowhere)
             return
         self.cursor = index
 
+    def nowhere(self, why: str) -> None:
+        """A move had nowhere to go: the bell, and a line saying why (not silence)."""
+        self.app.bell()
+        self.notify(why, severity="warning", timeout=2, markup=False)
+
     # -- actions -----------------------------------------------------------------------
     def action_move(self, delta: int) -> None:
-        self.cursor = self.cursor + delta
+        self.go_to(self.cursor + delta, "at the last event" if delta > 0 else "at the first event")
 
     def action_page(self, direction: int) -> None:
-        self.cursor = self.cursor + direction * max(1, self.scrollable_content_region.height - 1)
+        self.go_to(self.cursor + direction * max(1, self.scrollable_content_region.height - 1),
+                   "at the last event" if direction > 0 else "at the first event")
 
     def action_go_start(self) -> None:
-        self.cursor = 0
+        self.go_to(0, "at the first event")
 
     def action_go_end(self) -> None:
-        self.cursor = self.view.count - 1
+        self.go_to(self.view.count - 1, "at the last event")
 
     def action_next_step(self) -> None:
-        self.go_to(self.view.next_step(self.cursor))
+        self.go_to(self.view.next_step(self.cursor), "in the last step: no step after it")
 
     def action_prev_step(self) -> None:
-        self.go_to(self.view.prev_step(self.cursor))
+        self.go_to(self.view.prev_step(self.cursor), "at the start of the first step")
 
     def action_next_of_layer(self) -> None:
-        self.go_to(self.view.next_of_layer(self.cursor, self.chosen_layer))
+        self.go_to(self.view.next_of_layer(self.cursor, self.chosen_layer),
+                   f"no {self.chosen_layer} event after this one (l chooses another layer)")
 
     def action_prev_of_layer(self) -> None:
-        self.go_to(self.view.prev_of_layer(self.cursor, self.chosen_layer))
+        self.go_to(self.view.prev_of_layer(self.cursor, self.chosen_layer),
+                   f"no {self.chosen_layer} event before this one (l chooses another layer)")
 
     def action_cycle_layer(self) -> None:
         self.chosen_layer = LAYER_ORDER[(LAYER_ORDER.index(self.chosen_layer) + 1) % len(LAYER_ORDER)]

@@ -1,0 +1,319 @@
+"""Navigating like a debugger, driven by Textual's pilot on a database written through the
+real store (the generator `tttr bench app` uses): go to, the position indicator, search
+matches with n/N, feedback at the ends, bookmarks, copy, export, the detail pane by Tab,
+help built from the bindings, and the command palette's own commands."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+
+import pytest
+from textual.command import CommandPalette
+from tttr.app.bench import COMMANDS, generate
+from tttr.app.palette import palette_commands
+from tttr.app.screens.ask import AskScreen
+from tttr.app.screens.help import HelpScreen
+from tttr.app.screens.search import SearchScreen
+from tttr.app.screens.timeline import TimelineScreen
+from tttr.app.tui import TTTRApp
+from tttr.app.widgets.detail import DetailPane
+from tttr.app.widgets.message import MessageStrip
+from tttr.app.widgets.timeline import BOOKMARK, Timeline
+
+from tests.app_helpers import open_store, wait_for
+from tests.app_helpers import run_app as _run_app
+
+TOKENS = 12
+STEPS = 8
+OTHER = COMMANDS[:2] + ("rm -rf /var/log/old",) + COMMANDS[3:]
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("nav") / "session.db"
+    per_step = 2 * TOKENS + 5
+    generate(path, STEPS * per_step + 3, seed=1, tokens_per_step=TOKENS)
+    generate(path, STEPS * per_step + 3, seed=2, tokens_per_step=TOKENS, commands=OTHER)
+    return path
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TTTR_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def run_app(db, flow, *, run_id=1, size=None):
+    if size is None:
+        return _run_app(db, flow, run_id=run_id, load_tokenizer=False)
+
+    async def main():  # at a terminal size of its own
+        store = open_store(db)
+        try:
+            app = TTTRApp(store, run_id=run_id, load_tokenizer=False)
+            async with app.run_test(size=size) as pilot:
+                await pilot.pause()
+                return await flow(app, pilot)
+        finally:
+            store.close()
+
+    return asyncio.run(main())
+
+
+def notes(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+def test_go_to_an_event_a_step_and_a_site_and_the_position_follows(db):
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        view = timeline.view
+        assert timeline.border_subtitle == f"event 0/{view.count} · step setup/{STEPS}"
+        await pilot.press("colon", *"57", "enter")
+        assert timeline.cursor == 57
+        step = view.event(57).step
+        assert timeline.border_subtitle == f"event 57/{view.count} · step {step}/{STEPS}"
+        await pilot.press("colon", *"s3", "enter")
+        assert timeline.cursor == view.step_start(3) and view.event(timeline.cursor - 1).step == 2
+        await pilot.press("colon", *"5:tool", "enter")
+        assert view.event(timeline.cursor).site == "5:tool"
+        await pilot.press("colon", *"-2", "enter")
+        assert view.event(timeline.cursor + 2).site == "5:tool"
+        await pilot.press("colon", *"setup", "enter")
+        assert timeline.cursor == 0
+        # a place the run does not have keeps the dialog open with the reason, cursor unmoved
+        await pilot.press("colon", *"99999", "enter")
+        assert isinstance(app.screen, AskScreen)
+        assert "no event 99999" in app.screen.error and f"0–{view.count - 1}" in app.screen.error
+        await pilot.press("escape")
+        assert isinstance(app.screen, TimelineScreen) and timeline.cursor == 0
+
+    run_app(db, flow)
+
+
+def test_n_and_N_step_through_the_search_matches_and_wrap(db):
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        view = timeline.view
+        await pilot.press("n")
+        assert timeline.cursor == 0 and "no search yet: press / to search" in notes(app)
+        await pilot.press("slash")
+        search = app.screen
+        assert isinstance(search, SearchScreen)
+        await wait_for(pilot, lambda: search.corpus is not None)
+        await pilot.press(*"gzip -k", "enter")
+        gzip_steps = [s for s in range(STEPS) if COMMANDS[s % len(COMMANDS)] == "gzip -k app.log"]
+        matches = sorted(view.at(f"{s}:{k}").seq for s in gzip_steps for k in ("tool",))
+        first = timeline.cursor
+        assert first in matches and "gzip" in view.event(first).value["cmd"]
+        seen = [first]
+        for _ in range(len(matches) - 1):
+            await pilot.press("n")
+            seen.append(timeline.cursor)
+        assert sorted(seen) == matches
+        await pilot.press("n")  # past the last: wraps to the first, and says so
+        assert timeline.cursor == matches[0] and "search wrapped to the first match" in notes(app)
+        await pilot.press("N")
+        assert timeline.cursor == matches[-1]
+        # `/` again starts from the last query
+        await pilot.press("slash")
+        assert app.screen.query_one("#search-input").value == "gzip -k"
+        await pilot.press("escape")
+
+    run_app(db, flow)
+
+
+def test_a_move_with_nowhere_to_go_says_so(db):
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        await pilot.press("up")
+        assert timeline.cursor == 0 and "at the first event" in notes(app)
+        await pilot.press("end", "right")
+        assert timeline.cursor == timeline.view.count - 1
+        assert "in the last step: no step after it" in notes(app)
+        await pilot.press("l", "l", "full_stop")  # the agent layer: the outcome is the last event
+        assert any(n.startswith("no agent event after this one") for n in notes(app))
+
+    run_app(db, flow)
+
+
+def test_bookmarks_toggle_show_in_the_gutter_jump_and_last_the_app_session(db):
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        await pilot.press("apostrophe")
+        assert any(n.startswith("no bookmarks in this run") for n in notes(app))
+        marked = []
+        for target in ("10", "40", "s5"):
+            await pilot.press("colon", *target, "enter", "m")
+            marked.append(timeline.cursor)
+        assert timeline.bookmarks == set(marked)
+        await pilot.press("colon", *str(marked[0]), "enter")
+        await pilot.pause()
+        row = marked[0] - timeline.scroll_offset.y
+        assert BOOKMARK in timeline.render_line(row).text
+        assert BOOKMARK not in timeline.render_line(row + 1).text
+        await pilot.press("home", "apostrophe")
+        assert timeline.cursor == marked[0]
+        await pilot.press("apostrophe", "apostrophe")
+        assert timeline.cursor == marked[2]
+        await pilot.press("apostrophe")  # wraps
+        assert timeline.cursor == marked[0]
+        await pilot.press("quotation_mark")
+        assert timeline.cursor == marked[2]
+        await pilot.press("m")  # unmark
+        assert timeline.bookmarks == set(marked[:2])
+        # back to the runs and into the run again: the bookmarks are still there
+        await pilot.press("escape", "enter")
+        assert isinstance(app.screen, TimelineScreen)
+        assert app.screen.query_one(Timeline).bookmarks == set(marked[:2])
+
+    run_app(db, flow)
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before  # nothing written to the session
+
+
+def test_copy_puts_the_value_on_the_clipboard_and_in_a_file(db, cache):
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        view = timeline.view
+        await pilot.press("colon", *"3:clock", "enter", "y")
+        assert app.clipboard == view.at("3:clock").value["t"]
+        assert (cache / "clipboard.txt").read_text() == app.clipboard
+        assert any(str(cache / "clipboard.txt") in n for n in notes(app))
+        await pilot.press("colon", *"2:tool", "enter", "y")
+        assert app.clipboard == view.at("2:tool").value["stdout"]
+        await pilot.press("colon", *"1:token:3", "enter", "y")
+        assert app.clipboard == view.at("1:token:3").value["text"]
+
+    run_app(db, flow)
+
+
+def test_export_writes_the_run_as_json_lines_and_markdown(db, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+
+    async def flow(app, pilot):
+        view = app.screen.query_one(Timeline).view
+        await pilot.press("w")
+        assert isinstance(app.screen, AskScreen)
+        await pilot.press("enter")  # the offered name: run-1.jsonl
+        await wait_for(pilot, lambda: any(n.startswith("exported") for n in notes(app)))
+        await pilot.press("w", *["backspace"] * 20, *"run.txt", "enter")
+        assert isinstance(app.screen, AskScreen) and ".jsonl" in app.screen.error and ".md" in app.screen.error
+        await pilot.press(*["backspace"] * 3, *"md", "enter")
+        await wait_for(pilot, lambda: sum(n.startswith("exported") for n in notes(app)) == 2)
+        await pilot.press("w", *["backspace"] * 20, *"run.md", "enter")  # exists: refused
+        assert isinstance(app.screen, AskScreen) and "exists" in app.screen.error
+        await pilot.press("escape")
+        return view.count
+
+    count = run_app(db, flow)
+    lines = (tmp_path / "run-1.jsonl").read_text().splitlines()
+    assert len(lines) == count
+    rows = [json.loads(line) for line in lines]
+    assert [r["seq"] for r in rows] == list(range(count)) and rows[-1]["kind"] == "outcome"
+    md = (tmp_path / "run.md").read_text()
+    assert md.startswith("# run 1") and "| seq | step | layer | kind | site | value |" in md
+    assert md.count("\n| ") == count + 1 and "gzip -k app.log" in md
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def test_export_from_a_script_and_from_tttr_events(db, tmp_path, capsys):
+    from tttr.app.cli import main
+    from tttr.engine.replay.diff import diff_runs
+    from tttr.sessions.export import ExportError, export_compare, export_run
+
+    store = open_store(db)
+    try:
+        n = export_compare(diff_runs(store, 1, 2), tmp_path / "c.jsonl")
+        summary, *rows = [json.loads(x) for x in (tmp_path / "c.jsonl").read_text().splitlines()]
+        assert summary["what"] == "comparison" and summary["identical"] is False and len(rows) == n
+        assert [r["same"] for r in rows].count(False) == 1
+        export_compare(diff_runs(store, 1, 2), tmp_path / "c.md")
+        assert "rm -rf /var/log/old" in (tmp_path / "c.md").read_text()
+        with pytest.raises(ExportError, match="name it .jsonl"):
+            export_run(store, 1, tmp_path / "run.csv")
+        assert not (tmp_path / "run.csv").exists()
+    finally:
+        store.close()
+    assert main(["events", str(db), "1", "--format", "md", "--limit", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# run 1") and out.count("\n| ") == 5 + 1
+    assert main(["events", str(db), "1", "--format", "jsonl", "--limit", "3", "--from", "2"]) == 0
+    assert [json.loads(x)["seq"] for x in capsys.readouterr().out.splitlines()] == [2, 3, 4]
+
+
+def test_tab_reaches_the_detail_pane_and_it_scrolls(db):
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        detail = app.screen.query_one(DetailPane)
+        await pilot.press("colon", *"1:logits:2", "enter")  # a logits event: a long detail
+        await pilot.pause()
+        assert detail.virtual_size.height > detail.scrollable_content_region.height
+        await pilot.press("tab")
+        assert detail.has_focus
+        await pilot.press("down", "down")
+        assert detail.scroll_offset.y == 2
+        at = timeline.cursor
+        await pilot.press("tab", "down")
+        assert timeline.has_focus and timeline.cursor == at + 1
+
+    run_app(db, flow, size=(80, 24))
+
+
+def test_the_message_strip_shrinks_when_a_step_has_no_tokens(db):
+    async def flow(app, pilot):
+        strip = app.screen.query_one(MessageStrip)
+        assert strip.has_class("-empty") and strip.outer_size.height == 3  # the setup step
+        await pilot.press("right")
+        await pilot.pause()
+        assert not strip.has_class("-empty") and strip.outer_size.height == 8
+
+    run_app(db, flow)
+
+
+def test_help_lists_every_key_of_the_timeline_from_its_bindings(db):
+    async def flow(app, pilot):
+        await pilot.press("question_mark")
+        shown = app.screen.content.plain
+        assert isinstance(app.screen, HelpScreen)
+        for cls in (TimelineScreen, Timeline, DetailPane):
+            for binding in cls.BINDINGS:
+                assert binding.description in shown, binding.description
+        # d and x are listed on a run that is no fork, marked unavailable
+        assert "diff vs parent (not available here now)" in shown
+        assert "cancel fork (not available here now)" in shown
+        assert "go to event/step/site" in shown and "\n  :" in shown
+
+    run_app(db, flow)
+
+
+def test_the_command_palette_lists_the_apps_own_commands(db):
+    async def flow(app, pilot):
+        names = [c.name for c in palette_commands(app.screen)]
+        for name in ("Go to event/step/site", "Edit & fork", "Export run", "Bookmark / unbookmark", "Search"):
+            assert name in names
+        assert "Diff vs parent" not in names  # not a fork: nothing to compare with
+        await pilot.press("ctrl+p")
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press(*"go to")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, AskScreen))
+        await pilot.press(*"s4", "enter")
+        timeline = app.screen.query_one(Timeline)
+        assert timeline.view.event(timeline.cursor).step == 4
+
+    run_app(db, flow)
+
+
+def test_the_palette_on_a_comparison_offers_its_export(db):
+    async def flow(app, pilot):
+        await pilot.press("escape", "space", "down", "space", "d")
+        names = [c.name for c in palette_commands(app.screen)]
+        assert "Export this comparison" in names and "Open right" in names
+
+    run_app(db, flow)
