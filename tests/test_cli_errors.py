@@ -115,6 +115,19 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["demo", "--task", "nosuch", "--db", "{new}"], ["demo", "--db", "{db}"],
         ["demo", "--seed", "-1", "--db", "{new}"], ["demo", "--model", "{missing}", "--db", "{new}"],
     ],
+    ("suite",): [
+        ["suite", "--runs", "1", "--db", "{new}"], ["suite", "--runs", "x", "--db", "{new}"], ["suite", "--db", "{new}"],
+        ["suite", "--runs", "2", "--tasks", "nosuch", "--db", "{new}"], ["suite", "--runs", "2", "--tasks", ",", "--db", "{new}"],
+        ["suite", "--runs", "2", "--temperature", "0", "--db", "{new}"],
+        ["suite", "--runs", "2", "--temperature", "nan", "--db", "{new}"],
+        ["suite", "--runs", "2", "--batch", "0", "--db", "{new}"],
+        ["suite", "--runs", "2", "--model", "{missing}", "--db", "{new}"],
+    ],
+    ("stats",): [
+        ["stats", "--db", "{db}"], ["stats", "--db", "{missing}"], ["stats", "--db", "{text}"],
+        ["stats", "--db", "{db}", "--suite", "nosuch"], ["stats", "--db", "{db}", "--plot", "{new}"],
+        ["stats", "--db", "{db}", "--plot", "{missing}.png"],
+    ],
     ("bench",): [["bench", "nosuch"]],
     ("bench", "store"): [["bench", "store", "--events", "0"], ["bench", "store", "--window-events", "x"]],
     ("bench", "engine"): [
@@ -141,7 +154,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
 
 # What `tttr --help` and `tttr bench --help` list (README's and docs' commands).
 COMMANDS = {"info", "runs", "events", "prompt", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
-            "diff", "open", "demo", "bench", "rename", "delete"}
+            "diff", "open", "demo", "bench", "rename", "delete", "suite", "stats"}
 BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve"}
 
 
