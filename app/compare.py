@@ -86,9 +86,13 @@ def _action_text(value: dict) -> str:
 def _steps(store, run_id: int) -> list[StepInfo]:
     """One StepInfo per action of the run, in order (DiffRow steps index this list). An
     unreadable action or tool result keeps its row and says why."""
+    actions = _events(store, run_id, "action")
+    if not actions:  # recorded API calls (a program's): a call's message stands for its action, as in diff_runs
+        return [StepInfo(e.step, str(e.value.get("text")) if value_problem(e) is None else "", problem=value_problem(e))
+                for e in _events(store, run_id, "message") if e.kind == "message"]
     tools = {e.step: e for e in _events(store, run_id, "tool") if e.kind == "tool"}
     out = []
-    for e in _events(store, run_id, "action"):
+    for e in actions:
         problem = value_problem(e)
         tool = tools.get(e.step)
         tool_problem = value_problem(tool) if tool is not None else None

@@ -152,7 +152,16 @@ def summary(event) -> Text:
 def _summary(event) -> Text:
     v, kind = event.value, event.kind
     if kind == "clock":
-        return safe(short(_field(v, "t", v), 60), style="yellow")
+        line = safe(short(_field(v, "t", v), 60), style="yellow")
+        if _field(v, "source") == "sdk":
+            line.append("  sdk.now()", style="dim")
+        return line
+    if kind == "tool" and "function" in v:
+        return sdk_call_line(v, 60)
+    if kind == "setup" and isinstance(_field(v, "program"), list):
+        return Text(f"{short(program_line(v), 50)} · clock {short(_field(v, 'clock'), 30)}", style="dim")
+    if kind == "outcome" and isinstance(v, dict) and "passed" not in v:
+        return program_outcome_line(v)
     if kind == "tool":
         line = highlight_bash("$ " + short(_text_field(v, "cmd"), 60))
         code = _field(v, "exit_code")
@@ -184,7 +193,7 @@ def _summary(event) -> Text:
         return line
     if kind == "prompt":
         return Text(f"{short(_field(v, 'n_tokens', '?'), 10)} tokens  ", style="dim") + Text(
-            short(_text_field(v, "text"), 60)
+            short(_text_field(v, "text") or last_message(_field(v, "request")), 60)
         )
     if kind == "message":
         return Text(short(_text_field(v, "text"), 80))
@@ -254,8 +263,14 @@ def detail(view: RunView, event, token_texts=None, prompt=None) -> RenderableTyp
     except Exception as exc:  # noqa: BLE001 - a shape the checks missed is shown as such
         return unreadable_detail(event, f"{type(exc).__name__}: {exc}")
     hint = Text()
-    if event.kind in MUTABLE:
+    if is_program_end(event):
+        hint = Text("the program's own output: fork at a model call's token, an SDK tool or a clock read",
+                    style="italic dim")
+    elif event.kind in MUTABLE:
         hint = Text("press e to edit this value and fork the run here", style="italic dim")
+    elif event.kind == "setup" and isinstance(_field(event.value, "program"), list):
+        hint = Text("press e to move the setup clock and fork: the whole program runs again at the new time",
+                    style="italic dim")
     return Group(heading(event), Text(""), body, Text(""), hint)
 
 
@@ -271,6 +286,13 @@ def _detail_body(view: RunView, event, token_texts) -> RenderableType:
     kind = event.kind
     if kind in ("token", "logits"):
         return token_detail(view, event, token_texts)
+    if kind == "tool" and "function" in event.value:
+        return sdk_call_detail(event.value)
+    if kind == "setup" and isinstance(_field(event.value, "program"), list):
+        return _kv([("program", program_line(event.value)), ("clock", safe(_field(event.value, "clock"), "yellow")),
+                    ("start tree", short(_field(event.value, "tree", "?"), 13)[:12])])
+    if kind == "outcome" and "passed" not in event.value:
+        return program_outcome_detail(event.value)
     if kind == "tool":
         return tool_detail(view, event)
     if kind == "clock":
@@ -395,8 +417,12 @@ def tool_detail(view: RunView, event) -> RenderableType:
     v = event.value if isinstance(event.value, dict) else {}
     clock = _readable(view.at(f"{event.step}:clock"))
     code = v.get("exit_code")
-    rows: list[tuple[str, Any]] = [
+    rows: list[tuple[str, Any]] = [] if is_program_end(event) else [
         ("clock", safe(short(_field(clock.value, "t"), 60) if clock else "not recorded", style="yellow")),
+    ]
+    if v.get("limit_hit"):
+        rows.append(("stopped", Text(short(v["limit_hit"], 200), style="bold red")))
+    rows += [
         ("cwd", short(view.text(v.get("cwd")) or "?", 200)),
         ("exit code", Text(short(code, 12), style="green" if code == 0 else "bold red")),
         ("duration", f"{short(v.get('duration_ms', '?'), 12)} ms"),
@@ -448,6 +474,88 @@ def clock_detail(view: RunView, event) -> RenderableType:
     return _kv(rows)
 
 
+# -- a recorded program's own events (`tttr record -- PROGRAM`) --------------------------------
+def is_program_end(event) -> bool:
+    """The program's own end: its command line, output and exit code (not a fork site)."""
+    return event.kind == "tool" and isinstance(event.value, dict) and isinstance(event.value.get("program"), list)
+
+
+def program_line(value: dict) -> str:
+    return " ".join(str(a) for a in value.get("program") or [])
+
+
+def last_message(request: Any) -> str:
+    """A served call's request as one line: its last message (`user: Say hi`), or its prompt."""
+    messages = _field(request, "messages")
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+        content = messages[-1].get("content")
+        text = content if isinstance(content, str) else preview(content, 200)
+        return f"{short(messages[-1].get('role', '?'), 12)}: {short(text, 200)}"
+    return short(_field(request, "prompt") or "", 200)
+
+
+def sdk_call_line(v: dict, width: int = 60) -> Text:
+    """An SDK tool call as the program made it: `decide("hi") → "stop"`, or what it raised."""
+    args = [preview(a, 80, quote=True) for a in v.get("args") or []]
+    kwargs = v.get("kwargs") if isinstance(v.get("kwargs"), dict) else {}
+    args += [f"{short(k, 20)}={preview(a, 80, quote=True)}" for k, a in kwargs.items()]
+    line = Text(short(v.get("function"), 40), style="bold cyan")
+    line.append(short(f"({', '.join(args)})", width), style="cyan")
+    error = v.get("error")
+    if error is not None:
+        line.append(f"  ✗ {short(_field(error, 'type', error), 40)}: {short(_field(error, 'message', ''), width)}",
+                    style="bold red")
+    elif "result" in v:
+        line.append("  → ", style="dim")
+        line.append(short(preview(v["result"], 400, quote=True), width), style="green")
+    return line
+
+
+def sdk_call_detail(v: dict) -> RenderableType:
+    error = v.get("error")
+    rows: list[tuple[str, Any]] = [
+        ("function", Text(short(v.get("function"), 80), style="bold cyan")),
+        ("args", preview(v.get("args"), 4000, quote=True)),
+        ("kwargs", preview(v.get("kwargs"), 4000, quote=True)),
+    ]
+    if error is not None:
+        rows.append(("raised", Text(f"{short(_field(error, 'type', '?'), 60)}: {short(_field(error, 'message', error), 400)}",
+                                    style="bold red")))
+    else:
+        rows.append(("result", safe(clip(preview(v.get("result"), SHOWN_CHARS, quote=True)), style="green")))
+    rows.append(("duration", f"{short(v.get('duration_ms', '?'), 12)} ms"))
+    how = "an @sdk.tool function: its result (or exception) is what a replay gives the program without running it"
+    return Group(sdk_call_line(v, 80), Text(""), _kv(rows), Text(""), Text(how, style="dim"))
+
+
+def program_outcome_line(v: dict) -> Text:
+    """A program run's outcome without a checker: its exit code and, for a replay or a
+    fork, whether it matched the recording."""
+    code = v.get("exit_code")
+    text = Text(f"exit {short(code, 12)}", style="bold green" if code == 0 else "bold red")
+    if "identical" in v:
+        text.append("  identical to the recording" if v["identical"] else "  differs from the recording",
+                    style="green" if v["identical"] else "yellow")
+    divergence = v.get("divergence")
+    if isinstance(divergence, dict):
+        text.append(f" · diverged at {short(divergence.get('site'), 60)}", style="yellow")
+    return text
+
+
+def program_outcome_detail(v: dict) -> RenderableType:
+    rows: list[tuple[str, Any]] = [("exit code", program_outcome_line(v))]
+    for key, label in (("calls", "model calls"), ("logits_computed", "logits computed"), ("tools_run", "tools run"),
+                       ("fork_site", "fork site"), ("calls_generated", "calls generated"), ("reason", "reason")):
+        if key in v:
+            rows.append((label, short(v[key], 200)))
+    divergence = v.get("divergence")
+    if isinstance(divergence, dict):
+        rows += [("diverged at", short(divergence.get("site"), 200)),
+                 ("recorded", preview(divergence.get("recorded"), 400)),
+                 ("live", preview(divergence.get("live"), 400))]
+    return _kv(rows)
+
+
 # -- runs -------------------------------------------------------------------------------------
 # A run's metadata comes from the database as it is: any field may hold any type.
 def lineage(run) -> str:
@@ -493,11 +601,20 @@ def outcome_line(outcome: Any) -> Text:
 
 
 def outcome_label(run) -> Text:
+    """pass or fail; for a run that never reached its checker, why, in words (`cancelled`,
+    `stopped early`), not the stored JSON."""
     outcome = getattr(run, "outcome", None)
     if not outcome:
-        return Text("—", style="dim")
+        stopped = getattr(run, "status", None) == "incomplete"
+        return Text("stopped early", style="yellow") if stopped else Text("—", style="dim")
     passed = outcome.get("passed") if isinstance(outcome, dict) else None
     if passed is None:
+        reason = outcome.get("reason") if isinstance(outcome, dict) else None
+        if isinstance(reason, str) and reason:
+            return Text(short(reason, 30), style="yellow")  # "cancelled", "recording stopped early"
+        ended = outcome.get("finish_reason") if isinstance(outcome, dict) else None
+        if isinstance(ended, str) and ended:
+            return Text(f"ended: {short(ended, 20)}")  # a served call: the model's finish reason
         return Text(short(preview(outcome, 200, quote=True), 20))
     return Text("pass", style="bold green") if passed else Text("fail", style="bold red")
 

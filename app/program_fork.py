@@ -50,6 +50,10 @@ class ForkPlan:
     settings: dict | None = None  # token fork: prompt ids, seed, max_tokens
     shared: frozenset = frozenset()  # the site's step's events before it: the parent's, shared
     shift: timedelta = timedelta(0)  # clock fork: how far the new value moves the run's clock
+    # From the app's worker: progress(done, total, text) after each step, and an Event that,
+    # once set, refuses the program's next model calls so that it ends early.
+    progress: object = None
+    cancel: object = None
 
     @property
     def at_setup(self) -> bool:
@@ -250,8 +254,29 @@ class ForkReplayer(Replayer):
         self.cursor += 1
         return {"t": t}
 
+    def answer_call(self, name, endpoint: str, body: dict):
+        if self.cancelled:
+            return APIError("the fork was cancelled", status=409, code="fork_cancelled")
+        try:
+            return super().answer_call(name, endpoint, body)
+        finally:
+            self._progress()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.plan.cancel is not None and self.plan.cancel.is_set()
+
+    def _progress(self) -> None:
+        if self.plan.progress is not None:
+            total = len(self.rec.steps)
+            where = "after the fork" if self.forked else "before the fork"
+            self.plan.progress(min(self.cursor, total), total, f"step {self.cursor} of {total} recorded ({where})")
+
     def answer_sdk(self, name, kind: str, value: dict):
-        answer = super().answer_sdk(name, kind, value)
+        try:
+            answer = super().answer_sdk(name, kind, value)
+        finally:
+            self._progress()
         if answer is None and kind == "clock" and self.forked and self.plan.shift and not self.plan.at_setup:
             # A live read after a moved clock read: moved the same. (After a moved setup clock,
             # the server's own clock already runs from the new time.)

@@ -1,6 +1,7 @@
-"""The edit dialog: a new value for one clock, tool result or token, checked before it
-is accepted. It dismisses with the value text; an invalid value keeps it open with the
-reason, and nothing is written until the screen below starts the fork."""
+"""The edit dialog: a new value for one clock, tool result (a command's, or an SDK
+function's) or token, checked before it is accepted. It dismisses with the value text; an
+invalid value keeps it open with the reason, and nothing is written until the screen below
+starts the fork."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tttr.sessions.safe_text import visible
 HELP = {
     "clock": "an ISO date-time (2026-03-01T09:00:00) or a shift of the recorded value: +90, -3600, +2h, -1d",
     "tool": 'new stdout as plain text, exit=N for the exit code, or JSON: {"stdout": …, "stderr": …, "exit_code": N}',
+    "function": 'the new result as JSON (3, "text", [1, 2]) or plain text; {"error": "message"} makes the tool raise',
     "token": 'pick a recorded alternative, or type a token id (1234) or one token of text (quote as JSON to force text: "5")',
 }
 

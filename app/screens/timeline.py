@@ -18,7 +18,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tttr.app import describe
+from tttr.app import describe, program_edit
 from tttr.app.forking import ForkFailed, ForkFinished, ForkProgressed, run_fork
 from tttr.app.runview import (BLOB_PREVIEW, EDITABLE_KINDS, LAYERS, TOO_LARGE, RunView, is_blob, token_pos,
                          value_problem)
@@ -330,7 +330,11 @@ class TimelineScreen(Screen):
             self.notify(f"{describe.short(event.site, 40)} is unreadable ({describe.short(problem, 120)}): "
                         "its value cannot be edited, nor the run forked there", severity="error", markup=False)
             return
-        if event.kind not in EDITABLE_KINDS:
+        offer = program_edit.offer(self.view.run, event)  # a recorded program's; None for the agent's runs
+        if isinstance(offer, str):
+            self.notify(offer, severity="warning", markup=False)
+            return
+        if event.kind not in EDITABLE_KINDS and offer is None:
             self.notify(
                 f"a {describe.short(event.kind, 20)} event cannot be edited: move to a clock or tool event (R) "
                 "or a token (K)",
@@ -340,6 +344,10 @@ class TimelineScreen(Screen):
         if self.fork_cancel is not None:
             self.notify("a fork is already running: wait for it, or press x to cancel it", severity="warning",
                         markup=False)
+            return
+        if offer is not None:
+            self.app.push_screen(EditScreen(offer.site, offer.kind, offer.current, partial(self.validate_edit, offer.site)),
+                                 partial(self.start_fork, offer.site))
             return
         if event.kind == "tool":
             # The dialog starts from the recorded output: it must be all there, as recorded.
@@ -369,6 +377,8 @@ class TimelineScreen(Screen):
         run = self.view.run
         if run.status != "complete":
             return f"run #{run.id} is {run.status}: only complete runs can be forked"
+        if program_edit.is_program(run):
+            return program_edit.check(self.view.store, run, site, text, self.app.model)
         try:
             from tttr.engine.replay.mutation import parse_mutation
         except ImportError as exc:
@@ -406,8 +416,9 @@ class TimelineScreen(Screen):
         try:
             progress(0, None, "loading the model …")
             runtime = self.app.runtime()
-            result = run_fork(self.app.db_path, parent, site, value, runtime=runtime,
-                              unsafe_no_sandbox=self.app.unsafe_no_sandbox, progress=progress, cancel=cancel)
+            fork = program_edit.run_fork if program_edit.is_program(self.view.run) else run_fork
+            result = fork(self.app.db_path, parent, site, value, runtime=runtime,
+                          unsafe_no_sandbox=self.app.unsafe_no_sandbox, progress=progress, cancel=cancel)
         except Exception as exc:  # noqa: BLE001 - reported on screen, the app keeps running
             detail = str(exc) if getattr(exc, "exit_code", None) is not None else f"{type(exc).__name__}: {exc}"
             self.post_message(ForkFailed(site, detail))

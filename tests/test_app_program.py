@@ -1,0 +1,183 @@
+"""The app on a recorded program (`tttr record -- PROGRAM`): a real program, recorded once
+with the default model in the real sandbox, read on the timeline (model call, SDK tool,
+clock reads, the program's output and exit code) and forked from the edit dialog: at an SDK
+tool's result (the program takes another path and calls the model again, live) and at the
+setup clock (the whole run at another time). Nothing is faked."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from sandbox_helpers import needs_sandbox
+from tests.app_helpers import open_store, run_app, wait_for
+from tttr.app.screens.compare import CompareScreen
+from tttr.app.screens.edit import EditScreen
+from tttr.app.screens.timeline import TimelineScreen
+from tttr.app.widgets.detail import DetailPane
+from tttr.app.widgets.fork_progress import ForkProgress
+from tttr.app.widgets.side_by_side import SideBySide
+from tttr.app.widgets.timeline import Timeline
+from tttr.sessions.vocabulary import site
+
+pytestmark = [pytest.mark.slow, needs_sandbox]
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = textwrap.dedent("""\
+    import sys
+    from openai import OpenAI
+    from tttr.recorders import sdk
+
+    @sdk.tool
+    def decide(text):
+        return "stop"
+
+    client = OpenAI()
+    model = client.models.list().data[0].id
+    first = sdk.now()
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hi"}],
+                                       max_tokens=3, seed=3)
+    verdict = decide(r.choices[0].message.content)
+    print("first:", first.isoformat())
+    print("verdict:", verdict)
+    print("later:", sdk.now().isoformat())
+    if verdict == "again":
+        r2 = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "More"}],
+                                            max_tokens=2, seed=3)
+        print("second:", repr(r2.choices[0].message.content))
+    print("done deciding", file=sys.stderr)
+""")
+
+
+@pytest.fixture(scope="module")
+def program_db(tmp_path_factory):
+    """One program run, recorded as a user records it."""
+    base = tmp_path_factory.mktemp("program")
+    tree = base / "tree"
+    tree.mkdir()
+    (tree / "prog.py").write_text(PROGRAM)
+    db = base / "s.db"
+    out = subprocess.run(
+        [sys.executable, "-m", "tttr.app", "record", "--db", str(db), "--tree", str(tree), "--seed", "7",
+         "--clock", "2026-03-02T10:00:00", "--", "python3", "prog.py"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "verdict: stop" in out.stdout
+    return db, int(out.stdout.split("recorded run ")[1].split()[0])
+
+
+async def _at(app, pilot, at: str) -> None:
+    timeline = app.screen.query_one(Timeline)
+    timeline.cursor = timeline.view.at(at).seq
+    await pilot.pause()
+
+
+async def _fork_from_dialog(app, pilot, value: str) -> tuple[int, object]:
+    """Type `value` in the open edit dialog, fork, and wait for the side-by-side."""
+    app.screen.query_one("#edit-value").value = value
+    await pilot.press("ctrl+s")
+    assert isinstance(app.screen, TimelineScreen)
+    assert app.screen.query_one(ForkProgress).started == 1  # the program re-runs in a worker, with a bar
+    await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and bool(app.screen.query(SideBySide)),
+                   timeout=600)
+    side = app.screen.query_one(SideBySide)
+    await wait_for(pilot, lambda: side.comparison is not None, timeout=60)
+    return side.comparison.run_b, side.comparison
+
+
+def _lines(timeline: Timeline) -> list[str]:
+    return [timeline.render_line(y).text.rstrip() for y in range(timeline.size.height)]
+
+
+def test_a_program_run_reads_on_one_timeline(program_db):
+    db, run_id = program_db
+
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        lines = "\n".join(_lines(timeline))
+        assert "python3 prog.py · clock 2026-03-02T10:00:00" in lines  # the setup: command line and clock
+        assert lines.count("sdk.now()") == 2  # both clock reads, marked as the program's
+        assert 'decide("' in lines and '→ "stop"' in lines  # the SDK tool: its call and its result
+        assert "$ python3 prog.py  → exit 0" in lines  # the program's end
+        assert "exit 0" in lines.splitlines()[-1] or "exit 0" in lines  # the outcome without a checker
+        pane = app.screen.query_one(DetailPane)
+
+        await _at(app, pilot, "2:tool")
+        assert "function" in pane.text and "decide" in pane.text and '"stop"' in pane.text
+        assert "press e to edit" in pane.text
+        await _at(app, pilot, "4:tool")
+        await wait_for(pilot, lambda: "verdict: stop" in pane.text)  # stdout, loaded in a worker
+        assert "done deciding" in pane.text  # stderr
+        assert "not recorded" not in pane.text and "press e to edit" not in pane.text
+        await pilot.press("e")  # the program's own output is no fork site
+        assert isinstance(app.screen, TimelineScreen)
+        await _at(app, pilot, "1:token:0")
+        assert "top-5 alternatives" in pane.text  # the model call's tokens and logits, as for the agent
+
+    run_app(db, flow, run_id=run_id)
+
+
+def test_edit_an_sdk_result_in_the_app_forks_the_program(program_db):
+    db, run_id = program_db
+
+    async def flow(app, pilot):
+        await _at(app, pilot, "2:tool")
+        await pilot.press("e")
+        dialog = app.screen
+        assert isinstance(dialog, EditScreen) and dialog.current == '"stop"' and dialog.kind == "function"
+        dialog.query_one("#edit-value").value = "exit=3"  # a command's grammar: refused, the dialog stays
+        await pilot.press("ctrl+s")
+        assert app.screen is dialog and "no exit code" in str(dialog.query_one("#edit-error").render())
+        before = {r.id for r in app.store.runs()}
+        child, comparison = await _fork_from_dialog(app, pilot, "again")
+        assert comparison.run_a == run_id and comparison.fork_site == "2:tool"
+        assert {r.id for r in app.store.runs()} - before == {child}
+        return child
+
+    child = run_app(db, flow, run_id=run_id)
+    store = open_store(db)
+    try:
+        run, events = store.load_run(child)
+        assert run.parent == run_id and run.status == "complete" and run.mutation["value"] == {"result": "again"}
+        end = next(e.value for e in events if e.kind == "tool" and "program" in e.value)
+        stdout = store.get_blob(end["stdout"]["$blob"]).decode() if isinstance(end["stdout"], dict) else end["stdout"]
+        assert "verdict: again" in stdout and "second:" in stdout  # the other path, its call generated live
+        assert run.outcome["calls_generated"] == 1 and run.outcome["logits_computed"] > 0
+    finally:
+        store.close()
+
+
+def test_the_setup_clock_forks_the_whole_program_from_the_app(program_db):
+    db, run_id = program_db
+
+    async def flow(app, pilot):
+        await _at(app, pilot, site(-1, "setup"))
+        await pilot.press("e")
+        dialog = app.screen
+        assert isinstance(dialog, EditScreen) and dialog.site == site(-1, "clock")
+        assert dialog.current == "2026-03-02T10:00:00"
+        child, comparison = await _fork_from_dialog(app, pilot, "+1d")
+        setup = comparison.rows[0]
+        assert setup.a.step == setup.b.step == -1 and not setup.same  # the setups differ: their clocks
+        return child
+
+    child = run_app(db, flow, run_id=run_id)
+    store = open_store(db)
+    try:
+        _, parent_events = store.load_run(run_id)
+        run, events = store.load_run(child)
+        assert run.parent == run_id and run.status == "complete"
+        assert run.outcome["logits_computed"] == 0  # the prompts do not hold the time: answered as recorded
+
+        def clocks(evs):
+            return [datetime.fromisoformat(e.value["t"]) for e in evs if e.kind == "clock" and e.step >= 0]
+
+        assert [t - timedelta(days=1) for t in clocks(events)] == clocks(parent_events) != []
+    finally:
+        store.close()
