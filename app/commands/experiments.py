@@ -1,9 +1,154 @@
-"""`tttr ...`: tttr triage, tttr bisect and tttr bench bisect: locate the layer and the delta that flips a run (issue 17).
-
-(Being written: register() adds its subcommands.)"""
+"""`tttr triage` and `tttr bisect`: locate the layer, and the deltas, that make a run fail (issue 17)."""
 
 from __future__ import annotations
 
+import sys
+
+from tttr.app.commands import args as argtypes
+from tttr.app.commands.agent import DEFAULT_DB, _model_args, _open_readonly, _open_store, _runtime_for
+from tttr.app.commands.store import safe_json
+
 
 def register(sub, bench_sub) -> None:
-    pass
+    p = sub.add_parser(
+        "triage", help="which layer makes BAD fail: replay it with each layer taken from GOOD",
+        description="GOOD and BAD are two runs of the same task where GOOD passed and BAD failed (or, with "
+                    "--judge actions, took other actions). Replays BAD once per layer with that layer's "
+                    "values taken from GOOD — tensor: its kernel mode; token: its seed and tokens where "
+                    "the context matches; trace: its clock readings and tool results where the request "
+                    "matches — and reports per layer whether the failure disappears, the verdict, and the "
+                    "replays (stored runs).",
+    )
+    _pair_args(p)
+    p.set_defaults(func=cmd_triage)
+
+    p = sub.add_parser(
+        "bisect", help="the smallest set of differences between GOOD and BAD that makes GOOD fail",
+        description="Delta debugging (Zeller's ddmin) over the differences between two runs of one task "
+                    "— clock readings, tool results, sampled tokens, seed, kernel mode — across layers: "
+                    "each test replays GOOD with a subset of BAD's values applied and judges it. Prints "
+                    "the minimal failure-inducing set with layers and sites, the replays used, and each "
+                    "tested subset's stored run. Progress per round on stderr; Ctrl-C keeps the tested "
+                    "runs and prints the best set so far. Tests run one at a time (not batched).",
+    )
+    _pair_args(p)
+    p.add_argument("--max-replays", type=argtypes.positive, default=50,
+                   help="stop after this many replays with the best set so far (default 50)")
+    p.set_defaults(func=cmd_bisect)
+
+
+def _pair_args(p) -> None:
+    p.add_argument("good", type=argtypes.run_id, metavar="GOOD", help="the run that passed")
+    p.add_argument("bad", type=argtypes.run_id, metavar="BAD", help="the run that failed")
+    p.add_argument("--judge", choices=("outcome", "actions"), default="outcome",
+                   help="what failing means: the task's checker fails (default), or the actions differ from GOOD's")
+    _model_args(p)
+    p.add_argument("--db", default=DEFAULT_DB, help=f"session database (default {DEFAULT_DB})")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _checked(args, prepare):
+    """The runs are agent runs of one task that differ, GOOD passes on a faithful replay and
+    BAD fails: checked on a read-only connection, so refused input writes nothing."""
+    from tttr.app.program_replay import is_program_run
+    from tttr.engine.replay.calls import is_call_run
+    from tttr.sessions.errors import TTTRError
+
+    with _open_readonly(args.db) as reader:
+        for rid in (args.good, args.bad):
+            run = reader.run(rid)
+            if is_program_run(run) or is_call_run(run):
+                raise TTTRError(f"run {rid} is a recorded program or API calls: {args.command} works on "
+                                "the shell agent's runs (tttr record --task) for now")
+        runtime = _runtime_for(args, reader.run(args.bad))
+        prepare(reader, args.good, args.bad, args.judge, runtime=runtime, unsafe_no_sandbox=args.unsafe_no_sandbox)
+    return runtime
+
+
+def _say(text: str) -> None:
+    from tttr.sessions.safe_text import visible
+
+    print(visible(text, newlines=False))  # sites and values come from the file
+
+
+def _err(args, text: str) -> None:
+    if not args.json:
+        from tttr.sessions.safe_text import visible
+
+        print(visible(text, newlines=False), file=sys.stderr, flush=True)
+
+
+def _outcome(trial) -> str:
+    verdict = {True: "passed", False: "failed"}.get(trial.passed, trial.extra.get("status", "no outcome"))
+    return f"run {trial.run_id}: {verdict}"
+
+
+def cmd_triage(args) -> int:
+    from tttr.engine.replay.triage import prepare, triage
+
+    args.command = "triage"
+    runtime = _checked(args, prepare)
+
+    def on_layer(r) -> None:
+        _err(args, f"  {r.layer}: " + ("no differences, not replayed" if r.trial is None
+                                       else f"{_outcome(r.trial)} ({'fixed' if r.fixed else 'still fails'})"))
+
+    _err(args, f"triage: replaying run {args.bad} with each layer taken from run {args.good} …")
+    store = _open_store(args.db, create=False)
+    try:
+        res = triage(store, args.good, args.bad, judge=args.judge, runtime=runtime,
+                     unsafe_no_sandbox=args.unsafe_no_sandbox, on_layer=on_layer)
+    finally:
+        store.close()
+    if args.json:
+        print(safe_json(res.to_json(), default=str))
+        return 0
+    _say(f"triage: BAD run {args.bad} against GOOD run {args.good} (judge: {args.judge})")
+    for r in res.layers:
+        if r.trial is None:
+            _say(f"  {r.layer:<6} no differences: not replayed")
+            continue
+        sites = ", ".join(d.site for d in r.deltas[:6]) + (" …" if len(r.deltas) > 6 else "")
+        _say(f"  {r.layer:<6} {len(r.deltas)} delta(s) from GOOD ({sites}) → {_outcome(r.trial)}: "
+             + ("the failure disappears" if r.fixed else "still fails"))
+    _say(f"verdict: {res.verdict()}")
+    runs = [str(r.trial.run_id) for r in res.layers if r.trial is not None]
+    if runs:
+        _say(f"replays: runs {', '.join(runs)} (tttr diff {args.bad} RUN --db {args.db}; tttr open {args.db})")
+    return 0
+
+
+def cmd_bisect(args) -> int:
+    from tttr.engine.replay.bisect import bisect, prepare
+
+    args.command = "bisect"
+    runtime = _checked(args, prepare)
+
+    def on_round(rnd, n, current, tests) -> None:
+        _err(args, f"  round {rnd}: {len(current)} deltas in {min(n, len(current))} parts, {tests + 1} replays so far")
+
+    def on_trial(trial) -> None:
+        _err(args, f"    tested {len(trial.deltas)} delta(s) → {_outcome(trial)} "
+                   f"({'fails' if trial.failed else 'passes'})")
+
+    _err(args, f"bisect: GOOD run {args.good} with subsets of BAD run {args.bad}'s differences "
+               "(tests one at a time, not batched) …")
+    store = _open_store(args.db, create=False)
+    try:
+        res = bisect(store, args.good, args.bad, judge=args.judge, max_replays=args.max_replays, runtime=runtime,
+                     unsafe_no_sandbox=args.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial)
+    finally:
+        store.close()
+    if args.json:
+        print(safe_json(res.to_json(), default=str))
+        return 0
+    r = res.result
+    _say(f"bisect: GOOD run {args.good}, BAD run {args.bad} (judge: {args.judge}): {len(res.deltas)} deltas")
+    head = {None: "minimal failure-inducing set", "budget": "best set so far (--max-replays reached)",
+            "interrupted": "best set so far (interrupted)"}[r.stopped]
+    _say(f"{head}: {len(r.items)} delta(s), layer(s) {', '.join(sorted({d.layer for d in r.items}))}")
+    for d in r.items:
+        _say(f"  {d.describe()}")
+    _say(f"replays used: {res.replays} (one at a time, not batched); tested runs: "
+         + ", ".join(str(t.run_id) for t in res.trials))
+    return 0

@@ -1,0 +1,147 @@
+"""Bisect across layers: Zeller's delta debugging (ddmin) over BAD's deltas applied to GOOD.
+Each test replays GOOD with a subset of the deltas applied and asks the judge whether it
+fails; the result is a minimal failure-inducing set — removing any one of its deltas makes
+the failure disappear — with the replays used and each tested subset as a stored run.
+
+`ddmin` is the algorithm alone, over any items and any test; `bisect` runs it on two
+recordings. Tests run one at a time (not batched through the engine).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Generic, Sequence, TypeVar
+
+from tttr.engine.replay.deltas import Delta, Pair, differing
+from tttr.engine.replay.result import ReplayError
+from tttr.engine.replay.trial import Judge, Trial, apply, check_ends, recorded_actions
+
+T = TypeVar("T")
+
+
+class Budget(Exception):
+    """The test budget is spent: the current failing set is the best so far."""
+
+
+@dataclass(slots=True)
+class DDResult(Generic[T]):
+    items: list[T]  # the smallest failing set found
+    tests: int  # tests run (cached repeats not counted)
+    minimal: bool  # ddmin finished: removing any single item makes the failure disappear
+    stopped: str | None = None  # "budget", "interrupted", or None
+
+
+def ddmin(items: Sequence[T], fails: Callable[[list[T]], bool], *, max_tests: int | None = None,
+          on_round: Callable[[int, int, list[T], int], None] | None = None) -> DDResult[T]:
+    """Zeller & Hildebrandt's ddmin. `items` must fail as a whole (not tested here); each
+    subset is tested at most once. `on_round(round, granularity, current, tests)`."""
+    cache: dict[tuple[int, ...], bool] = {}
+    index = {id(x): i for i, x in enumerate(items)}
+    tests = 0
+
+    def test(subset: list[T]) -> bool:
+        nonlocal tests
+        key = tuple(sorted(index[id(x)] for x in subset))
+        if key not in cache:
+            if max_tests is not None and tests >= max_tests:
+                raise Budget()
+            tests += 1
+            cache[key] = fails(subset)
+        return cache[key]
+
+    current, n, rnd = list(items), 2, 0
+    try:
+        while len(current) >= 2:
+            rnd += 1
+            if on_round is not None:
+                on_round(rnd, n, current, tests)
+            chunks = _split(current, n)
+            reduced = next((c for c in chunks if test(c)), None)
+            if reduced is not None:
+                current, n = reduced, 2
+                continue
+            complement = None
+            if n > 2:
+                complement = next((rest for i in range(len(chunks))
+                                   if test(rest := [x for j, c in enumerate(chunks) if j != i for x in c])), None)
+            if complement is not None:
+                current, n = complement, max(n - 1, 2)
+                continue
+            if n >= len(current):
+                break
+            n = min(2 * n, len(current))
+    except Budget:
+        return DDResult(current, tests, False, "budget")
+    except KeyboardInterrupt:
+        return DDResult(current, tests, False, "interrupted")
+    return DDResult(current, tests, True)
+
+
+def _split(items: list[T], n: int) -> list[list[T]]:
+    size, extra = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return [c for c in out if c]
+
+
+@dataclass(slots=True)
+class Bisect:
+    good: int
+    bad: int
+    judge: str
+    deltas: list[Delta]
+    trials: list[Trial] = field(default_factory=list)
+    result: DDResult | None = None
+
+    @property
+    def replays(self) -> int:
+        return len(self.trials)
+
+    def to_json(self) -> dict:
+        r = self.result
+        return {"good": self.good, "bad": self.bad, "judge": self.judge, "deltas": [d.to_json() for d in self.deltas],
+                "minimal": None if r is None else [d.to_json() for d in r.items],
+                "layers": sorted({d.layer for d in r.items}) if r else [],
+                "is_minimal": bool(r and r.minimal), "stopped": r.stopped if r else None,
+                "replays": self.replays, "batched": False, "tests": [t.to_json() for t in self.trials]}
+
+
+def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbox: bool = False
+            ) -> tuple[Pair, Judge, list[Delta]]:
+    """Checked before anything is written: the pair, BAD's deltas against GOOD, GOOD's
+    faithful replay and BAD's failure."""
+    pair = Pair.load(store, good, bad)
+    found = differing(pair)
+    the_judge = Judge(judge, tuple(recorded_actions(pair.base)))
+    check_ends(store, pair, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
+    return pair, the_judge, found
+
+
+def bisect(store, good: int, bad: int, *, judge: str = "outcome", max_replays: int = 50, runtime,
+           unsafe_no_sandbox: bool = False, on_round: Callable | None = None,
+           on_trial: Callable[[Trial], None] | None = None, cancel: threading.Event | None = None) -> Bisect:
+    """ddmin over BAD's deltas applied to GOOD. The whole set is tested first: if it does not
+    reproduce the failure, ReplayError (that replay stays stored). Ctrl-C or the budget
+    ends it with the best set so far."""
+    if max_replays < 1:
+        raise ReplayError(f"--max-replays {max_replays}: give at least 1")
+    pair, the_judge, found = prepare(store, good, bad, judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
+    out = Bisect(good, bad, judge, found)
+
+    def fails(subset: list[Delta]) -> bool:
+        trial = apply(store, pair, subset, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox,
+                      cancel=cancel)
+        out.trials.append(trial)
+        if on_trial is not None:
+            on_trial(trial)
+        return trial.failed
+
+    if not fails(found):
+        raise ReplayError(f"BAD's {len(found)} deltas applied to GOOD do not reproduce the failure "
+                          f"(replay {out.trials[-1].run_id}): the difference is not in the recorded values")
+    out.result = ddmin(found, fails, max_tests=max_replays - 1, on_round=on_round)
+    return out

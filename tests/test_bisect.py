@@ -1,0 +1,168 @@
+"""Bisect's parts, one at a time: ddmin with fakes of the test function, the deltas between
+two hand-written recordings in a real SQLite store, the oracle's set of mutations, and the
+refusals of `tttr triage` / `tttr bisect` (one line, exit 2, nothing written)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tttr.app.cli import main
+from tttr.engine.replay.bisect import ddmin
+from tttr.engine.replay.deltas import KERNELS, SEED, DeltaError, Pair, by_layer, deltas, differing, mutation_set
+from tttr.engine.replay.mutation import Mutation, MutationError
+from tttr.engine.replay.mutations import MutationSet
+from tttr.sessions.store import Store
+from tttr.sessions.vocabulary import Site
+
+
+# ---------------------------------------------------------------------------- ddmin
+def _culprit(*needed):
+    """A fake test: the failure appears when every item of `needed` is in the subset."""
+    calls = []
+
+    def fails(subset):
+        calls.append(list(subset))
+        return set(needed) <= set(subset)
+
+    return fails, calls
+
+
+@pytest.mark.parametrize("n,cause", [(1, 0), (2, 1), (8, 5), (16, 0), (13, 12)])
+def test_ddmin_finds_a_single_cause_within_2_log2_n_tests(n, cause):
+    import math
+
+    fails, calls = _culprit(cause)
+    res = ddmin(list(range(n)), fails)
+    assert res.items == [cause] and res.minimal and res.stopped is None
+    assert res.tests == len(calls) <= 2 * math.ceil(math.log2(max(n, 2)))
+
+
+@pytest.mark.parametrize("needed", [(2, 9), (0, 1, 15), (4, 5)])
+def test_ddmin_finds_an_interaction_and_the_result_is_1_minimal(needed):
+    fails, calls = _culprit(*needed)
+    res = ddmin(list(range(16)), fails)
+    assert sorted(res.items) == sorted(needed) and res.minimal
+    assert len({tuple(c) for c in calls}) == len(calls) == res.tests  # no subset tested twice
+    for i in range(len(res.items)):  # removing any one makes the failure disappear
+        assert not fails(res.items[:i] + res.items[i + 1:])
+
+
+def test_ddmin_stops_at_the_budget_with_the_best_failing_set_so_far():
+    fails, calls = _culprit(11)
+    res = ddmin(list(range(16)), fails, max_tests=2)
+    assert res.stopped == "budget" and not res.minimal and res.tests == 2 == len(calls)
+    assert 11 in res.items and len(res.items) < 16
+
+
+def test_ddmin_keeps_the_best_set_when_interrupted():
+    counter = itertools.count()
+
+    def fails(subset):
+        if next(counter) == 3:
+            raise KeyboardInterrupt
+        return 6 in subset
+
+    rounds = []
+    res = ddmin(list(range(16)), fails, on_round=lambda r, n, cur, t: rounds.append((r, len(cur), t)))
+    assert res.stopped == "interrupted" and 6 in res.items and len(res.items) <= 4
+    assert rounds[0] == (1, 16, 0) and [r for r, _, _ in rounds] == list(range(1, len(rounds) + 1))
+
+
+# ---------------------------------------------------------------------------- deltas, in a real store
+def _run(store, *, seed=1, task="today-report", model="m", kernels="invariant", revision=3,
+         clocks=("2026-11-29T10:00:00", "2026-11-29T10:00:05"), out="a\n", tree0="T0", prompt1="P1",
+         tokens1=(5, 6, 7), passed=True, status="complete"):
+    rid = store.begin_run(task=task, model_id=model, kernel_mode=kernels, seed=seed,
+                          sampling={"temperature": 0.7, "top_p": 1.0, "top_k": 0},
+                          fingerprint={"kernels_revision": revision})
+    store.append(rid, -1, "trace", "clock", "setup:clock", {"t": "2026-11-29T10:00:00"})
+    store.append(rid, -1, "trace", "setup", "setup:setup", {"tree": tree0, "clock": "2026-11-29T10:00:00"})
+    store.commit_step(rid)
+    for step, clock in enumerate(clocks):
+        store.append(rid, step, "agent", "prompt", f"{step}:prompt", {"ids_digest": "P0" if step == 0 else prompt1})
+        for pos, tid in enumerate((1, 2) if step == 0 else tokens1):
+            store.append(rid, step, "token", "token", f"{step}:token:{pos}", {"id": tid, "text": f"t{tid}"})
+        store.append(rid, step, "agent", "action", f"{step}:action", {"cmd": f"ls {step}"})
+        store.append(rid, step, "trace", "clock", f"{step}:clock", {"t": clock})
+        store.append(rid, step, "trace", "tool", f"{step}:tool",
+                     {"cmd": f"ls {step}", "cwd": "/work", "exports": {}, "tree_before": tree0,
+                      "tree_after": tree0, "stdout": out if step == 0 else "", "stderr": "", "exit_code": 0})
+        store.commit_step(rid)
+    store.finish_run(rid, status, {"passed": passed})
+    return rid
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store.open(tmp_path / "s.db") as s:
+        yield s
+
+
+def test_deltas_name_each_differing_value_with_its_layer(store):
+    a = _run(store)
+    b = _run(store, seed=2, kernels="fast", clocks=("2026-11-29T10:00:00", "2026-12-29T10:00:05"),
+             out="b\n", tokens1=(5, 9, 8))
+    found = deltas(Pair.load(store, a, b))
+    assert [d.site for d in found] == ["0:tool", "1:token:1", "1:clock", KERNELS, SEED]
+    assert {k: [d.site for d in v] for k, v in by_layer(found).items()} == {
+        "tensor": [KERNELS], "token": ["1:token:1", SEED], "trace": ["0:tool", "1:clock"]}
+    tool = found[0]
+    assert tool.mutation.value["stdout"] == "b\n" and tool.mutation.value["cmd"] == "ls 0"  # b's value, on a's request
+    assert found[1].mutation.value == 9 and found[1].mutation.site == Site(1, "token", 1)
+    assert (found[4].base, found[4].value) == (1, 2)
+    assert len(mutation_set(found).mutations) == 3  # seed and kernels are not site mutations
+
+
+def test_a_tool_result_on_another_request_or_tokens_in_another_context_are_consequences(store):
+    a = _run(store)
+    b = _run(store, tree0="T1", out="b\n", prompt1="P2", tokens1=(9, 9, 9))  # another tree, another prompt
+    assert deltas(Pair.load(store, a, b)) == []
+    with pytest.raises(DeltaError, match="do not differ"):
+        differing(Pair.load(store, a, b))
+
+
+@pytest.mark.parametrize("other,what", [
+    (dict(task="make-dir"), "different tasks"), (dict(model="m2"), "different models"),
+    (dict(revision=4), "different kernels revisions"), (dict(status="incomplete"), "is incomplete"),
+])
+def test_pairs_that_cannot_be_compared_are_refused(store, other, what):
+    a = _run(store)
+    b = _run(store, **other)
+    with pytest.raises(DeltaError, match=what):
+        Pair.load(store, a, b)
+
+
+# ---------------------------------------------------------------------------- the oracle's set of mutations
+def test_a_mutation_set_answers_per_site_and_checks_the_request():
+    import datetime
+
+    clock = Mutation(Site(2, "clock"), datetime.datetime(2026, 1, 1), "x")
+    tool = Mutation(Site(1, "tool"), {"cmd": "ls", "tree_before": "T", "stdout": "y"}, "y")
+    s = MutationSet((clock, tool))
+    assert s.at("clock", 2) and not s.at("clock", 1) and s.get("tool", 1) is tool
+    assert s.tool(1, {"cmd": "ls", "tree_before": "T"}) is tool
+    assert s.tool(1, {"cmd": "ls -l", "tree_before": "T"}) is None  # another request: not applied
+    assert s.tool(1, {"cmd": "ls", "tree_before": "U"}) is None
+    assert MutationSet.of(clock).strict and not s.strict and not MutationSet.of(None)
+    with pytest.raises(MutationError, match="two mutations"):
+        MutationSet((clock, Mutation(Site(2, "clock"), datetime.datetime(2026, 1, 2), "z")))
+
+
+# ---------------------------------------------------------------------------- the commands' refusals
+@pytest.mark.parametrize("command", ["triage", "bisect"])
+@pytest.mark.parametrize("other,message", [
+    (dict(task="make-dir"), "different tasks"), (dict(tree0="T1", out="b\n", prompt1="Q"), "do not differ"),
+])
+def test_refused_pairs_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, command, other, message):
+    path = tmp_path / "s.db"
+    with Store.open(path) as s:
+        a, b = _run(s), _run(s, **other)
+    before = path.read_bytes()
+    assert main([command, str(a), str(b), "--db", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert path.read_bytes() == before
+    with Store.open(path) as s:
+        assert len(s.runs()) == 2
