@@ -46,7 +46,10 @@ def wilson(successes: int, n: int, z: float = 1.959964) -> Interval | None:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Interval(max(0.0, centre - half), min(1.0, centre + half))
+    # At the edges the interval reaches 0 or 1 exactly (rounding would leave 0.9999999999999999).
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return Interval(low, high)
 
 
 def state_actions(tool_values: Iterable[dict]) -> tuple[str, ...]:
