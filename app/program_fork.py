@@ -15,7 +15,7 @@ from the recording. At the site:
 - `STEP:token:POS` (a model call): the call is generated again from its recorded prompt
   with its own sampling and seed (engine/replay/calls.py's checks), its tokens before POS
   forced to the recorded ones, the new token at POS, the rest sampled live. The model loads
-  then, not before.
+  in the background from the fork's start, while the program runs up to the site.
 
 After the site, requests that still equal the recording are answered from it; the first one
 that differs is the divergence, and from there on model calls are generated live and SDK
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
@@ -202,6 +203,10 @@ class ForkReplayer(Replayer):
         self.service = None
         self.logits_computed = 0
         self.calls_generated = 0
+        self._loading: threading.Thread | None = None
+        self._loaded: list = []  # the Service, or the exception its load raised
+        if plan.site.name == "token":  # the site's call needs the model: it loads while the program starts
+            self._start_loading()
         start = datetime.fromisoformat(rec.setup.get("clock") or rec.run.meta["clock"]).replace(tzinfo=None)
         self._live_clock = running_clock(start)  # as the server's, for live reads after the site
 
@@ -289,14 +294,30 @@ class ForkReplayer(Replayer):
     def _live_call(self, name, endpoint: str, body: dict):
         return self._generate(name, endpoint, body, forced=False)
 
-    def _model(self):
-        if self.service is None:
+    def _start_loading(self) -> None:
+        def load() -> None:
             from tttr.engine.serve.service import Service
 
-            service = Service(self.plan.model, kernel_mode="invariant")
-            service.load()  # the first live call pays for it
-            self.service = service
-            self.recorder.service = service
+            try:
+                service = Service(self.plan.model, kernel_mode="invariant")
+                self._loaded.append(service)
+                service.load()
+            except Exception as exc:  # noqa: BLE001 - raised where the model is wanted
+                self._loaded.append(exc)
+
+        self._loading = threading.Thread(target=load, name="tttr-fork-load", daemon=True)
+        self._loading.start()
+
+    def _model(self):
+        if self.service is None:
+            if self._loading is None:  # a tool fork's first live call after the divergence
+                self._start_loading()
+            self._loading.join()
+            failed = next((x for x in self._loaded if isinstance(x, Exception)), None)
+            if failed is not None:
+                raise failed
+            self.service = self._loaded[0]
+            self.recorder.service = self.service
         return self.service
 
     def _generate(self, name, endpoint: str, body: dict, *, forced: bool):
@@ -332,8 +353,11 @@ class ForkReplayer(Replayer):
         return {"fork_site": str(self.plan.site), "forked": self.forked, "calls_generated": self.calls_generated}
 
     def close(self) -> None:
-        if self.service is not None:
-            self.service.close()
+        if self._loading is not None:
+            self._loading.join()  # a load cannot be interrupted; torch must not die mid-load at exit
+        for service in self._loaded:
+            if not isinstance(service, Exception):
+                service.close()
 
 
 def print_fork(res, as_json: bool) -> None:
