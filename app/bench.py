@@ -47,8 +47,8 @@ def generate(path: Path, events: int = 100_000, *, seed: int = 0, tokens_per_ste
             sampling={"temperature": 0.7, "top_p": 1.0, "top_k": 0}, seed=seed,
             fingerprint={"device": "cpu"}, meta={"clock": clock.isoformat(), "synthetic": True},
         )
-        store.append(run, -1, "trace", "clock", "-1:clock", {"t": clock.isoformat()})
-        store.append(run, -1, "trace", "setup", "-1:setup",
+        store.append(run, -1, "trace", "clock", "setup:clock", {"t": clock.isoformat()})
+        store.append(run, -1, "trace", "setup", "setup:setup",
                      {"task": "rotate-logs", "clock": clock.isoformat(), "tree": _hex(rng, 64), "snapshot": None})
         store.commit_step(run)
         tree = _hex(rng, 64)

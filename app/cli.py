@@ -59,13 +59,14 @@ def _missing(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-# Options whose value may begin with "-": the setup step's sites (`-1:clock`) and clock shifts
-# (`-1d`). argparse reads such a value as another option; `--at=-1:clock` always worked.
+# Options whose value may begin with "-": clock shifts (`--set -1d`) and the setup step's sites
+# in their old spelling (`--at -1:clock`; today's is `setup:clock`). argparse reads such a value
+# as another option; `--at=-1:clock` always worked.
 VALUE_MAY_START_WITH_DASH = ("--at", "--set")
 
 
 def _glue_dash_values(argv: list[str]) -> list[str]:
-    """`--at -1:clock` as `--at=-1:clock`, so the documented spelling parses."""
+    """`--set -1d` as `--set=-1d` and `--at -1:clock` as `--at=-1:clock`, so both parse."""
     out: list[str] = []
     i = 0
     while i < len(argv):

@@ -6,7 +6,7 @@ database) answers the program's model calls; the program runs in the trace layer
 Unix socket through a forwarder, the virtual clock and seeded randomness of --clock/--seed).
 
 The run (task `program:NAME`, meta {"program", "tree", "clock"}) holds, in order:
-`-1:setup` (the clock, the start tree's snapshot, the command line), the model calls as the
+`setup:setup` (the clock, the start tree's snapshot, the command line), the model calls as the
 server records them (steps 0..N-1, with whatever the program's SDK records among them), then at
 the next step N `N:tool` (the program's command line,
 stdout, stderr, exit code, the end tree's snapshot) and `N:outcome` (exit code, and with

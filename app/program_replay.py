@@ -1,7 +1,7 @@
 """`tttr replay RUN` of a recorded program (task `program:NAME`, see app/program.py).
 
 The recorded command line runs again in the sandbox, on a tree restored from the recorded
-start snapshot (-1:setup), with the recorded clock and seed, against an in-process server in
+start snapshot (setup:setup), with the recorded clock and seed, against an in-process server in
 replay mode: the program's requests are met, in order, by the recorded steps.
 
 - A model call whose request (its messages, then each other parameter) equals the recorded
@@ -100,7 +100,7 @@ def _load(store, run_id: int) -> _Recording:
         raise ProgramRunError(f"run {run_id} is {run.status}: only complete runs can be replayed")
     setup = next((e.value for e in events if e.step == -1 and e.kind == "setup"), None)
     if not isinstance(setup, dict) or not setup.get("snapshot") or not isinstance(setup.get("program"), list):
-        raise ProgramRunError(f"run {run_id} has no -1:setup with the start tree and the command line")
+        raise ProgramRunError(f"run {run_id} has no setup:setup with the start tree and the command line")
     final_step = next((e.step for e in events if e.kind == "tool" and isinstance(e.value, dict)
                        and "program" in e.value), None)
     if final_step is None:

@@ -102,6 +102,39 @@ def test_fork_a_clock_value(recorded, runtime):
     assert child.commands_run >= 1  # the command could not come from the cassette at another time
 
 
+def test_fork_the_setup_clock_from_the_command_line_in_either_spelling(recorded, capsys):
+    """`--at setup:clock` and the old `--at -1:clock` (as its own argument, which argparse
+    alone reads as an option) fork the same site; events, diff and the fork's record all
+    name it `setup:clock`."""
+    from datetime import datetime, timedelta
+
+    from tttr.app.cli import main
+
+    store, res, db = recorded
+    was = datetime.fromisoformat(store.event_at(res.run_id, "setup:clock").value["t"])
+    assert store.event_at(res.run_id, "-1:clock").seq == store.event_at(res.run_id, "setup:clock").seq == 0
+    forks = []
+    for at, value in (("setup:clock", "+30d"), ("-1:clock", "-1d")):
+        capsys.readouterr()
+        assert main(["fork", str(res.run_id), "--at", at, "--set", value, "--db", str(db), "--json"]) == 0, at
+        out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        forks.append(out["run_id"])
+        child = store.run(out["run_id"])
+        assert (child.parent, child.fork_site, child.mutation["site"]) == (res.run_id, "setup:clock", "setup:clock")
+    clocks = [datetime.fromisoformat(store.event_at(r, "setup:clock").value["t"]) - was for r in forks]
+    assert clocks == [timedelta(days=30), timedelta(days=-1)]
+
+    assert main(["events", str(db), str(forks[0]), "--limit", "2", "--json"]) == 0
+    assert [json.loads(line)["site"] for line in capsys.readouterr().out.splitlines()] == ["setup:clock", "setup:setup"]
+    assert main(["events", str(db), str(forks[0]), "--limit", "2"]) == 0
+    assert "setup:clock" in capsys.readouterr().out
+    assert main(["diff", str(res.run_id), str(forks[0]), "--db", str(db), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["first_divergence"]["trace"]["site"] == "setup:clock" and d["differing_sites"]["trace"] >= 1
+    assert main(["diff", str(res.run_id), str(forks[0]), "--db", str(db)]) == 0
+    assert "first divergence: setup:clock (trace layer)" in capsys.readouterr().out
+
+
 def test_fork_a_token_and_diff(recorded, runtime):
     store, res, _ = recorded
     logits = store.event_at(res.run_id, "0:logits:0").value

@@ -3,7 +3,7 @@
 import pytest
 
 from tttr.engine.replay.agent import AgentLimits, observation, parse_action
-from tttr.engine.replay.diff import align, first_divergences
+from tttr.engine.replay.diff import align, divergences
 from tttr.engine.replay.policy import Policy, PolicyError
 from tttr.sessions.vocabulary import Site, SiteError
 
@@ -50,9 +50,25 @@ def test_first_divergence_per_layer_in_site_order():
          _E("1:token:0", "token", {"id": 5}), _E("0:clock", "clock", {"t": "x"})]
     b = [_E("0:token:0", "token", {"id": 1}), _E("0:token:1", "token", {"id": 3}),
          _E("1:token:0", "token", {"id": 6}), _E("0:clock", "clock", {"t": "x"})]
-    d = first_divergences(a, b)
+    d = divergences(a, b).first
     assert set(d) == {"token"}
     assert d["token"].site == "0:token:1" and (d["token"].a, d["token"].b) == (2, 3)
+
+
+def test_diff_counts_every_differing_site_of_a_layer_beside_its_first():
+    """The first divergence names one site; the count says how many more of its layer differ
+    (a site only one run has counts too), so a token fork that changed 40 tokens says so."""
+    a = [_E("setup:clock", "clock", {"t": "x"}), _E("0:token:0", "token", {"id": 1}), _E("0:token:1", "token", {"id": 2}),
+         _E("1:token:0", "token", {"id": 5}), _E("0:clock", "clock", {"t": "y"}), _E("0:tool", "tool", {"stdout": "a"})]
+    b = [_E("setup:clock", "clock", {"t": "x"}), _E("0:token:0", "token", {"id": 1}), _E("0:token:1", "token", {"id": 3}),
+         _E("1:token:0", "token", {"id": 6}), _E("1:token:1", "token", {"id": 7}), _E("0:clock", "clock", {"t": "y"}),
+         _E("0:tool", "tool", {"stdout": "a"})]
+    found = divergences(a, b)
+    assert found.first["token"].site == "0:token:1" and found.counts == {"token": 3} and set(found.first) == {"token"}
+    assert divergences(a, a) == ({}, {})
+    b[0] = _E("setup:clock", "clock", {"t": "z"})
+    found = divergences(a, b)
+    assert found.first["trace"].site == "setup:clock" and found.counts == {"token": 3, "trace": 1}
 
 
 def test_parse_action():
@@ -127,7 +143,7 @@ def test_an_sdk_tool_result_that_differs_is_a_trace_divergence():
          _E("2:tool", "tool", {"cmd": "cat x", "stdout": "same", "stderr": "", "exit_code": 0})]
     b = [_E("1:tool", "tool", {"function": "list_files", "args": [], "kwargs": {}, "result": ["README", "greeting.txt"]}),
          _E("2:tool", "tool", {"cmd": "cat x", "stdout": "other", "stderr": "", "exit_code": 0})]
-    d = first_divergences(a, b)
+    d = divergences(a, b).first
     assert d["trace"].site == "1:tool" and d["trace"].a == {"result": ["README"]}
     boom = [_E("1:tool", "tool", {"function": "f", "error": {"type": "ValueError", "message": "boom"}})]
-    assert first_divergences(a[:1], boom)["trace"].site == "1:tool"
+    assert divergences(a[:1], boom).first["trace"].site == "1:tool"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tttr.engine.replay.diff import Divergence, first_divergences
+from tttr.engine.replay.diff import Divergence, divergences
 from tttr.sessions import codec
 from tttr.sessions.safe_text import brief, short
 from tttr.sessions.vocabulary import (KIND_LAYER, KINDS, LAYERS, MUTABLE, POSITIONAL, SETUP_STEP, Site, SiteError,
@@ -79,7 +79,7 @@ def test_one_divergence_names_its_sides():
     d = Divergence("1:tool", "trace", "a\x1b[2J", {"exit_code": 1}, ("recorded", "live"))
     assert d.to_json() == {"site": "1:tool", "layer": "trace", "recorded": "a\x1b[2J", "live": {"exit_code": 1}}
     assert "\x1b" not in d.describe() and "recorded 'a\\x1b[2J'" in d.describe()
-    plain = first_divergences([], [type("E", (), {"kind": "clock", "site": "0:clock", "value": {"t": "x"}})()])
+    plain = divergences([], [type("E", (), {"kind": "clock", "site": "0:clock", "value": {"t": "x"}})()]).first
     assert plain["trace"].to_json() == {"site": "0:clock", "layer": "trace", "a": None, "b": "x"}
 
 

@@ -60,11 +60,12 @@ def register(sub, bench_sub) -> None:
         description="Fork a run at one site with a new value: everything before the site comes from "
                     "the record, the rest runs live (values that do not depend on the change, such as "
                     "later clock readings and the RNG stream, stay pinned). Sites: STEP:clock "
-                    "(ISO time or +/-seconds, +2h, -1d), STEP:tool (stdout text, exit=N, or JSON with "
+                    "(ISO time or +/-seconds, +2h, -1d; setup:clock, the setup step's clock, moves the "
+                    "whole run), STEP:tool (stdout text, exit=N, or JSON with "
                     "stdout/stderr/exit_code), STEP:token:POS (a token id or one token's text).",
     )
     p.add_argument("run", type=argtypes.run_id, help="run id to fork")
-    p.add_argument("--at", required=True, metavar="SITE", help="e.g. 2:clock, 1:tool, 0:token:3")
+    p.add_argument("--at", required=True, metavar="SITE", help="e.g. 2:clock, 1:tool, 0:token:3, setup:clock")
     p.add_argument("--set", required=True, dest="value", metavar="VALUE", help="the new value")
     _model_args(p)
     _common(p)
@@ -403,7 +404,9 @@ def cmd_diff(args) -> int:
     if d.identical:
         console.print("the runs are identical at every compared site")
     for layer, div in d.first_divergence.items():
-        console.print(shown(f"first divergence: {div.describe()}"))
+        more = d.differing_sites.get(layer, 1) - 1
+        tail = f"; {more} more differing site{'s' if more != 1 else ''} in the {layer} layer" if more else ""
+        console.print(shown(f"first divergence: {div.describe()}{tail}"))
     return 0
 
 

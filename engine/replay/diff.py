@@ -1,5 +1,5 @@
 """Compare two runs: align their steps by the actions taken, and find, per layer, the
-first site where their values differ.
+first site where their values differ and how many sites of that layer differ in all.
 
 Steps are aligned by edit distance over the action sequences (rapidfuzz), so an extra or
 a missing command in one run shifts the alignment instead of marking every later step
@@ -9,7 +9,7 @@ as different.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from rapidfuzz.distance import Levenshtein
 
@@ -62,6 +62,9 @@ class RunDiff:
     run_b: int
     rows: list[DiffRow] = field(default_factory=list)
     first_divergence: dict[str, Divergence] = field(default_factory=dict)
+    # Per layer with a divergence: how many of its sites differ (or only one run has),
+    # the first included.
+    differing_sites: dict[str, int] = field(default_factory=dict)
 
     @property
     def identical(self) -> bool:
@@ -73,6 +76,7 @@ class RunDiff:
             "run_b": self.run_b,
             "identical": self.identical,
             "first_divergence": {k: v.to_json() for k, v in self.first_divergence.items()},
+            "differing_sites": dict(self.differing_sites),
             "rows": [
                 {"a_step": r.a_step, "b_step": r.b_step, "a_action": r.a_action,
                  "b_action": r.b_action, "same": r.same}
@@ -123,9 +127,14 @@ def align(a: list[str], b: list[str]) -> list[DiffRow]:
     return rows
 
 
-def first_divergences(a_events: list, b_events: list) -> dict[str, Divergence]:
-    """Per layer, the first site (in step/position order) whose compared value differs or
-    that only one run has."""
+class Divergences(NamedTuple):
+    first: dict[str, Divergence]  # per layer, its first differing site
+    counts: dict[str, int]  # per layer with a divergence, how many of its sites differ, the first included
+
+
+def divergences(a_events: list, b_events: list) -> Divergences:
+    """Per layer: the first site (in step/position order) whose compared value differs or
+    that only one run has, and how many such sites the layer has in all."""
     by_layer: dict[str, dict[str, dict[str, Any]]] = {}
     for side, events in (("a", a_events), ("b", b_events)):
         for e in events:
@@ -133,15 +142,16 @@ def first_divergences(a_events: list, b_events: list) -> dict[str, Divergence]:
                 continue
             layer = KIND_LAYER[e.kind]
             by_layer.setdefault(layer, {}).setdefault(e.site, {})[side] = compared_value(e.kind, e.value)
-    out: dict[str, Divergence] = {}
+    first: dict[str, Divergence] = {}
+    counts: dict[str, int] = {}
     for layer in LAYERS:
         sites = by_layer.get(layer, {})
-        for site in sorted(sites, key=site_order):
-            pair = sites[site]
-            if pair.get("a", _MISSING) != pair.get("b", _MISSING):
-                out[layer] = Divergence(site, layer, pair.get("a"), pair.get("b"))
-                break
-    return out
+        differing = [s for s, pair in sites.items() if pair.get("a", _MISSING) != pair.get("b", _MISSING)]
+        if differing:
+            at = min(differing, key=site_order)
+            first[layer] = Divergence(at, layer, sites[at].get("a"), sites[at].get("b"))
+            counts[layer] = len(differing)
+    return Divergences(first, counts)
 
 
 _MISSING = object()
@@ -160,7 +170,7 @@ def diff_runs(store, run_a: int, run_b: int) -> RunDiff:
     b_actions = [action_text(e.value) for e in b_events if e.kind == "action"]
     if not a_actions and not b_actions:  # recorded API calls: a call's message stands for its action
         a_actions, b_actions = _messages(a_events), _messages(b_events)
-    diff = RunDiff(run_a, run_b, align(a_actions, b_actions), first_divergences(a_events, b_events))
-    return diff
+    first, counts = divergences(a_events, b_events)
+    return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts)
 
 
