@@ -6,12 +6,14 @@ connection, and returns rows the side-by-side widget only has to paint.
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from tttr.app.runview import RunView, is_blob, value_problem
 from tttr.engine.replay.diff import align, diff_runs
-from tttr.sessions.vocabulary import SETUP_STEP, site_order
+from tttr.sessions.vocabulary import SETUP_STEP, site_order, site_parts
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,27 @@ class Comparison:
     outcome_a: Any = None
     outcome_b: Any = None
     note: str | None = None  # why no divergence is named: the engine's diff refused the runs
+    messages_a: dict[int, tuple[str, ...]] = field(default_factory=dict)  # step -> the message's tokens
+    messages_b: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+    def token_texts(self, at: str) -> tuple[str | None, str | None]:
+        """The recorded text of the token at site `at` (`2:token:5`) in each run, None where
+        it has none."""
+        parts = site_parts(at)
+        if parts is None or parts[2] is None:
+            return None, None
+        step, _, pos = parts
+        return tuple(m[step][pos] if pos < len(m.get(step, ())) else None  # type: ignore[return-value]
+                     for m in (self.messages_a, self.messages_b))
+
+    def message_diff(self, row: CompareRow) -> MessageDiff | None:
+        """The two messages of an aligned row, token by token; None for the setup's row or
+        when neither run has a message there."""
+        a = self.messages_a.get(row.a.step) if row.a is not None and row.a.step >= 0 else None
+        b = self.messages_b.get(row.b.step) if row.b is not None and row.b.step >= 0 else None
+        if a is None and b is None:
+            return None
+        return message_diff(a or (), b or ())
 
     @property
     def first(self):
@@ -64,6 +87,46 @@ class Comparison:
         """The divergence at the fork site itself, when it is the only one the engine
         names for its layer (a fork whose later values all agree)."""
         return next((d for d in self.divergences.values() if d.site == self.fork_site), None)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDiff:
+    """Two messages as their tokens, each marked True where it is not in the other (by a
+    longest-matching-blocks alignment, as `difflib` aligns lines)."""
+
+    a: tuple[str, ...]
+    b: tuple[str, ...]
+    a_marks: tuple[bool, ...]
+    b_marks: tuple[bool, ...]
+
+    @property
+    def differing(self) -> tuple[int, int]:
+        return sum(self.a_marks), sum(self.b_marks)
+
+
+def message_diff(a: tuple[str, ...], b: tuple[str, ...]) -> MessageDiff:
+    a_marks, b_marks = [True] * len(a), [True] * len(b)
+    for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+        a_marks[block.a:block.a + block.size] = [False] * block.size
+        b_marks[block.b:block.b + block.size] = [False] * block.size
+    return MessageDiff(tuple(a), tuple(b), tuple(a_marks), tuple(b_marks))
+
+
+_WORDS = re.compile(r"\s+|\w+|[^\w\s]")
+
+
+def _messages(store, run_id: int) -> dict[int, tuple[str, ...]]:
+    """Each step's message as the tokens the model wrote (their recorded texts); a message
+    recorded without tokens (an API call's) as its words."""
+    tokens: dict[int, list[str]] = {}
+    for e in _events(store, run_id, "token"):
+        if e.kind == "token" and value_problem(e) is None and isinstance(e.value, dict):
+            tokens.setdefault(e.step, []).append(str(e.value.get("text", "")))
+    out = {step: tuple(texts) for step, texts in tokens.items()}
+    for e in _events(store, run_id, "message"):
+        if e.kind == "message" and e.step not in out and value_problem(e) is None and isinstance(e.value, dict):
+            out[e.step] = tuple(_WORDS.findall(str(e.value.get("text", ""))))
+    return out
 
 
 def _events(store, run_id: int, kind: str) -> list:
@@ -149,6 +212,7 @@ def build_comparison(store, run_a: int, run_b: int) -> Comparison:
         run_a, run_b, divergences=divergences, fork_site=fork_site,
         mutation=run_b_meta.mutation if fork_site else None,
         outcome_a=store.run(run_a).outcome, outcome_b=run_b_meta.outcome, note=note,
+        messages_a=_messages(store, run_a), messages_b=_messages(store, run_b),
     )
     fork_step = site_order(fork_site)[0] if fork_site else None
     first = comparison.first

@@ -109,3 +109,49 @@ def test_f_on_the_compare_screen_shows_the_same_step_of_both_runs_with_text_diff
         return True
 
     assert run_app(db, flow, load_tokenizer=False)
+
+
+def _painted(widget):
+    from textual.geometry import Region
+
+    return widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
+
+
+def _marked(widget) -> list[str]:
+    """The texts the widget paints in reverse video (the marked tokens), line by line."""
+    return ["".join(seg.text for seg in strip if seg.style is not None and seg.style.reverse).strip()
+            for strip in _painted(widget)]
+
+
+def _text(widget) -> str:
+    return "\n".join(strip.text for strip in _painted(widget))
+
+
+def test_the_compare_screen_marks_the_tokens_that_differ_between_the_two_messages(db):
+    from tttr.app.widgets.side_by_side import MessagePair
+
+    async def flow(app, pilot):
+        app.push_screen(CompareScreen(1, 2))
+        await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.comparison is not None)
+        side = app.screen.query_one(SideBySide)
+        pair = app.screen.query_one(MessagePair)
+        side.cursor = next(i for i, r in enumerate(side.rows) if r.a is not None and r.a.step == 0)
+        await pilot.pause()
+        diff = app.screen.comparison.message_diff(side.rows[side.cursor])
+        # The messages as the tokenizer split them; only " world" is not in the right one.
+        assert "".join(diff.a).endswith("echo hello world > greeting.txt\n```")
+        assert [t for t, m in zip(diff.a, diff.a_marks) if m] == [" world"] and diff.differing == (1, 0)
+        assert "message of step 0 · 1 of" in _text(pair) and "0 of" in _text(pair)
+        assert [m for m in _marked(pair) if m] == ["world"]
+        await pilot.press("n")  # the next differing row: step 1, where the right run also removed README
+        await pilot.pause()
+        row = side.rows[side.cursor]
+        assert row.a.step == 1
+        marked = [m for m in _marked(pair) if m]
+        assert any("rm" in m for m in marked) and not any("printf" in m for m in marked)
+        side.cursor = 0  # the setup's row: no message
+        await pilot.pause()
+        assert "no message on this row (the setup)" in _text(pair) and not any(_marked(pair))
+        return True
+
+    assert run_app(db, flow, load_tokenizer=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, LoadingIndicator, Static
@@ -16,7 +17,7 @@ from textual.widgets import Footer, LoadingIndicator, Static
 from tttr.app import describe
 from tttr.app.compare import Comparison, build_comparison
 from tttr.app.screens.help import label_back
-from tttr.app.widgets.side_by_side import SideBySide
+from tttr.app.widgets.side_by_side import MessagePair, SideBySide
 from tttr.sessions.safe_text import brief
 from tttr.sessions.vocabulary import LAYERS
 
@@ -28,6 +29,7 @@ class ComparisonReady(Message):
 
 
 class CompareScreen(Screen):
+    CSS_PATH = "../styles/compare.tcss"
     BINDINGS = [
         Binding("enter,a", "open_side('a')", "open left"),
         Binding("b", "open_side('b')", "open right"),
@@ -45,12 +47,15 @@ class CompareScreen(Screen):
         yield Static(Text(f"run #{self.run_a} ┃ run #{self.run_b}", style="bold"), id="compare-title")
         yield LoadingIndicator(id="compare-loading")
         yield SideBySide(id="side-by-side")
+        with VerticalScroll(id="compare-messages-box"):
+            yield MessagePair(id="compare-messages")
         yield Static("", id="compare-summary")
         yield Footer()
 
     def on_mount(self) -> None:
         label_back(self)
         self.query_one(SideBySide).display = False
+        self.query_one("#compare-messages-box").display = False
         self.run_worker(self._load, thread=True, exit_on_error=False, name="diff")
 
     def _load(self) -> None:
@@ -78,6 +83,8 @@ class CompareScreen(Screen):
         side.display = True
         side.show(c)
         side.focus()
+        self.query_one("#compare-messages-box").display = True
+        self._show_messages(side.rows[side.cursor] if side.rows else None)
         self.query_one("#compare-title", Static).update(self._title(c))
         self.query_one("#compare-summary", Static).update(self._summary(c))
 
@@ -122,20 +129,28 @@ class CompareScreen(Screen):
             at = c.at_fork
             text.append("▶ the runs diverge at the fork only ", style="bold red")
             text.append(f"{describe.short(at.site, 40)} ({describe.short(at.layer, 10)}): "
-                        f"{brief(at.a, 50)} → {brief(at.b, 50)}; no other layer differs\n")
+                        f"{self._pair(c, at)}; no other layer differs\n")
         else:
             text.append("▶ first divergence " + ("after the fork " if c.fork_site else ""), style="bold red")
             text.append(f"{describe.short(first.site, 40)} ({describe.short(first.layer, 10)}): "
-                        f"{brief(first.a, 50)} → {brief(first.b, 50)}\n")
+                        f"{self._pair(c, first)}\n")
         for layer in LAYERS:
             d = c.divergences.get(layer)
             if d is not None:
                 text.append(f"  {layer:<7}", style="bold")
                 text.append(f"first differs at {describe.short(d.site, 40)}: "
-                            f"{brief(d.a, 50)} → {brief(d.b, 50)}\n", style="dim")
+                            f"{self._pair(c, d)}\n", style="dim")
         differing = sum(1 for r in c.rows if not r.same)
         text.append(f"{differing} of {len(c.rows)} aligned rows differ · n/p next/previous difference", style="dim")
         return text
+
+    @staticmethod
+    def _pair(c: Comparison, d) -> str:
+        """A divergence's two values as a person reads them: a token as its recorded text."""
+        texts = c.token_texts(d.site) if d.layer == "token" else (None, None)
+        sides = [brief(v, 50) if t is None else f"{brief(v, 12)} {describe.token_text(t)}"
+                 for v, t in zip((d.a, d.b), texts)]
+        return f"{sides[0]} → {sides[1]}"
 
     @staticmethod
     def _outcomes(c: Comparison) -> Text:
@@ -150,6 +165,16 @@ class CompareScreen(Screen):
             text.append("\n  the same actions led to a different outcome", style="bold yellow")
         text.append("\n")
         return text
+
+    def on_side_by_side_row_selected(self, message: SideBySide.RowSelected) -> None:
+        self._show_messages(message.row)
+
+    def _show_messages(self, row) -> None:
+        if self.comparison is None:
+            return
+        diff = self.comparison.message_diff(row) if row is not None else None
+        self.query_one(MessagePair).show(diff, row)
+        self.query_one("#compare-messages-box").scroll_home(animate=False)
 
     def action_open_side(self, side: str) -> None:
         side_widget = self.query_one(SideBySide)

@@ -151,7 +151,6 @@ class FilesScreen(Screen):
                 text.append(" · ".join(f"{n} {c}" for c, n in counts.items()), style="bold")
             else:
                 text.append("no file differs", style="bold green")
-        text.append("    c diff / contents", style="dim")
         return text
 
     # -- the file under the cursor ---------------------------------------------------------
@@ -175,9 +174,11 @@ class FilesScreen(Screen):
         body.append(visible(item.path, newlines=False), style="bold")
         entry = item.entry
         size = f"  {entry.size:,} bytes" if entry.kind == "f" and isinstance(entry.size, int) else ""
-        body.append(f"  {mode_text(entry)}{size}", style="dim")
+        body.append(f"  {mode_text(entry)}", style="dim")
         if item.file_change is not None:
             body.append(f"  {change_text(item.file_change)}", style=MARK_STYLE[item.change])
+        if item.file_change is None or item.change == "changed":
+            body.append(size, style="dim")
         body.append("\n\n")
         try:
             if item.file_change is not None and not contents:

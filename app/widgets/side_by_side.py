@@ -3,11 +3,16 @@
 Each aligned row takes two lines: the action, then its exit code and first line of
 output; the setup's row (when either run has one), its clock, then its tree. The fork site carries ⋔, every divergent row is tinted (≠), and the first
 divergence is marked ▶ and tinted strongest.
+
+Under it, `MessagePair` shows the messages of the row under the cursor side by side, token
+by token, each token that is not in the other run's message marked.
 """
 
 from __future__ import annotations
 
+from rich import box
 from rich.segment import Segment
+from rich.table import Table
 from rich.text import Text
 from textual.binding import Binding
 from textual.geometry import Region, Size
@@ -15,9 +20,11 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.widgets import Static
 
 from tttr.app import describe
-from tttr.app.compare import Comparison, CompareRow, StepInfo
+from tttr.app.compare import Comparison, CompareRow, MessageDiff, StepInfo
+from tttr.sessions.safe_text import visible
 
 LINES_PER_ROW = 2
 GUTTER = 3
@@ -165,3 +172,44 @@ class SideBySide(ScrollView, can_focus=True):
     def action_prev_difference(self) -> None:
         hit = next((i for i in range(self.cursor - 1, -1, -1) if not self.rows[i].same), None)
         self.cursor = hit if hit is not None else self.cursor
+
+
+class MessagePair(Static):
+    """The two messages of one aligned row, side by side; the tokens that differ are marked."""
+
+    COMPONENT_CLASSES = {"message-pair--differs", "message-pair--divider"}
+
+    def show(self, diff: MessageDiff | None, row: CompareRow | None) -> None:
+        if diff is None or row is None:
+            self.update(Text("no message on this row" + (" (the setup)" if row is not None else ""), style="dim"))
+            return
+        marked = self.get_component_rich_style("message-pair--differs", partial=True)
+        divider = self.get_component_rich_style("message-pair--divider", partial=True)
+        heads = [self._head(info, tokens, marks) for info, tokens, marks in
+                 ((row.a, diff.a, diff.a_marks), (row.b, diff.b, diff.b_marks))]
+        table = Table(box=box.MINIMAL, show_edge=False, expand=True, padding=(0, 1), border_style=divider)
+        for head in heads:
+            table.add_column(head, ratio=1)
+        table.add_row(self._tokens(diff.a, diff.a_marks, marked), self._tokens(diff.b, diff.b_marks, marked))
+        self.update(table)
+
+    @staticmethod
+    def _head(info: StepInfo | None, tokens: tuple[str, ...], marks: tuple[bool, ...]) -> Text:
+        if info is None:
+            return Text("— (no step)", style="dim")
+        text = Text(f"message of step {describe.short(info.step, 8)}", style="bold")
+        if tokens:
+            text.append(f" · {sum(marks)} of {len(tokens)} tokens differ", style="dim")
+        return text
+
+    @staticmethod
+    def _tokens(tokens: tuple[str, ...], marks: tuple[bool, ...], marked) -> Text:
+        if not tokens:
+            return Text("(no message)", style="dim")
+        text = Text()
+        for token, differs in zip(tokens, marks):
+            shown = visible(token)
+            if differs and not shown.strip():  # whitespace that differs, made visible
+                shown = shown.replace(" ", "·").replace("\t", "→").replace("\n", "⏎\n")
+            text.append(shown, style=marked if differs else "")
+        return text
