@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 
 from tttr.recorders.errors import RecorderError, SnapshotError
 from tttr.recorders.snapshot import Entry, read_manifest
-from tttr.sessions.vocabulary import site
+from tttr.sessions.vocabulary import SETUP_STEP, site
 
-SETUP_STEP = -1
 SHOW_LIMIT = 256 * 1024   # bytes of one file read for showing; a larger file is said to be too large
 DIFF_LINES = 2000         # lines of a text diff at most
 CHANGES = ("added", "removed", "changed")

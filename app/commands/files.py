@@ -11,16 +11,14 @@ import sys
 from datetime import datetime, timezone
 
 from tttr.app.commands import args as argtypes
+from tttr.sessions.vocabulary import SETUP, SETUP_STEP
 from tttr.recorders.treestate import (RunTrees, TreeStateError, change_text, diff_trees, file_text, mode_text,
                                       text_diff)  # the standard library only beneath: `tttr --help` stays fast
 
-SETUP_WORD = "setup"
-
-
 def _step(text: str) -> int:
     """An agent step, or the setup step as `setup` (or -1)."""
-    if text.strip() == SETUP_WORD:
-        return -1
+    if text.strip() == SETUP:
+        return SETUP_STEP
     return argtypes.sandbox_step(text)
 
 
