@@ -117,6 +117,21 @@ class RunView:
         self._blob_texts: OrderedDict[str, str] = OrderedDict()
         self.wanted: dict[str, Any] = {}  # key -> blob reference, or (before, after) of a diff
 
+    def grow(self) -> bool:
+        """Read the run's status and event count again, for a run still being recorded:
+        True when either changed. What was read near the old end (the last window, steps
+        and sites not found yet) is dropped, so that it is read again with the new events."""
+        run = self.store.run(self.run_id)
+        count = self.store.count_events(self.run_id)
+        if count == self.count and run.status == self.run.status:
+            return False
+        self._windows.pop(self.count // WINDOW, None)
+        self.run, self.count = run, count
+        self._step_starts = {step: start for step, start in self._step_starts.items() if start is not None}
+        self._step_tokens.clear()  # the last step's tokens may have grown
+        self._sites = OrderedDict((site, e) for site, e in self._sites.items() if e is not None)
+        return True
+
     # -- events by index (index == seq: a run's seqs are 0..count-1) ------------------
     def event(self, index: int):
         if not 0 <= index < self.count:

@@ -76,6 +76,22 @@ class TTTRApp(App):
         if self._load_tokenizer:
             self.run_worker(self._tokenizer_worker, thread=True, exit_on_error=False, name="tokenizer")
 
+    async def action_quit(self) -> None:
+        """Quit; while a fork runs, ask first (quitting stops it after its current step,
+        and it is kept as an incomplete run)."""
+        from tttr.app.screens.confirm import ConfirmScreen
+        from tttr.app.widgets.fork_progress import ForkProgress
+
+        if isinstance(self.screen, ConfirmScreen):
+            return
+        if any(bar.running for screen in self.screen_stack for bar in screen.query(ForkProgress)):
+            question = ("A fork is still running. Quit anyway?\nIt stops after its current step and is kept "
+                        "as an incomplete run.")
+            self.push_screen(ConfirmScreen(question, yes="Quit", no="Keep forking"),
+                             lambda yes: self.exit() if yes else None)
+            return
+        self.exit()
+
     # -- navigation -------------------------------------------------------------------
     def open_run(self, run_id: int, step: int | None = None) -> None:
         try:

@@ -56,6 +56,19 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def run_name(name: Any) -> str:
+    """`name` as a run's name (stripped), or StoreError saying why it cannot be one."""
+    if type(name) is not str:
+        raise StoreError(f"a run's name is text, not {type(name).__name__}")
+    name = name.strip()
+    bad = next((c for c in name if not c.isprintable()), None)
+    if not name or len(name) > NAME_CHARS or bad is not None:
+        why = "is empty" if not name else f"holds the control character {bad!r}" if bad else f"is {len(name)} characters long"
+        raise StoreError(f"the name {safe_text.visible(name[:40], newlines=False)!r} {why}; give 1..{NAME_CHARS} "
+                         "printable characters on one line")
+    return name
+
+
 def _dumps(value: Any, what: str) -> str | None:
     if value is None:
         return None
@@ -315,15 +328,7 @@ class Store:
         """Give the run a name a person reads in the runs list (None clears it). Only the
         run's row changes; its events and every other run stay as they are."""
         self._writable()
-        if name is not None:
-            if type(name) is not str:
-                raise StoreError(f"a run's name is text, not {type(name).__name__}")
-            name = name.strip()
-            bad = next((c for c in name if not c.isprintable()), None)
-            if not name or len(name) > NAME_CHARS or bad is not None:
-                why = "is empty" if not name else f"holds the control character {bad!r}" if bad else f"is {len(name)} characters long"
-                raise StoreError(f"the name {safe_text.visible(name[:40], newlines=False)!r} {why}; give 1..{NAME_CHARS} "
-                                 "printable characters on one line")
+        name = None if name is None else run_name(name)
         self.run(run_id)  # an unknown run fails here, with the ids there are
         self._conn.execute("UPDATE runs SET name = ? WHERE id = ?", (name, run_id))
 
@@ -616,6 +621,13 @@ class Store:
         base = run_id << 32
         (last,) = self._conn.execute("SELECT max(id) FROM events WHERE id >= ? AND id < ?", (base, base + _END)).fetchone()
         return first if last is None else (last & _MASK) + 1
+
+    @_guarded
+    def own_events(self, run_id: int) -> int:
+        """Events the run stored itself (a fork's shared prefix is its parent's)."""
+        self.run(run_id)  # an unknown run fails here, with the ids there are
+        base = run_id << 32
+        return self._conn.execute("SELECT count(*) FROM events WHERE id >= ? AND id < ?", (base, base + _END)).fetchone()[0]
 
     @_guarded
     def steps(self, run_id: int) -> int:

@@ -355,8 +355,7 @@ def delete(args: argparse.Namespace) -> int:
         kids = store.children(args.run)
         if kids:  # refused before asking
             store.delete_run(args.run)
-        shared = run.fork_seq if run.parent is not None and run.fork_seq else 0  # the parent's, kept
-        own = store.count_events(args.run) - shared
+        own = store.own_events(args.run)
         what = f"run {args.run} ({run.name or run.task or 'no task'}, {lineage(run)}, {own:,} events of its own)"
         if not args.yes:
             if not sys.stdin.isatty():

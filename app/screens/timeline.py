@@ -51,6 +51,9 @@ class CorpusBuilt(Message):
         self.dialog, self.corpus, self.error = dialog, corpus, error
 
 
+FOLLOW_S = 0.5  # how often a run still being recorded is read again
+
+
 class TimelineScreen(Screen):
     BINDINGS = [
         Binding("e", "edit", "edit & fork"),
@@ -122,6 +125,26 @@ class TimelineScreen(Screen):
             timeline.cursor = self.start
             # Laid out only after this: scroll the rows to the cursor once they have a height.
             self.call_after_refresh(timeline.scroll_to_cursor)
+        if self.view.run.status == "recording":
+            self.following = self.set_interval(FOLLOW_S, self.follow)
+
+    def follow(self) -> None:
+        """A run still being recorded grows on screen, like `tail -f`: the steps its
+        recorder commits appear below, the cursor stays, and the header says `recording`
+        until the run ends."""
+        try:
+            grown = self.view.grow()
+        except Exception:  # noqa: BLE001 - the file went away: keep what is shown
+            grown = False
+        if self.view.run.status != "recording":
+            self.following.stop()
+        if grown:
+            from textual.geometry import Size
+
+            timeline = self.timeline
+            timeline.virtual_size = Size(0, self.view.count)
+            timeline.forget()  # the last step's bracket closes differently with new events below it
+            self.query_one("#run-title", Static).update(self._title(timeline.chosen_layer))
 
     def token_texts(self, ids: list[int]) -> dict[int, str]:
         return self.app.token_texts(ids, self.view.run.model_id)

@@ -36,3 +36,8 @@ class ForkProgress(Horizontal):
 
     def stop(self) -> None:
         self.display = False
+
+    @property
+    def running(self) -> bool:
+        """A fork is under way: the bar shows from `start` to `stop` (quitting asks first)."""
+        return bool(self.display)

@@ -1,0 +1,234 @@
+"""The runs screen as a place to manage runs: forks as a tree under their parent, names,
+deleting with confirmation, cancelled forks in plain words, quitting while a fork runs,
+and a run that is still being recorded growing on screen while a real recorder writes
+it through the store. Databases are written through the real store; the app opens them
+read-only, as `tttr open` does."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+import pytest
+
+from tttr.app.screens.ask import AskScreen
+from tttr.app.screens.confirm import ConfirmScreen
+from tttr.app.screens.runs import RunsScreen
+from tttr.app.screens.timeline import TimelineScreen
+from tttr.app.widgets.fork_progress import ForkProgress
+from tttr.app.widgets.timeline import Timeline
+from tttr.sessions.store import Store
+
+from tests.app_helpers import open_store, run_app, wait_for
+from test_store import SEED, record, record_step, token
+
+CANCELLED = {"reason": "cancelled"}  # what the oracle stores for a fork stopped by the user
+
+
+def build(path) -> dict[str, int]:
+    """A parent; a fork of it (two steps of its own); a fork of the fork that was cancelled;
+    a replay of the parent; an unrelated run."""
+    with Store.open(path) as store:
+        parent = record(store, steps=4)
+        fork = store.begin_run(task="t", parent=parent, fork_site="2:token:3",
+                               mutation={"site": "2:token:3", "input": "x", "value": 999}, seed=SEED)
+        store.append(fork, 2, "token", "token", "2:token:3", token(2, 3, tid=999))
+        store.commit_step(fork)
+        record_step(store, fork, 3, positions=2)
+        store.finish_run(fork, "complete", {"passed": False, "checker_exit": 1, "checker_output": "no"})
+        cancelled = store.begin_run(task="t", parent=fork, fork_site="3:clock",
+                                    mutation={"site": "3:clock", "input": "+1d", "value": "2026-11-30T10:03:00"},
+                                    seed=SEED)
+        store.append(cancelled, 3, "trace", "clock", "3:clock", {"t": "2026-11-30T10:03:00"})
+        store.commit_step(cancelled)
+        store.finish_run(cancelled, "incomplete", CANCELLED)
+        replay = store.begin_run(task="t", parent=parent, fork_seq=0, meta={"replay": {"free": ["tensor"]}}, seed=SEED)
+        record_step(store, replay, 0, positions=1)
+        store.finish_run(replay, "complete", {"passed": True})
+        other = record(store, steps=2)
+    return {"parent": parent, "fork": fork, "cancelled": cancelled, "replay": replay, "other": other}
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "runs.db"
+    return path, build(path)
+
+
+def rows(app) -> list[list[str]]:
+    table = app.screen.query_one("#runs")
+    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def column(app, name: str) -> list[str]:
+    from tttr.app.screens.runs import COLUMNS
+
+    return [row[COLUMNS.index(name)] for row in rows(app)]
+
+
+async def cursor_to(app, pilot, run_id: int) -> None:
+    table = app.screen.query_one("#runs")
+    table.move_cursor(row=table.get_row_index(str(run_id)))
+    await pilot.pause()
+
+
+def test_forks_are_a_tree_under_their_parent_and_a_cancelled_fork_says_so(db):
+    path, ids = db
+
+    async def flow(app, pilot):
+        assert column(app, "run") == ["#1", "├─ #2", "│  └─ #3", "└─ #4", "#5"]
+        outcomes = dict(zip(column(app, "run"), column(app, "outcome")))
+        assert outcomes["│  └─ #3"] == "cancelled"  # in words, not {"reason": "cancelled"}
+        assert not any("{" in cell for cell in column(app, "outcome"))
+        assert column(app, "status")[2] == "incomplete"
+        lineage = column(app, "lineage")
+        assert lineage[1] == "fork of #1 at 2:token:3 = x → 999" and lineage[3].startswith("replay of #1")
+
+    run_app(path, flow, load_tokenizer=False)
+
+
+def test_a_run_is_named_and_a_fork_deleted_with_confirmation(db):
+    path, ids = db
+    with Store.open(path, readonly=True) as store:
+        kept = {r: [(e.seq, e.site, e.value) for e in store.events(r)] for r in (ids["parent"], ids["other"])}
+        fork_seq = store.run(ids["fork"]).fork_seq
+        fork_prefix = [(e.seq, e.site, e.value) for e in store.events(ids["fork"])][:fork_seq]
+
+    async def flow(app, pilot):
+        await cursor_to(app, pilot, ids["fork"])
+        await pilot.press("n")
+        assert isinstance(app.screen, AskScreen)
+        await pilot.press(*"clock fork", "enter")
+        assert isinstance(app.screen, RunsScreen)
+        assert column(app, "run")[1] == "├─ #2 clock fork"
+        assert app.screen._current() == ids["fork"]  # the cursor stayed on the run
+        # A run with forks is refused before anything is asked.
+        await pilot.press("x")
+        assert isinstance(app.screen, RunsScreen) and len(rows(app)) == 5
+        # The cancelled fork: asked first; no keeps it.
+        await cursor_to(app, pilot, ids["cancelled"])
+        await pilot.press("x")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "events it shares with run #2 stay with that run" in app.screen.question.plain
+        await pilot.press("n")
+        assert isinstance(app.screen, RunsScreen) and len(rows(app)) == 5
+        await pilot.press("x")
+        await pilot.press("y")
+        assert isinstance(app.screen, RunsScreen)
+        assert column(app, "run") == ["#1", "├─ #2 clock fork", "└─ #4", "#5"]
+        # Now the fork has no forks of its own: it goes too.
+        await cursor_to(app, pilot, ids["fork"])
+        await pilot.press("delete", "y")
+        assert column(app, "run") == ["#1", "└─ #4", "#5"]
+
+    run_app(path, flow, load_tokenizer=False)
+    # The .db file alone (copied without its -wal) holds the change: the writer checkpointed.
+    copy = path.parent / "copy.db"
+    shutil.copyfile(path, copy)
+    with Store.open(copy, readonly=True) as store:
+        assert [r.id for r in store.runs()] == [ids["parent"], ids["replay"], ids["other"]]
+        assert {r: [(e.seq, e.site, e.value) for e in store.events(r)] for r in kept} == kept
+        # the events the fork shared are the parent's still
+        assert [(e.seq, e.site, e.value) for e in store.events(ids["parent"])][:fork_seq] == fork_prefix
+        assert store.check() == []
+
+
+def test_a_bad_name_keeps_the_dialog_open_with_the_reason(db):
+    path, ids = db
+
+    async def flow(app, pilot):
+        await pilot.press("n")
+        dialog = app.screen
+        assert isinstance(dialog, AskScreen)
+        await pilot.press("enter")  # empty
+        assert app.screen is dialog and "is empty" in dialog.error
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
+
+    run_app(path, flow, load_tokenizer=False)
+    with open_store(path) as store:
+        assert [r.name for r in store.runs()] == [None] * 5
+
+
+def test_quitting_while_a_fork_runs_asks_first(db):
+    path, ids = db
+
+    async def flow(app, pilot):
+        await pilot.press("enter")  # the parent's timeline
+        assert isinstance(app.screen, TimelineScreen)
+        bar = app.screen.query_one(ForkProgress)
+        bar.start("3:clock", "+1d")  # what the screen shows while its fork worker runs
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmScreen) and "fork is still running" in app.screen.question.plain
+        await pilot.press("n")
+        assert isinstance(app.screen, TimelineScreen) and app.is_running
+        bar.stop()
+        await pilot.press("q")  # nothing running: no question
+        await wait_for(pilot, lambda: not app.is_running)
+        return True
+
+    assert run_app(path, flow, load_tokenizer=False)
+
+
+def test_a_run_being_recorded_grows_on_screen_until_it_finishes(tmp_path):
+    """A recorder in another thread writes through its own store connection, one step
+    at a time when the test says so; the app follows it on the runs list and the timeline."""
+    path = tmp_path / "live.db"
+    with Store.open(path) as store:
+        record(store, steps=1)
+    started, step, finish, done = threading.Event(), threading.Semaphore(0), threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def recorder():
+        try:
+            with Store.open(path) as store:
+                rid = store.begin_run(task="live", model_id="m", kernel_mode="invariant", seed=SEED)
+                record_step(store, rid, 0, positions=2)
+                started.set()
+                for s in range(1, 4):
+                    step.acquire()
+                    record_step(store, rid, s, positions=2)
+                finish.wait()
+                store.finish_run(rid, "complete", {"passed": True})
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failures.append(exc)
+        finally:
+            done.set()
+
+    async def flow(app, pilot):
+        assert len(rows(app)) == 1
+        writer = threading.Thread(target=recorder, daemon=True)
+        writer.start()
+        await wait_for(pilot, lambda: started.is_set())
+        await wait_for(pilot, lambda: len(rows(app)) == 2)
+        assert column(app, "status")[1] == "recording" and column(app, "steps")[1] == "1"
+        assert "recording: #2" in str(app.screen.query_one("#runs-title").render())
+        step.release()
+        await wait_for(pilot, lambda: column(app, "steps")[1] == "2")
+        # Open the live run: its timeline grows as steps are committed, the cursor stays.
+        await cursor_to(app, pilot, 2)
+        await pilot.press("enter")
+        screen = app.screen
+        assert isinstance(screen, TimelineScreen)
+        timeline = screen.query_one(Timeline)
+        first = timeline.view.count
+        assert first == 2 * 7 and "recording" in str(screen.query_one("#run-title").render())
+        await pilot.press("down", "down", "down")
+        assert timeline.cursor == 3
+        step.release()
+        await wait_for(pilot, lambda: timeline.view.count == 3 * 7)
+        assert timeline.cursor == 3 and timeline.virtual_size.height == 3 * 7
+        timeline.cursor = timeline.view.count - 1  # the new rows are there to move to
+        await pilot.pause()
+        assert timeline.view.event(timeline.cursor).site == "2:tool"
+        step.release()
+        finish.set()
+        await wait_for(pilot, lambda: done.is_set())
+        await wait_for(pilot, lambda: "complete" in str(screen.query_one("#run-title").render()))
+        assert timeline.view.count == 4 * 7 and "recording" not in str(screen.query_one("#run-title").render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: column(app, "status")[1] == "complete")
+        assert column(app, "steps")[1] == "4" and column(app, "outcome")[1] == "pass"
+
+    run_app(path, flow, load_tokenizer=False)
+    assert not failures, failures
