@@ -63,8 +63,8 @@ class RunsScreen(Screen):
         Binding("enter", "open", "open", priority=False),
         Binding("space", "mark", "mark for diff"),
         Binding("d", "diff", "diff"),
-        Binding("n", "rename", "name"),
-        Binding("delete,x", "delete", "delete"),
+        Binding("n", "rename", "name run"),
+        Binding("delete,x", "delete", "delete run"),
         Binding("r", "reload", "reload"),
     ]
     place = "runs"  # what a screen above says `escape` goes back to
