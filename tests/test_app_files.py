@@ -155,3 +155,23 @@ def test_the_compare_screen_marks_the_tokens_that_differ_between_the_two_message
         return True
 
     assert run_app(db, flow, load_tokenizer=False)
+
+
+def test_a_run_without_snapshots_says_so_in_the_files_view(tmp_path):
+    from tttr.app.bench import generate
+
+    path = tmp_path / "bench.db"
+    generate(path, 200, seed=1, tokens_per_step=5)  # agent-shaped events whose trees are digests only
+
+    async def flow(app, pilot):
+        await wait_for(pilot, lambda: isinstance(app.screen, TimelineScreen))
+        app.screen.timeline.cursor = app.screen.view.step_start(0)
+        await pilot.pause()
+        await pilot.press("f")
+        screen = await _files_shown(pilot, app)
+        assert screen.listed == []
+        await wait_for(pilot, lambda: "no snapshot of tree" in screen.detail_text)
+        assert "no snapshot of tree" in str(screen.query_one("#files-summary").render())
+        return True
+
+    assert run_app(path, flow, run_id=1, load_tokenizer=False)
