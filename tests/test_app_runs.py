@@ -232,3 +232,51 @@ def test_a_run_being_recorded_grows_on_screen_until_it_finishes(tmp_path):
 
     run_app(path, flow, load_tokenizer=False)
     assert not failures, failures
+
+
+@pytest.mark.slow  # records with the default model, then forks from the app
+def test_quitting_mid_fork_asks_and_the_fork_is_listed_as_cancelled(tmp_path):
+    """End to end: a real recording, a real fork started from the edit dialog, `q` while it
+    runs; after yes, the fork stops at its step and the runs list says `cancelled`."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tttr.app.screens.edit import EditScreen
+
+    db = tmp_path / "demo.db"
+    out = subprocess.run(
+        [sys.executable, "-m", "tttr.app", "demo", "--task", "write-line", "--seed", "1", "--db", str(db), "--no-open"],
+        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=900,
+    )
+    assert out.returncode == 0, out.stderr
+    run_id = int(out.stdout.split("--run")[1])
+
+    async def fork_then_quit(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        timeline.cursor = timeline.view.at("0:token:0").seq
+        await pilot.pause()
+        await pilot.press("e")
+        assert isinstance(app.screen, EditScreen)
+        await pilot.press("down", "enter")  # the second recorded alternative: the fork starts
+        screen = app.screen
+        assert isinstance(screen, TimelineScreen) and screen.query_one(ForkProgress).running
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmScreen)  # asked, not quit
+        await pilot.press("n")
+        assert app.screen is screen and app.is_running
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: not app.is_running)
+
+    run_app(db, fork_then_quit, run_id=run_id)
+    with Store.open(db, readonly=True) as store:
+        forks = [r for r in store.runs() if r.parent == run_id]
+    assert len(forks) == 1 and forks[0].status == "incomplete" and forks[0].outcome == CANCELLED
+
+    async def listed(app, pilot):
+        assert column(app, "run") == [f"#{run_id}", f"└─ #{forks[0].id}"]
+        assert column(app, "outcome")[1] == "cancelled" and column(app, "status")[1] == "incomplete"
+
+    run_app(db, listed, load_tokenizer=False)
