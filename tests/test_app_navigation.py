@@ -317,3 +317,21 @@ def test_the_palette_on_a_comparison_offers_its_export(db):
         assert "Export this comparison" in names and "Open right" in names
 
     run_app(db, flow)
+
+
+def test_at_80x24_the_keys_to_help_and_quit_and_the_run_state_stay_on_screen(db):
+    from textual.widgets._footer import FooterKey
+
+    async def flow(app, pilot):
+        await pilot.press("right", "full_stop")
+        await pilot.pause()
+        keys = {k.description: k.region for k in app.screen.query(FooterKey)}
+        for words in ("help", "quit", "edit & fork"):
+            region = keys[words]
+            assert region.width > 0 and region.right <= 80, (words, region)
+        title = app.screen.query_one("#run-title")
+        assert "complete" in str(title.render()) and title.region.right <= 80
+        timeline = app.screen.query_one(Timeline)
+        assert timeline.border_subtitle.startswith("event ") and timeline.region.height >= 12
+
+    run_app(db, flow, size=(80, 24))

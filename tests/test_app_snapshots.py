@@ -1,5 +1,6 @@
 """Snapshot tests (pytest-textual-snapshot): the runs list, a timeline on a token, the
-edit dialog refusing a value, and two runs side by side. Update them after a deliberate
+edit dialog refusing a value, two runs side by side, and the timeline at 80x24 with a
+bookmark and the position indicator. Update them after a deliberate
 change of the look with `pytest tests/test_app_snapshots.py --snapshot-update`."""
 
 from __future__ import annotations
@@ -63,3 +64,15 @@ def test_two_runs_side_by_side(snap_compare, store):
         await pilot.pause()
 
     assert snap_compare(TTTRApp(store, load_tokenizer=False), terminal_size=SIZE, run_before=compare)
+
+
+def test_timeline_at_80x24(snap_compare, store):
+    """The smallest terminal the app is laid out for: the run's status and outcome, the
+    position, the keys `?` and `q`, and the message strip all fit."""
+    async def bookmark_and_step(pilot):
+        await pilot.press("right", "right", "m", "full_stop", "full_stop")
+        pilot.app.clear_notifications()  # their timeout is wall-clock: not part of the picture
+        await pilot.pause()
+
+    app = TTTRApp(store, run_id=1, load_tokenizer=False)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=bookmark_and_step)

@@ -112,6 +112,7 @@ class HelpScreen(ModalScreen[None]):
             text.append(f"  {key.key:<{width}}", style="bold" if key.available else "dim")
             text.append(key.description, style="" if key.available else "dim")
             text.append(" (not available here now)\n" if not key.available else "\n", style="dim")
+        text.append("\nctrl+p opens the command palette: these commands by name", style="dim")
         text.append("\nescape or ? closes this help", style="dim")
         return text
 

@@ -20,7 +20,7 @@ from textual.widgets import Footer, Static
 
 from tttr.app import describe, program_edit
 from tttr.app.forking import ForkFailed, ForkFinished, ForkProgressed, run_fork
-from tttr.app.runview import (BLOB_PREVIEW, EDITABLE_KINDS, LAYERS, TOO_LARGE, RunView, is_blob, token_pos,
+from tttr.app.runview import (BLOB_PREVIEW, EDITABLE_KINDS, TOO_LARGE, RunView, is_blob, token_pos,
                          value_problem)
 from tttr.app.exporting import ask_export
 from tttr.app.navigation import GOTO_HELP, goto_target, next_in, value_text
@@ -74,6 +74,10 @@ class TimelineScreen(Screen):
         Binding("escape", "back", "back to runs"),
     ]
 
+    # A short or narrow terminal (80x24) gets a smaller message strip and a compact footer.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
+
     def __init__(self, view: RunView, *, start: int = 0) -> None:
         super().__init__()
         self.view = view
@@ -85,7 +89,7 @@ class TimelineScreen(Screen):
         self.search_seqs: list[int] = []  # the events the last search matched, in seq order
 
     def compose(self) -> ComposeResult:
-        yield Static(self._title("token"), id="run-title")
+        yield Static(self._title(), id="run-title")
         with Horizontal(id="timeline-body"):
             yield Timeline(self.view, bookmarks=self.app.bookmarks.setdefault(self.view.run_id, set()),
                            id="timeline")
@@ -96,11 +100,9 @@ class TimelineScreen(Screen):
         yield progress
         yield Footer()
 
-    def _title(self, layer: str) -> Text:
+    def _title(self) -> Text:
         run = self.view.run
-        text = self._layer_label(layer)
-        text.append("  ")
-        text.append(describe.run_title(run), style="bold")
+        text = Text(describe.run_title(run), style="bold")
         text.append("  ")
         text.append_text(describe.status_label(run))
         text.append(" ")
@@ -111,11 +113,6 @@ class TimelineScreen(Screen):
             text.append("  ")
             text.append_text(problem)
         return text
-
-    @staticmethod
-    def _layer_label(layer: str) -> Text:
-        letter, colour = LAYERS[layer]
-        return Text(f", . step through {letter} {layer}", style=f"bold {colour}")
 
     def on_mount(self) -> None:
         label_back(self)
@@ -144,7 +141,12 @@ class TimelineScreen(Screen):
             timeline = self.timeline
             timeline.virtual_size = Size(0, self.view.count)
             timeline.forget()  # the last step's bracket closes differently with new events below it
-            self.query_one("#run-title", Static).update(self._title(timeline.chosen_layer))
+            self.query_one("#run-title", Static).update(self._title())
+
+    def on_resize(self, event) -> None:
+        footer = self.query_one(Footer)
+        footer.compact = event.size.width < 120
+        footer.show_command_palette = event.size.width >= 100  # ctrl+p still opens it; ? says so
 
     def token_texts(self, ids: list[int]) -> dict[int, str]:
         return self.app.token_texts(ids, self.view.run.model_id)
@@ -216,9 +218,6 @@ class TimelineScreen(Screen):
         event = self.current
         if event is not None:
             self._show_detail(event)
-
-    def on_timeline_layer_chosen(self, message: Timeline.LayerChosen) -> None:
-        self.query_one("#run-title", Static).update(self._title(message.layer))
 
     def refresh_token_texts(self) -> None:
         """The tokenizer arrived: name the top-k alternatives of the current token."""

@@ -36,11 +36,11 @@ class Timeline(ScrollView, can_focus=True):
     BINDINGS = [
         Binding("down,j", "move(1)", "next event", show=False),
         Binding("up,k", "move(-1)", "prev event", show=False),
-        Binding("right,]", "next_step", "next step"),
+        Binding("right,]", "next_step", "next step", show=False),
         Binding("left,[", "prev_step", "prev step", show=False),
-        Binding("full_stop", "next_of_layer", "next in layer"),
+        Binding("full_stop", "next_of_layer", "next in layer", show=False),
         Binding("comma", "prev_of_layer", "prev in layer", show=False),
-        Binding("l", "cycle_layer", "layer"),
+        Binding("l", "cycle_layer", "layer", show=False),
         Binding("pagedown", "page(1)", "page down", show=False),
         Binding("pageup", "page(-1)", "page up", show=False),
         Binding("home,g", "go_start", "start", show=False),
@@ -62,18 +62,11 @@ class Timeline(ScrollView, can_focus=True):
         def control(self) -> "Timeline":
             return self.timeline
 
-    class LayerChosen(Message):
-        def __init__(self, layer: str) -> None:
-            super().__init__()
-            self.layer = layer
-
     def __init__(self, view: RunView, *, bookmarks: set[int] | None = None, name=None, id=None,
                  classes=None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.view = view
         self.bookmarks: set[int] = set() if bookmarks is None else bookmarks
-        last = view.event(view.count - 1)
-        self._steps = last.step + 1 if last is not None and isinstance(last.step, int) and last.step >= 0 else 0
         self._lines: OrderedDict[tuple[int, int], Strip] = OrderedDict()
         self._styles: dict[str, Style] = {}
         fork_seq = getattr(view.run, "fork_seq", None)
@@ -179,9 +172,14 @@ class Timeline(ScrollView, can_focus=True):
     def position(self) -> str:
         """Where the cursor is: `event 57/128 · step 1/3` (a seq of the run's events, a
         step number of its steps; `setup` before the first step)."""
-        event = self.view.event(self.cursor)
+        event, last = self.view.event(self.cursor), self.view.event(self.view.count - 1)
         step = "?" if event is None else "setup" if event.step == -1 else describe.short(event.step, 8)
-        return f"event {self.cursor}/{self.view.count} · step {step}/{self._steps}"
+        steps = last.step + 1 if last is not None and isinstance(last.step, int) and last.step >= 0 else 0
+        return f"event {self.cursor}/{self.view.count} · step {step}/{steps}"
+
+    def on_resize(self) -> None:
+        # The rows' height changes (the message strip grows or shrinks): keep the cursor in view.
+        self.scroll_to_cursor()
 
     def validate_cursor(self, value: int) -> int:
         return max(0, min(value, max(0, self.view.count - 1)))
@@ -242,4 +240,6 @@ class Timeline(ScrollView, can_focus=True):
         self.chosen_layer = LAYER_ORDER[(LAYER_ORDER.index(self.chosen_layer) + 1) % len(LAYER_ORDER)]
 
     def watch_chosen_layer(self, layer: str) -> None:
-        self.post_message(self.LayerChosen(layer))
+        letter, colour = LAYERS[layer]
+        self.border_title = Text.assemble(("→ ← ", "bold"), "step  ", (", . ", "bold"),
+                                          (f"{letter} {layer}", f"bold {colour}"), "  ", ("l", "bold"), " layer")
