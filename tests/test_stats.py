@@ -196,3 +196,21 @@ def test_stats_on_a_database_without_suite_runs_is_one_line_and_writes_nothing(t
     err = capsys.readouterr().err
     assert err.startswith("tttr: error: the database holds no suite runs") and err.count("\n") == 1
     assert path.read_bytes() == before and not png.exists()
+
+
+def test_stats_shows_hostile_names_from_the_file_inert(tmp_path, capsys):
+    path = tmp_path / "hostile.db"
+    with Store.open(path) as store:
+        for i in range(2):
+            rid = store.begin_run(task="\x1b[31m[/]red", model_id="m",
+                                  meta={"suite": {"id": "s\x1b]0;x\x07", "condition": "free", "index": "x"}})
+            store.append(rid, 0, "trace", "tool", "0:tool", {"cmd": ["not", "text"], "tree_before": 1, "tree_after": 2})
+            store.commit_step(rid)
+            store.finish_run(rid, "complete", ["not", "an", "outcome"])
+        store.begin_run(task="t", model_id="m", meta={"suite": {"id": 7, "condition": "free"}})  # not a suite id
+    assert main(["stats", "--db", str(path), "--plot-terminal"]) == 0
+    captured = capsys.readouterr()
+    assert "\x1b[31m[/]red" not in captured.out and "\x1b]0;" not in captured.out  # the file's escapes, inert
+    assert "\x07" not in captured.out and "[/]red" in captured.out
+    row = next(line for line in captured.out.splitlines() if "red" in line and "2/0/0/0" in line)
+    assert "0.00 [0.00,0.66]" in row  # no verdict counts as not passed

@@ -189,7 +189,8 @@ def stats_table(stats) -> str:
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
              for r in [head, *rows]]
-    out = [f"suite {stats.suite_id} (runs per condition: free/token-pinned/trace-pinned/pinned)", *lines, *RULE_LINES]
+    out = [visible(f"suite {stats.suite_id} (runs per condition: free/token-pinned/trace-pinned/pinned)", newlines=False),
+           *lines, *RULE_LINES]
     if stats.left_out:
         out.append(f"{stats.left_out} incomplete run(s) left out")
     return "\n".join(out)
