@@ -102,7 +102,7 @@ def _definitions() -> dict[str, list[str]]:
     return found
 
 
-@pytest.mark.parametrize("name", ["Divergence", "ShellState", "Site", "Mutation", "site_order", "site_parts", "canonical_site",
+@pytest.mark.parametrize("name", ["Divergence", "ShellState", "Site", "Mutation", "site_order", "site_parts", "canonical_site", "SETUP_STEP",
                                   "KIND_LAYER", "brief", "short", "_short", "_site_key", "_LAYER_OF", "_RANK"])
 def test_defined_once(name):
     assert len(_definitions().get(name, [])) <= 1, f"{name} is defined in {_definitions()[name]}"
