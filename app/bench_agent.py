@@ -8,7 +8,8 @@ round, in this process:
   user runs it (the model loads, the program runs in the sandbox, the check runs);
 - `unrecorded`: the same program in the same sandbox against `tttr serve`'s app without a
   database (its model loaded once, before the rounds; the program's SDK calls do their own
-  work, as outside TTTR), timed from the program's start to its end;
+  work, as outside TTTR), timed from the program's start to its end; before the recording
+  in even rounds, after it in odd ones;
 - `faithful replay` of the first round's recording (`tttr replay RUN`);
 - `fork` of it at its last model call (`tttr fork RUN --at STEP:token:0 --set` the recorded
   runner-up token): everything before is answered from the recording, that call is generated.
@@ -208,6 +209,8 @@ def measure(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: boo
         try:
             first = site = value = None
             for r in range(1, rounds + 1):
+                if r % 2 == 0:  # the two sides take turns at going first, so that neither always follows the other
+                    times["unrecorded"].append(unrecorded.run(_tree(work, 2 * r + 1), clock))
                 began = time.perf_counter()
                 rec = record_program(db, ARGV, tree=str(_tree(work, 2 * r)), clock=clock, seed=SEED, model=model,
                                      check=CHECK, timeout_s=TIMEOUT_S, unsafe_no_sandbox=unsafe_no_sandbox)
@@ -216,7 +219,8 @@ def measure(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: boo
                     raise ProgramRunError(f"the example did not solve {TASK} under tttr record (exit {rec.exit_code}, "
                                           f"check {rec.passed}): {rec.stderr.strip()[-300:]}")
                 times["recorded"].append(rec.extra["program_s"])
-                times["unrecorded"].append(unrecorded.run(_tree(work, 2 * r + 1), clock))
+                if r % 2 == 1:
+                    times["unrecorded"].append(unrecorded.run(_tree(work, 2 * r + 1), clock))
                 if first is None:
                     first = rec.run_id
                     site, value = _fork_site(db, first)
