@@ -589,6 +589,8 @@ def mutation_label(mutation: Any, width: int = 80) -> str:
 
 def outcome_line(outcome: Any) -> Text:
     """passed/failed and the first line of the checker's message; `—` when there is none."""
+    if isinstance(outcome, dict) and "passed" not in outcome and "exit_code" in outcome:
+        return program_outcome_line(outcome)  # a program recorded without --check
     if not isinstance(outcome, dict) or "passed" not in outcome:
         return Text("—" if not outcome else short(preview(outcome, 200, quote=True), 40), style="dim")
     passed = outcome.get("passed")
@@ -615,6 +617,9 @@ def outcome_label(run) -> Text:
         ended = outcome.get("finish_reason") if isinstance(outcome, dict) else None
         if isinstance(ended, str) and ended:
             return Text(f"ended: {short(ended, 20)}")  # a served call: the model's finish reason
+        if isinstance(outcome, dict) and "exit_code" in outcome:  # a program recorded without --check
+            code = outcome["exit_code"]
+            return Text(f"exit {short(code, 8)}", style="green" if code == 0 else "bold red")
         return Text(short(preview(outcome, 200, quote=True), 20))
     return Text("pass", style="bold green") if passed else Text("fail", style="bold red")
 

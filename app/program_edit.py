@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from tttr.sessions.vocabulary import site
+from tttr.sessions.vocabulary import SETUP_STEP, site
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ def offer(run, event) -> EditOffer | str | None:
         return None
     value = event.value if isinstance(event.value, dict) else {}
     if event.kind == "setup":
-        return EditOffer(site(-1, "clock"), "clock", str(value.get("clock", "")))
+        return EditOffer(site(SETUP_STEP, "clock"), "clock", str(value.get("clock", "")))
     if event.kind == "tool" and isinstance(value.get("program"), list):
         return ("this is the program's own output, not a value it was given: fork at a model call's token (K), "
                 "an SDK tool's result or a clock read (R)")

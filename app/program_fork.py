@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 from tttr.app.program import ProgramRunError
 from tttr.app.program_replay import Replayer, _load, _Step
 from tttr.engine.serve.errors import APIError
-from tttr.sessions.vocabulary import KIND_LAYER, Site, SiteError, site, site_parts
+from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, Site, SiteError, site, site_parts
 
 SITES = "an SDK tool (STEP:tool), a clock read (STEP:clock, or setup:clock) or a model call's token (STEP:token:POS)"
 
@@ -58,7 +58,7 @@ class ForkPlan:
 
     @property
     def at_setup(self) -> bool:
-        return self.site.step < 0
+        return self.site.step == SETUP_STEP
 
     def columns(self) -> dict:
         return {"fork_seq": self.fork_seq, "fork_site": str(self.site),
@@ -73,7 +73,7 @@ class ForkPlan:
         fork of the setup clock shares nothing and starts with the setup at the new time."""
         if self.at_setup:
             recorder.adopt(recorder.default_run, child)
-            recorder.store.append(child, -1, KIND_LAYER["setup"], "setup", site(-1, "setup"),
+            recorder.store.append(child, SETUP_STEP, KIND_LAYER["setup"], "setup", site(SETUP_STEP, "setup"),
                                   {**setup, "clock": self.value})
             recorder.store.commit_step(child)
             return
@@ -140,7 +140,7 @@ def _check_clock(rec, source, at: Site, step, value_text: str) -> ForkPlan:
     """A clock read's (or the setup clock's) new value, and how far it moves the run's clock."""
     from tttr.engine.replay.mutation import MutationError, _clock
 
-    if at.step < 0:
+    if at.step == SETUP_STEP:
         recorded = rec.setup.get("clock") or (rec.run.meta or {}).get("clock")
         fork_seq, shared = 0, frozenset()
     elif step is None or step.kind != "clock":
@@ -261,7 +261,7 @@ class ForkReplayer(Replayer):
 
     def answer_call(self, name, endpoint: str, body: dict):
         if self.cancelled:
-            return APIError("the fork was cancelled", status=409, code="fork_cancelled")
+            return APIError("the fork was cancelled", status=410, code="fork_cancelled")  # 410: clients do not retry
         try:
             return super().answer_call(name, endpoint, body)
         finally:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_helpers import needs_sandbox
+from test_program_fork import PROGRAM as FORK_PROGRAM
 from tests.app_helpers import open_store, run_app, wait_for
 from tttr.app.screens.compare import CompareScreen
 from tttr.app.screens.edit import EditScreen
@@ -23,34 +24,16 @@ from tttr.app.widgets.detail import DetailPane
 from tttr.app.widgets.fork_progress import ForkProgress
 from tttr.app.widgets.side_by_side import SideBySide
 from tttr.app.widgets.timeline import Timeline
-from tttr.sessions.vocabulary import site
+from tttr.sessions.vocabulary import SETUP_STEP, site
 
 pytestmark = [pytest.mark.slow, needs_sandbox]
 
 ROOT = Path(__file__).resolve().parent.parent
-PROGRAM = textwrap.dedent("""\
-    import sys
-    from openai import OpenAI
-    from tttr.recorders import sdk
-
-    @sdk.tool
-    def decide(text):
-        return "stop"
-
-    client = OpenAI()
-    model = client.models.list().data[0].id
-    first = sdk.now()
-    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hi"}],
-                                       max_tokens=3, seed=3)
-    verdict = decide(r.choices[0].message.content)
-    print("first:", first.isoformat())
-    print("verdict:", verdict)
-    print("later:", sdk.now().isoformat())
-    if verdict == "again":
-        r2 = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "More"}],
-                                            max_tokens=2, seed=3)
-        print("second:", repr(r2.choices[0].message.content))
-    print("done deciding", file=sys.stderr)
+# test_program_fork's program (a model call, an @sdk.tool that decides whether to call again),
+# then a clock read and a line on stderr.
+PROGRAM = FORK_PROGRAM + textwrap.dedent("""\
+    print("at:", sdk.now().isoformat())
+    print("done deciding", file=__import__("sys").stderr)
 """)
 
 
@@ -102,22 +85,23 @@ def test_a_program_run_reads_on_one_timeline(program_db):
         timeline = app.screen.query_one(Timeline)
         lines = "\n".join(_lines(timeline))
         assert "python3 prog.py · clock 2026-03-02T10:00:00" in lines  # the setup: command line and clock
-        assert lines.count("sdk.now()") == 2  # both clock reads, marked as the program's
+        assert lines.count("sdk.now()") == 1  # the clock read, marked as the program's
         assert 'decide("' in lines and '→ "stop"' in lines  # the SDK tool: its call and its result
         assert "$ python3 prog.py  → exit 0" in lines  # the program's end
-        assert "exit 0" in lines.splitlines()[-1] or "exit 0" in lines  # the outcome without a checker
+        assert any(":outcome" in ln and "exit 0" in ln for ln in lines.splitlines())  # no checker: its exit code
+        assert "exit 0" in str(app.screen.query_one("#run-title").render())  # the run's outcome, not its JSON
         pane = app.screen.query_one(DetailPane)
 
-        await _at(app, pilot, "2:tool")
+        await _at(app, pilot, "1:tool")
         assert "function" in pane.text and "decide" in pane.text and '"stop"' in pane.text
         assert "press e to edit" in pane.text
-        await _at(app, pilot, "4:tool")
+        await _at(app, pilot, "3:tool")
         await wait_for(pilot, lambda: "verdict: stop" in pane.text)  # stdout, loaded in a worker
         assert "done deciding" in pane.text  # stderr
         assert "not recorded" not in pane.text and "press e to edit" not in pane.text
         await pilot.press("e")  # the program's own output is no fork site
         assert isinstance(app.screen, TimelineScreen)
-        await _at(app, pilot, "1:token:0")
+        await _at(app, pilot, "0:token:0")
         assert "top-5 alternatives" in pane.text  # the model call's tokens and logits, as for the agent
 
     run_app(db, flow, run_id=run_id)
@@ -127,7 +111,7 @@ def test_edit_an_sdk_result_in_the_app_forks_the_program(program_db):
     db, run_id = program_db
 
     async def flow(app, pilot):
-        await _at(app, pilot, "2:tool")
+        await _at(app, pilot, "1:tool")
         await pilot.press("e")
         dialog = app.screen
         assert isinstance(dialog, EditScreen) and dialog.current == '"stop"' and dialog.kind == "function"
@@ -136,7 +120,7 @@ def test_edit_an_sdk_result_in_the_app_forks_the_program(program_db):
         assert app.screen is dialog and "no exit code" in str(dialog.query_one("#edit-error").render())
         before = {r.id for r in app.store.runs()}
         child, comparison = await _fork_from_dialog(app, pilot, "again")
-        assert comparison.run_a == run_id and comparison.fork_site == "2:tool"
+        assert comparison.run_a == run_id and comparison.fork_site == "1:tool"
         assert {r.id for r in app.store.runs()} - before == {child}
         return child
 
@@ -157,10 +141,10 @@ def test_the_setup_clock_forks_the_whole_program_from_the_app(program_db):
     db, run_id = program_db
 
     async def flow(app, pilot):
-        await _at(app, pilot, site(-1, "setup"))
+        await _at(app, pilot, site(SETUP_STEP, "setup"))
         await pilot.press("e")
         dialog = app.screen
-        assert isinstance(dialog, EditScreen) and dialog.site == site(-1, "clock")
+        assert isinstance(dialog, EditScreen) and dialog.site == site(SETUP_STEP, "clock")
         assert dialog.current == "2026-03-02T10:00:00"
         child, comparison = await _fork_from_dialog(app, pilot, "+1d")
         setup = comparison.rows[0]
@@ -181,3 +165,26 @@ def test_the_setup_clock_forks_the_whole_program_from_the_app(program_db):
         assert [t - timedelta(days=1) for t in clocks(events)] == clocks(parent_events) != []
     finally:
         store.close()
+
+
+def test_a_program_fork_can_be_cancelled(program_db):
+    db, run_id = program_db
+
+    async def flow(app, pilot):
+        await _at(app, pilot, "1:tool")
+        before = {r.id for r in app.store.runs()}
+        await pilot.press("e")
+        assert isinstance(app.screen, EditScreen)
+        app.screen.query_one("#edit-value").value = "again"  # the other path needs a call generated live
+        await pilot.press("ctrl+s")
+        screen = app.screen
+        assert screen.fork_cancel is not None
+        await pilot.press("x")  # the program's next model call is refused: it ends early
+        await wait_for(pilot, lambda: screen.fork_cancel is None, timeout=600)
+        assert app.screen is screen  # no side-by-side for a cancelled fork
+        assert not screen.query_one(ForkProgress).display
+        new = [r for r in app.store.runs() if r.id not in before]
+        assert len(new) == 1 and new[0].status == "incomplete" and new[0].parent == run_id
+        assert new[0].outcome["reason"] == "cancelled"
+
+    run_app(db, flow, run_id=run_id)

@@ -44,10 +44,10 @@ def _run(capsys, argv: list[str]) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _record(capsys, tmp_path: Path) -> tuple[Path, dict]:
+def _record(capsys, tmp_path: Path, program: str = PROGRAM) -> tuple[Path, dict]:
     tree = tmp_path / "tree"
     tree.mkdir()
-    (tree / "prog.py").write_text(PROGRAM)
+    (tree / "prog.py").write_text(program)
     db = tmp_path / "s.db"
     res = _run(capsys, ["record", "--db", str(db), "--tree", str(tree), "--seed", "7", "--clock",
                         "2026-03-02T10:00:00", "--json", "--", "python3", "prog.py"])
@@ -141,13 +141,7 @@ def _lines(stdout: str) -> dict:
 def test_fork_at_a_clock_read_moves_it_and_later_reads_and_the_setup_clock_moves_the_run(tmp_path, capsys):
     from datetime import datetime, timedelta
 
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    (tree / "prog.py").write_text(CLOCK_PROGRAM)
-    db = tmp_path / "s.db"
-    rec = _run(capsys, ["record", "--db", str(db), "--tree", str(tree), "--seed", "7", "--clock",
-                        "2026-03-02T10:00:00", "--json", "--", "python3", "prog.py"])
-    assert rec["exit_code"] == 0 and rec["calls"] == 1, rec["stderr"]
+    db, rec = _record(capsys, tmp_path, CLOCK_PROGRAM)
     run = rec["run_id"]
     was = _lines(rec["stdout"])
     assert was["today"] == "2026-03-02"
@@ -170,7 +164,7 @@ def test_fork_at_a_clock_read_moves_it_and_later_reads_and_the_setup_clock_moves
         assert [e.value["t"][:19] for e in events if e.kind == "clock"] == [now["first"], now["later"]]
 
     # The setup clock moved: the whole run happens on another day, the program's own clock included.
-    res = _fork(capsys, db, run, "-1:clock", "2026-05-01T08:00:00")
+    res = _fork(capsys, db, run, "setup:clock", "2026-05-01T08:00:00")
     now = _lines(res["stdout"])
     moved = datetime(2026, 5, 1, 8) - datetime(2026, 3, 2, 10)
     assert now["today"] == "2026-05-01"
@@ -185,7 +179,7 @@ def test_fork_at_a_clock_read_moves_it_and_later_reads_and_the_setup_clock_moves
     # Bad values and sites: one line, exit 2, nothing written.
     with Store.open(db, readonly=True) as store:
         runs = len(store.runs())
-    for at, value in (("0:clock", "tomorrow"), ("1:clock", "+1"), ("-1:clock", "+900000d")):
+    for at, value in (("0:clock", "tomorrow"), ("1:clock", "+1"), ("setup:clock", "+900000d")):
         assert main(["fork", str(run), "--db", str(db), "--at", at, "--set", value]) == 2, at
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1, err
