@@ -17,7 +17,8 @@ round, in this process:
 `replay_speedup` = record ÷ faithful replay and `fork_speedup` = record ÷ fork (the full re-run
 a fork saves), best round of each side. `record_overhead` compares the program's run inside
 `tttr record` (its start and end snapshots and its events included, the model's load not)
-with the unrecorded run: best and median rounds. `sdk_import_ms` is `python3 -c 'from
+with the unrecorded run: best and median rounds of wall time, and the median of CPU time
+(this process's threads and the program's), steadier than wall time on a shared machine. `sdk_import_ms` is `python3 -c 'from
 tttr.recorders import sdk'` minus `python3 -c pass`, medians of several fresh interpreters.
 """
 
@@ -34,7 +35,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from tttr.app.program import ProgramRunError, _Endpoint
+from tttr.app.program import ProgramRunError, Stopwatch, _Endpoint
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "assets" / "examples" / "openai_agent.py"
 TASK = "write-line"
@@ -53,6 +54,8 @@ class Figures:
     record_s: tuple[float, ...]  # `tttr record`, end to end
     recorded_program_s: tuple[float, ...]  # the program's run inside it, recording included, no model load
     unrecorded_program_s: tuple[float, ...]  # the same program against a server that does not record
+    recorded_program_cpu_s: tuple[float, ...]  # CPU seconds of the two above: this process and the program
+    unrecorded_program_cpu_s: tuple[float, ...]
     replay_s: tuple[float, ...]
     fork_s: tuple[float, ...]
     identical: tuple[bool, ...]  # each faithful replay: identical, 0 logits computed, 0 tools run
@@ -60,7 +63,8 @@ class Figures:
     fork_site: str
 
     def __post_init__(self):
-        for name in ("record_s", "recorded_program_s", "unrecorded_program_s", "replay_s", "fork_s"):
+        for name in ("record_s", "recorded_program_s", "unrecorded_program_s", "recorded_program_cpu_s",
+                     "unrecorded_program_cpu_s", "replay_s", "fork_s"):
             times = getattr(self, name)
             if not times or any(not t > 0 for t in times):
                 raise ValueError(f"Figures.{name} needs one positive time per round, got {times!r}")
@@ -76,9 +80,13 @@ class Figures:
             "fork_speedup": round(best["record_s"] / best["fork_s"], 2),
             "record_overhead": round(best["recorded_program_s"] / best["unrecorded_program_s"] - 1, 4),
             "record_overhead_median": round(median(self.recorded_program_s) / median(self.unrecorded_program_s) - 1, 4),
+            "record_overhead_cpu": round(median(self.recorded_program_cpu_s) / median(self.unrecorded_program_cpu_s) - 1,
+                                         4),
             "sdk_import_ms": round(self.sdk_import_ms, 2),
             "fork_site": self.fork_site,
             **{name: round(t, 3) for name, t in best.items()},
+            **{f"{name}_median": round(median(getattr(self, name)), 3)
+               for name in ("recorded_program_cpu_s", "unrecorded_program_cpu_s")},
         }
 
 
@@ -92,7 +100,8 @@ def format_report(r: dict) -> str:
         f"{r['replay_speedup']:.1f}x (target >= {TARGETS['replay_speedup']:.0f}x); fork_speedup "
         f"{r['fork_speedup']:.1f}x (target >= {TARGETS['fork_speedup']:.0f}x, fork at the last model call)",
         f"record_overhead {r['record_overhead'] * 100:+.1f}% best, {r['record_overhead_median'] * 100:+.1f}% median "
-        f"(target <= {TARGETS['record_overhead'] * 100:.0f}%); sdk_import_ms {r['sdk_import_ms']:.1f} ms",
+        f"(target <= {TARGETS['record_overhead'] * 100:.0f}%), {r['record_overhead_cpu'] * 100:+.1f}% in CPU time "
+        f"(median); sdk_import_ms {r['sdk_import_ms']:.1f} ms",
     ])
 
 
@@ -126,7 +135,7 @@ class _Unrecorded:
         self.app = create_app(service, None)
         self.endpoint: _Endpoint | None = None
 
-    def run(self, tree: Path, clock: datetime) -> float:
+    def run(self, tree: Path, clock: datetime) -> Stopwatch:
         from tttr.recorders.limits import Limits
         from tttr.recorders.program import SOCKET_NAME, check_program, endpoint_env, sandboxed_command
         from tttr.recorders.sandbox import Executor
@@ -143,14 +152,15 @@ class _Unrecorded:
             model_only = {k: v for k, v in endpoint_env(self.endpoint.base, "").items() if k.startswith("OPENAI_")}
             env = {**(host.env() if sandboxed else {"PATH": host.path}), **model_only}
             command = sandboxed_command(program, host) if sandboxed else program
-            began = time.perf_counter()
+            watch = Stopwatch()
+            watch.start()
             res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
-            took = time.perf_counter() - began
+            watch.stop()
         finally:
             executor.close()
         if res.exit_code != 0:
             raise ProgramRunError(f"the example exited {res.exit_code} without recording: {res.stderr.strip()[-300:]}")
-        return took
+        return watch
 
     def close(self) -> None:
         if self.endpoint is not None:
@@ -202,7 +212,14 @@ def measure(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: boo
     clock = load_task(TASK).clock
     work = Path(tempfile.mkdtemp(prefix="tttr-bench-agent-"))
     db = str(work / "agent.db")
-    times: dict[str, list] = {k: [] for k in ("record", "recorded", "unrecorded", "replay", "fork", "identical")}
+    times: dict[str, list] = {k: [] for k in ("record", "recorded", "unrecorded", "recorded_cpu", "unrecorded_cpu",
+                                              "replay", "fork", "identical")}
+
+    def unrecorded_run(n: int) -> None:
+        watch = unrecorded.run(_tree(work, n), clock)
+        times["unrecorded"].append(watch.wall)
+        times["unrecorded_cpu"].append(watch.cpu)
+
     try:
         progress("loading the model for the unrecorded runs …")
         unrecorded = _Unrecorded(work, model, unsafe_no_sandbox)
@@ -210,7 +227,7 @@ def measure(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: boo
             first = site = value = None
             for r in range(1, rounds + 1):
                 if r % 2 == 0:  # the two sides take turns at going first, so that neither always follows the other
-                    times["unrecorded"].append(unrecorded.run(_tree(work, 2 * r + 1), clock))
+                    unrecorded_run(2 * r + 1)
                 began = time.perf_counter()
                 rec = record_program(db, ARGV, tree=str(_tree(work, 2 * r)), clock=clock, seed=SEED, model=model,
                                      check=CHECK, timeout_s=TIMEOUT_S, unsafe_no_sandbox=unsafe_no_sandbox)
@@ -219,8 +236,9 @@ def measure(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: boo
                     raise ProgramRunError(f"the example did not solve {TASK} under tttr record (exit {rec.exit_code}, "
                                           f"check {rec.passed}): {rec.stderr.strip()[-300:]}")
                 times["recorded"].append(rec.extra["program_s"])
+                times["recorded_cpu"].append(rec.extra["program_cpu_s"])
                 if r % 2 == 1:
-                    times["unrecorded"].append(unrecorded.run(_tree(work, 2 * r + 1), clock))
+                    unrecorded_run(2 * r + 1)
                 if first is None:
                     first = rec.run_id
                     site, value = _fork_site(db, first)
@@ -241,7 +259,7 @@ def measure(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: boo
             unrecorded.close()
         progress(f"timing the SDK's import in {IMPORT_SAMPLES} fresh interpreters …")
         return Figures(tuple(times["record"]), tuple(times["recorded"]), tuple(times["unrecorded"]),
-                       tuple(times["replay"]), tuple(times["fork"]), tuple(times["identical"]), sdk_import_ms(), site)
+                       tuple(times["recorded_cpu"]), tuple(times["unrecorded_cpu"]), tuple(times["replay"]), tuple(times["fork"]), tuple(times["identical"]), sdk_import_ms(), site)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -57,6 +57,31 @@ class ProgramResult:
                 "limit_hit": self.limit_hit, "stdout": self.stdout, "stderr": self.stderr}
 
 
+class Stopwatch:
+    """Wall and CPU seconds summed over start/stop laps. CPU counts every thread of this
+    process (the server, the engine, the recorder's writer) and the children it has waited
+    for (the sandboxed program), so that on a busy machine it shows the work beside the wait."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+        self._at: tuple[float, float] | None = None
+
+    @staticmethod
+    def _cpu() -> float:
+        import resource
+
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.process_time() + children.ru_utime + children.ru_stime
+
+    def start(self) -> None:
+        self._at = (time.perf_counter(), self._cpu())
+
+    def stop(self) -> None:
+        wall, cpu = self._at
+        self.wall += time.perf_counter() - wall
+        self.cpu += self._cpu() - cpu
+
+
 def running_clock(start: datetime):
     """SDK clock reads (`sdk.now()`): the virtual clock, running from `start` in whole
     seconds from now, as the sandbox's faketime clock runs from it in each process."""
@@ -159,13 +184,14 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
                   "sandboxed": executor.sandboxed},
         )
         recorder.adopt(name, run_id)
-        began = time.perf_counter()  # the recording's own time, without the model's load (extra["program_s"])
+        watch = Stopwatch()  # the recording's own time, without the model's load (extra)
+        watch.start()
         start, start_digest = snapshot(tree_dir, store), tree_digest(tree_dir)
         store.append(run_id, -1, KIND_LAYER["setup"], "setup", site(-1, "setup"),
                      {"task": name, "clock": iso(clock), "tree": start_digest, "snapshot": start,
                       "program": list(argv)})
         store.commit_step(run_id)
-        setup_s = time.perf_counter() - began
+        watch.stop()
         say("loading the model …")
         if not service.wait_ready(READY_TIMEOUT_S) or service.load_error:
             raise ProgramRunError(f"the model did not load: {service.load_error or 'timed out'}")
@@ -175,7 +201,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         command = sandboxed_command(program, host) if sandboxed else program
         server.clock = running_clock(clock)
         say(f"running {program} …")
-        began = time.perf_counter()
+        watch.start()
         res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
         recorder.flush()
         calls = len(store.events(run_id, kind="prompt"))
@@ -192,7 +218,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
             "snapshot": end, "cwd_after": res.state_after.cwd, "exports_after": dict(res.state_after.exports),
             "program": list(argv),
         })
-        program_s = setup_s + time.perf_counter() - began
+        watch.stop()
         outcome = {"exit_code": res.exit_code, "calls": calls, "tree": end_digest, "clock": iso(clock)}
         if res.limit_hit:
             outcome["reason"] = f"the program hit a limit: {res.limit_hit}"
@@ -207,7 +233,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         store.finish_run(run_id, status="complete", outcome=outcome)
         run_id_done, run_id = run_id, None
         return ProgramResult(run_id_done, res.exit_code, calls, res.stdout, stderr, passed, res.limit_hit,
-                             {"program_s": program_s})
+                             {"program_s": watch.wall, "program_cpu_s": watch.cpu})
     finally:
         if endpoint is not None:
             endpoint.stop()

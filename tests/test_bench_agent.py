@@ -14,7 +14,8 @@ from sandbox_helpers import needs_sandbox
 
 def _figures(**changes) -> Figures:
     given = dict(record_s=(20.0, 16.0, 18.0), recorded_program_s=(4.2, 4.4, 5.0),
-                 unrecorded_program_s=(4.0, 4.3, 4.0), replay_s=(4.0, 3.2, 3.6), fork_s=(8.0, 9.0, 10.0),
+                 unrecorded_program_s=(4.0, 4.3, 4.0), recorded_program_cpu_s=(3.0, 3.3, 3.1),
+                 unrecorded_program_cpu_s=(3.0, 3.0, 3.0), replay_s=(4.0, 3.2, 3.6), fork_s=(8.0, 9.0, 10.0),
                  identical=(True, True, True), sdk_import_ms=12.5, fork_site="3:token:0")
     return Figures(**{**given, **changes})
 
@@ -26,6 +27,7 @@ def test_ratios_take_the_best_round_of_each_side_and_the_overhead_also_the_media
     assert r["fork_speedup"] == 2.0  # 16 / 8
     assert r["record_overhead"] == 0.05  # 4.2 / 4.0 - 1
     assert r["record_overhead_median"] == round(4.4 / 4.0 - 1, 4)
+    assert r["record_overhead_cpu"] == round(3.1 / 3.0 - 1, 4)
     assert r["record_s"] == 16.0 and r["replay_s"] == 3.2 and r["fork_site"] == "3:token:0"
     assert r["example"] == "assets/examples/openai_agent.py" and r["task"] == "write-line"
     assert _figures(identical=(True, False, True)).to_json()["faithful_identical"] is False
@@ -38,11 +40,12 @@ def test_report_prints_each_figure_with_its_target():
     assert "record 16.00 s" in lines[0] and "fork at 3:token:0 8.00 s" in lines[0]
     assert "faithful_identical true (target true)" in lines[1]
     assert "replay_speedup 5.0x (target >= 50x)" in lines[1] and "fork_speedup 2.0x (target >= 3x" in lines[1]
-    assert "record_overhead +5.0% best, +10.0% median (target <= 5%)" in lines[2]
+    assert "record_overhead +5.0% best, +10.0% median (target <= 5%), +3.3% in CPU time (median)" in lines[2]
     assert "sdk_import_ms 12.5 ms" in lines[2]
 
 
-@pytest.mark.parametrize("field", ["record_s", "replay_s", "fork_s", "unrecorded_program_s"])
+@pytest.mark.parametrize("field", ["record_s", "replay_s", "fork_s", "unrecorded_program_s",
+                                   "recorded_program_cpu_s"])
 def test_a_missing_or_non_positive_time_is_refused_naming_the_field(field):
     with pytest.raises(ValueError, match=f"Figures.{field}"):
         _figures(**{field: (1.0, 0.0)})
@@ -60,7 +63,7 @@ def test_bench_agent_one_round_replays_identically_and_reports_every_figure(caps
     for key in ("replay_speedup", "fork_speedup", "record_s", "replay_s", "fork_s", "recorded_program_s",
                 "unrecorded_program_s", "sdk_import_ms"):
         assert isinstance(r[key], float) and r[key] > 0, (key, r[key])
-    for key in ("record_overhead", "record_overhead_median"):
+    for key in ("record_overhead", "record_overhead_median", "record_overhead_cpu"):
         assert isinstance(r[key], float) and r[key] > -1, (key, r[key])
     assert r["fork_site"].endswith(":token:0")
     assert "bench agent: round 1/1:" in captured.err and "(identical)" in captured.err
