@@ -20,6 +20,7 @@ from tttr.app.widgets.timeline import Timeline
 from tttr.sessions.store import Store
 
 from tests.app_helpers import open_store, run_app, wait_for
+from test_app_fork import demo_db  # noqa: F401 - a fixture: `tttr demo` records a real run
 from test_store import SEED, record, record_step, token
 
 CANCELLED = {"reason": "cancelled"}  # what the oracle stores for a fork stopped by the user
@@ -234,23 +235,13 @@ def test_a_run_being_recorded_grows_on_screen_until_it_finishes(tmp_path):
     assert not failures, failures
 
 
-@pytest.mark.slow  # records with the default model, then forks from the app
-def test_quitting_mid_fork_asks_and_the_fork_is_listed_as_cancelled(tmp_path):
+@pytest.mark.slow  # records with the default model (test_app_fork's `tttr demo` fixture), then forks from the app
+def test_quitting_mid_fork_asks_and_the_fork_is_listed_as_cancelled(demo_db):  # noqa: F811 - the fixture
     """End to end: a real recording, a real fork started from the edit dialog, `q` while it
     runs; after yes, the fork stops at its step and the runs list says `cancelled`."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from tttr.app.screens.edit import EditScreen
 
-    db = tmp_path / "demo.db"
-    out = subprocess.run(
-        [sys.executable, "-m", "tttr.app", "demo", "--task", "write-line", "--seed", "1", "--db", str(db), "--no-open"],
-        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=900,
-    )
-    assert out.returncode == 0, out.stderr
-    run_id = int(out.stdout.split("--run")[1])
+    db, run_id = demo_db
 
     async def fork_then_quit(app, pilot):
         timeline = app.screen.query_one(Timeline)
