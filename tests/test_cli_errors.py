@@ -101,6 +101,14 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ("diff",): [
         ["diff", "1", "2", "--db", "{missing}"], ["diff", "1", "999", "--db", "{db}"], ["diff", "-1", "1"],
     ],
+    ("triage",): [
+        ["triage", "1", "2", "--db", "{missing}"], ["triage", "1", "999", "--db", "{db}"], ["triage", "-1", "1"],
+        ["triage", "1", "1", "--db", "{db}"], ["triage", "1", "2", "--judge", "vibes", "--db", "{db}"],
+    ],
+    ("bisect",): [
+        ["bisect", "1", "2", "--db", "{missing}"], ["bisect", "999", "1", "--db", "{db}"],
+        ["bisect", "1", "1", "--db", "{db}"], ["bisect", "1", "2", "--max-replays", "0", "--db", "{db}"],
+    ],
     ("rename",): [
         ["rename", "1", "x", "--db", "{missing}"], ["rename", "999", "x", "--db", "{db}"],
         ["rename", "1", "", "--db", "{db}"], ["rename", "1", "a\nb", "--db", "{db}"], ["rename", "1", "x"],
@@ -154,7 +162,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
 
 # What `tttr --help` and `tttr bench --help` list (README's and docs' commands).
 COMMANDS = {"info", "runs", "events", "prompt", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
-            "diff", "open", "demo", "bench", "rename", "delete", "suite", "stats"}
+            "diff", "triage", "bisect", "open", "demo", "bench", "rename", "delete", "suite", "stats"}
 BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve"}
 
 
