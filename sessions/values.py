@@ -276,10 +276,12 @@ def check_run_fields(fields: dict[str, Any]) -> tuple[dict[str, Any], list[str]]
         problems.append(f"its {name} {what}")
         out[name] = safe
 
-    for name in ("task", "model_id", "kernel_mode", "fork_site", "finished", "name"):
-        v = fields.get(name)
+    for name in ("task", "model_id", "kernel_mode", "fork_site", "finished"):
+        v = fields[name]
         if v is not None and type(v) is not str:
             bad(name, f"is {_sql_type(v)}, not text", None)
+    if type(fields.get("name")) is not str:
+        out["name"] = None  # a name is only shown: one that is not text is left out, and the run still replays
     if type(fields["created"]) is not str:
         bad("created", f"is {_sql_type(fields['created'])}, not text", "")
     if type(fields["status"]) is not str:

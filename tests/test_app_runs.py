@@ -271,3 +271,41 @@ def test_quitting_mid_fork_asks_and_the_fork_is_listed_as_cancelled(demo_db):  #
         assert column(app, "outcome")[1] == "cancelled" and column(app, "status")[1] == "incomplete"
 
     run_app(db, listed, load_tokenizer=False)
+
+
+def test_a_run_of_an_older_file_is_named_and_the_list_shows_it(tmp_path):
+    """The app reads a version-1 file through a private copy migrated in memory; naming a
+    run migrates the file itself, and the list reads the file from then on."""
+    from test_store import build_v1
+
+    path = tmp_path / "v1.db"
+    build_v1(path)
+
+    async def flow(app, pilot):
+        assert column(app, "run") == ["#1"]
+        await pilot.press("n", *"old run", "enter")
+        assert column(app, "run") == ["#1 old run"]
+
+    run_app(path, flow, load_tokenizer=False)
+    with Store.open(path, readonly=True) as store:
+        assert store.file_version == 3 and store.run(1).name == "old run"
+
+
+def test_names_from_the_file_are_shown_as_text(db):
+    """A name written by hand (controls, markup, not text) is data: shown with controls
+    visible, never as markup; a name that is not text is left out (the run is still fine)."""
+    import sqlite3
+
+    path, ids = db
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE runs SET name = ? WHERE id = ?", ("\x1b[31m[/]red", ids["parent"]))
+    conn.execute("UPDATE runs SET name = X'0102' WHERE id = ?", (ids["other"],))  # a number would read as text
+    conn.commit()
+    conn.close()
+
+    async def flow(app, pilot):
+        names = column(app, "run")
+        assert names[0] == "#1 \\x1b[31m[/]red"  # the escape made visible, the brackets literal
+        assert names[-1] == "#5" and column(app, "lineage")[-1] == "recorded"  # a name not text is left out
+
+    run_app(path, flow, load_tokenizer=False)

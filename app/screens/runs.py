@@ -211,9 +211,17 @@ class RunsScreen(Screen):
         close checkpoints, so the .db file alone holds the change), then list again."""
         from tttr.sessions.store import Store
 
+        from tttr.sessions.schema import SCHEMA_VERSION
+
         try:
             with Store.open(self.app.db_path, create=False) as store:
                 change(store)
+            reader = self.app.store
+            if reader.readonly and reader.file_version < SCHEMA_VERSION:
+                # The app read an older file through a private copy migrated in memory, which
+                # cannot see this write; the writer has migrated the file itself: read it now.
+                self.app.store = Store.open(self.app.db_path, create=False, readonly=True)
+                reader.close()
         except Exception as exc:  # noqa: BLE001 - the store's reason is the message to show
             self.notify(visible(f"cannot {what}: {exc}", newlines=False), severity="error", timeout=10,
                         markup=False)
