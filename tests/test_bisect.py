@@ -49,6 +49,22 @@ def test_ddmin_finds_an_interaction_and_the_result_is_1_minimal(needed):
         assert not fails(res.items[:i] + res.items[i + 1:])
 
 
+@pytest.mark.parametrize("needed", [(5,), (2, 9)])
+def test_batched_ddmin_tests_a_round_together_and_finds_the_same_set(needed):
+    fails, calls = _culprit(*needed)
+    batches = []
+
+    def fails_many(subsets):
+        batches.append(len(subsets))
+        return [fails(s) for s in subsets]
+
+    res = ddmin(list(range(16)), fails, fails_many=fails_many)
+    one_at_a_time = ddmin(list(range(16)), _culprit(*needed)[0])
+    assert sorted(res.items) == sorted(one_at_a_time.items) == sorted(needed) and res.minimal
+    assert batches and all(b > 1 for b in batches) and res.tests == len(calls)
+    assert len({tuple(c) for c in calls}) == len(calls)
+
+
 def test_ddmin_stops_at_the_budget_with_the_best_failing_set_so_far():
     fails, calls = _culprit(11)
     res = ddmin(list(range(16)), fails, max_tests=2)

@@ -64,14 +64,15 @@ def test_triage_names_the_trace_layer_and_bisect_the_clock_the_checker_read(pair
     assert code == 0, err
     b = json.loads(out)
     assert [d["site"] for d in b["minimal"]] == [f"{last}:clock"] and b["layers"] == ["trace"]
-    assert b["is_minimal"] and b["stopped"] is None and b["batched"] is False
+    assert b["is_minimal"] and b["stopped"] is None and b["batched"] is True  # invariant kernels
     assert b["replays"] == len(b["tests"]) == 3  # the whole set, then each half
     assert [t["failed"] for t in b["tests"]] == [True, False, True]
     with Store.open(db, create=False, readonly=True) as store:
         assert all(store.run(t["run_id"]).parent == good for t in b["tests"])
 
-    code, out, err = _cli(capsys, "bisect", str(good), str(bad), "--db", str(db))
-    assert code == 0 and f"{last}:clock (trace)" in out and "not batched" in out and "round 1" in err
+    code, out, err = _cli(capsys, "bisect", str(good), str(bad), "--db", str(db), "--one-at-a-time")
+    assert code == 0 and f"{last}:clock (trace)" in out and "replays used: 3 (tests run one at a time)" in out
+    assert "round 1" in err
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -29,11 +29,14 @@ def register(sub, bench_sub) -> None:
                     "each test replays GOOD with a subset of BAD's values applied and judges it. Prints "
                     "the minimal failure-inducing set with layers and sites, the replays used, and each "
                     "tested subset's stored run. Progress per round on stderr; Ctrl-C keeps the tested "
-                    "runs and prints the best set so far. Tests run one at a time (not batched).",
+                    "runs and prints the best set so far. The independent tests of a round run batched "
+                    "(side by side through the engine) under invariant kernels, one at a time under fast ones.",
     )
     _pair_args(p)
     p.add_argument("--max-replays", type=argtypes.positive, default=50,
                    help="stop after this many replays with the best set so far (default 50)")
+    p.add_argument("--one-at-a-time", action="store_true",
+                   help="run every test alone instead of batching a round's tests (fewer replays, more time)")
     p.set_defaults(func=cmd_bisect)
 
 
@@ -131,12 +134,11 @@ def cmd_bisect(args) -> int:
         _err(args, f"    tested {len(trial.deltas)} delta(s) → {_outcome(trial)} "
                    f"({'fails' if trial.failed else 'passes'})")
 
-    _err(args, f"bisect: GOOD run {args.good} with subsets of BAD run {args.bad}'s differences "
-               "(tests one at a time, not batched) …")
+    _err(args, f"bisect: GOOD run {args.good} with subsets of BAD run {args.bad}'s differences …")
     store = _open_store(args.db, create=False)
     try:
         res = bisect(store, args.good, args.bad, judge=args.judge, max_replays=args.max_replays, runtime=runtime,
-                     unsafe_no_sandbox=args.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial)
+                     batch=not args.one_at_a_time, unsafe_no_sandbox=args.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial)
     finally:
         store.close()
     if args.json:
@@ -149,6 +151,6 @@ def cmd_bisect(args) -> int:
     _say(f"{head}: {len(r.items)} delta(s), layer(s) {', '.join(sorted({d.layer for d in r.items}))}")
     for d in r.items:
         _say(f"  {d.describe()}")
-    _say(f"replays used: {res.replays} (one at a time, not batched); tested runs: "
+    _say(f"replays used: {res.replays} ({res.batch_note}); tested runs: "
          + ", ".join(str(t.run_id) for t in res.trials))
     return 0

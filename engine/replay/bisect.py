@@ -4,12 +4,17 @@ fails; the result is a minimal failure-inducing set — removing any one of its 
 the failure disappear — with the replays used and each tested subset as a stored run.
 
 `ddmin` is the algorithm alone, over any items and any test; `bisect` runs it on two
-recordings. Tests run one at a time (not batched through the engine).
+recordings. With `batch`, the independent tests of a round (its parts, then its complements)
+run side by side, each in its own thread and store connection, so their forward passes share
+the engine's batches and their commands run at once. That is sound only because the kernels
+are batch-invariant: under `fast` kernels the tests run one at a time. Batching may test a
+part that one-at-a-time ddmin would have skipped (it stops at the first failing part).
 """
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Generic, Sequence, TypeVar
 
@@ -33,9 +38,11 @@ class DDResult(Generic[T]):
 
 
 def ddmin(items: Sequence[T], fails: Callable[[list[T]], bool], *, max_tests: int | None = None,
+          fails_many: Callable[[list[list[T]]], list[bool]] | None = None,
           on_round: Callable[[int, int, list[T], int], None] | None = None) -> DDResult[T]:
     """Zeller & Hildebrandt's ddmin. `items` must fail as a whole (not tested here); each
-    subset is tested at most once. `on_round(round, granularity, current, tests)`."""
+    subset is tested at most once. `fails_many`, if given, tests a round's parts (then its
+    complements) together while the budget allows. `on_round(round, granularity, current, tests)`."""
     cache: dict[tuple[int, ...], bool] = {}
     index = {id(x): i for i, x in enumerate(items)}
     tests = 0
@@ -50,6 +57,15 @@ def ddmin(items: Sequence[T], fails: Callable[[list[T]], bool], *, max_tests: in
             cache[key] = fails(subset)
         return cache[key]
 
+    def first_failing(subsets: list[list[T]]) -> list[T] | None:
+        nonlocal tests
+        todo = {key: s for s in subsets if (key := tuple(sorted(index[id(x)] for x in s))) not in cache}
+        if fails_many is not None and len(todo) > 1 and (max_tests is None or tests + len(todo) <= max_tests):
+            results = fails_many(list(todo.values()))
+            tests += len(todo)
+            cache.update(zip(todo, results))
+        return next((s for s in subsets if test(s)), None)
+
     current, n, rnd = list(items), 2, 0
     try:
         while len(current) >= 2:
@@ -57,14 +73,14 @@ def ddmin(items: Sequence[T], fails: Callable[[list[T]], bool], *, max_tests: in
             if on_round is not None:
                 on_round(rnd, n, current, tests)
             chunks = _split(current, n)
-            reduced = next((c for c in chunks if test(c)), None)
+            reduced = first_failing(chunks)
             if reduced is not None:
                 current, n = reduced, 2
                 continue
             complement = None
             if n > 2:
-                complement = next((rest for i in range(len(chunks))
-                                   if test(rest := [x for j, c in enumerate(chunks) if j != i for x in c])), None)
+                complement = first_failing([[x for j, c in enumerate(chunks) if j != i for x in c]
+                                            for i in range(len(chunks))])
             if complement is not None:
                 current, n = complement, max(n - 1, 2)
                 continue
@@ -96,6 +112,8 @@ class Bisect:
     deltas: list[Delta]
     trials: list[Trial] = field(default_factory=list)
     result: DDResult | None = None
+    batched: bool = False
+    batch_note: str = "tests run one at a time"
 
     @property
     def replays(self) -> int:
@@ -107,7 +125,7 @@ class Bisect:
                 "minimal": None if r is None else [d.to_json() for d in r.items],
                 "layers": sorted({d.layer for d in r.items}) if r else [],
                 "is_minimal": bool(r and r.minimal), "stopped": r.stopped if r else None,
-                "replays": self.replays, "batched": False, "tests": [t.to_json() for t in self.trials]}
+                "replays": self.replays, "batched": self.batched, "batch_note": self.batch_note, "tests": [t.to_json() for t in self.trials]}
 
 
 def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbox: bool = False
@@ -122,7 +140,7 @@ def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbo
 
 
 def bisect(store, good: int, bad: int, *, judge: str = "outcome", max_replays: int = 50, runtime,
-           unsafe_no_sandbox: bool = False, on_round: Callable | None = None,
+           batch: bool = True, unsafe_no_sandbox: bool = False, on_round: Callable | None = None,
            on_trial: Callable[[Trial], None] | None = None, cancel: threading.Event | None = None) -> Bisect:
     """ddmin over BAD's deltas applied to GOOD. The whole set is tested first: if it does not
     reproduce the failure, ReplayError (that replay stays stored). Ctrl-C or the budget
@@ -131,17 +149,44 @@ def bisect(store, good: int, bad: int, *, judge: str = "outcome", max_replays: i
         raise ReplayError(f"--max-replays {max_replays}: give at least 1")
     pair, the_judge, found = prepare(store, good, bad, judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
     out = Bisect(good, bad, judge, found)
+    stop = cancel or threading.Event()
+    modes = {pair.base.run.kernel_mode, pair.other.run.kernel_mode}
+    if batch and modes != {"invariant"}:
+        out.batch_note = (f"tests run one at a time: {' and '.join(sorted(modes - {'invariant'}))} kernels are "
+                          "not batch-invariant, so tests batched together could change each other's results")
+    elif batch:
+        out.batched = True
+        out.batch_note = "independent tests of a round run batched (sound: the kernels are batch-invariant)"
 
-    def fails(subset: list[Delta]) -> bool:
-        trial = apply(store, pair, subset, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox,
-                      cancel=cancel)
+    def done(trial: Trial) -> bool:
         out.trials.append(trial)
         if on_trial is not None:
             on_trial(trial)
         return trial.failed
 
+    def fails(subset: list[Delta]) -> bool:
+        return done(apply(store, pair, subset, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox,
+                          cancel=stop))
+
+    def one_of_many(subset: list[Delta]) -> Trial:
+        from tttr.sessions.store import Store
+
+        with Store.open(store.path, create=False) as own:  # a connection per thread
+            return apply(own, Pair.load(own, good, bad), subset, the_judge, runtime=runtime,
+                         unsafe_no_sandbox=unsafe_no_sandbox, cancel=stop)
+
+    def fails_many(subsets: list[list[Delta]]) -> list[bool]:
+        try:
+            with ThreadPoolExecutor(max_workers=len(subsets)) as pool:
+                trials = list(pool.map(one_of_many, subsets))
+        except KeyboardInterrupt:
+            stop.set()  # the batch's runs in flight end as incomplete runs; ddmin keeps its best set
+            raise
+        return [done(t) for t in trials]
+
     if not fails(found):
         raise ReplayError(f"BAD's {len(found)} deltas applied to GOOD do not reproduce the failure "
                           f"(replay {out.trials[-1].run_id}): the difference is not in the recorded values")
-    out.result = ddmin(found, fails, max_tests=max_replays - 1, on_round=on_round)
+    out.result = ddmin(found, fails, max_tests=max_replays - 1, on_round=on_round,
+                       fails_many=fails_many if out.batched else None)
     return out
