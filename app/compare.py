@@ -150,26 +150,51 @@ def _steps(store, run_id: int) -> list[StepInfo]:
     """One StepInfo per action of the run, in order (DiffRow steps index this list). An
     unreadable action or tool result keeps its row and says why."""
     actions = _events(store, run_id, "action")
-    if not actions:  # recorded API calls (a program's): a call's message stands for its action, as in diff_runs
-        return [StepInfo(e.step, str(e.value.get("text")) if value_problem(e) is None else "", problem=value_problem(e))
-                for e in _events(store, run_id, "message") if e.kind == "message"]
+    if not actions:
+        return _program_steps(store, run_id)
     tools = {e.step: e for e in _events(store, run_id, "tool") if e.kind == "tool"}
     out = []
     for e in actions:
         problem = value_problem(e)
         tool = tools.get(e.step)
         tool_problem = value_problem(tool) if tool is not None else None
-        code, first_line = None, ""
-        if tool is not None and tool_problem is None:
-            value = tool.value
-            stdout = value.get("stdout")
-            if is_blob(stdout):  # not worth reading for one line
-                stdout = f"‹{stdout.get('size', '?')} bytes›"
-            text = str(stdout or value.get("stderr", "") or "")[:4096]
-            first_line = next((ln for ln in text.splitlines() if ln.strip()), "")
-            code = value.get("exit_code")
+        code, first_line = _result(tool.value) if tool is not None and tool_problem is None else (None, "")
         action = "" if problem is not None or e.kind != "action" else _action_text(e.value)
         out.append(StepInfo(e.step, action, code, first_line, problem, tool_problem))
+    return out
+
+
+def _result(value: dict) -> tuple[int | None, str]:
+    """A command's exit code and the first line of its output."""
+    stdout = value.get("stdout")
+    if is_blob(stdout):  # not worth reading for one line
+        stdout = f"‹{stdout.get('size', '?')} bytes›"
+    text = str(stdout or value.get("stderr", "") or "")[:4096]
+    return value.get("exit_code"), next((ln for ln in text.splitlines() if ln.strip()), "")
+
+
+def _program_steps(store, run_id: int) -> list[StepInfo]:
+    """The steps of a run of recorded API calls (a recorded program's), in order: a call's
+    message, an SDK tool's call and result, a clock read, the program's end."""
+    from tttr.app.describe import is_program_end, program_line, sdk_call_line
+
+    events = sorted((e for kind in ("message", "tool", "clock") for e in _events(store, run_id, kind)
+                     if e.kind == kind and e.step >= 0), key=lambda e: e.seq)
+    out = []
+    for e in events:
+        problem = value_problem(e)
+        v = e.value if problem is None and isinstance(e.value, dict) else {}
+        code, first_line = None, ""
+        if e.kind == "message":
+            action = str(v.get("text", ""))
+        elif e.kind == "clock":
+            action = f"clock {v.get('t', '')}"
+        elif "function" in v:
+            action = sdk_call_line(v, 80).plain
+        else:  # sdk.shell's command, or the program itself
+            action = "$ " + (program_line(v) if is_program_end(e) else str(v.get("cmd", "")))
+            code, first_line = _result(v)
+        out.append(StepInfo(e.step, action, code, first_line, problem))
     return out
 
 
@@ -199,7 +224,9 @@ def build_comparison(store, run_a: int, run_b: int) -> Comparison:
     try:
         diff = diff_runs(store, run_a, run_b)
         divergences = dict(diff.first_divergence)
-        rows = diff.rows
+        # The engine aligns a program's runs by their messages; here every step has a row.
+        calls_only = not any(_events(store, run, "action") for run in (run_a, run_b))
+        rows = align([s.action for s in a_steps], [s.action for s in b_steps]) if calls_only else diff.rows
     except Exception as exc:  # noqa: BLE001 - the rows still show, with the unreadable ones marked
         divergences = {}
         note = f"{type(exc).__name__}: {exc}" if getattr(exc, "exit_code", None) is None else str(exc)

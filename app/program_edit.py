@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
-from tttr.sessions.vocabulary import SETUP_STEP, site
+from tttr.sessions.vocabulary import SETUP_STEP, Site, site
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +66,24 @@ def check(store, run, site_text: str, value: str, model) -> str | None:
     from tttr.app.program_fork import check_program_fork
 
     try:
-        check_program_fork(store, run.id, site_text, value, model=model)
+        runtime = _runtime(model) if Site.parse(site_text).name == "token" else None
+        check_program_fork(store, run.id, site_text, value, model=model, runtime=runtime)
     except ProgramRunError as exc:
         return str(exc)
+    except Exception as exc:  # noqa: BLE001 - no model here: said in the dialog
+        if getattr(exc, "exit_code", None) is None and not isinstance(exc, ValueError):
+            raise
+        return str(exc)
     return None
+
+
+@lru_cache(maxsize=4)
+def _runtime(model):
+    """The model's identity and tokenizer (no weights), made once per model: the dialog
+    checks a token's value on every confirm."""
+    from tttr.engine.replay.runtime import Runtime
+
+    return Runtime(model)
 
 
 def run_fork(db_path: Path, run_id: int, site_text: str, value: str, *, runtime, unsafe_no_sandbox: bool,

@@ -105,8 +105,11 @@ def _sdk_value(text: str, recorded: dict) -> dict:
     return {"result": value}
 
 
-def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, model: str | None = None) -> ForkPlan:
-    """Everything a program fork checks before it writes; ProgramRunError (one line) if bad."""
+def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, model: str | None = None,
+                       runtime=None) -> ForkPlan:
+    """Everything a program fork checks before it writes; ProgramRunError (one line) if bad.
+    `runtime` (engine.replay.runtime.Runtime of `model`): the model's identity and tokenizer
+    for a token's value, when the caller holds one already (the app)."""
     from tttr.engine.replay.source import Source
 
     rec = _load(store, run_id)
@@ -132,7 +135,7 @@ def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, m
         if step is None or step.kind != "call":
             raise ProgramRunError(f"site {at} is not a model call's token in run {run_id}: "
                                   f"`tttr events {run_id}` lists its sites")
-        return _check_token(store, source, at, value_text, model)
+        return _check_token(store, source, at, value_text, model, runtime)
     raise ProgramRunError(f"a program run forks at {SITES}, not {at}")
 
 
@@ -163,13 +166,13 @@ def _utc(t: datetime) -> datetime:
     return t if t.tzinfo is None else t.astimezone(timezone.utc).replace(tzinfo=None)
 
 
-def _check_token(store, source, at: Site, value_text: str, model: str | None) -> ForkPlan:
+def _check_token(store, source, at: Site, value_text: str, model: str | None, runtime=None) -> ForkPlan:
     from tttr.engine.replay.calls import _call_settings, _recorded_seed
     from tttr.engine.replay.mutation import parse_mutation
     from tttr.engine.replay.runtime import Runtime
 
     run = source.run
-    runtime = Runtime(model)  # the model's identity and tokenizer only: nothing loads here
+    runtime = runtime or Runtime(model)  # the model's identity and tokenizer only: nothing loads here
     if run.model_id != runtime.model_id:
         raise ProgramRunError(f"run {run.id} was served by model {run.model_id}; generating its calls needs that "
                               f"model here, but the local model is {runtime.model_id}: pass it with --model")

@@ -103,6 +103,14 @@ def test_a_program_run_reads_on_one_timeline(program_db):
         assert isinstance(app.screen, TimelineScreen)
         await _at(app, pilot, "0:token:0")
         assert "top-5 alternatives" in pane.text  # the model call's tokens and logits, as for the agent
+        await pilot.press("e")
+        dialog = app.screen
+        assert isinstance(dialog, EditScreen) and len(dialog.alternatives) == 5
+        dialog.query_one("#edit-value").value = "id:99999999"  # checked as `tttr fork` checks it
+        await pilot.press("ctrl+s")
+        assert app.screen is dialog and "99999999" in str(dialog.query_one("#edit-error").render())
+        await pilot.press("escape")
+        assert isinstance(app.screen, TimelineScreen)
 
     run_app(db, flow, run_id=run_id)
 
@@ -121,6 +129,8 @@ def test_edit_an_sdk_result_in_the_app_forks_the_program(program_db):
         before = {r.id for r in app.store.runs()}
         child, comparison = await _fork_from_dialog(app, pilot, "again")
         assert comparison.run_a == run_id and comparison.fork_site == "1:tool"
+        fork_row = next(r for r in comparison.rows if r.fork)  # every program step has a row: the tool's too
+        assert '→ "stop"' in fork_row.a.action and '→ "again"' in fork_row.b.action and not fork_row.same
         assert {r.id for r in app.store.runs()} - before == {child}
         return child
 
