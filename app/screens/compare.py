@@ -9,7 +9,6 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, LoadingIndicator, Static
@@ -47,15 +46,14 @@ class CompareScreen(Screen):
         yield Static(Text(f"run #{self.run_a} ┃ run #{self.run_b}", style="bold"), id="compare-title")
         yield LoadingIndicator(id="compare-loading")
         yield SideBySide(id="side-by-side")
-        with VerticalScroll(id="compare-messages-box"):
-            yield MessagePair(id="compare-messages")
+        yield MessagePair(id="compare-messages")
         yield Static("", id="compare-summary")
         yield Footer()
 
     def on_mount(self) -> None:
         label_back(self)
         self.query_one(SideBySide).display = False
-        self.query_one("#compare-messages-box").display = False
+        self.query_one(MessagePair).display = False
         self.run_worker(self._load, thread=True, exit_on_error=False, name="diff")
 
     def _load(self) -> None:
@@ -83,7 +81,7 @@ class CompareScreen(Screen):
         side.display = True
         side.show(c)
         side.focus()
-        self.query_one("#compare-messages-box").display = True
+        self.query_one(MessagePair).display = True
         self._show_messages(side.rows[side.cursor] if side.rows else None)
         self.query_one("#compare-title", Static).update(self._title(c))
         self.query_one("#compare-summary", Static).update(self._summary(c))
@@ -174,7 +172,6 @@ class CompareScreen(Screen):
             return
         diff = self.comparison.message_diff(row) if row is not None else None
         self.query_one(MessagePair).show(diff, row)
-        self.query_one("#compare-messages-box").scroll_home(animate=False)
 
     def action_open_side(self, side: str) -> None:
         side_widget = self.query_one(SideBySide)

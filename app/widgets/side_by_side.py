@@ -10,9 +10,9 @@ by token, each token that is not in the other run's message marked.
 
 from __future__ import annotations
 
-from rich import box
+from itertools import groupby
+
 from rich.segment import Segment
-from rich.table import Table
 from rich.text import Text
 from textual.binding import Binding
 from textual.geometry import Region, Size
@@ -20,10 +20,10 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import Static
 
 from tttr.app import describe
 from tttr.app.compare import Comparison, CompareRow, MessageDiff, StepInfo
+from tttr.app.widgets.detail import DetailPane
 from tttr.sessions.safe_text import visible
 
 LINES_PER_ROW = 2
@@ -174,24 +174,23 @@ class SideBySide(ScrollView, can_focus=True):
         self.cursor = hit if hit is not None else self.cursor
 
 
-class MessagePair(Static):
-    """The two messages of one aligned row, side by side; the tokens that differ are marked."""
+class MessagePair(DetailPane):
+    """The two messages of one aligned row, side by side; the tokens that differ are marked.
+    A Line-API pane of a fixed height: laid out once per row, so moving the cursor never
+    lays out the screen."""
 
     COMPONENT_CLASSES = {"message-pair--differs", "message-pair--divider"}
 
     def show(self, diff: MessageDiff | None, row: CompareRow | None) -> None:
         if diff is None or row is None:
-            self.update(Text("no message on this row" + (" (the setup)" if row is not None else ""), style="dim"))
+            super().show(Text("no message on this row" + (" (the setup)" if row is not None else ""), style="dim"))
             return
         marked = self.get_component_rich_style("message-pair--differs", partial=True)
         divider = self.get_component_rich_style("message-pair--divider", partial=True)
         heads = [self._head(info, tokens, marks) for info, tokens, marks in
                  ((row.a, diff.a, diff.a_marks), (row.b, diff.b, diff.b_marks))]
-        table = Table(box=box.MINIMAL, show_edge=False, expand=True, padding=(0, 1), border_style=divider)
-        for head in heads:
-            table.add_column(head, ratio=1)
-        table.add_row(self._tokens(diff.a, diff.a_marks, marked), self._tokens(diff.b, diff.b_marks, marked))
-        self.update(table)
+        bodies = [self._tokens(diff.a, diff.a_marks, marked), self._tokens(diff.b, diff.b_marks, marked)]
+        super().show(_Columns(heads, bodies, divider))
 
     @staticmethod
     def _head(info: StepInfo | None, tokens: tuple[str, ...], marks: tuple[bool, ...]) -> Text:
@@ -207,9 +206,33 @@ class MessagePair(Static):
         if not tokens:
             return Text("(no message)", style="dim")
         text = Text()
-        for token, differs in zip(tokens, marks):
-            shown = visible(token)
+        for differs, run in groupby(zip(tokens, marks), key=lambda pair: pair[1]):
+            shown = "".join(token for token, _ in run)
             if differs and not shown.strip():  # whitespace that differs, made visible
                 shown = shown.replace(" ", "·").replace("\t", "→").replace("\n", "⏎\n")
-            text.append(shown, style=marked if differs else "")
+            text.append(visible(shown), style=marked if differs else "")
         return text
+
+
+class _Columns:
+    """Two texts in two columns of the width they are drawn at, each wrapped on its own and
+    joined line by line (a rich Table does the same at several times the cost per key)."""
+
+    def __init__(self, heads: list[Text], bodies: list[Text], divider) -> None:
+        self.heads, self.bodies, self.divider = heads, bodies, divider
+
+    def __rich_console__(self, console, options):
+        half = max(8, (options.max_width - 3) // 2)
+        out = Text(no_wrap=True, overflow="crop")
+        rows = [[head.copy() for head in self.heads], [Text("─" * half, style=self.divider)] * 2]
+        wrapped = [body.wrap(console, half) for body in self.bodies]
+        rows += [[lines[i] if i < len(lines) else Text() for lines in wrapped]
+                 for i in range(max(len(lines) for lines in wrapped))]
+        for n, (left, right) in enumerate(rows):
+            left.truncate(half, pad=True)
+            out.append_text(left)
+            out.append(" ┼ " if n == 1 else " │ ", style=self.divider)
+            out.append_text(right)
+            if n < len(rows) - 1:
+                out.append("\n")
+        yield out
