@@ -172,21 +172,24 @@ def test_quitting_while_a_fork_runs_asks_first(db):
 
 
 def test_a_run_being_recorded_grows_on_screen_until_it_finishes(tmp_path):
-    """A recorder in another thread writes through its own store connection, one step
-    at a time when the test says so; the app follows it on the runs list and the timeline."""
+    """A recorder in another thread forks run 1 and writes the fork through its own store
+    connection, one step at a time when the test says so; the app follows it on the runs
+    list (the new row goes under its parent, the cursor stays on its run) and the timeline."""
     path = tmp_path / "live.db"
     with Store.open(path) as store:
-        record(store, steps=1)
+        record(store, steps=1)  # run 1: 13 events in step 0
+        record(store, steps=1)  # run 2
     started, step, finish, done = threading.Event(), threading.Semaphore(0), threading.Event(), threading.Event()
     failures: list[BaseException] = []
 
     def recorder():
         try:
             with Store.open(path) as store:
-                rid = store.begin_run(task="live", model_id="m", kernel_mode="invariant", seed=SEED)
-                record_step(store, rid, 0, positions=2)
+                rid = store.begin_run(task="live", model_id="m", kernel_mode="invariant", seed=SEED, parent=1,
+                                      fork_seq=store.count_events(1), mutation={"site": "1:clock", "input": "+1d"})
+                record_step(store, rid, 1, positions=2)  # 7 events a step
                 started.set()
-                for s in range(1, 4):
+                for s in range(2, 4):
                     step.acquire()
                     record_step(store, rid, s, positions=2)
                 finish.wait()
@@ -197,36 +200,37 @@ def test_a_run_being_recorded_grows_on_screen_until_it_finishes(tmp_path):
             done.set()
 
     async def flow(app, pilot):
-        assert len(rows(app)) == 1
+        await cursor_to(app, pilot, 2)
+        assert column(app, "run") == ["#1", "#2"]
         writer = threading.Thread(target=recorder, daemon=True)
         writer.start()
         await wait_for(pilot, lambda: started.is_set())
-        await wait_for(pilot, lambda: len(rows(app)) == 2)
-        assert column(app, "status")[1] == "recording" and column(app, "steps")[1] == "1"
-        assert "recording: #2" in str(app.screen.query_one("#runs-title").render())
+        await wait_for(pilot, lambda: len(rows(app)) == 3)
+        assert column(app, "run") == ["#1", "└─ #3", "#2"] and app.screen._current() == 2
+        assert column(app, "status")[1] == "recording" and column(app, "steps")[1] == "2"
+        assert "recording: #3" in str(app.screen.query_one("#runs-title").render())
         step.release()
-        await wait_for(pilot, lambda: column(app, "steps")[1] == "2")
+        await wait_for(pilot, lambda: column(app, "steps")[1] == "3")
+        assert app.screen._current() == 2
         # Open the live run: its timeline grows as steps are committed, the cursor stays.
-        await cursor_to(app, pilot, 2)
+        await cursor_to(app, pilot, 3)
         await pilot.press("enter")
         screen = app.screen
         assert isinstance(screen, TimelineScreen)
         timeline = screen.query_one(Timeline)
-        first = timeline.view.count
-        assert first == 2 * 7 and "recording" in str(screen.query_one("#run-title").render())
+        assert timeline.view.count == 13 + 2 * 7 and "recording" in str(screen.query_one("#run-title").render())
         await pilot.press("down", "down", "down")
         assert timeline.cursor == 3
         step.release()
-        await wait_for(pilot, lambda: timeline.view.count == 3 * 7)
-        assert timeline.cursor == 3 and timeline.virtual_size.height == 3 * 7
+        await wait_for(pilot, lambda: timeline.view.count == 13 + 3 * 7)
+        assert timeline.cursor == 3 and timeline.virtual_size.height == 13 + 3 * 7
         timeline.cursor = timeline.view.count - 1  # the new rows are there to move to
         await pilot.pause()
-        assert timeline.view.event(timeline.cursor).site == "2:tool"
-        step.release()
+        assert timeline.view.event(timeline.cursor).site == "3:tool"
         finish.set()
         await wait_for(pilot, lambda: done.is_set())
         await wait_for(pilot, lambda: "complete" in str(screen.query_one("#run-title").render()))
-        assert timeline.view.count == 4 * 7 and "recording" not in str(screen.query_one("#run-title").render())
+        assert "recording" not in str(screen.query_one("#run-title").render())
         await pilot.press("escape")
         await wait_for(pilot, lambda: column(app, "status")[1] == "complete")
         assert column(app, "steps")[1] == "4" and column(app, "outcome")[1] == "pass"
