@@ -6,7 +6,7 @@ message, action, clock, tool). The app is then driven by Textual's pilot in a he
 terminal: `open_s` is the time from starting the app on that run to its timeline being
 painted; `keypress_ms` is the median time the app works on one key press, from the key
 to the screen having handled and repainted it, over stepping keys of every kind (event,
-step, layer, page, start, end). It is the process's CPU time, because the pilot's wall
+step, layer, page, start, end, bookmark, the detail pane). It is the process's CPU time, because the pilot's wall
 clock includes its own idle detection (sleeps of 20 ms until the process goes quiet);
 that wall time, and the same for a key bound to nothing, are printed beside it.
 """
@@ -23,7 +23,9 @@ from pathlib import Path
 
 TOKENS_PER_STEP = 240
 KEYS = ("down", "down", "up", "right", "right", "left", "full_stop", "full_stop", "comma",
-        "pagedown", "pagedown", "pageup", "end", "home", "l", "full_stop", "comma", "right")
+        "pagedown", "pagedown", "pageup", "end", "home", "l", "full_stop", "comma", "right",
+        # bookmark, page away, jump back to it; into the detail pane, scroll it, back
+        "m", "pagedown", "apostrophe", "tab", "pagedown", "tab")
 WORDS = ("I", " will", " list", " the", " files", " and", " rotate", " logs", " older", " than",
          " seven", " days", ".", "\n", "```", "bash", " ls", " -la", " /var", "/log")
 COMMANDS = ("ls -la /var/log", "find /var/log -name '*.log' -mtime +7", "gzip -k app.log",
