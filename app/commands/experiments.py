@@ -83,7 +83,13 @@ def _err(args, text: str) -> None:
 
 def _outcome(trial) -> str:
     verdict = {True: "passed", False: "failed"}.get(trial.passed, trial.extra.get("status", "no outcome"))
-    return f"run {trial.run_id}: {verdict}"
+    return f"run {trial.run_id} (checker {verdict})"
+
+
+def _fixed(args, fixed: bool) -> str:
+    if args.judge == "actions":
+        return "its actions now match GOOD's" if fixed else "its actions still differ from GOOD's"
+    return "the failure disappears" if fixed else "still fails"
 
 
 def cmd_triage(args) -> int:
@@ -94,7 +100,7 @@ def cmd_triage(args) -> int:
 
     def on_layer(r) -> None:
         _err(args, f"  {r.layer}: " + ("no differences, not replayed" if r.trial is None
-                                       else f"{_outcome(r.trial)} ({'fixed' if r.fixed else 'still fails'})"))
+                                       else f"{_outcome(r.trial)}: {_fixed(args, r.fixed)}"))
 
     _err(args, f"triage: replaying run {args.bad} with each layer taken from run {args.good} …")
     store = _open_store(args.db, create=False)
@@ -113,7 +119,7 @@ def cmd_triage(args) -> int:
             continue
         sites = ", ".join(d.site for d in r.deltas[:6]) + (" …" if len(r.deltas) > 6 else "")
         _say(f"  {r.layer:<6} {len(r.deltas)} delta(s) from GOOD ({sites}) → {_outcome(r.trial)}: "
-             + ("the failure disappears" if r.fixed else "still fails"))
+             + _fixed(args, r.fixed))
     _say(f"verdict: {res.verdict()}")
     runs = [str(r.trial.run_id) for r in res.layers if r.trial is not None]
     if runs:
@@ -131,8 +137,8 @@ def cmd_bisect(args) -> int:
         _err(args, f"  round {rnd}: {len(current)} deltas in {min(n, len(current))} parts, {tests + 1} replays so far")
 
     def on_trial(trial) -> None:
-        _err(args, f"    tested {len(trial.deltas)} delta(s) → {_outcome(trial)} "
-                   f"({'fails' if trial.failed else 'passes'})")
+        _err(args, f"    tested {len(trial.deltas)} delta(s) → {_outcome(trial)}: "
+                   + ("fails" if trial.failed else "does not fail") + f" by --judge {args.judge}")
 
     _err(args, f"bisect: GOOD run {args.good} with subsets of BAD run {args.bad}'s differences …")
     store = _open_store(args.db, create=False)
