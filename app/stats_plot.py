@@ -39,9 +39,10 @@ def write_png(stats, path: str) -> None:
         ax.set_ylim(-0.05, 1.05)
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-    ax2.legend(fontsize=8, loc="lower right")
+    handles, labels = ax2.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(CONDITIONS), fontsize=9, frameon=False)
     fig.suptitle(f"tttr stats: suite {stats.suite_id}", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))  # room for the legend below both panels
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
