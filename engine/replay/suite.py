@@ -30,7 +30,7 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Callable
 
 from tttr.engine.replay.variance import CONDITIONS, Decomposition, Outcomes, decompose, outcomes, state_actions
@@ -68,6 +68,11 @@ class Finished:
     index: int
     run: SuiteRun | None
     error: str | None = None
+
+
+def _now_utc() -> datetime:
+    """The machine's clock, in UTC like every virtual clock the store holds."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 def new_suite_id() -> str:
@@ -124,7 +129,7 @@ def run_suite(
         try:
             if condition == "free":
                 res = record(store, task, runtime=runtime, temperature=temperature, limits=limits,
-                             clock=datetime.now(), unsafe_no_sandbox=unsafe_no_sandbox, cancel=cancel, meta=meta)
+                             clock=_now_utc(), unsafe_no_sandbox=unsafe_no_sandbox, cancel=cancel, meta=meta)
             else:
                 res = replay(store, anchor, FREED[condition], runtime=runtime, cancel=cancel,
                              unsafe_no_sandbox=unsafe_no_sandbox, meta=meta)
