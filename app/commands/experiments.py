@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from tttr.app.commands import args as argtypes
-from tttr.app.commands.agent import DEFAULT_DB, _model_args, _open_readonly, _open_store, _runtime_for
+from tttr.app.commands.agent import _common, _model_args, _open_readonly, _open_store, _runtime_for
 from tttr.app.commands.store import safe_json
 
 
@@ -46,8 +46,7 @@ def _pair_args(p) -> None:
     p.add_argument("--judge", choices=("outcome", "actions"), default="outcome",
                    help="what failing means: the task's checker fails (default), or the actions differ from GOOD's")
     _model_args(p)
-    p.add_argument("--db", default=DEFAULT_DB, help=f"session database (default {DEFAULT_DB})")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _common(p)  # --db FILE (default tttr.db) and --json, as tttr diff takes them
 
 
 def _checked(args, prepare):
