@@ -16,14 +16,15 @@ def open_store(path):
     return Store.open(path, create=False, readonly=True)
 
 
-def run_app(db, flow, *, run_id=None, load_tokenizer=True):
-    """Run `flow(app, pilot)` against the app on `db`; returns what the flow returns."""
+def run_app(db, flow, *, run_id=None, load_tokenizer=True, size=SIZE):
+    """Run `flow(app, pilot)` against the app on `db` in a terminal of `size`; returns
+    what the flow returns."""
 
     async def main():
         store = open_store(db)
         try:
             app = TTTRApp(store, run_id=run_id, load_tokenizer=load_tokenizer)
-            async with app.run_test(size=SIZE) as pilot:
+            async with app.run_test(size=size) as pilot:
                 await pilot.pause()
                 return await flow(app, pilot)
         finally:

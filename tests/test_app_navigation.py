@@ -5,7 +5,6 @@ help built from the bindings, and the command palette's own commands."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 
@@ -17,12 +16,11 @@ from tttr.app.screens.ask import AskScreen
 from tttr.app.screens.help import HelpScreen
 from tttr.app.screens.search import SearchScreen
 from tttr.app.screens.timeline import TimelineScreen
-from tttr.app.tui import TTTRApp
 from tttr.app.widgets.detail import DetailPane
 from tttr.app.widgets.message import MessageStrip
 from tttr.app.widgets.timeline import BOOKMARK, Timeline
 
-from tests.app_helpers import open_store, wait_for
+from tests.app_helpers import SIZE, open_store, wait_for
 from tests.app_helpers import run_app as _run_app
 
 TOKENS = 12
@@ -45,21 +43,8 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-def run_app(db, flow, *, run_id=1, size=None):
-    if size is None:
-        return _run_app(db, flow, run_id=run_id, load_tokenizer=False)
-
-    async def main():  # at a terminal size of its own
-        store = open_store(db)
-        try:
-            app = TTTRApp(store, run_id=run_id, load_tokenizer=False)
-            async with app.run_test(size=size) as pilot:
-                await pilot.pause()
-                return await flow(app, pilot)
-        finally:
-            store.close()
-
-    return asyncio.run(main())
+def run_app(db, flow, *, run_id=1, size=SIZE):
+    return _run_app(db, flow, run_id=run_id, load_tokenizer=False, size=size)
 
 
 def notes(app) -> list[str]:
