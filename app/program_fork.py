@@ -297,25 +297,30 @@ class ForkReplayer(Replayer):
     def _live_call(self, name, endpoint: str, body: dict):
         return self._generate(name, endpoint, body, forced=False)
 
+    def _load(self) -> None:
+        from tttr.engine.serve.service import Service
+
+        try:
+            service = Service(self.plan.model, kernel_mode="invariant")
+            self._loaded.append(service)
+            service.load()
+        except Exception as exc:  # noqa: BLE001 - raised where the model is wanted
+            self._loaded.append(exc)
+
     def _start_loading(self) -> None:
-        def load() -> None:
-            from tttr.engine.serve.service import Service
+        """Load in a thread of its own; called from the thread that runs the fork to its end."""
+        from tttr.app.program import own_torch_threads
 
-            try:
-                service = Service(self.plan.model, kernel_mode="invariant")
-                self._loaded.append(service)
-                service.load()
-            except Exception as exc:  # noqa: BLE001 - raised where the model is wanted
-                self._loaded.append(exc)
-
-        self._loading = threading.Thread(target=load, name="tttr-fork-load", daemon=True)
+        own_torch_threads()  # the loader thread exits: the pool must be this (lasting) thread's
+        self._loading = threading.Thread(target=self._load, name="tttr-fork-load", daemon=True)
         self._loading.start()
 
     def _model(self):
         if self.service is None:
-            if self._loading is None:  # a tool fork's first live call after the divergence
-                self._start_loading()
-            self._loading.join()
+            if self._loading is None:  # a tool fork's first live call after the divergence: load here
+                self._load()
+            else:
+                self._loading.join()
             failed = next((x for x in self._loaded if isinstance(x, Exception)), None)
             if failed is not None:
                 raise failed
