@@ -35,7 +35,7 @@ def goto_target(view: RunView, text: str, cursor: int = 0) -> int:
             raise ValueError(f"no event {text}: this run has events 0–{last}")
         return int(text)
     found = _STEP.match(text)
-    if found or text in ("setup", "s", "ssetup"):
+    if found or text == "setup":
         step = -1 if not found else int(found.group(1))
         start = view.step_start(step)
         if start is None:
@@ -64,14 +64,16 @@ def next_in(seqs: list[int], cursor: int, forward: bool = True) -> tuple[int | N
     return (seqs[i - 1], False) if i > 0 else (seqs[-1], True)
 
 
-def value_text(view: RunView, event) -> str | None:
+def value_text(view: RunView, event, prompt=None) -> str | None:
     """The value of `event` as a person copies it: a token's or a message's text, a
-    clock's time, a command's output, else the value as JSON. None while a blob it
-    needs is still loading."""
+    clock's time, a command's output, a prompt's text when `prompt` (its rebuilt Prompt)
+    is given, else the value as JSON. None while a blob it needs is still loading."""
     problem = value_problem(event)
     if problem is not None:
         return f"unreadable {event.site}: {problem}"
     value = event.value
+    if event.kind == "prompt" and isinstance(getattr(prompt, "text", None), str):
+        return prompt.text
     if isinstance(value, dict):
         if event.kind in ("token", "message") and "text" in value:
             return view.loaded_text(value["text"])

@@ -12,6 +12,7 @@ import pytest
 from textual.command import CommandPalette
 from tttr.app.bench import COMMANDS, generate
 from tttr.app.palette import palette_commands
+from tttr.app.runview import RunView
 from tttr.app.screens.ask import AskScreen
 from tttr.app.screens.help import HelpScreen
 from tttr.app.screens.search import SearchScreen
@@ -320,3 +321,26 @@ def test_at_80x24_the_keys_to_help_and_quit_and_the_run_state_stay_on_screen(db)
         assert timeline.border_subtitle.startswith("event ") and timeline.region.height >= 12
 
     run_app(db, flow, size=(80, 24))
+
+
+def test_go_to_answers_and_refusals(db):
+    from tttr.app.navigation import goto_target, next_in
+
+    store = open_store(db)
+    try:
+        view = RunView(store, 1)
+        last = view.count - 1
+        assert goto_target(view, " 12 ") == 12 and goto_target(view, "$") == last
+        assert goto_target(view, "step 2") == goto_target(view, "s2") == view.step_start(2)
+        assert goto_target(view, "setup") == 0 and goto_target(view, "-1:clock") == 0
+        assert goto_target(view, "+5", cursor=10) == 15 and goto_target(view, "-5", cursor=10) == 5
+        for text, reason in (("", "type an event number"), (str(last + 1), f"no event {last + 1}"),
+                             ("+1", "outside the run"), ("s99", "no step 99"), ("99:tool", "no event at site"),
+                             ("yesterday", "is not a place")):
+            with pytest.raises(ValueError, match=reason):
+                goto_target(view, text, cursor=last)
+    finally:
+        store.close()
+    assert next_in([], 3) == (None, False)
+    assert next_in([2, 5, 9], 5) == (9, False) and next_in([2, 5, 9], 9) == (2, True)
+    assert next_in([2, 5, 9], 5, forward=False) == (2, False) and next_in([2, 5, 9], 2, forward=False) == (9, True)

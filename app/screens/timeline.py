@@ -317,7 +317,8 @@ class TimelineScreen(Screen):
         event = self.current
         if event is None:
             return
-        text = value_text(self.view, event)
+        prompt = self.app.prompt_of(self.view.run, event.step) if event.kind == "prompt" else None
+        text = value_text(self.view, event, prompt)
         if text is None:
             self._show_detail(event)  # (re)starts its loading
             self.notify("the value is still loading: press y again in a moment", severity="warning", markup=False)
