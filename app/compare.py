@@ -27,6 +27,7 @@ class StepInfo:
     output: str = ""  # first line of the command's output
     problem: str | None = None  # why the action's value is unreadable
     tool_problem: str | None = None  # why the tool result's value is unreadable
+    command: bool = True  # the action is a shell command (a program's message, tool call or clock read is not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +185,7 @@ def _program_steps(store, run_id: int) -> list[StepInfo]:
     for e in events:
         problem = value_problem(e)
         v = e.value if problem is None and isinstance(e.value, dict) else {}
-        code, first_line = None, ""
+        code, first_line, command = None, "", False
         if e.kind == "message":
             action = str(v.get("text", ""))
         elif e.kind == "clock":
@@ -192,9 +193,10 @@ def _program_steps(store, run_id: int) -> list[StepInfo]:
         elif "function" in v:
             action = sdk_call_line(v, 80).plain
         else:  # sdk.shell's command, or the program itself
-            action = "$ " + (program_line(v) if is_program_end(e) else str(v.get("cmd", "")))
+            action = program_line(v) if is_program_end(e) else str(v.get("cmd", ""))
             code, first_line = _result(v)
-        out.append(StepInfo(e.step, action, code, first_line, problem))
+            command = True
+        out.append(StepInfo(e.step, action, code, first_line, problem, command=command))
     return out
 
 

@@ -122,8 +122,10 @@ class SideBySide(ScrollView, can_focus=True):
                 text.append_text(describe.unreadable_label(describe.short(info.problem, width)))
             elif info.action == "done":
                 text.append("done", style="bold green")
-            else:
+            elif info.command:
                 text.append_text(describe.highlight_bash("$ " + describe.short(info.action, width)))
+            else:
+                text.append_text(describe.safe(describe.short(info.action, width)))
         else:
             text = Text("       ")
             if info.tool_problem is not None:
