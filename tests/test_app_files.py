@@ -143,6 +143,9 @@ def test_the_compare_screen_marks_the_tokens_that_differ_between_the_two_message
         assert [t for t, m in zip(diff.a, diff.a_marks) if m] == [" world"] and diff.differing == (1, 0)
         assert "message of step 0 · 1 of" in _text(pair) and "0 of" in _text(pair)
         assert [m for m in _marked(pair) if m] == ["world"]
+        # The first divergence is a token: named by its recorded text beside its id.
+        summary = str(app.screen.query_one("#compare-summary").render())
+        assert '" world" → ' in summary and "0:token:" in summary
         await pilot.press("n")  # the next differing row: step 1, where the right run also removed README
         await pilot.pause()
         row = side.rows[side.cursor]

@@ -110,6 +110,8 @@ class CompareScreen(Screen):
             if ":token:" in c.fork_site and isinstance(token_id, int):
                 model_id = self.app.store.run(c.run_b).model_id
                 name = self.app.token_texts([token_id], model_id).get(token_id)
+                if name is None:  # no tokenizer here: the text the fork recorded for it
+                    name = c.token_texts(c.fork_site)[1]
                 if name is not None:
                     text.append(f"  (token {token_id} = {describe.token_text(name)})", style="dim")
             text.append("\n")
