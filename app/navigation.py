@@ -10,7 +10,7 @@ import json
 import re
 
 from tttr.app.runview import RunView, value_problem
-from tttr.sessions.vocabulary import site_parts
+from tttr.sessions.vocabulary import SETUP, SETUP_STEP, canonical_site, site_parts
 
 GOTO_HELP = ("57: event 57 · s2: step 2 (s0 the first, setup the setup) · 2:tool or 2:token:5: "
              "a site · +10 / -10: that many events on · $: the last event")
@@ -35,19 +35,16 @@ def goto_target(view: RunView, text: str, cursor: int = 0) -> int:
             raise ValueError(f"no event {text}: this run has events 0–{last}")
         return int(text)
     found = _STEP.match(text)
-    if found or text == "setup":
-        step = -1 if not found else int(found.group(1))
+    if found or text == SETUP:
+        step = SETUP_STEP if not found else int(found.group(1))
         start = view.step_start(step)
         if start is None:
-            raise ValueError(f"no step {'setup' if step == -1 else step} in this run")
+            raise ValueError(f"no step {SETUP if step == SETUP_STEP else step} in this run")
         return start
     if ":" in text:
-        # the setup step's sites are spelled `setup:clock`, and were `-1:clock`
-        for spelling in dict.fromkeys((text, re.sub(r"^(setup|-1):", "setup:", text),
-                                       re.sub(r"^(setup|-1):", "-1:", text))):
-            event = view.at(spelling) if site_parts(spelling) is not None else None
-            if event is not None and isinstance(event.seq, int) and event.seq >= 0:
-                return event.seq
+        event = view.at(canonical_site(text)) if site_parts(text) is not None else None  # -1:clock is setup:clock
+        if event is not None and isinstance(event.seq, int) and event.seq >= 0:
+            return event.seq
         raise ValueError(f"no event at site {text!r} in this run")
     raise ValueError(f"{text!r} is not a place: {GOTO_HELP}")
 

@@ -12,6 +12,7 @@ from textual.widgets import Static
 
 from tttr.app.runview import token_pos, value_problem
 from tttr.sessions.safe_text import visible
+from tttr.sessions.vocabulary import SETUP, SETUP_STEP
 
 LINES_BEFORE = 2  # lines of text shown before the selected token (about)
 LINES = 5
@@ -22,7 +23,8 @@ class MessageStrip(Static):
     """The screen sets the step's token events and the selected position."""
 
     def show_tokens(self, step: int, tokens: list, selected: int | None) -> None:
-        title = Text(f"step {visible(str(step), newlines=False)} message ", style="bold")
+        name = SETUP if step == SETUP_STEP else f"step {visible(str(step), newlines=False)}"
+        title = Text(f"{name} message ", style="bold")
         self.set_class(not tokens, "-empty")  # the strip shrinks (a layout) only when this changes
         if not tokens:
             self.update(title + Text("(no generated tokens in this step)", style="dim"), layout=False)

@@ -23,6 +23,7 @@ from textual.strip import Strip
 
 from tttr.app import describe
 from tttr.app.runview import LAYER_ORDER, LAYERS, RunView
+from tttr.sessions.vocabulary import SETUP, SETUP_STEP
 
 SITE_WIDTH = 15
 BOOKMARK = "◆"
@@ -124,7 +125,7 @@ class Timeline(ScrollView, can_focus=True):
         last = after is None or after.step != event.step
         gutter_style = self._style("timeline--gutter")
         line = Text(no_wrap=True, end="", style=base)
-        step = "setup" if event.step < 0 else describe.short(event.step, 5)
+        step = SETUP if event.step < 0 else describe.short(event.step, 5)
         if index == self._fork_seq:
             line.append("    ⋔ ", style=self._style("timeline--fork"))
         elif first:
@@ -173,7 +174,7 @@ class Timeline(ScrollView, can_focus=True):
         """Where the cursor is: `event 57/128 · step 1/3` (a seq of the run's events, a
         step number of its steps; `setup` before the first step)."""
         event, last = self.view.event(self.cursor), self.view.event(self.view.count - 1)
-        step = "?" if event is None else "setup" if event.step == -1 else describe.short(event.step, 8)
+        step = "?" if event is None else SETUP if event.step == SETUP_STEP else describe.short(event.step, 8)
         steps = last.step + 1 if last is not None and isinstance(last.step, int) and last.step >= 0 else 0
         return f"event {self.cursor}/{self.view.count} · step {step}/{steps}"
 
