@@ -344,3 +344,13 @@ def test_go_to_answers_and_refusals(db):
     assert next_in([], 3) == (None, False)
     assert next_in([2, 5, 9], 5) == (9, False) and next_in([2, 5, 9], 9) == (2, True)
     assert next_in([2, 5, 9], 5, forward=False) == (2, False) and next_in([2, 5, 9], 2, forward=False) == (9, True)
+
+
+def test_tttr_events_refuses_two_formats_in_one_line(db, capsys):
+    from tttr.app.cli import main
+
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    assert main(["events", str(db), "1", "--json", "--format", "md"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--json and --format md" in err[0]
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before

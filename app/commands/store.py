@@ -222,6 +222,8 @@ def events(args: argparse.Namespace) -> int:
 
     if args.start < 0 or (args.limit is not None and args.limit < 0):
         raise StoreError(f"--from and --limit take numbers >= 0, not {args.start} and {args.limit}")
+    if args.json and args.format == "md":
+        raise StoreError("--json and --format md ask for two formats: give one (--json is --format jsonl)")
     with _open(args.db) as store:
         run = store.run(args.run)  # an unknown run fails here, with the ids there are
         if args.json or args.format != "table":
