@@ -187,8 +187,6 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
     endpoint = None
     run_id = None
     try:
-        own_torch_threads()
-        server.startup()  # loads the model in the background
         run_id = store.begin_run(
             task=name, model_id=service.model_id, kernel_mode=service.kernel_mode, seed=seed,
             meta={"source": "tttr record", "program": list(argv), "tree": str(tree_dir), "clock": iso(clock),
@@ -202,7 +200,9 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
                      {"task": name, "clock": iso(clock), "tree": start_digest, "snapshot": start,
                       "program": list(argv)})
         store.commit_step(run_id)
-        watch.stop()
+        watch.stop()  # before the model loads, whose CPU would count in the lap otherwise
+        own_torch_threads()
+        server.startup()  # loads the model in the background
         say("loading the model …")
         if not service.wait_ready(READY_TIMEOUT_S) or service.load_error:
             raise ProgramRunError(f"the model did not load: {service.load_error or 'timed out'}")
