@@ -354,3 +354,28 @@ def test_tttr_events_refuses_two_formats_in_one_line(db, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--json and --format md" in err[0]
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def test_a_timeline_opened_at_a_step_shows_the_cursor_row(db):
+    """What `b` on the compare screen does (app.open_run with a step): the rows scroll to
+    the cursor once laid out, and stay there when the message strip changes height."""
+
+    async def flow(app, pilot):
+        app.open_run(2, step=6)
+        await wait_for(pilot, lambda: isinstance(app.screen, TimelineScreen) and app.screen.view.run_id == 2)
+        await pilot.pause()
+        timeline = app.screen.query_one(Timeline)
+        assert timeline.view.event(timeline.cursor).step == 6
+        top = timeline.scroll_offset.y
+        assert top <= timeline.cursor < top + timeline.scrollable_content_region.height
+        # back on the setup the strip shrinks; the last row then is a token's, where it grows again
+        await pilot.press("home")
+        await pilot.pause()
+        last_row = timeline.scrollable_content_region.height - 1
+        timeline.cursor = last_row
+        await pilot.pause()
+        assert timeline.view.event(last_row).kind in ("token", "logits")
+        top = timeline.scroll_offset.y
+        assert top <= timeline.cursor < top + timeline.scrollable_content_region.height
+
+    run_app(db, flow, size=(80, 24))
