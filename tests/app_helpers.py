@@ -1,13 +1,25 @@
-"""Driving the app in tests: open a session read-only, run a pilot flow, wait for a state."""
+"""Driving the app in tests: a session of two generated runs, open it read-only, run a
+pilot flow, wait for a state."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
+from tttr.app.bench import COMMANDS, generate
 from tttr.app.tui import TTTRApp
 
 SIZE = (140, 40)
+OTHER = COMMANDS[:2] + ("rm -rf /var/log/old",) + COMMANDS[3:]  # the second run of `two_runs`
+
+
+def two_runs(path, steps: int, tokens: int):
+    """A session of two generated runs of `steps` steps (as `tttr bench app` writes them);
+    the second takes another command at step 2 (`OTHER`). Returns `path`."""
+    per_step = 2 * tokens + 5
+    generate(path, steps * per_step + 3, seed=1, tokens_per_step=tokens)
+    generate(path, steps * per_step + 3, seed=2, tokens_per_step=tokens, commands=OTHER)
+    return path
 
 
 def open_store(path):

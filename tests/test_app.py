@@ -22,21 +22,16 @@ from tttr.app.widgets.message import MessageStrip
 from tttr.app.widgets.side_by_side import SideBySide
 from tttr.app.widgets.timeline import Timeline
 
-from tests.app_helpers import open_store, wait_for
+from tests.app_helpers import OTHER, open_store, two_runs, wait_for
 from tests.app_helpers import run_app as _run_app
 
 TOKENS = 12
-OTHER = COMMANDS[:2] + ("rm -rf /var/log/old",) + COMMANDS[3:]
 
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
     """Two runs of eight steps; the second takes another command at step 2."""
-    path = tmp_path_factory.mktemp("app") / "session.db"
-    per_step = 2 * TOKENS + 5
-    generate(path, 8 * per_step + 3, seed=1, tokens_per_step=TOKENS)
-    generate(path, 8 * per_step + 3, seed=2, tokens_per_step=TOKENS, commands=OTHER)
-    return path
+    return two_runs(tmp_path_factory.mktemp("app") / "session.db", 8, TOKENS)
 
 
 def run_app(db, flow, *, run_id=None):

@@ -10,7 +10,7 @@ import json
 
 import pytest
 from textual.command import CommandPalette
-from tttr.app.bench import COMMANDS, generate
+from tttr.app.bench import COMMANDS
 from tttr.app.palette import palette_commands
 from tttr.app.runview import RunView
 from tttr.app.screens.ask import AskScreen
@@ -21,21 +21,16 @@ from tttr.app.widgets.detail import DetailPane
 from tttr.app.widgets.message import MessageStrip
 from tttr.app.widgets.timeline import BOOKMARK, Timeline
 
-from tests.app_helpers import SIZE, open_store, wait_for
+from tests.app_helpers import SIZE, open_store, two_runs, wait_for
 from tests.app_helpers import run_app as _run_app
 
 TOKENS = 12
 STEPS = 8
-OTHER = COMMANDS[:2] + ("rm -rf /var/log/old",) + COMMANDS[3:]
 
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
-    path = tmp_path_factory.mktemp("nav") / "session.db"
-    per_step = 2 * TOKENS + 5
-    generate(path, STEPS * per_step + 3, seed=1, tokens_per_step=TOKENS)
-    generate(path, STEPS * per_step + 3, seed=2, tokens_per_step=TOKENS, commands=OTHER)
-    return path
+    return two_runs(tmp_path_factory.mktemp("nav") / "session.db", STEPS, TOKENS)
 
 
 @pytest.fixture
@@ -373,9 +368,14 @@ def test_a_timeline_opened_at_a_step_shows_the_cursor_row(db):
         await pilot.pause()
         last_row = timeline.scrollable_content_region.height - 1
         timeline.cursor = last_row
-        await pilot.pause()
         assert timeline.view.event(last_row).kind in ("token", "logits")
-        top = timeline.scroll_offset.y
-        assert top <= timeline.cursor < top + timeline.scrollable_content_region.height
+        strip = app.screen.query_one(MessageStrip)
+        await wait_for(pilot, lambda: strip.outer_size.height == 6)  # grown: fewer rows for the timeline
+
+        def cursor_in_view():
+            top = timeline.scroll_offset.y
+            return top <= timeline.cursor < top + timeline.scrollable_content_region.height
+
+        await wait_for(pilot, cursor_in_view, timeout=5)
 
     run_app(db, flow, size=(80, 24))

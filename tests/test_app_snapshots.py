@@ -6,21 +6,17 @@ change of the look with `pytest tests/test_app_snapshots.py --snapshot-update`."
 from __future__ import annotations
 
 import pytest
-from tttr.app.bench import COMMANDS, generate
 from tttr.app.tui import TTTRApp
+
+from tests.app_helpers import two_runs
 
 SIZE = (130, 36)
 TOKENS = 10
-OTHER = COMMANDS[:2] + ("rm -rf /var/log/old",) + COMMANDS[3:]
 
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
-    path = tmp_path_factory.mktemp("snap") / "session.db"
-    per_step = 2 * TOKENS + 5
-    generate(path, 6 * per_step + 3, seed=1, tokens_per_step=TOKENS)
-    generate(path, 6 * per_step + 3, seed=2, tokens_per_step=TOKENS, commands=OTHER)
-    return path
+    return two_runs(tmp_path_factory.mktemp("snap") / "session.db", 6, TOKENS)
 
 
 @pytest.fixture
