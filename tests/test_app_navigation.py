@@ -9,7 +9,7 @@ import hashlib
 import json
 
 import pytest
-from textual.command import CommandPalette
+from textual.command import CommandList, CommandPalette
 from tttr.app.bench import COMMANDS
 from tttr.app.palette import palette_commands
 from tttr.app.runview import RunView
@@ -281,7 +281,8 @@ def test_the_command_palette_lists_the_apps_own_commands(db):
         await pilot.press("ctrl+p")
         assert isinstance(app.screen, CommandPalette)
         await pilot.press(*"go to")
-        await pilot.pause(0.3)
+        commands = app.screen.query_one(CommandList)
+        await wait_for(pilot, lambda: commands.option_count > 0 and "Go to" in str(commands.get_option_at_index(0).prompt))
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, AskScreen))
         await pilot.press(*"s4", "enter")
