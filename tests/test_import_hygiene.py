@@ -38,6 +38,19 @@ def test_domain_never_loads_textual(package):
     assert out.stdout.strip() == "False", f"{package} loaded textual"
 
 
+# What replaying a recorded program needs: reading the recording, the sandbox, the server
+# that answers from it. None of it may load torch (seconds of every `tttr replay`).
+REPLAY_ONLY = ("tttr.app.program_replay", "tttr.app.server", "tttr.engine.serve.recorder",
+               "tttr.recorders.sandbox", "tttr.recorders.snapshot", "tttr.recorders.sdk")
+
+
+def test_replaying_a_program_does_not_load_torch():
+    code = f"import importlib, sys\nfor name in {REPLAY_ONLY!r}: importlib.import_module(name)\nprint('torch' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False", "a module a program replay needs loaded torch"
+
+
 def test_cli_help_lists_commands():
     out = subprocess.run([sys.executable, "-m", "tttr.app", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -34,11 +34,14 @@ import queue
 import sys
 import threading
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from tttr.engine.inference.sampler import SamplingParams
 from tttr.engine.replay.events import ids_digest
 from tttr.sessions.store import Store
 from tttr.sessions.vocabulary import KIND_LAYER, site
+
+if TYPE_CHECKING:  # torch is not needed to replay or read a recording
+    from tttr.engine.inference.sampler import SamplingParams
 
 RECORDED_TOPK = 5  # alternatives kept per position, as the agent records them (more when a call asked for more)
 
