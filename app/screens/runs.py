@@ -63,6 +63,9 @@ class RunsScreen(Screen):
         Binding("enter", "open", "open", priority=False),
         Binding("space", "mark", "mark for diff"),
         Binding("d", "diff", "diff"),
+        Binding("T", "experiment('triage')", "triage the marked pair", show=False),
+        Binding("B", "experiment('bisect')", "bisect the marked pair", show=False),
+        Binding("S", "stats", "suite stats", show=False),
         Binding("n", "rename", "name run"),
         Binding("delete,x", "delete", "delete run"),
         Binding("r", "reload", "reload"),
@@ -204,6 +207,44 @@ class RunsScreen(Screen):
         from tttr.app.screens.compare import CompareScreen
 
         self.app.push_screen(CompareScreen(pair[0], pair[1]))
+
+    # -- experiments: triage or bisect a marked pair, a suite's statistics -------------------
+    def action_experiment(self, kind: str) -> None:
+        """Triage or bisect the two marked runs (or the one marked and the run under the
+        cursor): the one that passed is GOOD, else the first marked."""
+        current = self._current()
+        pair = list(self.marked)
+        if len(pair) == 1 and current is not None and current not in pair:
+            pair.append(current)
+        if len(pair) != 2:
+            self.notify(f"mark two runs of one task with space (GOOD and BAD) to {kind} them", severity="warning",
+                        markup=False)
+            return
+        from tttr.app.screens.triage import ExperimentScreen, good_and_bad
+
+        try:
+            good, bad, judge = good_and_bad(*(self.app.store.run(r) for r in pair))
+        except Exception as exc:  # noqa: BLE001 - the store's reason is the message to show
+            self.notify(visible(f"cannot {kind}: {exc}", newlines=False), severity="error", markup=False)
+            return
+        self.app.push_screen(ExperimentScreen(kind, good, bad, judge))
+
+    def action_stats(self) -> None:
+        from tttr.engine.replay.suite import suite_ids
+
+        try:
+            ids = suite_ids(self.app.store)
+        except Exception as exc:  # noqa: BLE001 - the store's reason is the message to show
+            self.notify(visible(f"cannot read the suites: {exc}", newlines=False), severity="error", markup=False)
+            return
+        if not ids:
+            self.notify("this database holds no suite runs: record some with "
+                        f"`tttr suite --runs N --db {visible(str(self.app.db_path), newlines=False)}`",
+                        severity="warning", timeout=8, markup=False)
+            return
+        from tttr.app.screens.stats import StatsScreen
+
+        self.app.push_screen(StatsScreen(ids))
 
     # -- naming and deleting: through a writable connection of their own -------------------
     def _write(self, what: str, change) -> bool:

@@ -1,0 +1,161 @@
+"""The experiments in the app (issue 17): triage and bisect started from the runs list on a
+marked pair, and the stats screen of a suite. The stats screen reads a real SQLite store
+holding suite runs as `tttr suite` writes them (tests/test_stats.py builds it); triage runs
+for real, on the default model and the real sandbox, on tests/test_triage.py's GOOD/BAD pair."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import DataTable
+
+from tests.app_helpers import run_app, two_runs, wait_for
+from tests.test_stats import suite_db  # noqa: F401 - the fixture: suite runs in a real store
+from tests.test_triage import pair  # noqa: F401 - the fixture: a recorded GOOD/BAD pair
+from tttr.app.screens.compare import CompareScreen
+from tttr.app.screens.runs import RunsScreen
+from tttr.app.screens.stats import StatsScreen
+from tttr.app.screens.timeline import TimelineScreen
+from tttr.app.screens.triage import ExperimentScreen, good_and_bad
+from tttr.sessions.store import Store
+
+
+async def mark(app, pilot, *run_ids):
+    """Mark runs on the runs list with space, in this order."""
+    table = app.screen.query_one(DataTable)
+    for rid in run_ids:
+        table.move_cursor(row=table.get_row_index(str(rid)))
+        await pilot.pause()
+        await pilot.press("space")
+        await pilot.pause()
+    assert app.screen.marked == list(run_ids)
+
+
+def cells(table: DataTable) -> list[list[str]]:
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+# ---------------------------------------------------------------------------- stats
+
+def test_stats_screen_shows_the_latest_suite_per_task_and_condition_with_its_plot(suite_db):  # noqa: F811
+    async def flow(app, pilot):
+        await pilot.press("S")
+        await wait_for(pilot, lambda: isinstance(app.screen, StatsScreen) and app.screen.stats is not None)
+        screen = app.screen
+        assert screen.stats.suite_id == "s1"
+        rows = {(r[0], r[1]): r for r in cells(screen.query_one(DataTable))}
+        free = rows[("make-dir", "free")]
+        assert free[2:6] == ["3", "2", "0.67 [0.21,0.94]", "0.33 (1/3)"]
+        assert rows[("make-dir", "token-pinned")][6] == "+0.67"
+        assert rows[("make-dir", "trace-pinned")][6] == "-0.33"
+        assert rows[("make-dir", "pinned")][6] == "residual 0.00" and rows[("make-dir", "pinned")][7] == ""
+        assert ("overall", "free") in rows
+        plot = screen.plot.plain
+        assert "action agreement per condition" in plot and "pass rate, free condition" in plot
+        assert "\x1b" not in plot  # plotext's colours became styles, not raw escapes
+        await pilot.press("p")  # the older suite
+        await wait_for(pilot, lambda: screen.stats.suite_id == "s0")
+        assert [r[0] for r in cells(screen.query_one(DataTable))] == ["old", "overall"]
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
+
+    run_app(suite_db, flow, load_tokenizer=False)
+
+
+def test_stats_on_a_database_without_suite_runs_says_how_to_record_them(tmp_path):
+    db = two_runs(tmp_path / "plain.db", steps=2, tokens=2)
+
+    async def flow(app, pilot):
+        await pilot.press("S")
+        await pilot.pause()
+        assert isinstance(app.screen, RunsScreen)
+        said = [n.message for n in app._notifications]
+        assert any("holds no suite runs" in m and "tttr suite --runs N" in m for m in said), said
+
+    run_app(db, flow, load_tokenizer=False)
+
+
+# ---------------------------------------------------------------------------- refusals
+
+@pytest.fixture
+def plain_pair(tmp_path):
+    """Complete runs, as a store holds them: two identical runs of one task, one of another."""
+    db = tmp_path / "pair.db"
+    with Store.open(db) as store:
+        ids = []
+        for task, passed in (("make-dir", True), ("make-dir", False), ("write-line", False)):
+            rid = store.begin_run(task=task, model_id="m", kernel_mode="invariant", seed=1)
+            store.finish_run(rid, "complete", {"passed": passed})
+            ids.append(rid)
+    return db, ids
+
+
+def test_the_marked_run_that_passed_is_good(plain_pair):
+    db, (passed, failed, other) = plain_pair
+    with Store.open(db, create=False, readonly=True) as store:
+        assert good_and_bad(store.run(failed), store.run(passed)) == (passed, failed, "outcome")
+        assert good_and_bad(store.run(failed), store.run(other)) == (failed, other, "actions")
+
+
+@pytest.mark.parametrize("key,runs,refusal", [
+    ("T", (0, 2), "have different tasks (make-dir and write-line)"),
+    ("B", (1, 0), "do not differ at any clock"),
+])
+def test_a_refused_pair_is_one_line_and_nothing_else(plain_pair, key, runs, refusal):
+    db, ids = plain_pair
+    before = db.read_bytes()
+
+    async def flow(app, pilot):
+        await pilot.press("T")  # nothing marked: a hint, no screen
+        await pilot.pause()
+        assert isinstance(app.screen, RunsScreen)
+        assert any("mark two runs" in n.message for n in app._notifications)
+        await mark(app, pilot, *(ids[i] for i in runs))
+        await pilot.press(key)
+        await wait_for(pilot, lambda: isinstance(app.screen, ExperimentScreen) and app.screen.error is not None)
+        screen = app.screen
+        assert refusal in screen.error and "\n" not in screen.error
+        assert screen.verdict == [] and not screen.query_one(DataTable).display
+        assert not screen.query_one("#experiment-progress").display
+
+    run_app(db, flow, load_tokenizer=False)
+    assert db.read_bytes() == before  # a refusal writes nothing
+
+
+# ---------------------------------------------------------------------------- triage, for real
+
+@pytest.mark.slow
+def test_triage_from_the_runs_list_names_the_trace_layer_and_links_its_replay(pair):  # noqa: F811
+    db, good, bad, first, last = pair
+
+    async def flow(app, pilot):
+        await mark(app, pilot, bad, good)  # marked BAD first: the run that passed is GOOD all the same
+        await pilot.press("T")
+        assert isinstance(app.screen, ExperimentScreen)
+        screen = app.screen
+        assert (screen.good, screen.bad, screen.judge) == (good, bad, "outcome")
+        await wait_for(pilot, lambda: screen.verdict or screen.error, timeout=900)
+        assert screen.error is None
+        assert screen.verdict[0].startswith("verdict: the trace layer")
+        assert "token: no differences, not replayed" in screen.lines
+        assert any(line.startswith("trace: 2 delta(s) from GOOD") for line in screen.lines)
+        (replay,) = screen.tested
+        assert replay.replayed == bad and replay.outcome == "passed" and replay.judged == "fixed"
+        assert f"{first}:clock" in replay.what and f"{last}:clock" in replay.what
+        table = screen.query_one(DataTable)
+        assert table.display and cells(table)[0][0] == f"#{replay.run_id}"
+
+        await pilot.press("enter")
+        assert isinstance(app.screen, TimelineScreen) and app.screen.view.run_id == replay.run_id
+        await pilot.press("escape")
+        await pilot.press("c")
+        assert isinstance(app.screen, CompareScreen)
+        assert (app.screen.run_a, app.screen.run_b) == (bad, replay.run_id)
+        await pilot.press("escape")
+        await pilot.press("C")
+        assert (app.screen.run_a, app.screen.run_b) == (good, replay.run_id)
+        return replay.run_id
+
+    replay_id = run_app(db, flow, load_tokenizer=False)
+    with Store.open(db, create=False, readonly=True) as store:  # stored through the worker's own connection
+        replay = store.run(replay_id)
+        assert replay.parent == bad and replay.status == "complete" and replay.outcome["passed"] is True
