@@ -90,6 +90,14 @@ class TTTRApp(App):
             self.push_screen(ConfirmScreen(question, yes="Quit", no="Keep forking"),
                              lambda yes: self.exit() if yes else None)
             return
+        from tttr.app.screens.triage import ExperimentScreen
+
+        if any(isinstance(screen, ExperimentScreen) and screen.cancel is not None for screen in self.screen_stack):
+            question = ("A triage or bisect is still running. Quit anyway?\nIts replay in flight stops after its "
+                        "current step; the replays it stored are kept.")
+            self.push_screen(ConfirmScreen(question, yes="Quit", no="Keep going"),
+                             lambda yes: self.exit() if yes else None)
+            return
         self.exit()
 
     # -- navigation -------------------------------------------------------------------

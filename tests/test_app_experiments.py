@@ -12,6 +12,7 @@ from tests.app_helpers import run_app, two_runs, wait_for
 from tests.test_stats import suite_db  # noqa: F401 - the fixture: suite runs in a real store
 from tests.test_triage import pair  # noqa: F401 - the fixture: a recorded GOOD/BAD pair
 from tttr.app.screens.compare import CompareScreen
+from tttr.app.screens.confirm import ConfirmScreen
 from tttr.app.screens.runs import RunsScreen
 from tttr.app.screens.stats import StatsScreen
 from tttr.app.screens.timeline import TimelineScreen
@@ -133,6 +134,10 @@ def test_triage_from_the_runs_list_names_the_trace_layer_and_links_its_replay(pa
         assert isinstance(app.screen, ExperimentScreen)
         screen = app.screen
         assert (screen.good, screen.bad, screen.judge) == (good, bad, "outcome")
+        await pilot.press("q")  # quitting while it runs asks first
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert app.screen is screen and screen.cancel is not None and not screen.cancel.is_set()
         await wait_for(pilot, lambda: screen.verdict or screen.error, timeout=900)
         assert screen.error is None
         assert screen.verdict[0].startswith("verdict: the trace layer")
