@@ -29,8 +29,6 @@ products (the fingerprint's `linear_kernel` says which ran)."""
 from __future__ import annotations
 
 import ctypes
-import threading
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -190,7 +188,6 @@ int tttr_qlinear(int format, const uint8_t *w, int64_t N, int64_t K, const float
 """
 
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-fast-math", "-ffp-contract=off", "-shared", "-fPIC"]
-_pack_lock = threading.Lock()  # packing a weight's blocks, once
 
 
 def _declare(lib) -> None:
@@ -210,13 +207,23 @@ def kernel_name() -> str | None:
     return None if lib is None else lib.tttr_qlinear_kernel().decode()
 
 
+def block_shape(fmt: str, raw: np.ndarray) -> tuple[int, int]:
+    """[N, K] of the weight whose GGUF rows `raw` ([N, bytes] uint8) hold, for a format in FORMATS
+    ((0, 0) for another)."""
+    per_block = _GGUF_BLOCK_BYTES.get(fmt)
+    return (0, 0) if per_block is None else (raw.shape[0], raw.shape[1] // per_block * BLOCK)
+
+
 def supports(fmt: str, n: int, k: int) -> bool:
     return fmt in FORMATS and n % GROUP == 0 and k % BLOCK == 0
 
 
 @dataclass(frozen=True, eq=False)
 class QuantWeight:
-    """A weight's blocks in the kernel's layout; `shape` is the fp32 weight's [N, K]."""
+    """A weight held only as its blocks, in the kernel's layout: what the model keeps in place
+    of an fp32 [N, K] tensor (`shape`). Products run from it (`linear`); `rows` and `dense`
+    expand rows to the exact fp32 values `gguf.quants.dequantize` gives, for the embedding
+    lookup and for any dense product asked of it."""
 
     fmt: str
     shape: tuple[int, int]
@@ -225,6 +232,27 @@ class QuantWeight:
     @property
     def nbytes(self) -> int:
         return self.data.nbytes
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` (int64 [R]) as fp32 [R, K]: d * q (+ m), d * q exact in fp32 and one
+        rounding for + m, as gguf computes them."""
+        ids = ids.numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids, dtype=np.int64)
+        ng, nb, _ = self.data.shape
+        g, lane = ids // GROUP, ids % GROUP
+        d = self.data[:, :, :GROUP * 4].view(np.float32)[g, :, lane][:, :, None]  # [R, nb, 1]
+        if self.fmt == "Q4_1":
+            m = self.data[:, :, GROUP * 4:2 * GROUP * 4].view(np.float32)[g, :, lane][:, :, None]
+            pairs = self.data[:, :, 2 * GROUP * 4:].reshape(ng, nb, 16, GROUP)[g, :, :, lane]  # [R, nb, 16]
+            q = np.stack([pairs & 15, pairs >> 4], axis=-1).reshape(len(ids), nb, BLOCK).astype(np.float32)
+            w = d * q + m
+        else:
+            q = self.data[:, :, GROUP * 4:].reshape(ng, nb, BLOCK, GROUP).view(np.int8)[g, :, :, lane]
+            w = d * q.astype(np.float32)
+        return torch.from_numpy(w.reshape(len(ids), self.shape[1]))
+
+    def dense(self) -> torch.Tensor:
+        """The whole weight as fp32 [N, K] (a new tensor each call: the caller keeps it or not)."""
+        return self.rows(np.arange(self.shape[0], dtype=np.int64))
 
 
 def pack(fmt: str, raw: np.ndarray, n: int, k: int) -> QuantWeight:
@@ -269,37 +297,3 @@ def linear(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
     if status:
         raise ValueError(f"linear: the compiled kernel refused a {qw.fmt} weight of shape {n}x{k}")
     return out
-
-
-class _Attached:
-    """A weight's GGUF blocks, packed on first use; stale once the weight changes in place."""
-
-    __slots__ = ("ref", "version", "fmt", "raw", "packed")
-
-    def __init__(self, weight: torch.Tensor, fmt: str, raw: np.ndarray):
-        key = id(weight)
-        self.ref = weakref.ref(weight, lambda _r: attached.pop(key, None))
-        self.version, self.fmt, self.raw, self.packed = weight._version, fmt, raw, None
-
-    def get(self, weight: torch.Tensor) -> QuantWeight | None:
-        if self.ref() is not weight or weight._version != self.version:
-            return None  # another tensor at a recycled id, or values changed since: the dense path
-        if self.packed is None:
-            with _pack_lock:
-                if self.packed is None:
-                    n, k = weight.shape
-                    self.packed, self.raw = pack(self.fmt, self.raw, n, k), None
-        return self.packed
-
-
-attached: dict[int, _Attached] = {}  # id(weight) -> its blocks; public so the hot path looks up without a call
-
-
-def attach(weight: torch.Tensor, fmt: str, raw: np.ndarray) -> bool:
-    """Let `linear` calls on this fp32 [N, K] weight run from its GGUF blocks (`raw` rows as
-    `pack` takes them). False, and nothing attached, when the kernel is unavailable or the
-    weight does not fit it."""
-    if weight.dtype != torch.float32 or weight.dim() != 2 or not supports(fmt, *weight.shape) or not available():
-        return False
-    attached[id(weight)] = _Attached(weight, fmt, raw)
-    return True

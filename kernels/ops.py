@@ -22,15 +22,17 @@ kernels.REVISION); besides the ops above it calls:
   rotary embedding of the first `heads` heads of each row (in place when compiled)
 - topk(x [n, m], k) -> (values, indices) [n, k], like torch.topk(x, k)
 - draw(probs [n, m], u [n] float64) -> [n] indices: each row's inverse-CDF draw
-- attach_blocks(weight, fmt, raw) -> bool: later products by `weight` run from its GGUF
-  blocks (a format in QUANT_FORMATS)
+- block_weight(fmt, raw) -> a weight held only as GGUF blocks (a format in QUANT_FORMATS),
+  which `linear` and `embedding` take in place of the fp32 [N, K] tensor of its values;
+  None when the compiled kernel is not there or the shape does not fit it
+- embedding(weight [V, D] or a block weight, ids [R]) -> [R, D]: rows of the weight
+- dense(weight) -> the fp32 tensor a weight stands for (a block weight expanded)
 - describe() -> which of TTTR's own kernels run here, as the run fingerprint records it
 Each picks the compiled kernel or the PyTorch formulation itself, so every caller gets the
 same choice. rope, topk and draw give the same results either way; the compiled norms,
 SwiGLU, attention and block products do not, which is why describe() records which ran.
 
-Whatever the mode, a weight with GGUF blocks attached (kernels.cquant) is multiplied from
-them, and the row-local steps run compiled (kernels.crow) when a C compiler is there: both
+Whatever the mode, a weight held as GGUF blocks (kernels.cquant) is multiplied from them, and the row-local steps run compiled (kernels.crow) when a C compiler is there: both
 are batch-invariant as they stand and faster than stock. Otherwise `fast` is stock PyTorch
 (with, at decode sizes, the packed-weight MKL GEMM that PyTorch's own compiler emits) and
 decodes with the compiled attention loop nest (kernels.cattention). `invariant` (kernels.invariant) gives each row a result that
@@ -45,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from tttr.kernels import REVISION, cattention, cquant, crow, invariant
-from tttr.kernels.cquant import attached
+from tttr.kernels.cquant import QuantWeight  # noqa: F401 - the engine names block weights as ops.QuantWeight
 from tttr.kernels.cquant import linear as block_linear
 from tttr.kernels.mode import get_mode
 from tttr.kernels.packing import HAS_MKL_PACK, PACK_ROWS, mkl_linear, packed_weights
@@ -58,14 +60,13 @@ _PACKED_MAX_ROWS = 16
 _ZERO = torch.zeros(1, dtype=torch.int64)
 _CACHED_WEIGHT_BYTES = 16 << 20
 
-QUANT_FORMATS = cquant.FORMATS  # the GGUF block formats attach_blocks takes ("Q4_1", "Q8_0")
+QUANT_FORMATS = cquant.FORMATS  # the GGUF block formats block_weight takes ("Q4_1", "Q8_0")
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    blocks = attached.get(id(weight))
-    if blocks is not None and (qw := blocks.get(weight)) is not None:
+def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    if weight.__class__ is QuantWeight:
         # Stored GGUF blocks (kernels.cquant): batch-invariant as they stand, so both modes.
-        out = block_linear(x.reshape(-1, x.shape[-1]), qw).view(*x.shape[:-1], qw.shape[0])
+        out = block_linear(x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], weight.shape[0])
         return out if bias is None else out + bias
     if get_mode() == "invariant":
         return invariant.linear(x, weight, bias)
@@ -227,12 +228,29 @@ def draw(probs: torch.Tensor, u: torch.Tensor) -> list[int]:
     return idx.clamp_(max=cdf.shape[1] - 1).flatten().tolist()
 
 
-def attach_blocks(weight: torch.Tensor, fmt: str, raw) -> bool:
-    """Let later `linear` calls by this fp32 [N, K] weight run from its GGUF blocks: `raw` is
-    the GGUF tensor's bytes as rows (numpy uint8 [N, K / 32 * block bytes], permuted or
-    concatenated as the weight's rows were), `fmt` one of QUANT_FORMATS. False, and nothing
-    attached, when the compiled kernel is not there or the weight does not fit it."""
-    return cquant.attach(weight, fmt, raw)
+def block_weight(fmt: str, raw) -> QuantWeight | None:
+    """A weight held only as its GGUF blocks, for `linear` and `embedding` in place of the fp32
+    [N, K] tensor of its values: `raw` is the GGUF tensor's bytes as rows (numpy uint8
+    [N, K / 32 * block bytes], permuted or concatenated as the weight's rows are), `fmt` one
+    of QUANT_FORMATS. None when the compiled kernel is not there or the shape does not fit
+    it: the caller keeps the dense weight."""
+    n, k = cquant.block_shape(fmt, raw)
+    if not cquant.supports(fmt, n, k) or not cquant.available():
+        return None
+    return cquant.pack(fmt, raw, n, k)
+
+
+def embedding(weight: torch.Tensor | QuantWeight, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` (int64 [R]) of weight [V, D]: for a block weight, just those rows expanded
+    to the values the dense weight would hold."""
+    if weight.__class__ is QuantWeight:
+        return weight.rows(ids)
+    return weight.index_select(0, ids)
+
+
+def dense(weight: torch.Tensor | QuantWeight) -> torch.Tensor:
+    """The fp32 tensor a weight stands for (a block weight expanded, a new tensor each call)."""
+    return weight.dense() if weight.__class__ is QuantWeight else weight
 
 
 def describe() -> dict:

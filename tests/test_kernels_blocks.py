@@ -90,23 +90,43 @@ def test_pack_refuses_shapes_it_cannot_hold():
     assert not cquant.supports("Q6_K", 16, 256)
 
 
-def test_attached_blocks_go_stale_when_the_weight_changes():
-    qw_fmt = "Q8_0"
+@pytest.mark.parametrize("fmt", cquant.FORMATS)
+def test_a_block_weight_expands_to_ggufs_dequantization(fmt):
+    """The rows a block weight gives (the embedding lookup, or a dense product asked of it)
+    are gguf's dequantized values bit for bit, for any rows in any order."""
     rng = np.random.default_rng(3)
-    dense = (rng.standard_normal((16, 32)) * 0.1).astype(np.float32)
-    raw = gguf.quants.quantize(dense, gguf.GGMLQuantizationType.Q8_0)
-    weight = torch.from_numpy(np.asarray(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0)).copy())
-    assert qw_fmt in ops.QUANT_FORMATS
-    assert ops.attach_blocks(weight, qw_fmt, raw)
-    qw = cquant.attached[id(weight)].get(weight)
-    assert isinstance(qw, cquant.QuantWeight) and qw.fmt == qw_fmt
+    dense = (rng.standard_normal((48, 96)) * 0.1).astype(np.float32)
+    qtype = gguf.GGMLQuantizationType[fmt]
+    raw = gguf.quants.quantize(dense, qtype)
+    values = torch.from_numpy(np.asarray(gguf.quants.dequantize(raw, qtype), dtype=np.float32).copy())
+    qw = ops.block_weight(fmt, raw)
+    assert isinstance(qw, cquant.QuantWeight) and qw.fmt == fmt and qw.shape == (48, 96)
+    assert torch.equal(ops.dense(qw), values)
+    ids = torch.tensor([47, 0, 17, 17, 31, 16, 15])
+    assert torch.equal(ops.embedding(qw, ids), values.index_select(0, ids))
+    assert torch.equal(ops.embedding(values, ids), values.index_select(0, ids))
+    x = torch.randn(3, 96)
+    assert torch.equal(ops.linear(x, qw), cquant.linear(x, qw))  # the product ran from the blocks
+    assert (ops.linear(x, qw) - x @ values.T).abs().max() < 1e-5
+    assert ops.block_weight(fmt, raw[:40]) is None  # 40 rows do not fill groups of 16: the caller stays dense
 
-    x = torch.randn(2, 32)
-    assert torch.equal(ops.linear(x, weight), cquant.linear(x, qw))  # the product ran from the blocks
-    assert (ops.linear(x, weight) - x @ weight.T).abs().max() < 1e-5
-    weight.mul_(2.0)  # changed in place: the blocks no longer describe it
-    assert cquant.attached[id(weight)].get(weight) is None
-    assert torch.allclose(ops.linear(x, weight), x @ weight.T, atol=1e-5)
+
+def _dense_copy(model):
+    """The same model with every block weight expanded to fp32 (ops.dense): the dense path."""
+    import copy
+
+    dense = copy.copy(model)
+    dense.layers = [layer._replace(**{f: ops.dense(getattr(layer, f)) for f in ("qkv", "o", "gate_up", "down")})
+                    for layer in model.layers]
+    dense.embed, dense.lm_head = ops.dense(model.embed), ops.dense(model.lm_head)
+    return dense
+
+
+def _fp32_bytes(model) -> int:
+    """Bytes of the fp32 tensors the model holds as weights."""
+    held = [model.embed, model.norm] + ([] if model.lm_head is model.embed else [model.lm_head])
+    held += [w for layer in model.layers for w in layer]
+    return sum(w.nbytes for w in held if isinstance(w, torch.Tensor))
 
 
 def test_a_quantized_gguf_runs_from_its_blocks_with_the_dense_logits(tmp_path):
@@ -120,19 +140,52 @@ def test_a_quantized_gguf_runs_from_its_blocks_with_the_dense_logits(tmp_path):
     assert model.block_weights == 4 * cfg["num_hidden_layers"] + (cfg["vocab_size"] % 16 == 0)
     tokens = torch.tensor([5, 9, 13, 2, 7])
 
-    def logits():
-        cache = model.new_cache(32)
-        return model.forward(tokens, torch.arange(5), [Segment(0, 5, cache)])
+    def logits(m):
+        cache = m.new_cache(32)
+        return m.forward(tokens, torch.arange(5), [Segment(0, 5, cache)])
 
-    blocks = logits()
-    saved = dict(cquant.attached)
-    try:
-        cquant.attached.clear()  # the same model on its dense fp32 copies
-        dense = logits()
-    finally:
-        cquant.attached.update(saved)
+    blocks, dense = logits(model), logits(_dense_copy(model))
     assert not torch.equal(blocks, dense)  # a different summation order did run
     assert (blocks - dense).abs().max() < 1e-4
+
+
+def test_a_block_weight_is_not_also_held_dense(tmp_path):
+    """Weights that run from their blocks have no fp32 copy: the model's fp32 weight bytes are
+    those of the weights the file did not store as blocks (the norms) plus the one block weight
+    the kernel cannot hold (the 266-row embedding: not whole groups of 16), and the checkpoint
+    expands a quantized weight only when asked, to gguf's values."""
+    from tttr.engine.inference.loader import load_checkpoint
+    from tttr.engine.inference.model import load_model
+
+    cfg = tiny_config("llama", tied=True)
+    path = write_gguf(tmp_path / "tiny-q8.gguf", cfg, tiny_weights(cfg, seed=5), quant="Q8_0")
+    ckpt = load_checkpoint(path)
+    assert ckpt.quantized and not set(ckpt.quantized) & set(ckpt.tensors)
+    unblocked = sum(t.nbytes for t in ckpt.tensors.values())
+    model = load_model(path)
+    assert cfg["vocab_size"] % 16 and model.block_weights == 4 * cfg["num_hidden_layers"]
+    assert isinstance(model.layers[0].qkv, ops.QuantWeight) and isinstance(model.embed, torch.Tensor)
+    assert _fp32_bytes(model) == unblocked + cfg["vocab_size"] * cfg["hidden_size"] * 4
+    name = "model.layers.0.self_attn.q_proj.weight"
+    fmt, raw = ckpt.quantized[name]
+    assert torch.equal(ckpt.dense(name), torch.from_numpy(
+        np.asarray(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[fmt]), dtype=np.float32)))
+
+
+@pytest.mark.slow
+def test_the_default_model_holds_no_dense_copy_of_its_blocks():
+    from tttr.engine.inference.model import load_model
+
+    model = load_model()
+    cfg = model.config
+    assert model.block_weights == 4 * cfg.n_layers + 1  # every product, and the tied head
+    norms = (2 * cfg.n_layers + 1) * cfg.d_model * 4
+    assert _fp32_bytes(model) == norms  # 0.14 MB, where the expanded weights were 538 MB
+    held = sum(w.nbytes for w in [model.embed] + [w for layer in model.layers for w in layer]
+               if isinstance(w, ops.QuantWeight))
+    assert held < 0.25 * 4 * (cfg.vocab_size * cfg.d_model + cfg.n_layers * (
+        (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim * cfg.d_model + cfg.n_heads * cfg.head_dim * cfg.d_model
+        + 3 * cfg.ffn_dim * cfg.d_model))
 
 
 # ---------------------------------------------------------------------------------- row-local

@@ -1,5 +1,6 @@
-"""What a loader hands the model: config, fp32 tensors with Hugging Face names, tokenizer, and
-for a GGUF file the stored blocks of its quantized weights (see kernels.cquant)."""
+"""What a loader hands the model: config, tensors with Hugging Face names, tokenizer. A GGUF
+file's Q4_1/Q8_0 weights stay as their stored blocks (see kernels.cquant), expanded to fp32
+only when asked (`dense`): a model whose products run from the blocks never holds them dense."""
 
 from __future__ import annotations
 
@@ -16,10 +17,27 @@ from tttr.engine.inference.tokenizer import Tokenizer
 @dataclass
 class Checkpoint:
     config: ModelConfig
-    tensors: dict[str, torch.Tensor]
+    tensors: dict[str, torch.Tensor]  # fp32 tensors, the names not in `quantized`
     tokenizer: Tokenizer
     name: str
     path: Path
     # Hugging Face name -> (GGUF type name, raw rows [N, bytes] uint8) for Q4_1/Q8_0 weights,
-    # rows permuted as the fp32 tensor's are
+    # rows permuted as the weight's are (llama's Q/K); views of the mapped file where possible
     quantized: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors or name in self.quantized
+
+    def names(self) -> set[str]:
+        return set(self.tensors) | set(self.quantized)
+
+    def dense(self, name: str) -> torch.Tensor:
+        """The fp32 tensor `name`: a quantized weight dequantized by gguf now (a new tensor
+        each call, 4 bytes a weight), any other as loaded."""
+        if name in self.quantized:
+            import gguf  # only for a weight that is asked for dense
+
+            fmt, raw = self.quantized[name]
+            arr = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[fmt])
+            return torch.from_numpy(np.array(arr, dtype=np.float32, order="C", copy=True))
+        return self.tensors[name]

@@ -1,6 +1,8 @@
-"""Read a GGUF file: metadata -> ModelConfig + Tokenizer, tensors dequantized to fp32 with
-Hugging Face names, and the stored blocks of Q4_1/Q8_0 weights kept for kernels.ops.attach_blocks. llama.cpp stores the Q/K rows of `llama` models permuted for its
-interleaved rotary embedding; we undo that so one rotary implementation serves both formats."""
+"""Read a GGUF file: metadata -> ModelConfig + Tokenizer, tensors with Hugging Face names:
+Q4_1/Q8_0 weights as their stored blocks (the model runs products from them, see
+kernels.ops.block_weight; Checkpoint.dense expands one on request), the rest dequantized to
+fp32. llama.cpp stores the Q/K rows of `llama` models permuted for its interleaved rotary
+embedding; we undo that so one rotary implementation serves both formats."""
 
 from __future__ import annotations
 
@@ -174,15 +176,19 @@ def load_gguf(path: Path) -> Checkpoint:
             hf = f"model.layers.{idx}.{_LAYER_NAMES[rest]}"
         else:
             continue
-        arr = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
-        raw = np.asarray(t.data) if t.tensor_type.name in QUANT_FORMATS and len(t.shape) == 2 else None
+        heads = None
         if arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
             heads = n_heads if ".attn_q." in t.name else config.n_kv_heads
+        if t.tensor_type.name in QUANT_FORMATS and len(t.shape) == 2:
+            # kept as stored: the model runs its products from these blocks, and expands them
+            # (Checkpoint.dense) only where it needs the fp32 values
+            raw = np.asarray(t.data)
+            quantized[hf] = (t.tensor_type.name, raw if heads is None else unpermute_qk(raw, heads))  # whole rows move
+            continue
+        arr = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        if heads is not None:
             arr = unpermute_qk(arr, heads)
-            raw = None if raw is None else unpermute_qk(raw, heads)  # whole rows move, blocks intact
         tensors[hf] = torch.from_numpy(np.array(arr, dtype=np.float32, order="C", copy=True))
-        if raw is not None:
-            quantized[hf] = (t.tensor_type.name, raw)
     tokenizer = Tokenizer.from_gguf_fields(fields)
     return Checkpoint(config=config, tensors=tensors, tokenizer=tokenizer, name=path.stem, path=path,
                       quantized=quantized)

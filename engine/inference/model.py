@@ -41,7 +41,9 @@ class Segment:
 
 class LayerWeights(NamedTuple):
     """One decoder layer's weights, d = d_model, hd = head_dim; the query, key and value
-    projections are one product, and so are the gate and up projections."""
+    projections are one product, and so are the gate and up projections. A product's weight
+    is an fp32 tensor or, for a GGUF file's Q4_1/Q8_0 weights, the blocks alone (ops.QuantWeight,
+    taken by ops.linear in its place)."""
 
     input_norm: torch.Tensor  # [d]
     qkv: torch.Tensor  # [(H + 2 KVH) * hd, d]
@@ -93,65 +95,60 @@ class Model:
         self.path: Path = checkpoint.path
         self.dtype = dtype
         self.device = torch.device("cpu")
-        t = checkpoint.tensors
+        # Weights the file stores as Q4_1/Q8_0 blocks stay blocks when the compiled kernel can
+        # run their products (ops.block_weight: the same values, a fifth of the bytes, and no
+        # fp32 copy); the rest, and all of them without the kernel, are dense.
+        blocks = checkpoint.quantized if dtype == torch.float32 else {}
+        self.block_weights = 0  # products that run from blocks
 
         def take(name: str, optional: bool = False) -> torch.Tensor | None:
-            if name not in t:
+            if name not in checkpoint:
                 if optional:
                     return None
                 raise EngineError(f"model {checkpoint.name!r} lacks tensor {name!r}: not a complete Llama-family checkpoint")
-            return t[name].to(dtype).contiguous()
+            return checkpoint.dense(name).to(dtype).contiguous()
 
-        self.embed = take("model.embed_tokens.weight")
-        if self.embed.shape != (cfg.vocab_size, cfg.d_model):
+        def weight(names: list[str], product: bool = True) -> torch.Tensor | ops.QuantWeight:
+            """The weight made of `names`' rows: blocks when all are stored alike and fit the kernel."""
+            parts = [blocks.get(n) for n in names]
+            if all(p is not None for p in parts) and len({p[0] for p in parts}) == 1:
+                raw = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+                qw = ops.block_weight(parts[0][0], raw)
+                if qw is not None:
+                    self.block_weights += product
+                    return qw
+            dense = [take(n) for n in names]
+            return dense[0] if len(dense) == 1 else torch.cat(dense).contiguous()
+
+        tied = cfg.tied_embeddings or "lm_head.weight" not in checkpoint
+        self.embed = weight(["model.embed_tokens.weight"], product=tied)
+        self.lm_head = self.embed if tied else weight(["lm_head.weight"])
+        if tuple(self.embed.shape) != (cfg.vocab_size, cfg.d_model):
             raise EngineError(f"embedding shape {tuple(self.embed.shape)} does not match vocab {cfg.vocab_size} x d {cfg.d_model}")
         self.norm = take("model.norm.weight")
-        head = None if cfg.tied_embeddings else take("lm_head.weight", optional=True)
-        self.lm_head = self.embed if head is None else head
         self.layers: list[LayerWeights] = []
         for i in range(cfg.n_layers):
             p = f"model.layers.{i}."
-            wqkv = torch.cat([take(p + f"self_attn.{n}_proj.weight") for n in "qkv"]).contiguous()
             bqkv = None
             if cfg.attn_bias:
                 parts = [take(p + f"self_attn.{n}_proj.bias", optional=True) for n in "qkv"]
                 if all(b is not None for b in parts):
                     bqkv = torch.cat(parts).contiguous()
-            wgu = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]).contiguous()
             self.layers.append(LayerWeights(
-                input_norm=take(p + "input_layernorm.weight"), qkv=wqkv, qkv_bias=bqkv,
-                o=take(p + "self_attn.o_proj.weight"), post_attention_norm=take(p + "post_attention_layernorm.weight"),
-                gate_up=wgu, down=take(p + "mlp.down_proj.weight"),
+                input_norm=take(p + "input_layernorm.weight"),
+                qkv=weight([p + f"self_attn.{n}_proj.weight" for n in "qkv"]), qkv_bias=bqkv,
+                o=weight([p + "self_attn.o_proj.weight"]),
+                post_attention_norm=take(p + "post_attention_layernorm.weight"),
+                gate_up=weight([p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
+                down=weight([p + "mlp.down_proj.weight"]),
             ))
         expect = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
-        if self.layers[0].qkv.shape != (expect, cfg.d_model):
+        if tuple(self.layers[0].qkv.shape) != (expect, cfg.d_model):
             raise EngineError(f"attention weights {tuple(self.layers[0].qkv.shape)} do not match the config's heads")
-        self._attach_blocks(checkpoint.quantized, tied=head is None)
-        self._inv_freq = _inv_freq(cfg, t.get("rope_freqs"))
+        self._inv_freq = _inv_freq(cfg, checkpoint.tensors.get("rope_freqs"))
         self._cos = self._sin = torch.empty(0)
         self._rope_table(min(cfg.context_length, 4096))
         self.scale = 1.0 / math.sqrt(cfg.head_dim)
-
-    def _attach_blocks(self, quantized: dict, tied: bool) -> None:
-        """Products by a weight the GGUF file stored as Q4_1/Q8_0 blocks run from those blocks
-        (ops.attach_blocks: the same values, a fifth of the bytes); the rest stay dense fp32."""
-        self.block_weights = 0
-        if not quantized or self.dtype != torch.float32:
-            return
-        def attach(weight: torch.Tensor, names: list[str]) -> None:
-            parts = [quantized.get(n) for n in names]
-            if any(p is None for p in parts) or len({p[0] for p in parts}) != 1:
-                return  # a weight made of differently stored parts stays dense
-            raw = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
-            self.block_weights += ops.attach_blocks(weight, parts[0][0], raw)
-
-        for i, layer in enumerate(self.layers):
-            p = f"model.layers.{i}."
-            attach(layer.qkv, [p + f"self_attn.{n}_proj.weight" for n in "qkv"])
-            attach(layer.o, [p + "self_attn.o_proj.weight"])
-            attach(layer.gate_up, [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
-            attach(layer.down, [p + "mlp.down_proj.weight"])
-        attach(self.lm_head, ["model.embed_tokens.weight" if tied else "lm_head.weight"])
 
     # -- rotary --------------------------------------------------------------------------
     def _rope_table(self, n: int) -> None:
@@ -199,7 +196,7 @@ class Model:
         linear, rms_norm, add_rms_norm, attention, scale = ops.linear, ops.rms_norm, ops.add_rms_norm, ops.attention, self.scale
         n_layers = len(self.layers)
 
-        x = self.embed.index_select(0, tokens)
+        x = ops.embedding(self.embed, tokens)
         h = rms_norm(x, self.layers[0].input_norm, eps)
         for li, layer in enumerate(self.layers):
             qkv = linear(h, layer.qkv, layer.qkv_bias).view(R, nqk + KVH, hd)
