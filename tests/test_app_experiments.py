@@ -9,7 +9,7 @@ import pytest
 from textual.widgets import DataTable
 
 from tests.app_helpers import run_app, two_runs, wait_for
-from tests.test_stats import suite_db  # noqa: F401 - the fixture: suite runs in a real store
+from tests.test_stats import _store_run, suite_db  # noqa: F401 - suite_db: suite runs in a real store
 from tests.test_triage import pair  # noqa: F401 - the fixture: a recorded GOOD/BAD pair
 from tttr.app.screens.compare import CompareScreen
 from tttr.app.screens.confirm import ConfirmScreen
@@ -60,6 +60,21 @@ def test_stats_screen_shows_the_latest_suite_per_task_and_condition_with_its_plo
         assert isinstance(app.screen, RunsScreen)
 
     run_app(suite_db, flow, load_tokenizer=False)
+
+
+def test_a_residual_under_full_pinning_is_said_on_its_row(tmp_path):
+    db = tmp_path / "residual.db"
+    with Store.open(db) as store:
+        for i, cmds in enumerate([["mkdir b"], ["mkdir c"]]):
+            _store_run(store, "make-dir", "pinned", i, True, cmds)
+
+    async def flow(app, pilot):
+        await pilot.press("S")
+        await wait_for(pilot, lambda: isinstance(app.screen, StatsScreen) and app.screen.stats is not None)
+        row = cells(app.screen.query_one(DataTable))[0]
+        assert row[:2] == ["make-dir", "pinned"] and row[6] == "residual 1.00" and row[7].startswith("NOT ZERO")
+
+    run_app(db, flow, load_tokenizer=False)
 
 
 def test_stats_on_a_database_without_suite_runs_says_how_to_record_them(tmp_path):

@@ -110,11 +110,14 @@ class StatsScreen(Screen):
         try:
             with Store.open(self.app.db_path, create=False, readonly=True) as store:
                 stats = suite_stats(store, suite_id)
-            plot = terminal_plot(stats)
         except Exception as exc:  # noqa: BLE001 - shown on screen as its line
             known = getattr(exc, "exit_code", None) is not None
             self.post_message(StatsRead(suite_id, None, None, str(exc) if known else f"{type(exc).__name__}: {exc}"))
             return
+        try:
+            plot = terminal_plot(stats)
+        except Exception as exc:  # noqa: BLE001 - the table stands without its plot
+            plot = f"no plot: {type(exc).__name__}: {exc}"
         self.post_message(StatsRead(suite_id, stats, plot))
 
     def on_stats_read(self, message: StatsRead) -> None:
