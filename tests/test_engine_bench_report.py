@@ -9,7 +9,7 @@ def _result(**kw):
          "single_stream_tok_s": 30.0, "batch8_tok_s": 126.0, "batch8_vs_single": 4.2,
          "reference": "measured", "reference_tok_s": 22.0, "ratio_vs_reference": 1.36,
          "rounds_single_tok_s": [30.0, 27.5, 24.0], "rounds_batch8_tok_s": [126.0, 120.0, 100.0],
-         "rounds_reference_tok_s": [22.0, 20.0, 24.0]}
+         "rounds_reference_tok_s": [22.0, 20.0, 24.0], "cold_start_s": 2.46, "peak_rss_mib": 391}
     r.update(kw)
     return r
 
@@ -21,10 +21,47 @@ def test_report_prints_bests_targets_and_each_rounds_ratio():
     assert "(single-stream is 1.36x; target >= 1.3x)" in lines[3]
     assert lines[4].startswith("single / reference by round: 1.36x 1.38x 1.00x")
     assert lines[5] == "8-way / single by round: 4.20x 4.36x 4.17x"
+    assert lines[6].startswith("cold start") and "2.46 s" in lines[6] and "peak RSS 391 MiB" in lines[6]
+    assert "target <= 0.81 s, <= 406 MiB" in lines[6]
 
 
-def test_report_without_the_reference_says_how_to_get_it():
-    text = format_report(_result(reference="not installed", reference_tok_s=None, ratio_vs_reference=None,
-                                 rounds_reference_tok_s=None))
-    assert "not installed: pip install transformers" in text
-    assert "single / reference by round" not in text and "8-way / single by round: 4.20x" in text
+def test_report_without_the_cold_start_leaves_its_line_out():
+    lines = format_report(_result(cold_start_s=None, peak_rss_mib=None)).splitlines()
+    assert len(lines) == 6 and not any(line.startswith("cold start") for line in lines)
+
+
+def test_cold_start_measures_whole_processes_of_generate(monkeypatch):
+    """The command is `tttr generate "Hello" --max-tokens 1` on the bench's model, run as many
+    times as asked; the memory is the largest child's peak resident set."""
+    import subprocess
+    import sys
+
+    from tttr.engine.inference import bench
+
+    seen, popen = [], subprocess.Popen
+
+    def child_holding_more_each_time(cmd, **kw):
+        seen.append(cmd)
+        mib = 64 * len(seen)  # 64, 128, 192 MiB, each page touched
+        return popen([sys.executable, "-c", f"x = bytearray({mib} << 20)\nx[::4096] = b'1' * len(x[::4096])"], **kw)
+
+    monkeypatch.setattr(bench.subprocess, "Popen", child_holding_more_each_time)
+    seconds, peak = bench.cold_start("/m.gguf", runs=3)
+    assert seen[0][1:] == ["-m", "tttr.app", "generate", "Hello", "--max-tokens", "1", "--model", "/m.gguf"]
+    assert len(seen) == 3 and seconds > 0
+    assert 192 <= peak < 2 * 192  # the third (largest) child's, not a sum over children
+
+
+def test_cold_start_names_a_failing_command(monkeypatch):
+    import subprocess
+    import sys
+
+    import pytest
+
+    from tttr.engine.inference import bench
+
+    popen = subprocess.Popen
+    monkeypatch.setattr(bench.subprocess, "Popen", lambda cmd, **kw: popen(
+        [sys.executable, "-c", "import sys; sys.exit('no model here')"], **kw))
+    with pytest.raises(RuntimeError, match="exited 1: no model here"):
+        bench.cold_start(None, runs=1)
