@@ -1,8 +1,9 @@
 """The message strip: a step's generated tokens read as text, the selected one marked.
 
-The strip has a fixed height, so updating it never re-lays out the screen, except when
-the cursor enters or leaves a step with no tokens, where it shrinks to one line; it shows
-the stretch of the message around the selected token that fits.
+The strip has a fixed height, so updating it never re-lays out the screen, except on a
+short terminal when the cursor enters or leaves a step with no tokens, where it shrinks to
+one line (the -empty class; styles in app.tcss); it shows the stretch of the message
+around the selected token that fits.
 """
 
 from __future__ import annotations

@@ -132,7 +132,10 @@ class Timeline(ScrollView, can_focus=True):
             line.append(f"{step:>5}", style=gutter_style).append("┌" if not last else "─", style=gutter_style)
         else:
             line.append("     " + ("└" if last else "│"), style=gutter_style)
-        line.append(BOOKMARK if index in self.bookmarks else " ", style=self._style("timeline--bookmark"))
+        if index in self.bookmarks:
+            line.append(BOOKMARK, style=self._style("timeline--bookmark"))
+        else:
+            line.append(" ")
         line.append_text(describe.layer_tag(event.layer))
         line.append(" ")
         colour = LAYERS.get(event.layer, ("", "white"))[1]
