@@ -157,13 +157,17 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ],
     ("bench", "sandbox"): [["bench", "sandbox", "--repeats", "0"], ["bench", "sandbox", "--repeats", "x"]],
     ("bench", "replay"): [["bench", "replay", "--runs", "0"], ["bench", "replay", "--model", "{missing}"]],
+    ("bench", "bisect"): [
+        ["bench", "bisect", "--kinds", "nosuch"], ["bench", "bisect", "--kinds", "clock,clock"],
+        ["bench", "bisect", "--model", "{missing}"],
+    ],
     ("bench", "app"): [["bench", "app", "--events", "10"], ["bench", "app", "--events", "x"]],
 }
 
 # What `tttr --help` and `tttr bench --help` list (README's and docs' commands).
 COMMANDS = {"info", "runs", "events", "prompt", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
             "diff", "triage", "bisect", "open", "demo", "bench", "rename", "delete", "suite", "stats"}
-BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve"}
+BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve", "bisect"}
 
 
 def command_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = (), help_text: str | None = None):
