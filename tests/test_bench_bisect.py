@@ -39,13 +39,14 @@ def test_replays_stand_beside_the_single_cause_bound_and_the_speedup_sums_both_s
     assert r["mean_replays"] == 4 and r["mean_replays_one_at_a_time"] == 2.5
     assert r["mean_replay_bound"] == 4 and r["mean_deltas"] == 2.5 and r["within_bound_fraction"] == 0.5
     assert r["batched_speedup"] == 1.0 and (r["batched_s"], r["one_at_a_time_s"]) == (4.0, 4.0)
+    assert r["per_replay_speedup"] == 1.6  # 4 s / 5 replays one at a time, 4 s / 8 replays batched
     text = format_report(r)
     lines = text.splitlines()
     assert len(lines) == 4 and "2 planted causes kept of 2 forks tried (0 discarded" in lines[0]
     assert "triage_layer_correct_fraction 1.00 (target 1.0); bisect_found_fraction 1.00 (target 1.0)" == lines[1]
     assert lines[2].startswith("mean_replays 4.00 batched, 2.50 one at a time, beside 2*log2(n)+2 = 4.00")
     assert "50% of plants are" in lines[2]
-    assert lines[3].startswith("batched_speedup 1.00x (target >= 2x)")
+    assert lines[3].startswith("batched_speedup 1.00x (target >= 2x)") and "per replay 1.60x" in lines[3]
 
 
 @pytest.mark.parametrize("bad", [dict(deltas=0), dict(replays=0), dict(one=0), dict(batched_s=0.0), dict(one_s=-1.0)])
