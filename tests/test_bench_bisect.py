@@ -44,7 +44,8 @@ def test_replays_stand_beside_the_single_cause_bound_and_the_speedup_sums_both_s
     lines = text.splitlines()
     assert len(lines) == 4 and "2 planted causes kept of 2 forks tried (0 discarded" in lines[0]
     assert "triage_layer_correct_fraction 1.00 (target 1.0); bisect_found_fraction 1.00 (target 1.0)" == lines[1]
-    assert lines[2].startswith("mean_replays 4.00 batched, 2.50 one at a time, beside 2*log2(n)+2 = 4.00")
+    assert lines[2].startswith("mean_replays 4.00 batched, 2.50 one at a time, beside 2*log2(n)+2 = 4.00 on "
+                               "average for n = 4, 1 deltas")
     assert "50% of plants are" in lines[2]
     assert lines[3].startswith("batched_speedup 1.00x (target >= 2x)") and "per replay 1.60x" in lines[3]
 

@@ -166,8 +166,9 @@ def format_report(r: dict) -> str:
         f"(target {TARGETS['triage_layer_correct_fraction']:.1f}); bisect_found_fraction "
         f"{r['bisect_found_fraction']:.2f} (target {TARGETS['bisect_found_fraction']:.1f})",
         f"mean_replays {r['mean_replays']:.2f} batched, {r['mean_replays_one_at_a_time']:.2f} one at a time, "
-        f"beside 2*log2(n)+2 = {r['mean_replay_bound']:.2f} for mean n = {r['mean_deltas']:.2f} "
-        f"(target: at or below; {r['within_bound_fraction']:.0%} of plants are)",
+        f"beside 2*log2(n)+2 = {r['mean_replay_bound']:.2f} on average for n = "
+        f"{', '.join(str(x['deltas']) for x in r['outcomes'])} deltas (target: at or below, per plant; "
+        f"{r['within_bound_fraction']:.0%} of plants are)",
         f"batched_speedup {r['batched_speedup']:.2f}x (target >= {TARGETS['batched_speedup']:.0f}x): bisect "
         f"{r['one_at_a_time_s']:.2f} s one at a time, {r['batched_s']:.2f} s batched; per replay "
         f"{r['per_replay_speedup']:.2f}x (batched rounds test parts that one at a time skips)",
