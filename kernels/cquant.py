@@ -46,6 +46,7 @@ FORMATS = tuple(_GROUP_BLOCK_BYTES)
 SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -185,6 +186,60 @@ int tttr_qlinear(int format, const uint8_t *w, int64_t N, int64_t K, const float
         }
     return 0;
 }
+
+/* fp16 -> fp32, exact (every half is a float) */
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
+    if (e == 0) {
+        float f = (float)m * 0x1p-24f; /* zero or subnormal: m * 2^-24, exact */
+        memcpy(&bits, &f, 4);
+        bits |= sign;
+    } else if (e == 31) {
+        bits = sign | 0x7f800000u | (m << 13);
+    } else {
+        bits = sign | ((e + 112) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* The kernel's layout (see `pack` in cquant.py) from N GGUF rows of K inputs, row r at
+   raw + r * row_bytes: per group of 16 rows and 32-input block, the 16 scales as fp32 (Q4_1:
+   then the 16 minimums), then the quants input by input, one byte per row (Q4_1: inputs 2p and
+   2p + 1 in one byte, low nibble first). Returns nonzero on bad sizes. */
+int tttr_qpack(int format, const uint8_t *raw, int64_t N, int64_t K, int64_t row_bytes, uint8_t *out) {
+    if (N % G || K % 32 || (format != 0 && format != 1)) return 1;
+    const int64_t nb = K / 32, groups = N / G, bb = format == 0 ? 20 : 34, gb = BLOCK_BYTES(format);
+    if (row_bytes < nb * bb) return 1;
+    #pragma omp parallel for schedule(static)
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = out + (g * nb + b) * gb;
+            for (int lane = 0; lane < G; lane++) {
+                const uint8_t *blk = raw + (g * G + lane) * row_bytes + b * bb;
+                uint16_t h;
+                memcpy(&h, blk, 2);
+                const float d = half_to_float(h);
+                memcpy(o + 4 * lane, &d, 4);
+                if (format == 0) {
+                    memcpy(&h, blk + 2, 2);
+                    const float m = half_to_float(h);
+                    memcpy(o + 4 * G + 4 * lane, &m, 4);
+                    const uint8_t *qs = blk + 4; /* byte j: input j (low nibble), input j + 16 (high) */
+                    for (int p = 0; p < 16; p++) {
+                        const int i0 = 2 * p, i1 = 2 * p + 1;
+                        const uint8_t q0 = i0 < 16 ? qs[i0] & 15 : qs[i0 - 16] >> 4;
+                        const uint8_t q1 = i1 < 16 ? qs[i1] & 15 : qs[i1 - 16] >> 4;
+                        o[2 * G * 4 + p * G + lane] = (uint8_t)(q0 | (q1 << 4));
+                    }
+                } else {
+                    for (int j = 0; j < 32; j++) o[G * 4 + j * G + lane] = blk[2 + j];
+                }
+            }
+        }
+    return 0;
+}
 """
 
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-fast-math", "-ffp-contract=off", "-shared", "-fPIC"]
@@ -195,6 +250,8 @@ def _declare(lib) -> None:
     lib.tttr_qlinear.argtypes = [ctypes.c_int, p, i, i, p, i, p, ctypes.c_int]
     lib.tttr_qlinear.restype = ctypes.c_int
     lib.tttr_qlinear_kernel.restype = ctypes.c_char_p
+    lib.tttr_qpack.argtypes = [ctypes.c_int, p, i, i, i, p]
+    lib.tttr_qpack.restype = ctypes.c_int
 
 
 _library = CLibrary("qlinear", SOURCE, _FLAGS, "the compiled quantized-block products", _declare)
@@ -257,28 +314,20 @@ class QuantWeight:
 
 def pack(fmt: str, raw: np.ndarray, n: int, k: int) -> QuantWeight:
     """`raw`: the GGUF tensor's bytes as rows, [n, k / 32 * block bytes] uint8 (what
-    `GGUFReader` gives, rows permuted or concatenated as the fp32 weight's were)."""
+    `GGUFReader` gives, rows permuted or concatenated as the fp32 weight's were), rearranged
+    by the compiled `tttr_qpack` (one pass over the bytes, no fp32 anywhere)."""
     if not supports(fmt, n, k):
         raise ValueError(f"cannot pack a {fmt} weight of shape {n}x{k} (needs rows % {GROUP} and inputs % {BLOCK})")
-    nb, ng = k // BLOCK, n // GROUP
-    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(n, nb, _GGUF_BLOCK_BYTES[fmt])
-
-    def per_group(a: np.ndarray) -> np.ndarray:  # [n, nb, ...] -> [ng, nb, ..., 16] (lane = row in group)
-        a = a.reshape(ng, GROUP, nb, *a.shape[2:])
-        return np.moveaxis(a, 1, -1)
-
-    out = np.empty((ng, nb, _GROUP_BLOCK_BYTES[fmt]), np.uint8)
-    d = blocks[:, :, 0:2].copy().view(np.float16).astype(np.float32)[:, :, 0]
-    out[:, :, :GROUP * 4] = np.ascontiguousarray(per_group(d)).view(np.uint8).reshape(ng, nb, GROUP * 4)
-    if fmt == "Q4_1":
-        m = blocks[:, :, 2:4].copy().view(np.float16).astype(np.float32)[:, :, 0]
-        out[:, :, GROUP * 4:2 * GROUP * 4] = np.ascontiguousarray(per_group(m)).view(np.uint8).reshape(ng, nb, GROUP * 4)
-        qs = blocks[:, :, 4:]  # byte j: input j (low nibble) and input j + 16 (high)
-        q = np.concatenate([qs & 15, qs >> 4], axis=2)  # [n, nb, 32], inputs in order
-        pairs = (q[:, :, 0::2] | (q[:, :, 1::2] << 4)).astype(np.uint8)  # byte p: inputs 2p, 2p+1
-        out[:, :, 2 * GROUP * 4:] = per_group(pairs).reshape(ng, nb, 16 * GROUP)
-    else:
-        out[:, :, GROUP * 4:] = per_group(blocks[:, :, 2:]).reshape(ng, nb, 32 * GROUP)
+    lib = load()
+    if lib is None:
+        raise RuntimeError(why_unavailable())
+    nb = k // BLOCK
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    if raw.shape != (n, nb * _GGUF_BLOCK_BYTES[fmt]):
+        raise ValueError(f"cannot pack {fmt} rows of shape {raw.shape} as a {n}x{k} weight")
+    out = np.empty((n // GROUP, nb, _GROUP_BLOCK_BYTES[fmt]), np.uint8)
+    if lib.tttr_qpack(FORMATS.index(fmt), raw.ctypes.data, n, k, raw.shape[1], out.ctypes.data):
+        raise ValueError(f"pack: the compiled kernel refused a {fmt} weight of shape {n}x{k}")
     return QuantWeight(fmt, (n, k), out)
 
 

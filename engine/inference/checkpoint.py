@@ -4,6 +4,7 @@ only when asked (`dense`): a model whose products run from the blocks never hold
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,8 +23,8 @@ class Checkpoint:
     name: str
     path: Path
     # Hugging Face name -> (GGUF type name, raw rows [N, bytes] uint8) for Q4_1/Q8_0 weights,
-    # rows permuted as the weight's are (llama's Q/K); views of the mapped file where possible
-    quantized: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+    # rows permuted as the weight's are (llama's Q/K); a GGUF loader reads each when asked
+    quantized: Mapping[str, tuple[str, np.ndarray]] = field(default_factory=dict)
 
     def __contains__(self, name: str) -> bool:
         return name in self.tensors or name in self.quantized

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,6 +79,7 @@ class _Tensor:
     tensor_type: object  # gguf.GGMLQuantizationType
     shape: tuple[int, ...]
     data: np.ndarray  # a view of the mapped file, as GGUFReader gives it
+    offset: int  # of data in the file
 
 
 _HEADER_FORMAT = 1  # bump when what _read_header caches changes
@@ -123,8 +125,30 @@ def _read_header(path: Path) -> tuple[dict, list[_Tensor]]:
         if t["offset"] + count * dtype.itemsize > mapped.size:
             raise EngineError(f"{path} is truncated: tensor {t['name']!r} runs past the end of the file")
         data = np.ndarray(t["data_shape"], dtype=dtype, buffer=mapped, offset=t["offset"])
-        tensors.append(_Tensor(t["name"], gguf.GGMLQuantizationType[t["type"]], tuple(t["shape"]), data))
+        tensors.append(_Tensor(t["name"], gguf.GGMLQuantizationType[t["type"]], tuple(t["shape"]), data, t["offset"]))
     return header["fields"], tensors
+
+
+class _StoredBlocks(Mapping):
+    """Checkpoint.quantized for a GGUF file: name -> (format, raw rows), each read from the file
+    when asked (rows un-permuted where llama's Q/K need it), so that a weight's bytes are held
+    only while the model packs them, never all at once beside the packed copies (a mapped
+    file's pages count as the process's memory once touched, until it is unmapped)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.where: dict[str, tuple[str, _Tensor, int | None]] = {}  # name -> (format, tensor, Q/K heads)
+
+    def __getitem__(self, name: str) -> tuple[str, np.ndarray]:
+        fmt, t, heads = self.where[name]
+        raw = np.fromfile(self.path, dtype=t.data.dtype, count=t.data.size, offset=t.offset).reshape(t.data.shape)
+        return fmt, raw if heads is None else unpermute_qk(raw, heads)  # whole rows move, blocks intact
+
+    def __iter__(self):
+        return iter(self.where)
+
+    def __len__(self) -> int:
+        return len(self.where)
 
 
 def load_gguf(path: Path) -> Checkpoint:
@@ -165,7 +189,7 @@ def load_gguf(path: Path) -> Checkpoint:
         rope_scaling=scaling,
     )
     tensors: dict[str, torch.Tensor] = {}
-    quantized: dict[str, tuple[str, np.ndarray]] = {}
+    quantized = _StoredBlocks(path)
     for t in reader_tensors:
         if t.name in _GLOBAL_NAMES:
             hf = _GLOBAL_NAMES[t.name]
@@ -182,8 +206,7 @@ def load_gguf(path: Path) -> Checkpoint:
         if t.tensor_type.name in QUANT_FORMATS and len(t.shape) == 2:
             # kept as stored: the model runs its products from these blocks, and expands them
             # (Checkpoint.dense) only where it needs the fp32 values
-            raw = np.asarray(t.data)
-            quantized[hf] = (t.tensor_type.name, raw if heads is None else unpermute_qk(raw, heads))  # whole rows move
+            quantized.where[hf] = (t.tensor_type.name, t, heads)
             continue
         arr = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
         if heads is not None:
