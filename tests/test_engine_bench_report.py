@@ -30,38 +30,39 @@ def test_report_without_the_cold_start_leaves_its_line_out():
     assert len(lines) == 6 and not any(line.startswith("cold start") for line in lines)
 
 
-def test_cold_start_measures_whole_processes_of_generate(monkeypatch):
-    """The command is `tttr generate "Hello" --max-tokens 1` on the bench's model, run as many
-    times as asked; the memory is the largest child's peak resident set."""
-    import subprocess
+def test_cold_start_runs_generate_on_the_bench_model():
     import sys
 
-    from tttr.engine.inference import bench
+    from tttr.engine.inference.bench import generate_command
 
-    seen, popen = [], subprocess.Popen
-
-    def child_holding_more_each_time(cmd, **kw):
-        seen.append(cmd)
-        mib = 64 * len(seen)  # 64, 128, 192 MiB, each page touched
-        return popen([sys.executable, "-c", f"x = bytearray({mib} << 20)\nx[::4096] = b'1' * len(x[::4096])"], **kw)
-
-    monkeypatch.setattr(bench.subprocess, "Popen", child_holding_more_each_time)
-    seconds, peak = bench.cold_start("/m.gguf", runs=3)
-    assert seen[0][1:] == ["-m", "tttr.app", "generate", "Hello", "--max-tokens", "1", "--model", "/m.gguf"]
-    assert len(seen) == 3 and seconds > 0
-    assert 192 <= peak < 2 * 192  # the third (largest) child's, not a sum over children
+    assert generate_command("/m.gguf") == [sys.executable, "-m", "tttr.app", "generate", "Hello", "--max-tokens", "1",
+                                           "--model", "/m.gguf"]
+    assert generate_command(None)[-1] == "1"
 
 
-def test_cold_start_names_a_failing_command(monkeypatch):
-    import subprocess
+def test_a_process_peak_is_its_own_not_the_benchs():
+    """A child's peak RSS counts the memory it touched, not the bench process it started from
+    (which holds torch and the tests' models: hundreds of MiB), whatever its size."""
+    import sys
+
+    import torch
+
+    from tttr.engine.inference.bench import measure_process
+
+    ballast = torch.ones(64 << 20)  # this process: 256 MiB more than it had
+    for mib in (32, 160):
+        seconds, peak = measure_process([sys.executable, "-c",
+                                         f"x = bytearray({mib} << 20)\nx[::4096] = b'1' * len(x[::4096])"])
+        assert seconds > 0 and mib <= peak < mib + 64, (mib, peak)
+    assert ballast.sum() == 64 << 20
+
+
+def test_cold_start_names_a_failing_command():
     import sys
 
     import pytest
 
-    from tttr.engine.inference import bench
+    from tttr.engine.inference.bench import measure_process
 
-    popen = subprocess.Popen
-    monkeypatch.setattr(bench.subprocess, "Popen", lambda cmd, **kw: popen(
-        [sys.executable, "-c", "import sys; sys.exit('no model here')"], **kw))
-    with pytest.raises(RuntimeError, match="exited 1: no model here"):
-        bench.cold_start(None, runs=1)
+    with pytest.raises(RuntimeError, match="exited 3: no model here"):
+        measure_process([sys.executable, "-c", "import sys; print('no model here', file=sys.stderr); sys.exit(3)"])

@@ -12,7 +12,6 @@ Stop tokens are ignored so every sequence produces exactly N tokens."""
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -37,27 +36,43 @@ def _timed(fn) -> float:
 
 COLD_START_RUNS = 3
 
+# Runs one command and prints its wall time, peak RSS (KiB) and exit status. A child's
+# ru_maxrss includes the RSS of the process it was forked from (the kernel keeps the old
+# memory's high-water mark across exec), so the command is started from this small launcher,
+# not from the bench's own process, whose torch alone is ~220 MiB.
+_LAUNCHER = """import os, sys, time
+t = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(time.perf_counter() - t, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+
+
+def measure_process(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of one whole process running `cmd` (stdout discarded)."""
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", _LAUNCHER, *cmd], capture_output=True, text=True)
+    try:
+        seconds, peak_kib, rc = done.stdout.split()
+    except ValueError:
+        rc = "?"
+    if done.returncode or rc != "0":
+        raise RuntimeError(f"cold start: {' '.join(cmd)} exited {rc}: {done.stderr.strip()[-500:]}")
+    return float(seconds), int(peak_kib) / 1024
+
+
+def generate_command(model_path=None) -> list[str]:
+    cmd = [sys.executable, "-m", "tttr.app", "generate", "Hello", "--max-tokens", "1"]
+    return cmd if model_path is None else [*cmd, "--model", str(model_path)]
+
 
 def cold_start(model_path=None, runs: int = COLD_START_RUNS) -> tuple[float, float]:
     """(seconds, peak RSS in MiB) of whole `tttr generate "Hello" --max-tokens 1` processes:
-    the median wall time of `runs`, and the largest peak resident set (the kernel's count for
-    the child, from wait4)."""
-    cmd = [sys.executable, "-m", "tttr.app", "generate", "Hello", "--max-tokens", "1"]
-    if model_path is not None:
-        cmd += ["--model", str(model_path)]
-    times, peaks = [], []
-    for _ in range(runs):
-        t = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
-        times.append(time.perf_counter() - t)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        err = proc.stderr.read().decode(errors="replace").strip()
-        proc.stderr.close()
-        if proc.returncode:
-            raise RuntimeError(f"cold start: {' '.join(cmd)} exited {proc.returncode}: {err[-500:]}")
-        peaks.append(usage.ru_maxrss / 1024)  # KiB on Linux
-    return statistics.median(times), max(peaks)
+    the median wall time of `runs`, and the largest peak resident set."""
+    measured = [measure_process(generate_command(model_path)) for _ in range(runs)]
+    return statistics.median(t for t, _ in measured), max(m for _, m in measured)
 
 
 def run_bench(model_path=None, tokens: int = 100, kernels: str = "fast", reference: bool = True,
