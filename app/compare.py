@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tttr.app.runview import RunView, is_blob, value_problem
-from tttr.engine.replay.diff import align, diff_runs
+from tttr.engine.replay.diff import PROGRAM_STEP_KINDS, align, diff_runs
 from tttr.sessions.vocabulary import SETUP_STEP, site_order, site_parts
 
 
@@ -176,10 +176,11 @@ def _result(value: dict) -> tuple[int | None, str]:
 
 def _program_steps(store, run_id: int) -> list[StepInfo]:
     """The steps of a run of recorded API calls (a recorded program's), in order: a call's
-    message, an SDK tool's call and result, a clock read, the program's end."""
+    message, an SDK tool's call and result, a clock read, the program's end; the same steps,
+    in the same order, as the engine's `program_steps` aligns (its rows index this list)."""
     from tttr.app.describe import is_program_end, program_line, sdk_call_line
 
-    events = sorted((e for kind in ("message", "tool", "clock") for e in _events(store, run_id, kind)
+    events = sorted((e for kind in PROGRAM_STEP_KINDS for e in _events(store, run_id, kind)
                      if e.kind == kind and e.step >= 0), key=lambda e: e.seq)
     out = []
     for e in events:
@@ -226,9 +227,7 @@ def build_comparison(store, run_a: int, run_b: int) -> Comparison:
     try:
         diff = diff_runs(store, run_a, run_b)
         divergences = dict(diff.first_divergence)
-        # The engine aligns a program's runs by their messages; here every step has a row.
-        calls_only = not any(_events(store, run, "action") for run in (run_a, run_b))
-        rows = align([s.action for s in a_steps], [s.action for s in b_steps]) if calls_only else diff.rows
+        rows = diff.rows  # a program's runs: one row per step, the engine's `program_steps`, as `_program_steps`
     except Exception as exc:  # noqa: BLE001 - the rows still show, with the unreadable ones marked
         divergences = {}
         note = f"{type(exc).__name__}: {exc}" if getattr(exc, "exit_code", None) is None else str(exc)

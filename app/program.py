@@ -6,6 +6,7 @@ database) answers the program's model calls; the program runs in the trace layer
 Unix socket through a forwarder, the virtual clock and seeded randomness of --clock/--seed).
 
 The run (task `program:NAME`, meta {"program", "tree", "clock"}) holds, in order:
+`setup:clock` (the virtual clock it starts at, as the built-in agent's runs have it) and
 `setup:setup` (the clock, the start tree's snapshot, the command line), the model calls as the
 server records them (steps 0..N-1, with whatever the program's SDK records among them), then at
 the next step N `N:tool` (the program's command line,
@@ -31,7 +32,7 @@ from tttr.recorders.program import (
     PORT, SOCKET_NAME, HostPython, api_dir, check_program, check_tree, endpoint_env, sandboxed_command,
 )
 from tttr.sessions.errors import TTTRError
-from tttr.sessions.vocabulary import KIND_LAYER, site
+from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, site
 
 CHECK_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 600.0
@@ -196,7 +197,9 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         watch = Stopwatch()  # the recording's own time, without the model's load (extra)
         watch.start()
         start, start_digest = snapshot(tree_dir, store), tree_digest(tree_dir)
-        store.append(run_id, -1, KIND_LAYER["setup"], "setup", site(-1, "setup"),
+        # As the built-in agent's: the clock the run starts at (a fork site), then the setup.
+        store.append(run_id, SETUP_STEP, KIND_LAYER["clock"], "clock", site(SETUP_STEP, "clock"), {"t": iso(clock)})
+        store.append(run_id, SETUP_STEP, KIND_LAYER["setup"], "setup", site(SETUP_STEP, "setup"),
                      {"task": name, "clock": iso(clock), "tree": start_digest, "snapshot": start,
                       "program": list(argv)})
         store.commit_step(run_id)

@@ -73,6 +73,8 @@ class ForkPlan:
         fork of the setup clock shares nothing and starts with the setup at the new time."""
         if self.at_setup:
             recorder.adopt(recorder.default_run, child)
+            recorder.store.append(child, SETUP_STEP, KIND_LAYER["clock"], "clock", site(SETUP_STEP, "clock"),
+                                  {"t": self.value})
             recorder.store.append(child, SETUP_STEP, KIND_LAYER["setup"], "setup", site(SETUP_STEP, "setup"),
                                   {**setup, "clock": self.value})
             recorder.store.commit_step(child)

@@ -39,7 +39,7 @@ from tttr.engine.replay.events import stored_text
 from tttr.engine.replay.diff import Divergence
 from tttr.engine.serve.errors import APIError
 from tttr.recorders.program import PYTHON, SOCKET_NAME, HostPython, api_dir, check_program, endpoint_env, sandboxed_command
-from tttr.sessions.vocabulary import KIND_LAYER, site, site_parts
+from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, site, site_parts
 
 RECORDED_BY = "tttr record"
 NAMES = ("recorded", "live")
@@ -90,6 +90,7 @@ class _Recording:
     steps: list  # _Step, in order
     final: dict  # N:tool: the program's output, exit code, end tree
     outcome: dict | None
+    setup_clock: dict | None = None  # setup:clock; None in a recording made before it was recorded
 
 
 def _load(store, run_id: int) -> _Recording:
@@ -117,7 +118,8 @@ def _load(store, run_id: int) -> _Recording:
             steps.append(_Step(s, kind, by_step[s]))
     final = next(e.value for e in events if e.step == final_step and e.kind == "tool")
     outcome = next((e.value for e in events if e.step == final_step and e.kind == "outcome"), None)
-    return _Recording(run, setup, steps, final, outcome)
+    setup_clock = next((e.value for e in events if e.step == SETUP_STEP and e.kind == "clock"), None)
+    return _Recording(run, setup, steps, final, outcome, setup_clock)
 
 
 def _text(store, value) -> str:
@@ -347,7 +349,9 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
                                 sampling=run.sampling, seed=run.seed, fingerprint=run.fingerprint, parent=run.id, **how)
         if fork is None:
             recorder.adopt(name, child)
-            store.append(child, -1, KIND_LAYER["setup"], "setup", site(-1, "setup"), rec.setup)
+            if rec.setup_clock is not None:  # as recorded, so that diff finds the setup alike
+                store.append(child, SETUP_STEP, KIND_LAYER["clock"], "clock", site(SETUP_STEP, "clock"), rec.setup_clock)
+            store.append(child, SETUP_STEP, KIND_LAYER["setup"], "setup", site(SETUP_STEP, "setup"), rec.setup)
             store.commit_step(child)
         else:  # the setup and the steps before the site are the parent's, shared
             fork.adopt(recorder, child, rec.setup)

@@ -60,11 +60,12 @@ def test_program_records_one_run_and_repeats_clock_and_randomness(tmp_path, caps
         run, events = store.load_run(first["run_id"])
         assert run.task == "program:python3" and run.status == "complete"
         kinds = [(e.step, e.kind) for e in events]
-        assert kinds[0] == (-1, "setup") and (0, "prompt") in kinds and (0, "message") in kinds
+        assert kinds[:2] == [(-1, "clock"), (-1, "setup")] and (0, "prompt") in kinds and (0, "message") in kinds
+        assert events[0].site == "setup:clock" and events[0].value == {"t": "2026-03-02T10:00:00"}
         assert kinds[-2:] == [(1, "tool"), (1, "outcome")]
         tool = events[-2].value
         assert tool["exit_code"] == 0 and tool["stdout"].startswith("2026-03-02 10:00:00")
-        assert tool["snapshot"] and events[0].value["snapshot"] and tool["tree_after"] != tool["tree_before"]
+        assert tool["snapshot"] and events[1].value["snapshot"] and tool["tree_after"] != tool["tree_before"]
         assert len(store.runs()) == 2  # each recording one run, the calls inside it
 
 

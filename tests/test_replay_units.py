@@ -5,7 +5,7 @@ import pytest
 from tttr.engine.replay.agent import AgentLimits, observation, parse_action
 from tttr.engine.replay.diff import align, divergences
 from tttr.engine.replay.policy import Policy, PolicyError
-from tttr.sessions.vocabulary import Site, SiteError
+from tttr.sessions.vocabulary import KIND_LAYER, Site, SiteError
 
 
 def test_policy_parse_and_pins():
@@ -147,3 +147,55 @@ def test_an_sdk_tool_result_that_differs_is_a_trace_divergence():
     assert d["trace"].site == "1:tool" and d["trace"].a == {"result": ["README"]}
     boom = [_E("1:tool", "tool", {"function": "f", "error": {"type": "ValueError", "message": "boom"}})]
     assert divergences(a[:1], boom).first["trace"].site == "1:tool"
+
+
+def _program_run(store, decided: str, later: str, t: str = "2026-03-02T10:00:05") -> int:
+    """A run in a recorded program's shape (app/program.py): the setup, a model call, an
+    @sdk.tool call, an sdk.now() read, a second call, the program's end."""
+    run = store.begin_run(task="program:python3", meta={"source": "tttr record", "program": ["python3", "a.py"]})
+    steps = [
+        [("clock", "setup:clock", {"t": "2026-03-02T10:00:00"}),
+         ("setup", "setup:setup", {"clock": "2026-03-02T10:00:00", "program": ["python3", "a.py"]})],
+        [("prompt", "0:prompt", {"request": {"messages": [{"role": "user", "content": "go"}]}}),
+         ("message", "0:message", {"text": "call decide"})],
+        [("tool", "1:tool", {"function": "decide", "args": ["x"], "kwargs": {}, "result": decided})],
+        [("clock", "2:clock", {"t": t, "source": "sdk"})],
+        [("message", "3:message", {"text": later})],
+        [("tool", "4:tool", {"program": ["python3", "a.py"], "cmd": "python3 a.py", "stdout": later, "exit_code": 0}),
+         ("outcome", "4:outcome", {"exit_code": 0})],
+    ]
+    for k, events in enumerate(steps):
+        for kind, at, value in events:
+            store.append(run, k - 1, KIND_LAYER[kind], kind, at, value)
+        store.commit_step(run)
+    store.finish_run(run, status="complete")
+    return run
+
+
+def test_diff_of_program_runs_aligns_every_step_and_names_a_tool_fork_at_its_site(tmp_path):
+    """Two program runs: one row per step (call, SDK tool, clock read, end), the rows after
+    a changed tool result pair up, the tool's row and its first divergence name both values;
+    the compare screen shows the engine's rows."""
+    from tttr.app.compare import build_comparison
+    from tttr.engine.replay.diff import diff_runs
+    from tttr.sessions.store import Store
+
+    with Store.open(tmp_path / "s.db") as store:
+        a = _program_run(store, "stop", "done")
+        b = _program_run(store, "go on", "going on")
+        same = _program_run(store, "stop", "done")
+        later_clock = _program_run(store, "stop", "done", t="2026-03-02T11:00:00")
+        d = diff_runs(store, a, b)
+        assert [(r.a_step, r.b_step, r.same) for r in d.rows] == [
+            (0, 0, True), (1, 1, False), (2, 2, True), (3, 3, False), (4, 4, True)]  # the end: same exit
+        assert d.rows[1].a_action == 'decide("x") → "stop"' and d.rows[1].b_action == 'decide("x") → "go on"'
+        trace = d.first_divergence["trace"]
+        assert trace.site == "1:tool" and (trace.a, trace.b) == ({"result": "stop"}, {"result": "go on"})
+        assert diff_runs(store, a, same).identical
+        clock = diff_runs(store, a, later_clock)
+        assert [r.same for r in clock.rows] == [True, True, False, True, True]
+        assert clock.first_divergence["trace"].site == "2:clock"
+        assert (clock.first_divergence["trace"].a, clock.first_divergence["trace"].b) == (
+            "2026-03-02T10:00:05", "2026-03-02T11:00:00")
+        compared = build_comparison(store, a, b)
+        assert [r.same for r in compared.rows] == [True, True, False, True, False, True]  # the setup row first

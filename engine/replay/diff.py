@@ -3,11 +3,13 @@ first site where their values differ and how many sites of that layer differ in 
 
 Steps are aligned by edit distance over the action sequences (rapidfuzz), so an extra or
 a missing command in one run shifts the alignment instead of marking every later step
-as different.
+as different. A recorded program's run has no actions: each of its steps (a model call's
+message, an SDK tool's call and result, a clock read, the program's end) is aligned instead.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -157,9 +159,43 @@ def divergences(a_events: list, b_events: list) -> Divergences:
 _MISSING = object()
 
 
-def _messages(events: list) -> list[str]:
-    return [str(e.value.get("text")) if isinstance(e.value, dict) else str(e.value)
-            for e in events if e.kind == "message"]
+PROGRAM_STEP_KINDS = ("message", "tool", "clock")
+
+
+class ProgramStep(NamedTuple):
+    step: int
+    kind: str  # one of PROGRAM_STEP_KINDS
+    key: str  # what is aligned: the same key, the same step
+
+
+def program_steps(events: list) -> list[ProgramStep]:
+    """The steps of a run of recorded API calls (a recorded program's), in the order they
+    were recorded: a call's message, an SDK tool's call with its result, a clock read, the
+    program's end. `tttr diff` and the compare screen align these (one row per step), so a
+    fork at an SDK tool's result or a clock read differs on its own row."""
+    picked = sorted((e for e in events if e.kind in PROGRAM_STEP_KINDS and e.step >= 0), key=lambda e: e.seq)
+    return [ProgramStep(e.step, e.kind, _program_key(e.kind, e.value if isinstance(e.value, dict) else {}))
+            for e in picked]
+
+
+def _program_key(kind: str, v: dict) -> str:
+    def text(x) -> str:
+        return json.dumps(x, ensure_ascii=False, sort_keys=True, default=str)
+
+    if kind == "message":
+        calls = v.get("tool_calls")
+        return str(v.get("text") or "") + (f" → tool calls {text(calls)}" if calls else "")
+    if kind == "clock":
+        return f"clock {v.get('t', '')}"
+    if "function" in v:  # an @sdk.tool call
+        args = [text(a) for a in v.get("args") or []]
+        kwargs = v.get("kwargs") if isinstance(v.get("kwargs"), dict) else {}
+        args += [f"{k}={text(a)}" for k, a in kwargs.items()]
+        end = f" ✗ {text(v['error'])}" if v.get("error") is not None else f" → {text(v.get('result'))}"
+        return f"{v['function']}({', '.join(args)}){end}"
+    if isinstance(v.get("program"), list):  # the program's own end
+        return f"end: {' '.join(str(a) for a in v['program'])} (exit {v.get('exit_code')})"
+    return f"$ {v.get('cmd', '')} (exit {v.get('exit_code')})"  # sdk.shell
 
 
 def diff_runs(store, run_a: int, run_b: int) -> RunDiff:
@@ -168,8 +204,9 @@ def diff_runs(store, run_a: int, run_b: int) -> RunDiff:
     _, b_events = store.load_run(run_b)
     a_actions = [action_text(e.value) for e in a_events if e.kind == "action"]
     b_actions = [action_text(e.value) for e in b_events if e.kind == "action"]
-    if not a_actions and not b_actions:  # recorded API calls: a call's message stands for its action
-        a_actions, b_actions = _messages(a_events), _messages(b_events)
+    if not a_actions and not b_actions:  # recorded API calls (a program's): every step is aligned
+        a_actions = [p.key for p in program_steps(a_events)]
+        b_actions = [p.key for p in program_steps(b_events)]
     first, counts = divergences(a_events, b_events)
     return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts)
 
