@@ -140,21 +140,26 @@ def test_a_refused_pair_is_one_line_and_nothing_else(plain_pair, key, runs, refu
 # ---------------------------------------------------------------------------- triage, for real
 
 @pytest.mark.slow
-def test_triage_from_the_runs_list_names_the_trace_layer_and_links_its_replay(pair):  # noqa: F811
+def test_triage_and_bisect_from_the_runs_list_name_the_layer_and_the_clock_and_link_their_replays(pair):  # noqa: F811
     db, good, bad, first, last = pair
 
     async def flow(app, pilot):
         await mark(app, pilot, bad, good)  # marked BAD first: the run that passed is GOOD all the same
-        await pilot.press("T")
-        assert isinstance(app.screen, ExperimentScreen)
-        screen = app.screen
-        assert (screen.good, screen.bad, screen.judge) == (good, bad, "outcome")
-        await pilot.press("q")  # quitting while it runs asks first
-        assert isinstance(app.screen, ConfirmScreen)
-        await pilot.press("n")
-        assert app.screen is screen and screen.cancel is not None and not screen.cancel.is_set()
+        app._runtime_lock.acquire()  # the worker waits for the model here until released below
+        try:
+            await pilot.press("T")
+            assert isinstance(app.screen, ExperimentScreen)
+            screen = app.screen
+            assert (screen.good, screen.bad, screen.judge) == (good, bad, "outcome")
+            await wait_for(pilot, lambda: "loading the model …" in screen.lines)
+            await pilot.press("q")  # quitting while it runs asks first
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("n")
+            assert app.screen is screen and not screen.cancel.is_set()  # it goes on
+        finally:
+            app._runtime_lock.release()
         await wait_for(pilot, lambda: screen.verdict or screen.error, timeout=900)
-        assert screen.error is None
+        assert screen.error is None, screen.error
         assert screen.verdict[0].startswith("verdict: the trace layer")
         assert "token: no differences, not replayed" in screen.lines
         assert any(line.startswith("trace: 2 delta(s) from GOOD") for line in screen.lines)
@@ -173,6 +178,32 @@ def test_triage_from_the_runs_list_names_the_trace_layer_and_links_its_replay(pa
         await pilot.press("escape")
         await pilot.press("C")
         assert (app.screen.run_a, app.screen.run_b) == (good, replay.run_id)
+
+        await pilot.press("escape", "escape")  # compare → triage → runs, the pair still marked
+        assert isinstance(app.screen, RunsScreen) and app.screen.marked == [bad, good]
+        await pilot.press("B")
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.verdict or screen.error, timeout=900)
+        assert screen.error is None, screen.error
+        assert screen.verdict[0] == "minimal failure-inducing set: 1 delta(s), layer(s) trace"
+        assert screen.verdict[1].startswith(f"  {last}:clock (trace)")
+        assert [t.judged for t in screen.tested] == ["fails", "does not fail", "fails"]
+        assert all(t.replayed == good for t in screen.tested) and any(line.startswith("round 1") for line in screen.lines)
+
+        await pilot.press("escape")
+        runs_before = len(app.store.runs())
+        app._runtime_lock.acquire()
+        try:
+            await pilot.press("T")
+            screen = app.screen
+            await wait_for(pilot, lambda: "loading the model …" in screen.lines)
+            await pilot.press("x")  # cancelled before its first replay: it stops after checking the pair
+        finally:
+            app._runtime_lock.release()
+        await wait_for(pilot, lambda: screen.verdict or screen.error, timeout=900)
+        assert screen.verdict[0].startswith("cancelled") and screen.cancel is None
+        assert screen.tested == [] and not screen.query_one(DataTable).display
+        assert len(app.store.runs()) == runs_before  # it stored no replay
         return replay.run_id
 
     replay_id = run_app(db, flow, load_tokenizer=False)
