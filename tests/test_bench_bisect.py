@@ -38,8 +38,9 @@ def test_replays_stand_beside_the_single_cause_bound_and_the_speedup_sums_both_s
     r = Figures((a, b), tried=2, discarded=0).to_json()
     assert r["mean_replays"] == 4 and r["mean_replays_one_at_a_time"] == 2.5
     assert r["mean_replay_bound"] == 4 and r["mean_deltas"] == 2.5 and r["within_bound_fraction"] == 0.5
-    assert r["batched_speedup"] == 1.0 and (r["batched_s"], r["one_at_a_time_s"]) == (4.0, 4.0)
-    assert r["per_replay_speedup"] == 1.6  # 4 s / 5 replays one at a time, 4 s / 8 replays batched
+    # the speedup counts only plants with 2+ deltas (b, with one, has no round to batch)
+    assert r["speedup_plants"] == 1 and r["batched_speedup"] == 3.0 and (r["batched_s"], r["one_at_a_time_s"]) == (1, 3)
+    assert r["per_replay_speedup"] == 3.75  # 3 s / 4 replays one at a time, 1 s / 5 replays batched
     text = format_report(r)
     lines = text.splitlines()
     assert len(lines) == 4 and "2 planted causes kept of 2 forks tried (0 discarded" in lines[0]
@@ -47,7 +48,10 @@ def test_replays_stand_beside_the_single_cause_bound_and_the_speedup_sums_both_s
     assert lines[2].startswith("mean_replays 4.00 batched, 2.50 one at a time, beside 2*log2(n)+2 = 4.00 on "
                                "average for n = 4, 1 deltas")
     assert "50% of plants are" in lines[2]
-    assert lines[3].startswith("batched_speedup 1.00x (target >= 2x)") and "per replay 1.60x" in lines[3]
+    assert lines[3].startswith("batched_speedup 3.00x (target >= 2x) over the 1 plant(s)") and "per replay 3.75x" in lines[3]
+    single = Figures((b,), tried=1, discarded=0).to_json()
+    assert single["batched_speedup"] is None and single["per_replay_speedup"] is None
+    assert format_report(single).splitlines()[3].startswith("batched_speedup n/a (target >= 2x): no plant has 2")
 
 
 @pytest.mark.parametrize("bad", [dict(deltas=0), dict(replays=0), dict(one=0), dict(batched_s=0.0), dict(one_s=-1.0)])
@@ -94,4 +98,7 @@ def test_the_clock_plant_end_to_end_reports_what_triage_and_bisect_found(tmp_pat
     assert b["replays"] == o["replays"] and b["batched"] is True
     assert r["bisect_found_fraction"] == float(o["found"] == [o["site"]])
     assert r["mean_replays"] == o["replays"] and r["mean_replay_bound"] == replay_bound(o["deltas"])
-    assert r["batched_speedup"] == pytest.approx(o["one_at_a_time_s"] / o["batched_s"], rel=1e-2)
+    if o["deltas"] >= 2:  # the two innocent shifts kept: a round to batch
+        assert r["batched_speedup"] == pytest.approx(o["one_at_a_time_s"] / o["batched_s"], rel=1e-2)
+    else:
+        assert r["batched_speedup"] is None
