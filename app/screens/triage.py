@@ -118,7 +118,7 @@ class ExperimentScreen(Screen):
     def on_mount(self) -> None:
         label_back(self)
         table = self.query_one(DataTable)
-        for column in ("run", "replays", "applied", "checker", self.kind):
+        for column in ("run", "replay of", "applied", "checker", self.kind):
             table.add_column(column, key=column)
         table.display = False
         self.cancel = cancel = threading.Event()
