@@ -77,6 +77,23 @@ def test_a_residual_under_full_pinning_is_said_on_its_row(tmp_path):
     run_app(db, flow, load_tokenizer=False)
 
 
+def test_a_hostile_task_name_is_shown_as_text_in_the_table_and_the_plot(tmp_path):
+    db = tmp_path / "hostile.db"
+    name = "[bold red]x\x1b[31my"
+    with Store.open(db) as store:
+        for i in range(2):
+            _store_run(store, name, "free", i, True, ["mkdir b"])
+
+    async def flow(app, pilot):
+        await pilot.press("S")
+        await wait_for(pilot, lambda: isinstance(app.screen, StatsScreen) and app.screen.stats is not None)
+        assert cells(app.screen.query_one(DataTable))[0][0] == "[bold red]x\\x1b[31my"
+        plot = app.screen.plot.plain
+        assert "\x1b" not in plot and "x\\x1b[31m" in plot  # the escape is shown, not obeyed
+
+    run_app(db, flow, load_tokenizer=False)
+
+
 def test_stats_on_a_database_without_suite_runs_says_how_to_record_them(tmp_path):
     db = two_runs(tmp_path / "plain.db", steps=2, tokens=2)
 
