@@ -129,6 +129,12 @@ def _read_header(path: Path) -> tuple[dict, list[_Tensor]]:
     return header["fields"], tensors
 
 
+def _read(path: Path, t: _Tensor) -> np.ndarray:
+    """A tensor's bytes read from the file, not touched through the mapping: a mapped page
+    stays in the process's resident set (in 1 MB steps here) until the whole file is unmapped."""
+    return np.fromfile(path, dtype=t.data.dtype, count=t.data.size, offset=t.offset).reshape(t.data.shape)
+
+
 class _StoredBlocks(Mapping):
     """Checkpoint.quantized for a GGUF file: name -> (format, raw rows), each read from the file
     when asked (rows un-permuted where llama's Q/K need it), so that a weight's bytes are held
@@ -141,7 +147,7 @@ class _StoredBlocks(Mapping):
 
     def __getitem__(self, name: str) -> tuple[str, np.ndarray]:
         fmt, t, heads = self.where[name]
-        raw = np.fromfile(self.path, dtype=t.data.dtype, count=t.data.size, offset=t.offset).reshape(t.data.shape)
+        raw = _read(self.path, t)
         return fmt, raw if heads is None else unpermute_qk(raw, heads)  # whole rows move, blocks intact
 
     def __iter__(self):
@@ -208,7 +214,7 @@ def load_gguf(path: Path) -> Checkpoint:
             # (Checkpoint.dense) only where it needs the fp32 values
             quantized.where[hf] = (t.tensor_type.name, t, heads)
             continue
-        arr = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        arr = np.asarray(gguf.quants.dequantize(_read(path, t), t.tensor_type), dtype=np.float32)
         if heads is not None:
             arr = unpermute_qk(arr, heads)
         tensors[hf] = torch.from_numpy(np.array(arr, dtype=np.float32, order="C", copy=True))
