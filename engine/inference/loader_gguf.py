@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import gguf
 import numpy as np
 import torch
 
@@ -76,7 +75,7 @@ def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
 @dataclass(frozen=True)
 class _Tensor:
     name: str
-    tensor_type: object  # gguf.GGMLQuantizationType
+    tensor_type: str  # a gguf.GGMLQuantizationType name: F32, Q4_1, ...
     shape: tuple[int, ...]
     data: np.ndarray  # a view of the mapped file, as GGUFReader gives it
     offset: int  # of data in the file
@@ -102,6 +101,8 @@ def _read_header(path: Path) -> tuple[dict, list[_Tensor]]:
         header = None
     if header is None:
         try:
+            import gguf  # a parse only on a cache miss (importing gguf is ~0.1 s of every start)
+
             reader = gguf.GGUFReader(str(path))
         except Exception as exc:  # noqa: BLE001 - any parse failure means "not a usable GGUF"
             raise EngineError(f"{path} is not a readable GGUF file ({exc}): pass a .gguf model or a model folder") from exc
@@ -125,7 +126,7 @@ def _read_header(path: Path) -> tuple[dict, list[_Tensor]]:
         if t["offset"] + count * dtype.itemsize > mapped.size:
             raise EngineError(f"{path} is truncated: tensor {t['name']!r} runs past the end of the file")
         data = np.ndarray(t["data_shape"], dtype=dtype, buffer=mapped, offset=t["offset"])
-        tensors.append(_Tensor(t["name"], gguf.GGMLQuantizationType[t["type"]], tuple(t["shape"]), data, t["offset"]))
+        tensors.append(_Tensor(t["name"], t["type"], tuple(t["shape"]), data, t["offset"]))
     return header["fields"], tensors
 
 
@@ -133,6 +134,15 @@ def _read(path: Path, t: _Tensor) -> np.ndarray:
     """A tensor's bytes read from the file, not touched through the mapping: a mapped page
     stays in the process's resident set (in 1 MB steps here) until the whole file is unmapped."""
     return np.fromfile(path, dtype=t.data.dtype, count=t.data.size, offset=t.offset).reshape(t.data.shape)
+
+
+def _dense(data: np.ndarray, tensor_type: str) -> np.ndarray:
+    """fp32 values of a tensor's stored data (F32 and F16 as numpy holds them, others by gguf)."""
+    if tensor_type in ("F32", "F16"):
+        return data.astype(np.float32, copy=False)
+    import gguf
+
+    return np.asarray(gguf.quants.dequantize(data, gguf.GGMLQuantizationType[tensor_type]), dtype=np.float32)
 
 
 class _StoredBlocks(Mapping):
@@ -209,12 +219,12 @@ def load_gguf(path: Path) -> Checkpoint:
         heads = None
         if arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
             heads = n_heads if ".attn_q." in t.name else config.n_kv_heads
-        if t.tensor_type.name in QUANT_FORMATS and len(t.shape) == 2:
+        if t.tensor_type in QUANT_FORMATS and len(t.shape) == 2:
             # kept as stored: the model runs its products from these blocks, and expands them
             # (Checkpoint.dense) only where it needs the fp32 values
-            quantized.where[hf] = (t.tensor_type.name, t, heads)
+            quantized.where[hf] = (t.tensor_type, t, heads)
             continue
-        arr = np.asarray(gguf.quants.dequantize(_read(path, t), t.tensor_type), dtype=np.float32)
+        arr = _dense(_read(path, t), t.tensor_type)
         if heads is not None:
             arr = unpermute_qk(arr, heads)
         tensors[hf] = torch.from_numpy(np.array(arr, dtype=np.float32, order="C", copy=True))
