@@ -18,15 +18,14 @@ from the recording. At the site:
   in the background from the fork's start, while the program runs up to the site.
 
 After the site, requests that still equal the recording are answered from it; the first one
-that differs is the divergence, and from there on model calls are generated live and SDK
-tools run live. The child run records its parent, fork site and mutation."""
+that differs is the divergence, and from there on model calls are generated live
+(app/program_live.py) and SDK tools run live. The child run records its parent, fork site and mutation."""
 
 from __future__ import annotations
 
 import json
 import re
-import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from tttr.app.program import ProgramRunError
@@ -202,16 +201,11 @@ class ForkReplayer(Replayer):
     def __init__(self, rec, recorder, name: str, plan: ForkPlan):
         from tttr.app.program import running_clock
 
-        super().__init__(rec, recorder, name)
+        super().__init__(rec, recorder, name, plan.model)
         self.plan = plan
         self.forked = plan.at_setup  # the setup comes before every request
-        self.service = None
-        self.logits_computed = 0
-        self.calls_generated = 0
-        self._loading: threading.Thread | None = None
-        self._loaded: list = []  # the Service, or the exception its load raised
         if plan.site.name == "token":  # the site's call needs the model: it loads while the program starts
-            self._start_loading()
+            self.live.start_loading()
         start = datetime.fromisoformat(rec.setup.get("clock") or rec.run.meta["clock"]).replace(tzinfo=None)
         self._live_clock = running_clock(start)  # as the server's, for live reads after the site
 
@@ -232,7 +226,7 @@ class ForkReplayer(Replayer):
         self.forked = True
         self.cursor += 1
         self.calls += 1
-        return self._generate(name, endpoint, body, forced=True)
+        return self.live.generate(name, endpoint, body, forced=self.plan.forced, settings=self.plan.settings)
 
     def _answer_sdk(self, step: _Step, recorded: dict, value: dict) -> dict:
         if not self._at_site(step, "tool"):
@@ -295,79 +289,8 @@ class ForkReplayer(Replayer):
             return {"t": t}
         return answer
 
-    # -- live ------------------------------------------------------------------------------
-    def _live_call(self, name, endpoint: str, body: dict):
-        return self._generate(name, endpoint, body, forced=False)
-
-    def _load(self) -> None:
-        from tttr.engine.serve.service import Service
-
-        try:
-            service = Service(self.plan.model, kernel_mode="invariant")
-            self._loaded.append(service)
-            service.load()
-        except Exception as exc:  # noqa: BLE001 - raised where the model is wanted
-            self._loaded.append(exc)
-
-    def _start_loading(self) -> None:
-        """Load in a thread of its own; called from the thread that runs the fork to its end."""
-        from tttr.app.program import own_torch_threads
-
-        own_torch_threads()  # the loader thread exits: the pool must be this (lasting) thread's
-        self._loading = threading.Thread(target=self._load, name="tttr-fork-load", daemon=True)
-        self._loading.start()
-
-    def _model(self):
-        if self.service is None:
-            if self._loading is None:  # a tool fork's first live call after the divergence: load here
-                self._load()
-            else:
-                self._loading.join()
-            failed = next((x for x in self._loaded if isinstance(x, Exception)), None)
-            if failed is not None:
-                raise failed
-            self.service = self._loaded[0]
-            self.recorder.service = self.service
-        return self.service
-
-    def _generate(self, name, endpoint: str, body: dict, *, forced: bool):
-        from tttr.engine.serve import responses as shape
-        from tttr.engine.serve.requests import parse_chat, parse_completion
-
-        try:
-            service = self._model()
-            prepared = service.prepare((parse_chat if endpoint == "chat" else parse_completion)(body))
-        except APIError as exc:
-            return exc
-        except Exception as exc:  # noqa: BLE001 - the program gets an error, the fork reports it
-            return APIError(f"tttr fork could not generate this call: {exc}", status=500, code="engine_error")
-        plan = self.plan
-        if forced:
-            s = plan.settings
-            prepared = replace(prepared, prompt_ids=tuple(s["ids"]), seed=s["seed"], max_tokens=s["max_tokens"],
-                               seed_drawn=False)
-        response_id = shape.new_id("chatcmpl" if endpoint == "chat" else "cmpl")
-        call = service.start(prepared, None, forced=plan.forced if forced else None)
-        self.recorder.record(call, name=name, response_id=response_id)
-        try:
-            call.future.result()
-        except Exception as exc:  # noqa: BLE001
-            return APIError(f"generation failed: {exc}", status=500, code="engine_error")
-        self.calls_generated += 1
-        self.logits_computed += len(call.seq.records)
-        out = shape.output(call, service.tokenizer)
-        make = shape.chat_response if endpoint == "chat" else shape.completion_response
-        return make(service, call, out, response_id)
-
     def report(self) -> dict:
-        return {"fork_site": str(self.plan.site), "forked": self.forked, "calls_generated": self.calls_generated}
-
-    def close(self) -> None:
-        if self._loading is not None:
-            self._loading.join()  # a load cannot be interrupted; torch must not die mid-load at exit
-        for service in self._loaded:
-            if not isinstance(service, Exception):
-                service.close()
+        return {**super().report(), "fork_site": str(self.plan.site), "forked": self.forked}
 
 
 def print_fork(res, as_json: bool) -> None:

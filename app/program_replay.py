@@ -14,9 +14,9 @@ replay mode: the program's requests are met, in order, by the recorded steps.
 
 The first request that differs (another kind of step, another message, argument or
 parameter, or a step the recording lacks) is the divergence, reported with the call's
-index and both values. From there on SDK tools run live and the clock is live; model calls
-are refused (HTTP 409, `replay_diverged`): the replay stops generating there rather than
-loading the model. At the end the program's stdout, exit code and end tree are compared
+index and both values. From there on SDK tools run live, the clock is live, and model calls
+are generated live by the recorded model (app/program_live.py; loaded then, not before), so
+the program runs on as it would have. At the end the program's stdout, exit code and end tree are compared
 with the recorded ones (an SDK tool's side effects on the tree are not re-done).
 
 The program's code is taken from where it was recorded (the recorded --tree, if that
@@ -37,7 +37,6 @@ from pathlib import Path
 from tttr.app.program import ProgramRunError, _Endpoint, running_clock
 from tttr.engine.replay.events import stored_text
 from tttr.engine.replay.diff import Divergence
-from tttr.engine.serve.errors import APIError
 from tttr.recorders.program import PYTHON, SOCKET_NAME, HostPython, api_dir, check_program, endpoint_env, sandboxed_command
 from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, site, site_parts
 
@@ -169,8 +168,11 @@ def _response(endpoint: str, step: _Step, prompt: dict, model: str) -> dict:
 class Replayer:
     """Meets the program's requests with the recording's steps, in order."""
 
-    def __init__(self, rec: _Recording, recorder, name: str):
+    def __init__(self, rec: _Recording, recorder, name: str, model: str | None = None):
+        from tttr.app.program_live import LiveCalls
+
         self.rec, self.recorder, self.name = rec, recorder, name
+        self.live = LiveCalls(model, recorder, rec.run.model_id)  # model calls after the divergence
         self.cursor = 0
         self.calls = 0  # model calls met so far (the call index)
         self.answered = 0
@@ -222,9 +224,18 @@ class Replayer:
         return _response(endpoint, step, prompt, self.rec.run.model_id or "tttr")
 
     def _live_call(self, name, endpoint: str, body: dict):
-        """A model call after the divergence: a replay does not generate it (a fork does)."""
-        return APIError(f"tttr replay stopped at the divergence, {self.divergence.describe()}: "
-                        "model calls after it are not generated yet", status=409, code="replay_diverged")
+        """A model call after the divergence: generated live, by the recorded model."""
+        return self.live.generate(name, endpoint, body)
+
+    @property
+    def logits_computed(self) -> int:
+        return self.live.logits_computed
+
+    def report(self) -> dict:
+        return {"calls_generated": self.live.calls_generated}
+
+    def close(self) -> None:
+        self.live.close()
 
     def answer_sdk(self, name, kind: str, value: dict):
         with self._lock:
@@ -288,7 +299,7 @@ def _take_program(argv: list[str], recorded_tree: str | None, tree_dir: Path) ->
 
 
 def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, timeout_s: float = 600.0,
-                   progress=None, fork=None) -> ReplayResult:
+                   progress=None, fork=None, model: str | None = None) -> ReplayResult:
     """Replay recorded program run `run_id` of `db` as a child run; see the module's text.
     `fork` (app/program_fork.py's ForkPlan, checked already) makes it a fork at one site."""
     from tttr.recorders.limits import Limits
@@ -316,7 +327,7 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
                             limits=Limits(timeout_s=timeout_s, tree_mb=1024), binds=host.binds(sock_dir))
         try:
             return _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
-                           fork)
+                           fork, model)
         finally:
             executor.close()
     finally:
@@ -324,7 +335,7 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
 
 
 def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
-            fork=None) -> ReplayResult:
+            fork=None, model=None) -> ReplayResult:
     from tttr.app.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.recorders.clock import iso
@@ -337,7 +348,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
     store = recorder.store
     app = create_app(None, recorder)
     server = app.state.server
-    replayer = fork.replayer(rec, recorder, name) if fork is not None else Replayer(rec, recorder, name)
+    replayer = fork.replayer(rec, recorder, name) if fork is not None else Replayer(rec, recorder, name, model)
     server.answer_call = replayer.answer_call
     server.answer_from_recording = replayer.answer_sdk
     server.replay_model = {"id": run.model_id or "tttr", "object": "model", "created": 0, "owned_by": "tttr"}
@@ -380,13 +391,12 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         same_exit = res.exit_code == rec.final.get("exit_code")
         same_tree = end_digest == rec.final.get("tree_after")
         identical = replayer.divergence is None and same_stdout and same_exit
-        logits = getattr(replayer, "logits_computed", 0)
+        logits = replayer.logits_computed
         outcome = {"exit_code": res.exit_code, "calls": replayer.calls, "tree": end_digest, "clock": iso(clock),
                    "identical": identical, "same_stdout": same_stdout, "same_tree": same_tree,
                    "logits_computed": logits, "tools_run": tools_run,
                    "divergence": replayer.divergence.to_json() if replayer.divergence else None}
-        if fork is not None:
-            outcome.update(replayer.report())
+        outcome.update(replayer.report())
         if isinstance(rec.outcome, dict) and "passed" in rec.outcome:
             outcome["recorded_passed"] = rec.outcome["passed"]
         store.append(child, last, KIND_LAYER["outcome"], "outcome", site(last, "outcome"), outcome)
@@ -394,7 +404,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         done, child = child, None
         return ReplayResult(done, run.id, identical, replayer.divergence, res.exit_code, rec.final.get("exit_code"),
                             res.stdout, same_stdout, same_tree, replayer.answered, logits, tools_run,
-                            replayer.report() if fork is not None else {})
+                            replayer.report())
     finally:
         if endpoint is not None:
             endpoint.stop()
@@ -404,8 +414,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
             except Exception:  # noqa: BLE001 - the store is closed next either way
                 pass
         server.shutdown()
-        if fork is not None:
-            replayer.close()
+        replayer.close()
 
 
 def print_replay(res: ReplayResult, as_json: bool, verb: str = "replayed") -> None:
@@ -427,6 +436,8 @@ def print_replay(res: ReplayResult, as_json: bool, verb: str = "replayed") -> No
     if "fork_site" in res.extra:
         say(f"forked at {res.extra['fork_site']}" + ("" if res.extra.get("forked") else " (the program never got there)")
             + f", {res.extra.get('calls_generated', 0)} model calls generated")
+    if "fork_site" not in res.extra and res.extra.get("calls_generated"):
+        say(f"{res.extra['calls_generated']} model calls generated after the divergence")
     say("identical to the recording" if res.identical else "differs from the recording")
     if res.divergence is not None:
         say(f"{verb.removesuffix('ed')} diverged at {res.divergence.describe()}"

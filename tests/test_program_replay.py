@@ -63,6 +63,7 @@ def test_faithful_replay_is_identical_without_model_or_tools(tmp_path, capsys):
     assert res["identical"] is True and res["divergence"] is None, res
     assert res["stdout"] == rec["stdout"] and res["exit_code"] == 0
     assert res["logits_computed"] == 0 and res["tools_run"] == 0 and res["calls_answered"] == 3
+    assert res["calls_generated"] == 0
     with Store.open(db, readonly=True) as store:
         run, events = store.load_run(res["run_id"])
         assert run.parent == rec["run_id"] and run.status == "complete"
@@ -87,7 +88,15 @@ def test_edited_program_diverges_at_its_first_call_and_a_missing_one_is_refused(
     div = res["divergence"]
     assert res["identical"] is False and div["site"].startswith("call 0 (step 0), message 0"), res
     assert div["recorded"]["content"] == "Say hi" and div["live"]["content"] == "Say bye"
-    assert res["logits_computed"] == 0
+    # From the divergence on the program runs on: its call is generated live, by the recorded model.
+    assert res["exit_code"] == 0 and res["calls_generated"] == 1 and res["logits_computed"] > 0, res
+    extra = PROGRAM + "client.chat.completions.create(model=r.model, messages=[{'role': 'user', 'content': 'More'}], max_tokens=2)\n"
+    (tree / "prog.py").write_text(extra)  # a call the recording lacks, after all it holds
+    res = _replay(capsys, db, rec["run_id"])
+    div = res["divergence"]
+    assert div["site"] == "step 3" and div["recorded"] == "(the recording ends here)", res
+    assert div["live"].startswith("call 1: ") and "More" in div["live"]
+    assert res["exit_code"] == 0 and res["calls_generated"] == 1 and res["stdout"] == rec["stdout"], res
     with Store.open(db, readonly=True) as store:
         runs = len(store.runs())
     assert main(["fork", str(rec["run_id"]), "--db", str(db), "--at", "0:prompt", "--set", "3"]) == 2

@@ -294,7 +294,8 @@ def cmd_replay_program(args, policy) -> int:
         if not args.json:
             print(f"tttr replay: {text}", file=sys.stderr, flush=True)
 
-    res = replay_program(args.db, args.run, unsafe_no_sandbox=args.unsafe_no_sandbox, progress=progress)
+    res = replay_program(args.db, args.run, unsafe_no_sandbox=args.unsafe_no_sandbox, progress=progress,
+                         model=args.model)  # for calls after a divergence, generated live
     print_replay(res, args.json)
     return 0
 
