@@ -67,6 +67,9 @@ def test_program_records_one_run_and_repeats_clock_and_randomness(tmp_path, caps
         assert tool["exit_code"] == 0 and tool["stdout"].startswith("2026-03-02 10:00:00")
         assert tool["snapshot"] and events[1].value["snapshot"] and tool["tree_after"] != tool["tree_before"]
         assert len(store.runs()) == 2  # each recording one run, the calls inside it
+    assert main(["events", str(db), str(first["run_id"]), "--kind", "clock", "--json"]) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(e["site"], e["value"]) for e in listed] == [("setup:clock", {"t": "2026-03-02T10:00:00"})]
 
 
 @pytest.mark.slow
@@ -81,11 +84,15 @@ def test_exit_code_and_check_are_recorded(tmp_path, capsys):
     assert ok["exit_code"] == 0 and ok["passed"] is True
     hangs = _record(capsys, db, _tree(tmp_path, "c", "import time\ntime.sleep(60)\n"), "--timeout", "2")
     assert hangs["exit_code"] == 124 and hangs["limit_hit"] == "timeout"
+    crash = "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGSEGV)\n"
+    crashes = _record(capsys, db, _tree(tmp_path, "d", crash))
+    assert crashes["exit_code"] == 128 + 11 and crashes["stdout"] == "before\n", crashes  # recorded, not raised
     with Store.open(db, readonly=True) as store:
         run, events = store.load_run(fails["run_id"])
         assert run.outcome["exit_code"] == 3 and run.outcome["passed"] is False
         tool = events[-2].value
         assert tool["truncated"] and tool["stdout_size"] == 3_000_000 and "$blob" in tool["stdout"]
+        assert [r.status for r in store.runs()] == ["complete"] * 4  # each one a finished recording
 
 
 def test_missing_program_is_refused_and_nothing_written(tmp_path, capsys):
