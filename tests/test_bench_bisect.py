@@ -102,3 +102,16 @@ def test_the_clock_plant_end_to_end_reports_what_triage_and_bisect_found(tmp_pat
         assert r["batched_speedup"] == pytest.approx(o["one_at_a_time_s"] / o["batched_s"], rel=1e-2)
     else:
         assert r["batched_speedup"] is None
+
+
+def test_a_bench_that_cannot_measure_says_why_in_one_line(monkeypatch, capsys):
+    from tttr.engine.replay import bench_bisect
+
+    def nothing_passes(**kw):  # a fake of the measuring: what a model that solves nothing meets
+        raise bench_bisect.BenchError("no recording of write-line with seeds (2,) passed: nothing to plant a cause in")
+
+    monkeypatch.setattr(bench_bisect, "measure", nothing_passes)
+    assert main(["bench", "bisect", "--kinds", "token"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip().splitlines() == [
+        "tttr: error: no recording of write-line with seeds (2,) passed: nothing to plant a cause in"]

@@ -38,13 +38,14 @@ from tttr.engine.replay.bisect import bisect
 from tttr.engine.replay.runs import fork, record
 from tttr.engine.replay.runtime import Runtime
 from tttr.engine.replay.triage import triage
+from tttr.sessions.errors import TTTRError
 from tttr.sessions.store import Store
 from tttr.sessions.vocabulary import site
 
 KINDS = ("clock", "tool", "token")
 LAYER = {"clock": "trace", "tool": "trace", "token": "token"}
 TARGETS = {"triage_layer_correct_fraction": 1.0, "bisect_found_fraction": 1.0, "batched_speedup": 2.0}
-LIMITS = AgentLimits(max_steps=3)
+LIMITS = AgentLimits()  # as `tttr record` runs the agent: today-report then has 6 steps, so n = 6 for its plant
 DATE_TASK, DATE_SEED = "today-report", 2  # the triage test's pair: its steps never create today's report
 TOOL_TASK, TOOL_SEEDS = "write-line", (2, 4, 5, 6)  # recorded in turn until one passes
 INNOCENT = "+1h"
@@ -53,8 +54,10 @@ TOOL_VALUES = ('{"stdout": "", "stderr": "greeting.txt: No such file or director
 TOKEN_POSITIONS = 12  # positions of the first command tried, in order
 
 
-class BenchError(RuntimeError):
-    pass
+class BenchError(TTTRError):
+    """The bench could not measure (no passing run to plant in, no plant that failed): one line."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True, slots=True)
