@@ -45,7 +45,7 @@ def test_example_solves_write_line_replays_faithfully_and_forks(tmp_path, capsys
     assert (tree / "greeting.txt").read_text() == "hello world\n"
     with Store.open(db, readonly=True) as store:
         kinds = [e.kind for e in store.load_run(rec["run_id"])[1]]
-    assert kinds.count("message") == 2 and kinds.count("clock") == 1 and kinds.count("tool") == 4, kinds
+    assert kinds.count("message") == 2 and kinds.count("clock") == 2 and kinds.count("tool") == 4, kinds  # setup:clock
 
     res = _json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
     assert res["identical"] is True and res["divergence"] is None, res
@@ -58,4 +58,7 @@ def test_example_solves_write_line_replays_faithfully_and_forks(tmp_path, capsys
     assert "greeting.txt exists already: not overwriting it" in fork["stdout"]
     assert fork["calls_generated"] == 0 and fork["logits_computed"] == 0 and fork["tools_run"] == 0
     diff = _json(capsys, ["diff", str(rec["run_id"]), str(fork["run_id"]), "--db", str(db), "--json"])
-    assert diff["identical"] is False and [row["same"] for row in diff["rows"]] == [True, False], diff
+    rows = diff["rows"]  # one per step: the first call's message, then the list_files call with its result
+    assert diff["identical"] is False and rows[0]["same"] and not rows[1]["same"], diff
+    assert rows[1]["a_action"].startswith("list_files(") and "greeting.txt" in rows[1]["b_action"], rows[1]
+    assert diff["first_divergence"]["trace"]["site"] == "1:tool", diff
