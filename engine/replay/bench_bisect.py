@@ -2,9 +2,10 @@
 
 The default model solves few tasks, so the pairs are built from recorded runs by forking, as
 the triage test does. Each plant is one cause, planted in a passing run GOOD by forking it;
-BAD is the fork. Beside the cause, every other step's clock is shifted by an hour first
+BAD is the fork. Beside the cause, each other step's clock is shifted by an hour first
 (innocent deltas, each checked to leave the run passing), so that bisect has more than one
-delta to search. The kinds:
+delta to search; the tool plant has none (its run has one tool step, and a tool result is a
+delta only where both runs read the same clock). The kinds, those of the values a fork edits:
 
 - `clock` (trace): `today-report`, recorded with a seed whose run never creates today's
   report, made to pass by moving its last step's clock back a day (the checker then runs on
@@ -19,8 +20,8 @@ A plant whose fork does not fail (or an innocent shift that breaks GOOD) is disc
 counted. Then, per kept plant: `triage GOOD BAD` must name exactly the planted layer, and
 `bisect GOOD BAD` must find exactly the planted site; bisect runs twice, its independent tests
 batched (invariant kernels) and one at a time, for `batched_speedup` (over the plants with two
-or more deltas: with one, bisect replays the whole set only, and there is nothing to batch). `mean_replays` stands
-beside ddmin's bound for a single cause, `2*log2(n)+2` for n deltas.
+or more deltas: with one, bisect replays the whole set only, and there is nothing to batch).
+`mean_replays` stands beside ddmin's bound for a single cause, `2*log2(n)+2` for n deltas.
 """
 
 from __future__ import annotations
@@ -40,10 +41,9 @@ from tttr.engine.replay.runtime import Runtime
 from tttr.engine.replay.triage import triage
 from tttr.sessions.errors import TTTRError
 from tttr.sessions.store import Store
-from tttr.sessions.vocabulary import site
+from tttr.sessions.vocabulary import KIND_LAYER, MUTABLE, site
 
-KINDS = ("clock", "tool", "token")
-LAYER = {"clock": "trace", "tool": "trace", "token": "token"}
+KINDS = MUTABLE  # a plant is named after the kind of value its fork replaces
 TARGETS = {"triage_layer_correct_fraction": 1.0, "bisect_found_fraction": 1.0, "batched_speedup": 2.0}
 LIMITS = AgentLimits()  # as `tttr record` runs the agent: today-report then has 6 steps, so n = 6 for its plant
 DATE_TASK, DATE_SEED = "today-report", 2  # the triage test's pair: its steps never create today's report
@@ -73,7 +73,7 @@ class Plant:
 
     @property
     def layer(self) -> str:
-        return LAYER[self.kind]
+        return KIND_LAYER[self.kind]
 
 
 @dataclass(frozen=True, slots=True)
