@@ -168,3 +168,24 @@ def test_gguf_header_is_cached_and_follows_the_file(tmp_path, monkeypatch):
     assert len(list((tmp_path / "cache" / "gguf").glob("*.json"))) == 2
     assert not torch.equal(third.tensors["model.norm.weight"], first.tensors["model.norm.weight"]) or \
         not torch.equal(third.tensors["model.embed_tokens.weight"], first.tensors["model.embed_tokens.weight"])
+
+
+def test_a_cached_gguf_loads_without_the_gguf_package(tmp_path):
+    """With the header cached, loading a quantized GGUF and packing its blocks imports no
+    `gguf` (~0.1 s of every start); only a weight asked for dense brings it in."""
+    import os
+
+    cfg = tiny_config("llama")
+    path = write_gguf(tmp_path / "m.gguf", cfg, tiny_weights(cfg, seed=3), quant="Q4_1")
+    env = {**os.environ, "TTTR_CACHE": str(tmp_path / "cache")}
+    code = ("import sys\nfrom tttr.engine.inference.loader import load_checkpoint\nfrom tttr.kernels import ops\n"
+            f"ck = load_checkpoint({str(path)!r})\n"
+            "qw = ops.block_weight(*ck.quantized['model.layers.0.mlp.down_proj.weight'])\n"
+            "print(qw is not None, 'gguf' in sys.modules, end=' ')\n"
+            "ck.dense('model.embed_tokens.weight')\n"
+            "print('gguf' in sys.modules)\n")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+            for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr + runs[1].stderr
+    assert runs[0].stdout.split() == ["True", "True", "True"]  # the first load parses the header with gguf
+    assert runs[1].stdout.split() == ["True", "False", "True"]
