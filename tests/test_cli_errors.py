@@ -162,12 +162,18 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["bench", "bisect", "--model", "{missing}"],
     ],
     ("bench", "app"): [["bench", "app", "--events", "10"], ["bench", "app", "--events", "x"]],
+    ("bench", "agent"): [["bench", "agent", "--rounds", "0"], ["bench", "agent", "--rounds", "x"],
+                         ["bench", "agent", "--model", "{missing}"]],
+    ("files",): [
+        ["files", "{missing}", "1"], ["files", "{text}", "1"], ["files", "{db}", "999"],
+        ["files", "{db}", "1", "--step", "99"], ["files", "{db}", "1", "--diff", "1", "--against", "1"],
+    ],
 }
 
 # What `tttr --help` and `tttr bench --help` list (README's and docs' commands).
 COMMANDS = {"info", "runs", "events", "prompt", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
-            "diff", "triage", "bisect", "open", "demo", "bench", "rename", "delete", "suite", "stats"}
-BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve", "bisect"}
+            "diff", "triage", "bisect", "open", "demo", "bench", "rename", "delete", "suite", "stats", "files"}
+BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve", "bisect", "agent"}
 
 
 def command_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = (), help_text: str | None = None):
