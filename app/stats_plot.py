@@ -63,6 +63,8 @@ def terminal_plot(stats) -> str:
         ([t.task for t in tasks], [t.by_condition["free"].pass_rate or 0.0 for t in tasks],
          "pass rate, free condition"),
     ):
+        if not labels:  # e.g. a suite without free runs: nothing to draw for this chart
+            continue
         plt.clf()
         plt.simple_bar([visible(x, newlines=False) for x in labels], values, width=60, title=title)  # names from the file
         charts.append(plt.build())

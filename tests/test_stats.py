@@ -214,3 +214,14 @@ def test_stats_shows_hostile_names_from_the_file_inert(tmp_path, capsys):
     assert "\x07" not in captured.out and "[/]red" in captured.out
     row = next(line for line in captured.out.splitlines() if "red" in line and "2/0/0/0" in line)
     assert "0.00 [0.00,0.66]" in row  # no verdict counts as not passed
+
+
+def test_the_terminal_plot_of_a_suite_without_free_runs_draws_what_it_has(tmp_path, capsys):
+    path = tmp_path / "pinned-only.db"
+    with Store.open(path) as store:
+        for i in range(2):
+            _store_run(store, "make-dir", "pinned", i, True, ["mkdir b"])
+    assert main(["stats", "--db", str(path), "--plot-terminal"]) == 0
+    out = capsys.readouterr().out
+    assert "action agreement per condition" in out
+    assert "pass rate, free condition" not in out
