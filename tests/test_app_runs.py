@@ -240,12 +240,26 @@ def test_a_run_being_recorded_grows_on_screen_until_it_finishes(tmp_path):
 
 
 @pytest.mark.slow  # records with the default model (test_app_fork's `tttr demo` fixture), then forks from the app
-def test_quitting_mid_fork_asks_and_the_fork_is_listed_as_cancelled(demo_db):  # noqa: F811 - the fixture
+def test_quitting_mid_fork_asks_and_the_fork_is_listed_as_cancelled(demo_db, monkeypatch):  # noqa: F811
     """End to end: a real recording, a real fork started from the edit dialog, `q` while it
-    runs; after yes, the fork stops at its step and the runs list says `cancelled`."""
+    runs; after yes, the fork stops at its step and the runs list says `cancelled`. The fork
+    is held at its first progress report until the flow has quit, so a fast machine cannot
+    finish it between the key presses."""
+    from tttr.app import forking
+    from tttr.app.screens import timeline as timeline_module
     from tttr.app.screens.edit import EditScreen
 
     db, run_id = demo_db
+    held = threading.Event()
+
+    def held_fork(*args, progress, **kwargs):
+        def slow_progress(*report):
+            progress(*report)
+            held.wait(timeout=60)
+
+        return forking.run_fork(*args, progress=slow_progress, **kwargs)
+
+    monkeypatch.setattr(timeline_module, "run_fork", held_fork)
 
     async def fork_then_quit(app, pilot):
         timeline = app.screen.query_one(Timeline)
@@ -263,9 +277,13 @@ def test_quitting_mid_fork_asks_and_the_fork_is_listed_as_cancelled(demo_db):  #
         await pilot.press("q")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
+        held.set()
         await wait_for(pilot, lambda: not app.is_running)
 
-    run_app(db, fork_then_quit, run_id=run_id)
+    try:
+        run_app(db, fork_then_quit, run_id=run_id)
+    finally:
+        held.set()
     with Store.open(db, readonly=True) as store:
         forks = [r for r in store.runs() if r.parent == run_id]
     assert len(forks) == 1 and forks[0].status == "incomplete" and forks[0].outcome == CANCELLED

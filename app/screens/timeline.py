@@ -464,6 +464,12 @@ class TimelineScreen(Screen):
             self.notify(visible(f"fork cancelled: run #{result.run_id} is stored {result.status}"),
                         severity="warning", markup=False)
             return
+        if self.app.screen is not self:
+            # The person is elsewhere (a dialog, another screen): say where the fork is rather
+            # than push the compare over what they are looking at.
+            self.notify(visible(f"fork at {message.site} stored as run #{result.run_id}; "
+                                "open it and press d to compare it with its parent"), markup=False, timeout=10)
+            return
         self.notify(visible(f"fork at {message.site} stored as run #{result.run_id}"), markup=False)
         from tttr.app.screens.compare import CompareScreen
 
