@@ -1,17 +1,20 @@
 """Matrix products straight from a GGUF file's quantized blocks, compiled C (built on first use
 with the system compiler, cached, called through ctypes), for both kernel modes.
 
-A GGUF weight stored as Q4_1 (w = d*q + m, q in 0..15, d and m fp16 per 32 inputs) or Q8_0
-(w = d*q, q in -128..127) holds the same values the fp32 copy holds, in 5 or 8.5 bits a
-weight instead of 32: the default model's 538 MB of fp32 products read 110 MB instead, which
-stays in the last-level cache from one decode step to the next. Each weight is expanded to
-exactly the fp32 value `gguf.quants.dequantize` gives (d*q is exact in fp32, so fma(d, q, m)
-rounds once, as d*q + m does) and multiplied in fp32: the same arithmetic on the same values
-as a dense fp32 product, in a summation order of its own.
+A GGUF weight stored as Q4_1 (w = d*q + m, q in 0..15, d and m fp16 per 32 inputs), Q8_0
+(w = d*q, q in -128..127), Q5_0, or the K-quants Q4_K, Q5_K, Q6_K (256-input super-blocks
+with a scale per 32 or 16 inputs) holds the same values the fp32 copy holds, in 4.5 to 8.5
+bits a weight instead of 32: the default model's 538 MB of fp32 products read 110 MB
+instead, which stays in the last-level cache from one decode step to the next. Each weight is
+expanded to exactly the fp32 value `gguf.quants.dequantize` gives (kquants.py says how for
+each type: every product there is exact in fp32, so fma(d, q, m) rounds once, as gguf's
+d*q + m does) and multiplied in fp32: the same arithmetic on the same values as a dense fp32
+product, in a summation order of its own. A weight's rows may be parts stored in different
+types (a fused q/k/v of Q4_K and Q6_K): each group of rows is read in its own layout.
 
-Layout, made once per weight (`pack`): output rows in groups of 16, one vector lane per row;
-per group and 32-input block, the 16 rows' scales (and minimums), then the quants input by
-input. Output row n, input row r sums its products in one fixed order:
+Layout, made once per weight (`pack`, kquants.py): output rows in groups of 16, one vector
+lane per row; per group and 32-input block, the 16 rows' scales (and minimums), then the
+quants input by input. Output row n, input row r sums its products in one fixed order:
 
     acc_even = sum over even k (k = 0, 2, 4, ...) of x[r, k] * w[n, k], fused multiply-adds in order
     acc_odd  = the same over odd k
@@ -34,14 +37,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tttr.kernels.kquants import BLOCK, FORMATS as _FORMATS, GROUP, LAYOUT_BYTES, PACK_SOURCE
 from tttr.sessions.cache import CLibrary
 
-GROUP = 16  # output rows per group (one AVX-512 vector)
-BLOCK = 32  # inputs per GGUF block, for both formats
-# bytes per (group, block): Q4_1 scales + minimums + 32 x 16 nibbles; Q8_0 scales + 32 x 16 int8
-_GROUP_BLOCK_BYTES = {"Q4_1": 2 * GROUP * 4 + 16 * GROUP, "Q8_0": GROUP * 4 + 32 * GROUP}
-_GGUF_BLOCK_BYTES = {"Q4_1": 20, "Q8_0": 34}
-FORMATS = tuple(_GROUP_BLOCK_BYTES)
+FORMATS = tuple(_FORMATS)  # the GGUF types whose blocks the products take (kquants.FORMATS)
 
 SOURCE = r"""
 #include <math.h>
@@ -52,16 +51,17 @@ SOURCE = r"""
 #endif
 
 #define G 16
-#define Q4_BYTES (2 * G * 4 + 16 * G)
-#define Q8_BYTES (G * 4 + 32 * G)
 #define MAXR 8
+#define MAXPARTS 8
 
-/* One group (16 outputs) of a format-FMT weight (0: Q4_1, 1: Q8_0; a constant once inlined)
-   for R <= 8 input rows x (row stride ldx); out row stride ldo. Per 32-input block and input
-   pair p, the two weight vectors are expanded (Q4_1: fma(d, q, m); Q8_0: d * q, exact) and
-   every row takes its two fused multiply-adds. The three bodies below run the same fused
-   multiply-adds in the same order. */
-#define BLOCK_BYTES(FMT) ((FMT) == 0 ? Q4_BYTES : Q8_BYTES)
+/* One group (16 outputs) of a layout-FMT weight (kquants.py: 0 nibbles, w = fma(A, q, B);
+   1 int8, w = A * q; 2 int8, w = fma(A, q, B); 3 int8, w = (k < 16 ? A : B) * q; a constant
+   once inlined) for R <= 8 input rows x (row stride ldx); out row stride ldo. Per 32-input
+   block and input pair p, the two weight vectors are expanded and every row takes its two
+   fused multiply-adds. The three bodies below run the same fused multiply-adds in the same
+   order. */
+#define BLOCK_BYTES(FMT) ((FMT) == 0 ? 2 * G * 4 + 16 * G : (FMT) == 1 ? G * 4 + 32 * G : 2 * G * 4 + 32 * G)
+#define QOFF(FMT) ((FMT) == 1 ? G * 4 : 2 * G * 4)
 #if defined(__AVX512F__)
 #define KERNEL_NAME "avx512"
 static inline __attribute__((always_inline)) void group(const int fmt, const uint8_t *gw, int64_t nb, const float *x,
@@ -71,19 +71,27 @@ static inline __attribute__((always_inline)) void group(const int fmt, const uin
     const __m512i low = _mm512_set1_epi32(15);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
-        const __m512 d = _mm512_loadu_ps((const float *)blk);
-        const __m512 m = fmt == 0 ? _mm512_loadu_ps((const float *)blk + G) : d;
-        const uint8_t *qs = blk + (fmt == 0 ? 2 : 1) * G * 4;
+        const __m512 A = _mm512_loadu_ps((const float *)blk);
+        const __m512 B = fmt == 1 ? A : _mm512_loadu_ps((const float *)blk + G);
+        const uint8_t *qs = blk + QOFF(fmt);
         const float *xb = x + b * 32;
         for (int p = 0; p < 16; p++) {
             __m512 w0, w1;
             if (fmt == 0) {
                 const __m512i qv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + p * G)));
-                w0 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(qv, low)), m);
-                w1 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_srli_epi32(qv, 4)), m);
+                w0 = _mm512_fmadd_ps(A, _mm512_cvtepi32_ps(_mm512_and_si512(qv, low)), B);
+                w1 = _mm512_fmadd_ps(A, _mm512_cvtepi32_ps(_mm512_srli_epi32(qv, 4)), B);
             } else {
-                w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + 2 * p * G)))));
-                w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + (2 * p + 1) * G)))));
+                const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + 2 * p * G))));
+                const __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + (2 * p + 1) * G))));
+                if (fmt == 2) {
+                    w0 = _mm512_fmadd_ps(A, q0, B);
+                    w1 = _mm512_fmadd_ps(A, q1, B);
+                } else {
+                    const __m512 s = fmt == 3 && p >= 8 ? B : A;
+                    w0 = _mm512_mul_ps(s, q0);
+                    w1 = _mm512_mul_ps(s, q1);
+                }
             }
             for (int r = 0; r < R; r++) {
                 acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
@@ -104,19 +112,27 @@ static inline __attribute__((always_inline)) void group(const int fmt, const uin
         const __m256i low = _mm256_set1_epi32(15);
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
-            const __m256 d = _mm256_loadu_ps((const float *)blk + 8 * h);
-            const __m256 m = fmt == 0 ? _mm256_loadu_ps((const float *)blk + G + 8 * h) : d;
-            const uint8_t *qs = blk + (fmt == 0 ? 2 : 1) * G * 4 + 8 * h;
+            const __m256 A = _mm256_loadu_ps((const float *)blk + 8 * h);
+            const __m256 B = fmt == 1 ? A : _mm256_loadu_ps((const float *)blk + G + 8 * h);
+            const uint8_t *qs = blk + QOFF(fmt) + 8 * h;
             const float *xb = x + b * 32;
             for (int p = 0; p < 16; p++) {
                 __m256 w0, w1;
                 if (fmt == 0) {
                     const __m256i qv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + p * G)));
-                    w0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(qv, low)), m);
-                    w1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_srli_epi32(qv, 4)), m);
+                    w0 = _mm256_fmadd_ps(A, _mm256_cvtepi32_ps(_mm256_and_si256(qv, low)), B);
+                    w1 = _mm256_fmadd_ps(A, _mm256_cvtepi32_ps(_mm256_srli_epi32(qv, 4)), B);
                 } else {
-                    w0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 2 * p * G)))));
-                    w1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + (2 * p + 1) * G)))));
+                    const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 2 * p * G))));
+                    const __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + (2 * p + 1) * G))));
+                    if (fmt == 2) {
+                        w0 = _mm256_fmadd_ps(A, q0, B);
+                        w1 = _mm256_fmadd_ps(A, q1, B);
+                    } else {
+                        const __m256 s = fmt == 3 && p >= 8 ? B : A;
+                        w0 = _mm256_mul_ps(s, q0);
+                        w1 = _mm256_mul_ps(s, q1);
+                    }
                 }
                 for (int r = 0; r < R; r++) {
                     acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
@@ -135,17 +151,22 @@ static inline void group(const int fmt, const uint8_t *gw, int64_t nb, const flo
     for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) acc0[r][n] = acc1[r][n] = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
-        const float *d = (const float *)blk, *m = d + G;
-        const uint8_t *qs = blk + (fmt == 0 ? 2 : 1) * G * 4;
+        const float *A = (const float *)blk, *B = A + G;
+        const uint8_t *qs = blk + QOFF(fmt);
+        const int8_t *qi = (const int8_t *)qs;
         for (int p = 0; p < 16; p++)
             for (int n = 0; n < G; n++) {
                 float w0, w1;
                 if (fmt == 0) {
-                    w0 = fmaf(d[n], (float)(qs[p * G + n] & 15), m[n]);
-                    w1 = fmaf(d[n], (float)(qs[p * G + n] >> 4), m[n]);
+                    w0 = fmaf(A[n], (float)(qs[p * G + n] & 15), B[n]);
+                    w1 = fmaf(A[n], (float)(qs[p * G + n] >> 4), B[n]);
+                } else if (fmt == 2) {
+                    w0 = fmaf(A[n], (float)qi[2 * p * G + n], B[n]);
+                    w1 = fmaf(A[n], (float)qi[(2 * p + 1) * G + n], B[n]);
                 } else {
-                    w0 = d[n] * (float)((const int8_t *)qs)[2 * p * G + n];
-                    w1 = d[n] * (float)((const int8_t *)qs)[(2 * p + 1) * G + n];
+                    const float s = fmt == 3 && p >= 8 ? B[n] : A[n];
+                    w0 = s * (float)qi[2 * p * G + n];
+                    w1 = s * (float)qi[(2 * p + 1) * G + n];
                 }
                 for (int r = 0; r < R; r++) {
                     acc0[r][n] = fmaf(x[r * ldx + b * 32 + 2 * p], w0, acc0[r][n]);
@@ -162,86 +183,50 @@ typedef void (*group_fn)(const uint8_t *, int64_t, const float *, int64_t, float
                                                           float *o, int64_t ldo) { group(FMT, g, nb, x, ldx, R, o, ldo); }
 #define ALL(FMT) SPECIALISE(FMT, 1) SPECIALISE(FMT, 2) SPECIALISE(FMT, 3) SPECIALISE(FMT, 4) \
                  SPECIALISE(FMT, 5) SPECIALISE(FMT, 6) SPECIALISE(FMT, 7) SPECIALISE(FMT, 8)
+#define ROW(FMT) {0, group_##FMT##_1, group_##FMT##_2, group_##FMT##_3, group_##FMT##_4, group_##FMT##_5, \
+                  group_##FMT##_6, group_##FMT##_7, group_##FMT##_8}
 ALL(0)
 ALL(1)
-static const group_fn group_fns[2][MAXR + 1] = {
-    {0, group_0_1, group_0_2, group_0_3, group_0_4, group_0_5, group_0_6, group_0_7, group_0_8},
-    {0, group_1_1, group_1_2, group_1_3, group_1_4, group_1_5, group_1_6, group_1_7, group_1_8},
-};
+ALL(2)
+ALL(3)
+static const group_fn group_fns[4][MAXR + 1] = {ROW(0), ROW(1), ROW(2), ROW(3)};
 
 const char *tttr_qlinear_kernel(void) { return KERNEL_NAME; }
 
-/* out[M, N] = x[M, K] @ w^T for a packed weight w (format 0: Q4_1, 1: Q8_0) of N rows
-   (a multiple of 16) and K inputs (a multiple of 32). Returns nonzero on bad sizes. */
-int tttr_qlinear(int format, const uint8_t *w, int64_t N, int64_t K, const float *x, int64_t M,
-                 float *out, int threads) {
-    if (N % G || K % 32 || M < 0 || (format != 0 && format != 1)) return 1;
-    const int64_t nb = K / 32, groups = N / G, gbytes = nb * BLOCK_BYTES(format);
-    const group_fn *fns = group_fns[format];
+/* out[M, N] = x[M, K] @ w^T for a weight stacked from nparts parts, part i of ns[i] rows (a
+   multiple of 16) in layout formats[i] at ws[i]; N the sum; K a multiple of 32. Each group of
+   16 outputs is one thread's, whatever part it is in. Returns nonzero on bad sizes. */
+int tttr_qlinear_parts(int nparts, const int *formats, const uint8_t *const *ws, const int64_t *ns, int64_t K,
+                       const float *x, int64_t M, float *out, int threads) {
+    if (K % 32 || M < 0 || nparts < 1 || nparts > MAXPARTS) return 1;
+    int64_t first[MAXPARTS + 1];
+    first[0] = 0;
+    for (int i = 0; i < nparts; i++) {
+        if (ns[i] % G || formats[i] < 0 || formats[i] > 3) return 1;
+        first[i + 1] = first[i] + ns[i] / G;
+    }
+    const int64_t nb = K / 32, groups = first[nparts], N = groups * G;
     #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t g = 0; g < groups; g++)
+    for (int64_t g = 0; g < groups; g++) {
+        int i = 0;
+        while (g >= first[i + 1]) i++;
+        const int fmt = formats[i];
+        const uint8_t *gw = ws[i] + (g - first[i]) * nb * BLOCK_BYTES(fmt);
+        const group_fn *fns = group_fns[fmt];
         for (int64_t r0 = 0; r0 < M; r0 += MAXR) {
             const int R = M - r0 < MAXR ? (int)(M - r0) : MAXR;
-            fns[R](w + g * gbytes, nb, x + r0 * K, K, out + r0 * N + g * G, N);
+            fns[R](gw, nb, x + r0 * K, K, out + r0 * N + g * G, N);
         }
-    return 0;
-}
-
-/* fp16 -> fp32, exact (every half is a float) */
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
-    if (e == 0) {
-        float f = (float)m * 0x1p-24f; /* zero or subnormal: m * 2^-24, exact */
-        memcpy(&bits, &f, 4);
-        bits |= sign;
-    } else if (e == 31) {
-        bits = sign | 0x7f800000u | (m << 13);
-    } else {
-        bits = sign | ((e + 112) << 23) | (m << 13);
     }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-/* The kernel's layout (see `pack` in cquant.py) from N GGUF rows of K inputs, row r at
-   raw + r * row_bytes: per group of 16 rows and 32-input block, the 16 scales as fp32 (Q4_1:
-   then the 16 minimums), then the quants input by input, one byte per row (Q4_1: inputs 2p and
-   2p + 1 in one byte, low nibble first). Returns nonzero on bad sizes. */
-int tttr_qpack(int format, const uint8_t *raw, int64_t N, int64_t K, int64_t row_bytes, uint8_t *out) {
-    if (N % G || K % 32 || (format != 0 && format != 1)) return 1;
-    const int64_t nb = K / 32, groups = N / G, bb = format == 0 ? 20 : 34, gb = BLOCK_BYTES(format);
-    if (row_bytes < nb * bb) return 1;
-    /* one thread: bound by memory, and a parallel region per weight at load cost more than it
-       gained (measured 0.46 vs 0.17 s for the default model on 2 busy cores) */
-    for (int64_t g = 0; g < groups; g++)
-        for (int64_t b = 0; b < nb; b++) {
-            uint8_t *o = out + (g * nb + b) * gb;
-            for (int lane = 0; lane < G; lane++) {
-                const uint8_t *blk = raw + (g * G + lane) * row_bytes + b * bb;
-                uint16_t h;
-                memcpy(&h, blk, 2);
-                const float d = half_to_float(h);
-                memcpy(o + 4 * lane, &d, 4);
-                if (format == 0) {
-                    memcpy(&h, blk + 2, 2);
-                    const float m = half_to_float(h);
-                    memcpy(o + 4 * G + 4 * lane, &m, 4);
-                    const uint8_t *qs = blk + 4; /* byte j: input j (low nibble), input j + 16 (high) */
-                    for (int p = 0; p < 16; p++) {
-                        const int i0 = 2 * p, i1 = 2 * p + 1;
-                        const uint8_t q0 = i0 < 16 ? qs[i0] & 15 : qs[i0 - 16] >> 4;
-                        const uint8_t q1 = i1 < 16 ? qs[i1] & 15 : qs[i1 - 16] >> 4;
-                        o[2 * G * 4 + p * G + lane] = (uint8_t)(q0 | (q1 << 4));
-                    }
-                } else {
-                    for (int j = 0; j < 32; j++) o[G * 4 + j * G + lane] = blk[2 + j];
-                }
-            }
-        }
     return 0;
 }
-"""
+
+/* The same for a weight of one part. */
+int tttr_qlinear(int format, const uint8_t *w, int64_t N, int64_t K, const float *x, int64_t M,
+                 float *out, int threads) {
+    return tttr_qlinear_parts(1, &format, &w, &N, K, x, M, out, threads);
+}
+""" + PACK_SOURCE
 
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-fast-math", "-ffp-contract=off", "-shared", "-fPIC"]
 
@@ -250,6 +235,9 @@ def _declare(lib) -> None:
     p, i = ctypes.c_void_p, ctypes.c_int64
     lib.tttr_qlinear.argtypes = [ctypes.c_int, p, i, i, p, i, p, ctypes.c_int]
     lib.tttr_qlinear.restype = ctypes.c_int
+    lib.tttr_qlinear_parts.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_void_p),
+                                       ctypes.POINTER(ctypes.c_int64), i, p, i, p, ctypes.c_int]
+    lib.tttr_qlinear_parts.restype = ctypes.c_int
     lib.tttr_qlinear_kernel.restype = ctypes.c_char_p
     lib.tttr_qpack.argtypes = [ctypes.c_int, p, i, i, i, p]
     lib.tttr_qpack.restype = ctypes.c_int
@@ -268,68 +256,132 @@ def kernel_name() -> str | None:
 def block_shape(fmt: str, raw: np.ndarray) -> tuple[int, int]:
     """[N, K] of the weight whose GGUF rows `raw` ([N, bytes] uint8) hold, for a format in FORMATS
     ((0, 0) for another)."""
-    per_block = _GGUF_BLOCK_BYTES.get(fmt)
-    return (0, 0) if per_block is None else (raw.shape[0], raw.shape[1] // per_block * BLOCK)
+    if fmt not in _FORMATS:
+        return (0, 0)
+    _, inputs, nbytes = _FORMATS[fmt]
+    return raw.shape[0], raw.shape[1] // nbytes * inputs
 
 
 def supports(fmt: str, n: int, k: int) -> bool:
-    return fmt in FORMATS and n % GROUP == 0 and k % BLOCK == 0
+    """Whether a weight of n rows and k inputs stored as `fmt` fits the kernel: whole groups
+    of 16 rows, whole GGUF blocks (256 inputs for the K-quants)."""
+    return fmt in _FORMATS and n > 0 and k > 0 and n % GROUP == 0 and k % _FORMATS[fmt][1] == 0
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    """Rows of a weight stored as one GGUF type, in its layout (kquants.py)."""
+
+    fmt: str  # the GGUF type the file stored them as
+    data: np.ndarray  # uint8, [n / 16, K / 32, LAYOUT_BYTES[layout]]
+
+    @property
+    def layout(self) -> int:
+        return _FORMATS[self.fmt][0]
+
+    @property
+    def n(self) -> int:
+        return self.data.shape[0] * GROUP
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` (of this part) as fp32 [R, K]: the layout's expansion (kquants.py), d * q
+        exact in fp32 and one rounding for + B, as gguf computes them."""
+        ng, nb, _ = self.data.shape
+        g, lane, layout = ids // GROUP, ids % GROUP, self.layout
+        a = self.data[:, :, :GROUP * 4].view(np.float32)[g, :, lane][:, :, None]  # [R, nb, 1]
+        b = self.data[:, :, GROUP * 4:2 * GROUP * 4].view(np.float32)[g, :, lane][:, :, None]
+        if layout == 0:
+            pairs = self.data[:, :, 2 * GROUP * 4:].reshape(ng, nb, 16, GROUP)[g, :, :, lane]  # [R, nb, 16]
+            q = np.stack([pairs & 15, pairs >> 4], axis=-1).reshape(len(ids), nb, BLOCK).astype(np.float32)
+        else:
+            off = GROUP * 4 if layout == 1 else 2 * GROUP * 4
+            q = self.data[:, :, off:].reshape(ng, nb, BLOCK, GROUP).view(np.int8)[g, :, :, lane].astype(np.float32)
+        if layout in (0, 2):
+            w = a * q + b
+        elif layout == 1:
+            w = a * q
+        else:  # a scale per 16 inputs
+            w = np.concatenate([a * q[:, :, :16], b * q[:, :, 16:]], axis=-1)
+        return w.reshape(len(ids), nb * BLOCK)
 
 
 @dataclass(frozen=True, eq=False)
 class QuantWeight:
-    """A weight held only as its blocks, in the kernel's layout: what the model keeps in place
-    of an fp32 [N, K] tensor (`shape`). Products run from it (`linear`); `rows` and `dense`
-    expand rows to the exact fp32 values `gguf.quants.dequantize` gives, for the embedding
-    lookup and for any dense product asked of it."""
+    """A weight held only as its blocks, in the kernel's layouts: what the model keeps in place
+    of an fp32 [N, K] tensor (`shape`). Its rows are one part or several stacked (a fused
+    q/k/v whose parts the file stored in different types); products run from all of them in
+    one call (`linear`); `rows` and `dense` expand rows to the exact fp32 values
+    `gguf.quants.dequantize` gives, for the embedding lookup and any dense product asked of it."""
 
-    fmt: str
+    parts: tuple[Part, ...]
     shape: tuple[int, int]
-    data: np.ndarray  # uint8, [N / 16, K / 32, group-block bytes]
+
+    def __post_init__(self) -> None:
+        n = len(self.parts)
+        # the kernel's arguments, made once: part layouts, data pointers, row counts
+        object.__setattr__(self, "_call", (n, (ctypes.c_int * n)(*(p.layout for p in self.parts)),
+                                           (ctypes.c_void_p * n)(*(p.data.ctypes.data for p in self.parts)),
+                                           (ctypes.c_int64 * n)(*(p.n for p in self.parts))))
+
+    @property
+    def fmt(self) -> str:
+        """The GGUF type of its blocks ("Q4_K"), or of each part where they differ ("Q4_K+Q6_K")."""
+        return "+".join(dict.fromkeys(p.fmt for p in self.parts))
 
     @property
     def nbytes(self) -> int:
-        return self.data.nbytes
+        return sum(p.data.nbytes for p in self.parts)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows `ids` (int64 [R]) as fp32 [R, K]: d * q (+ m), d * q exact in fp32 and one
-        rounding for + m, as gguf computes them."""
+        """Rows `ids` (int64 [R]) as fp32 [R, K], gguf's values."""
         ids = ids.numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids, dtype=np.int64)
-        ng, nb, _ = self.data.shape
-        g, lane = ids // GROUP, ids % GROUP
-        d = self.data[:, :, :GROUP * 4].view(np.float32)[g, :, lane][:, :, None]  # [R, nb, 1]
-        if self.fmt == "Q4_1":
-            m = self.data[:, :, GROUP * 4:2 * GROUP * 4].view(np.float32)[g, :, lane][:, :, None]
-            pairs = self.data[:, :, 2 * GROUP * 4:].reshape(ng, nb, 16, GROUP)[g, :, :, lane]  # [R, nb, 16]
-            q = np.stack([pairs & 15, pairs >> 4], axis=-1).reshape(len(ids), nb, BLOCK).astype(np.float32)
-            w = d * q + m
-        else:
-            q = self.data[:, :, GROUP * 4:].reshape(ng, nb, BLOCK, GROUP).view(np.int8)[g, :, :, lane]
-            w = d * q.astype(np.float32)
-        return torch.from_numpy(w.reshape(len(ids), self.shape[1]))
+        if len(self.parts) == 1:
+            return torch.from_numpy(self.parts[0].rows(ids))
+        out = np.empty((len(ids), self.shape[1]), np.float32)
+        first = 0
+        for part in self.parts:
+            mine = (ids >= first) & (ids < first + part.n)
+            if mine.any():
+                out[mine] = part.rows(ids[mine] - first)
+            first += part.n
+        return torch.from_numpy(out)
 
     def dense(self) -> torch.Tensor:
         """The whole weight as fp32 [N, K] (a new tensor each call: the caller keeps it or not)."""
         return self.rows(np.arange(self.shape[0], dtype=np.int64))
 
 
-def pack(fmt: str, raw: np.ndarray, n: int, k: int) -> QuantWeight:
-    """`raw`: the GGUF tensor's bytes as rows, [n, k / 32 * block bytes] uint8 (what
+def pack_part(fmt: str, raw: np.ndarray, n: int, k: int) -> Part:
+    """`raw`: the GGUF tensor's bytes as rows, [n, k / block inputs * block bytes] uint8 (what
     `GGUFReader` gives, rows permuted or concatenated as the fp32 weight's were), rearranged
-    by the compiled `tttr_qpack` (one pass over the bytes, no fp32 anywhere)."""
+    into its layout by the compiled `tttr_qpack` (one pass over the bytes, no fp32 anywhere)."""
     if not supports(fmt, n, k):
-        raise ValueError(f"cannot pack a {fmt} weight of shape {n}x{k} (needs rows % {GROUP} and inputs % {BLOCK})")
+        raise ValueError(f"cannot pack a {fmt} weight of shape {n}x{k} (needs a format in {', '.join(FORMATS)}, "
+                         f"rows % {GROUP} and inputs % {_FORMATS[fmt][1] if fmt in _FORMATS else BLOCK})")
     lib = load()
     if lib is None:
         raise RuntimeError(why_unavailable())
-    nb = k // BLOCK
+    layout, inputs, nbytes = _FORMATS[fmt]
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
-    if raw.shape != (n, nb * _GGUF_BLOCK_BYTES[fmt]):
+    if raw.shape != (n, k // inputs * nbytes):
         raise ValueError(f"cannot pack {fmt} rows of shape {raw.shape} as a {n}x{k} weight")
-    out = np.empty((n // GROUP, nb, _GROUP_BLOCK_BYTES[fmt]), np.uint8)
+    out = np.empty((n // GROUP, k // BLOCK, LAYOUT_BYTES[layout]), np.uint8)
     if lib.tttr_qpack(FORMATS.index(fmt), raw.ctypes.data, n, k, raw.shape[1], out.ctypes.data):
         raise ValueError(f"pack: the compiled kernel refused a {fmt} weight of shape {n}x{k}")
-    return QuantWeight(fmt, (n, k), out)
+    return Part(fmt, out)
+
+
+def pack(fmt: str, raw: np.ndarray, n: int, k: int) -> QuantWeight:
+    """One weight's GGUF rows as a QuantWeight of one part (see pack_part)."""
+    return QuantWeight((pack_part(fmt, raw, n, k),), (n, k))
+
+
+def stack(parts: list[Part]) -> QuantWeight:
+    """Parts with the same inputs as one weight, their rows one after another."""
+    k = parts[0].data.shape[1] * BLOCK
+    if any(p.data.shape[1] * BLOCK != k for p in parts) or len(parts) > 8:
+        raise ValueError("stack: the parts' inputs differ, or more than 8 parts")
+    return QuantWeight(tuple(parts), (sum(p.n for p in parts), k))
 
 
 def linear(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
@@ -342,8 +394,9 @@ def linear(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
         raise ValueError(f"linear: input {tuple(x.shape)} does not match a {n}x{k} weight")
     x = x.to(torch.float32).contiguous()
     out = torch.empty(x.shape[0], n, dtype=torch.float32)
-    status = lib.tttr_qlinear(FORMATS.index(qw.fmt), qw.data.ctypes.data, n, k, x.data_ptr(), x.shape[0],
-                              out.data_ptr(), torch.get_num_threads())  # any thread count, same bits
+    nparts, layouts, ptrs, ns = qw._call
+    status = lib.tttr_qlinear_parts(nparts, layouts, ptrs, ns, k, x.data_ptr(), x.shape[0], out.data_ptr(),
+                                    torch.get_num_threads())  # any thread count, same bits
     if status:
         raise ValueError(f"linear: the compiled kernel refused a {qw.fmt} weight of shape {n}x{k}")
     return out

@@ -22,9 +22,11 @@ kernels.REVISION); besides the ops above it calls:
   rotary embedding of the first `heads` heads of each row (in place when compiled)
 - topk(x [n, m], k) -> (values, indices) [n, k], like torch.topk(x, k)
 - draw(probs [n, m], u [n] float64) -> [n] indices: each row's inverse-CDF draw
-- block_weight(fmt, raw) -> a weight held only as GGUF blocks (a format in QUANT_FORMATS),
-  which `linear` and `embedding` take in place of the fp32 [N, K] tensor of its values;
-  None when the compiled kernel is not there or the shape does not fit it
+- block_weight(fmt, raw) -> a weight held only as GGUF blocks (a format in QUANT_FORMATS:
+  Q4_1, Q8_0, Q4_K, Q5_0, Q5_K, Q6_K), which `linear` and `embedding` take in place of the
+  fp32 [N, K] tensor of its values; None when the compiled kernel is not there or the shape
+  does not fit it; block_weights([(fmt, raw), ...]) -> one such weight stacked from parts
+  stored in different types (a fused q/k/v)
 - embedding(weight [V, D] or a block weight, ids [R]) -> [R, D]: rows of the weight
 - dense(weight) -> the fp32 tensor a weight stands for (a block weight expanded)
 - describe() -> which of TTTR's own kernels run here, as the run fingerprint records it
@@ -60,7 +62,7 @@ _PACKED_MAX_ROWS = 16
 _ZERO = torch.zeros(1, dtype=torch.int64)
 _CACHED_WEIGHT_BYTES = 16 << 20
 
-QUANT_FORMATS = cquant.FORMATS  # the GGUF block formats block_weight takes ("Q4_1", "Q8_0")
+QUANT_FORMATS = cquant.FORMATS  # the GGUF block formats block_weight takes: Q4_1, Q8_0, Q4_K, Q5_0, Q5_K, Q6_K
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -231,13 +233,21 @@ def draw(probs: torch.Tensor, u: torch.Tensor) -> list[int]:
 def block_weight(fmt: str, raw) -> QuantWeight | None:
     """A weight held only as its GGUF blocks, for `linear` and `embedding` in place of the fp32
     [N, K] tensor of its values: `raw` is the GGUF tensor's bytes as rows (numpy uint8
-    [N, K / 32 * block bytes], permuted or concatenated as the weight's rows are), `fmt` one
-    of QUANT_FORMATS. None when the compiled kernel is not there or the shape does not fit
-    it: the caller keeps the dense weight."""
-    n, k = cquant.block_shape(fmt, raw)
-    if not cquant.supports(fmt, n, k) or not cquant.available():
+    [N, bytes], permuted or concatenated as the weight's rows are), `fmt` one of
+    QUANT_FORMATS. None when the compiled kernel is not there or the shape does not fit it
+    (rows % 16, inputs % 256 for the K-quants): the caller keeps the dense weight."""
+    return block_weights([(fmt, raw)])
+
+
+def block_weights(parts) -> QuantWeight | None:
+    """One weight whose rows are the parts' rows one after another, each part (fmt, raw) as
+    for `block_weight` and its own type (a fused q/k/v stored as Q4_K, Q4_K and Q6_K): the
+    product runs from every part's blocks in one call. None when any part does not fit."""
+    shapes = [cquant.block_shape(fmt, raw) for fmt, raw in parts]
+    if not parts or len(parts) > 8 or len({k for _, k in shapes}) != 1 or not cquant.available() \
+            or not all(cquant.supports(fmt, n, k) for (fmt, _), (n, k) in zip(parts, shapes)):
         return None
-    return cquant.pack(fmt, raw, n, k)
+    return cquant.stack([cquant.pack_part(fmt, raw, n, k) for (fmt, raw), (n, k) in zip(parts, shapes)])
 
 
 def embedding(weight: torch.Tensor | QuantWeight, ids: torch.Tensor) -> torch.Tensor:
@@ -259,7 +269,7 @@ def describe() -> dict:
     return {
         # the CPU invariant attention: "compiled" or "blocked" (different bits, each invariant)
         "attention_kernel": invariant.attention_kernel(),
-        # products by Q4_1/Q8_0 weights of a GGUF file run from its blocks ("blocks:avx512",
+        # products by Q4_1/Q8_0/Q4_K/Q5_0/Q5_K/Q6_K weights of a GGUF file run from its blocks ("blocks:avx512",
         # ":avx2", ":c", the same bits from each), or all products are dense fp32 ("dense")
         "linear_kernel": f"blocks:{cquant.kernel_name()}" if cquant.available() else "dense",
         "row_kernels": "compiled" if crow.available() else "torch",

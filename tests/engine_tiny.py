@@ -4,6 +4,7 @@ Q/K permutation) and as a Hugging Face folder (config.json + safetensors + token
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -110,10 +111,42 @@ _GGUF_LAYER = {
 }
 
 
+# fp16 scale magnitudes for random blocks: weights of a few hundredths, as a trained model's
+_BLOCK_SCALES = {"Q4_1": (3e-3, 1e-2), "Q8_0": (2e-4, 6e-4), "Q5_0": (1e-3, 4e-3), "Q4_K": (5e-5, 2e-4),
+                 "Q5_K": (2.5e-5, 1e-4), "Q6_K": (1e-5, 4e-5)}
+
+
+def random_blocks(fmt: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """GGUF rows [n, bytes] uint8 of type `fmt` (one of _BLOCK_SCALES) with random quant bytes
+    (scales, minimums, high bits: every bit pattern) and random fp16 scales of either sign,
+    subnormal ones included: valid blocks that gguf's quantizer need not have written."""
+    import gguf
+
+    inputs, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt]]
+    nb = k // inputs
+    raw = rng.integers(0, 256, size=(n, nb, nbytes), dtype=np.uint8)
+    lo, hi = _BLOCK_SCALES[fmt]
+
+    def put(offset: int, signed: bool = True) -> None:
+        vals = rng.uniform(lo, hi, (n, nb)) * (rng.choice([-1.0, 1.0], (n, nb)) if signed else 1.0)
+        raw[:, :, offset:offset + 2] = vals.astype(np.float16).view(np.uint8).reshape(n, nb, 2)
+
+    if fmt == "Q6_K":
+        put(208)
+    else:
+        put(0)
+        if fmt in ("Q4_1", "Q4_K", "Q5_K"):
+            put(2)  # Q4_1's minimum, the K-quants' dmin
+    return raw.reshape(n, nb * nbytes)
+
+
 def write_gguf(path: Path, cfg: dict, weights: dict[str, torch.Tensor], arch: str | None = None,
-               quant: str | None = None) -> Path:
-    """`quant` ("Q4_1", "Q8_0"): store the 2-D weights quantized as llama.cpp would (the
-    embedding as Q8_0, as the default model's file does); norms stay F32."""
+               quant=None) -> Path:
+    """`quant` ("Q4_1", "Q8_0", ...): store the 2-D weights quantized as llama.cpp would (the
+    embedding as Q8_0, as the default model's file does); norms stay F32. A type gguf cannot
+    quantize (the K-quants) is written as random blocks of that type in the weight's shape
+    (random_blocks: the file's weights are then those blocks' values). `quant` may also be a
+    function of the GGUF tensor name giving its type (a file of mixed types)."""
     import gguf
 
     from tttr.engine.inference.loader_gguf import permute_qk
@@ -155,8 +188,14 @@ def write_gguf(path: Path, cfg: dict, weights: dict[str, torch.Tensor], arch: st
             if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
                 a = permute_qk(a, h if "q_proj" in rest else kv)
         if quant and a.ndim == 2:
-            qtype = gguf.GGMLQuantizationType["Q8_0" if gname == "token_embd.weight" else quant]
-            w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(a), qtype), raw_dtype=qtype)
+            fmt = "Q8_0" if gname == "token_embd.weight" else quant(gname) if callable(quant) else quant
+            qtype = gguf.GGMLQuantizationType[fmt]
+            if fmt in ("Q4_K", "Q5_K", "Q6_K"):
+                rng = np.random.default_rng(zlib.crc32(gname.encode()))
+                raw = random_blocks(fmt, a.shape[0], a.shape[1], rng)
+            else:
+                raw = gguf.quants.quantize(np.ascontiguousarray(a), qtype)
+            w.add_tensor(gname, raw, raw_dtype=qtype)
         else:
             w.add_tensor(gname, np.ascontiguousarray(a))
     w.write_header_to_file()

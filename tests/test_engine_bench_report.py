@@ -9,9 +9,22 @@ def _result(**kw):
          "single_stream_tok_s": 30.0, "batch8_tok_s": 126.0, "batch8_vs_single": 4.2,
          "reference": "measured", "reference_tok_s": 22.0, "ratio_vs_reference": 1.36,
          "rounds_single_tok_s": [30.0, 27.5, 24.0], "rounds_batch8_tok_s": [126.0, 120.0, 100.0],
-         "rounds_reference_tok_s": [22.0, 20.0, 24.0], "cold_start_s": 2.46, "peak_rss_mib": 391}
+         "rounds_reference_tok_s": [22.0, 20.0, 24.0], "cold_start_s": 2.46, "peak_rss_mib": 391,
+         "llama_cpp": "not installed", "llama_cpp_tok_s": None, "greedy_agreement": None,
+         "llama_cpp_cold_start_s": None}
     r.update(kw)
     return r
+
+
+def _with_llama_cpp(**kw):
+    agree = [{"prompt": "a", "identical": True, "first_difference": None},
+             {"prompt": "b", "identical": False, "first_difference": 17},
+             {"prompt": "c", "identical": True, "first_difference": None}]
+    return _result(llama_cpp="measured", llama_cpp_tok_s=60.0, ratio_vs_llama_cpp=0.5, batch8_vs_llama_cpp=2.1,
+                   rounds_llama_cpp_tok_s=[60.0, 55.0, 48.0], llama_cpp_cold_start_s=0.5,
+                   llama_cpp_cold_peak_rss_mib=200,
+                   greedy_agreement={"bench_prompt": {"identical": False, "first_difference": 42}, "prompts": agree},
+                   **kw)
 
 
 def test_report_prints_bests_targets_and_each_rounds_ratio():
@@ -20,14 +33,46 @@ def test_report_prints_bests_targets_and_each_rounds_ratio():
     assert "(4.20x single-stream; target >= 4x)" in lines[2]
     assert "(single-stream is 1.36x; target >= 1.3x)" in lines[3]
     assert lines[4].startswith("single / reference by round: 1.36x 1.38x 1.00x")
-    assert lines[5] == "8-way / single by round: 4.20x 4.36x 4.17x"
-    assert lines[6].startswith("cold start") and "2.46 s" in lines[6] and "peak RSS 391 MiB" in lines[6]
-    assert "target <= 0.81 s, <= 406 MiB" in lines[6]
+    assert lines[6] == "8-way / single by round: 4.20x 4.36x 4.17x"
+    assert lines[7].startswith("cold start") and "2.46 s" in lines[7] and "peak RSS 391 MiB" in lines[7]
+    assert "target <= 0.81 s, <= 406 MiB" in lines[7]
+
+
+def test_without_llama_cpp_one_line_says_it_was_not_measured_and_how_to_install_it():
+    lines = format_report(_result()).splitlines()
+    assert lines[5].startswith("llama.cpp reference      (not measured: llama-cpp-python is not installed; ")
+    assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF' in lines[5] and "pip install llama-cpp-python" in lines[5]
+    assert len(lines) == 8 and not any("greedy" in line or "llama.cpp cold" in line for line in lines)
+    folder = format_report(_result(llama_cpp="skipped (llama.cpp loads GGUF files only)")).splitlines()
+    assert folder[5] == "llama.cpp reference      (skipped (llama.cpp loads GGUF files only))"
+
+
+def test_llama_cpp_is_a_second_reference_with_its_ratios_agreement_and_cold_start():
+    lines = format_report(_with_llama_cpp()).splitlines()
+    assert lines[3].startswith("transformers reference    22.00 tok/s")
+    assert lines[5] == ("llama.cpp reference       60.00 tok/s   (single-stream is 0.50x, target >= 0.8x; "
+                        "8-way aggregate is 2.10x, target >= 2x)")
+    assert lines[6] == "single / llama.cpp by round: 0.50x 0.50x 0.50x"
+    assert lines[7] == "8-way / single by round: 4.20x 4.36x 4.17x"
+    assert lines[8] == ("greedy ids vs llama.cpp: 2/3 prompts identical over 30 tokens (first difference at: -, 17, -); "
+                        "bench prompt over 100: first difference at token 42")
+    assert lines[9].startswith("cold start")
+    assert lines[10].startswith("llama.cpp cold start       0.50 s      peak RSS 200 MiB")
+    assert "TTTR takes 4.92x its time, 1.96x its memory; target <= 1.5x, 2x" in lines[10]
 
 
 def test_report_without_the_cold_start_leaves_its_line_out():
     lines = format_report(_result(cold_start_s=None, peak_rss_mib=None)).splitlines()
-    assert len(lines) == 6 and not any(line.startswith("cold start") for line in lines)
+    assert len(lines) == 7 and not any(line.startswith("cold start") for line in lines)
+
+
+def test_first_difference_of_two_id_lists():
+    from tttr.engine.inference.llama_cpp_reference import first_difference
+
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2
+    assert first_difference([], []) is None
 
 
 def test_cold_start_runs_generate_on_the_bench_model():

@@ -16,6 +16,8 @@ from tttr.kernels import cquant, crow, ops
 from tttr.sessions.cache import build_shared, _cpu_flags
 from tests.engine_tiny import tiny_config, tiny_weights, write_gguf
 
+FORMATS = ("Q4_1", "Q8_0")  # the types gguf can quantize; the K-quants and Q5_0: test_kernels_kquants.py
+
 
 def _quantized(fmt: str, n: int, k: int, seed: int = 0) -> tuple[cquant.QuantWeight, torch.Tensor]:
     """A random weight quantized by gguf, packed; and its dequantized fp32 values."""
@@ -27,7 +29,7 @@ def _quantized(fmt: str, n: int, k: int, seed: int = 0) -> tuple[cquant.QuantWei
     return cquant.pack(fmt, raw, n, k), values
 
 
-@pytest.mark.parametrize("fmt", cquant.FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("rows", [1, 3, 8, 9, 17])
 def test_block_product_is_the_dense_product_of_the_same_values(fmt, rows):
     qw, values = _quantized(fmt, 48, 96)
@@ -40,7 +42,7 @@ def test_block_product_is_the_dense_product_of_the_same_values(fmt, rows):
     assert (F.linear(x, values).double() - exact).abs().max() < 1e-5
 
 
-@pytest.mark.parametrize("fmt", cquant.FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_block_product_rows_do_not_depend_on_the_batch_or_threads(fmt):
     qw, _ = _quantized(fmt, 64, 128, seed=1)
     x = torch.randn(17, 128)
@@ -56,41 +58,45 @@ def test_block_product_rows_do_not_depend_on_the_batch_or_threads(fmt):
         torch.set_num_threads(threads)
 
 
-def test_every_instruction_set_body_gives_the_same_bits():
+def each_body(qw: cquant.QuantWeight, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """x @ qw^T from each instruction-set body this CPU can run (the plain C one, AVX2, AVX-512),
+    each built from cquant.SOURCE with the others switched off."""
     flags = _cpu_flags().split()
     variants = {"c": ["-mno-avx512f", "-mno-avx2"]}
     if "avx2" in flags and "fma" in flags:
         variants["avx2"] = ["-mno-avx512f"]
     if "avx512f" in flags:
         variants["avx512"] = []
-    results = {}
-    for fmt in cquant.FORMATS:
+    outs = {}
+    for name, extra in variants.items():
+        path, why = build_shared(f"qlinear-test-{name}", cquant.SOURCE, cquant._FLAGS + extra, "a test build",
+                                 subdir="kernels")
+        assert path is not None, why
+        lib = ctypes.CDLL(str(path))
+        cquant._declare(lib)
+        assert lib.tttr_qlinear_kernel().decode() == name
+        out = torch.empty(x.shape[0], qw.shape[0])
+        assert lib.tttr_qlinear_parts(*qw._call, qw.shape[1], x.data_ptr(), x.shape[0], out.data_ptr(), 2) == 0
+        outs[name] = out
+    return outs
+
+
+def test_every_instruction_set_body_gives_the_same_bits():
+    for fmt in FORMATS:
         qw, _ = _quantized(fmt, 32, 64, seed=2)
-        x = torch.randn(11, 64)
-        for name, extra in variants.items():
-            path, why = build_shared(f"qlinear-test-{name}", cquant.SOURCE, cquant._FLAGS + extra, "a test build",
-                                     subdir="kernels")
-            assert path is not None, why
-            lib = ctypes.CDLL(str(path))
-            lib.tttr_qlinear_kernel.restype = ctypes.c_char_p
-            assert lib.tttr_qlinear_kernel().decode() == name
-            out = torch.empty(11, 32)
-            lib.tttr_qlinear.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                                         ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
-            assert lib.tttr_qlinear(cquant.FORMATS.index(fmt), qw.data.ctypes.data, 32, 64, x.data_ptr(), 11,
-                                    out.data_ptr(), 2) == 0
-            results[(fmt, name)] = out
-        outs = [results[(fmt, name)] for name in variants]
-        assert all(torch.equal(o, outs[0]) for o in outs[1:]), f"{fmt}: bodies disagree"
+        outs = list(each_body(qw, torch.randn(11, 64)).values())
+        assert len(outs) >= 2 and all(torch.equal(o, outs[0]) for o in outs[1:]), f"{fmt}: bodies disagree"
 
 
 def test_pack_refuses_shapes_it_cannot_hold():
     with pytest.raises(ValueError, match="cannot pack"):
         cquant.pack("Q4_1", np.zeros((10, 40), np.uint8), 10, 64)  # 10 rows: not a multiple of 16
-    assert not cquant.supports("Q6_K", 16, 256)
+    assert not cquant.supports("IQ4_XS", 16, 256) and not cquant.supports("Q4_K", 16, 96)
+    with pytest.raises(ValueError, match="cannot pack"):
+        cquant.pack("Q4_K", np.zeros((16, 144), np.uint8), 16, 128)  # 128 inputs: not a 256-input super-block
 
 
-@pytest.mark.parametrize("fmt", cquant.FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_a_block_weight_expands_to_ggufs_dequantization(fmt):
     """The rows a block weight gives (the embedding lookup, or a dense product asked of it)
     are gguf's dequantized values bit for bit, for any rows in any order."""

@@ -1,8 +1,11 @@
 """Read a GGUF file: metadata -> ModelConfig + Tokenizer, tensors with Hugging Face names:
-Q4_1/Q8_0 weights as their stored blocks (the model runs products from them, see
+weights in a block type the products take (ops.QUANT_FORMATS: Q4_1, Q8_0, Q4_K, Q5_0, Q5_K,
+Q6_K) as their stored blocks (the model runs products from them, see
 kernels.ops.block_weight; Checkpoint.dense expands one on request), the rest dequantized to
-fp32. llama.cpp stores the Q/K rows of `llama` models permuted for its interleaved rotary
-embedding; we undo that so one rotary implementation serves both formats."""
+fp32 (F16, BF16 and the other types the gguf package dequantizes: Q2_K, Q3_K, IQ*, TQ*, ...;
+a type it cannot read is refused in one line). llama.cpp stores the Q/K rows of `llama`
+models permuted for its interleaved rotary embedding; we undo that so one rotary
+implementation serves both formats."""
 
 from __future__ import annotations
 
@@ -224,7 +227,13 @@ def load_gguf(path: Path) -> Checkpoint:
             # (Checkpoint.dense) only where it needs the fp32 values
             quantized.where[hf] = (t.tensor_type, t, heads)
             continue
-        arr = _dense(_read(path, t), t.tensor_type)
+        try:
+            arr = _dense(_read(path, t), t.tensor_type)
+        except NotImplementedError:  # gguf reads the type's name but cannot dequantize it (Q8_1, Q8_K, I8, ...)
+            raise EngineError(
+                f"unsupported quantization type {t.tensor_type} (tensor {t.name!r} in {path.name}): products run "
+                f"from {', '.join(QUANT_FORMATS)} blocks, and F32, F16, BF16 and the types the gguf package "
+                "dequantizes (Q2_K, Q3_K, IQ*, TQ*, ...) load as fp32") from None
         if heads is not None:
             arr = unpermute_qk(arr, heads)
         tensors[hf] = torch.from_numpy(np.array(arr, dtype=np.float32, order="C", copy=True))

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
 from tttr.engine.inference.checkpoint import Checkpoint
@@ -109,11 +108,11 @@ class Model:
             return checkpoint.dense(name).to(dtype).contiguous()
 
         def weight(names: list[str], product: bool = True) -> torch.Tensor | ops.QuantWeight:
-            """The weight made of `names`' rows: blocks when all are stored alike and fit the kernel."""
+            """The weight made of `names`' rows: blocks when all are stored as blocks that fit the
+            kernel, each part in its own type (a q/k/v of Q4_K, Q4_K and Q6_K is one product)."""
             parts = [blocks.get(n) for n in names]
-            if all(p is not None for p in parts) and len({p[0] for p in parts}) == 1:
-                raw = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
-                qw = ops.block_weight(parts[0][0], raw)
+            if all(p is not None for p in parts):
+                qw = ops.block_weights(parts)
                 if qw is not None:
                     self.block_weights += product
                     return qw
