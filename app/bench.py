@@ -9,6 +9,12 @@ to the screen having handled and repainted it, over stepping keys of every kind 
 step, layer, page, start, end, bookmark, the detail pane). It is the process's CPU time, because the pilot's wall
 clock includes its own idle detection (sleeps of 20 ms until the process goes quiet);
 that wall time, and the same for a key bound to nothing, are printed beside it.
+
+A second run of the same size, which takes another command at step 2 (so that every
+token differs and the alignment has a gap), is then compared with the first:
+`compare_open_s` is the time from pushing the compare screen to its rows being painted
+(the worker's whole scan of both runs), and `compare_keypress_ms` the median CPU time of
+the compare's keys (rows, next/previous difference, each repainting the message pair).
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ WORDS = ("I", " will", " list", " the", " files", " and", " rotate", " logs", " 
          " seven", " days", ".", "\n", "```", "bash", " ls", " -la", " /var", "/log")
 COMMANDS = ("ls -la /var/log", "find /var/log -name '*.log' -mtime +7", "gzip -k app.log",
             "date +%F", "cat /etc/hostname", "wc -l access.log", "mv app.log app.log.1")
+OTHER_COMMANDS = COMMANDS[:2] + ("rm -rf /var/log/old",) + COMMANDS[3:]  # the compared run's
+COMPARE_KEYS = ("down", "down", "up", "n", "n", "p", "pagedown", "pageup", "end", "home")
 
 
 def generate(path: Path, events: int = 100_000, *, seed: int = 0, tokens_per_step: int = TOKENS_PER_STEP,
@@ -104,7 +112,8 @@ async def _press(pilot, key: str) -> tuple[float, float]:
     return (time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000
 
 
-async def _drive(db: Path, run_id: int, size: tuple[int, int]) -> dict:
+async def _drive(db: Path, run_id: int, size: tuple[int, int], other: int | None = None) -> dict:
+    from tttr.app.screens.compare import CompareScreen
     from tttr.app.screens.timeline import TimelineScreen
     from tttr.app.tui import TTTRApp
     from tttr.app.widgets.timeline import Timeline
@@ -122,9 +131,23 @@ async def _drive(db: Path, run_id: int, size: tuple[int, int]) -> dict:
         presses = [await _press(pilot, key) for key in KEYS]
         # A key bound to nothing: what the pilot's own idle detection costs per press.
         floor = [await _press(pilot, "f12") for _ in range(5)]
+        compare = {}
+        if other is not None:
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            screen = CompareScreen(run_id, other)
+            app.push_screen(screen)
+            while screen.comparison is None:
+                await pilot.pause(0.005)
+            await pilot.pause()
+            compare["compare_open_s"] = time.perf_counter() - t0
+            compare["compare_open_cpu_s"] = time.process_time() - cpu0  # all threads: the worker's too
+            compare["compare_rows"] = len(screen.comparison.rows)
+            keys = [c for _, c in [await _press(pilot, key) for key in COMPARE_KEYS]]
+            compare["compare_keypress_ms"] = statistics.median(keys)
+            compare["compare_keypress_max_ms"] = max(keys)
     store.close()
     cpu = [c for _, c in presses]
-    return {
+    return compare | {
         "events": events,
         "open_s": open_s,
         "keypress_ms": statistics.median(cpu),
@@ -136,14 +159,17 @@ async def _drive(db: Path, run_id: int, size: tuple[int, int]) -> dict:
     }
 
 
-def measure(events: int = 100_000, db: Path | None = None, size: tuple[int, int] = (160, 48)) -> dict:
+def measure(events: int = 100_000, db: Path | None = None, size: tuple[int, int] = (160, 48),
+            compare: bool = True) -> dict:
+    """The figures above; with `compare`, a second run is generated and compared too."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="tttr-bench-app-") as tmp:
         path = Path(db) if db else Path(tmp) / "bench.db"
         t = time.perf_counter()
         run_id = generate(path, events)
+        other = generate(path, events, seed=1, commands=OTHER_COMMANDS) if compare else None
         generate_s = time.perf_counter() - t
-        figures = asyncio.run(_drive(path, run_id, size))
+        figures = asyncio.run(_drive(path, run_id, size, other))
     figures["generate_s"] = generate_s
     return figures

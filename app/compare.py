@@ -1,7 +1,9 @@
 """Two runs side by side: what the compare screen draws, built from `engine.diff.diff_runs`.
 
 Plain data (no textual): `build_comparison` runs in a worker thread with its own store
-connection, and returns rows the side-by-side widget only has to paint.
+connection (reporting its progress, and stopping when asked), and returns rows the
+side-by-side widget only has to paint. The two messages of a row are read when the row is
+shown (`Comparison.read_message`), not all up front.
 """
 
 from __future__ import annotations
@@ -9,10 +11,10 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from tttr.app.runview import RunView, is_blob, value_problem
-from tttr.engine.replay.diff import PROGRAM_STEP_KINDS, align, diff_runs
+from tttr.engine.replay.diff import PROGRAM_STEP_KINDS, ScanCancelled, align, scan_runs
 from tttr.sessions.vocabulary import SETUP_STEP, site_order, site_parts
 
 
@@ -50,24 +52,32 @@ class Comparison:
     outcome_a: Any = None
     outcome_b: Any = None
     note: str | None = None  # why no divergence is named: the engine's diff refused the runs
-    messages_a: dict[int, tuple[str, ...]] = field(default_factory=dict)  # step -> the message's tokens
-    messages_b: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    # (run, step) -> that step's message as its tokens, or None; read on demand, kept once read
+    read_message: Callable[[int, int], tuple[str, ...] | None] | None = None
+    _messages: dict[tuple[int, int], tuple[str, ...] | None] = field(default_factory=dict)
+
+    def message(self, run_id: int, step: int) -> tuple[str, ...] | None:
+        """Step `step`'s message in run `run_id` as its recorded tokens (read once)."""
+        key = (run_id, step)
+        if key not in self._messages:
+            self._messages[key] = self.read_message(run_id, step) if self.read_message else None
+        return self._messages[key]
 
     def token_texts(self, at: str) -> tuple[str | None, str | None]:
         """The recorded text of the token at site `at` (`2:token:5`) in each run, None where
         it has none."""
         parts = site_parts(at)
-        if parts is None or parts[2] is None:
+        if parts is None or parts[2] is None or parts[0] < 0:
             return None, None
         step, _, pos = parts
-        return tuple(m[step][pos] if pos < len(m.get(step, ())) else None  # type: ignore[return-value]
-                     for m in (self.messages_a, self.messages_b))
+        messages = (self.message(self.run_a, step) or (), self.message(self.run_b, step) or ())
+        return tuple(m[pos] if pos < len(m) else None for m in messages)  # type: ignore[return-value]
 
     def message_diff(self, row: CompareRow) -> MessageDiff | None:
         """The two messages of an aligned row, token by token; None for the setup's row or
         when neither run has a message there."""
-        a = self.messages_a.get(row.a.step) if row.a is not None and row.a.step >= 0 else None
-        b = self.messages_b.get(row.b.step) if row.b is not None and row.b.step >= 0 else None
+        a = self.message(self.run_a, row.a.step) if row.a is not None and row.a.step >= 0 else None
+        b = self.message(self.run_b, row.b.step) if row.b is not None and row.b.step >= 0 else None
         if a is None and b is None:
             return None
         return message_diff(a or (), b or ())
@@ -116,18 +126,21 @@ def message_diff(a: tuple[str, ...], b: tuple[str, ...]) -> MessageDiff:
 _WORDS = re.compile(r"\s+|\w+|[^\w\s]")
 
 
-def _messages(store, run_id: int) -> dict[int, tuple[str, ...]]:
-    """Each step's message as the tokens the model wrote (their recorded texts); a message
-    recorded without tokens (an API call's) as its words."""
-    tokens: dict[int, list[str]] = {}
-    for e in _events(store, run_id, "token"):
-        if e.kind == "token" and value_problem(e) is None and isinstance(e.value, dict):
-            tokens.setdefault(e.step, []).append(str(e.value.get("text", "")))
-    out = {step: tuple(texts) for step, texts in tokens.items()}
-    for e in _events(store, run_id, "message"):
-        if e.kind == "message" and e.step not in out and value_problem(e) is None and isinstance(e.value, dict):
-            out[e.step] = tuple(_WORDS.findall(str(e.value.get("text", ""))))
-    return out
+def read_message(store, run_id: int, step: int) -> tuple[str, ...] | None:
+    """Step `step`'s message as the tokens the model wrote (their recorded texts); a message
+    recorded without tokens (an API call's) as its words; None when the step has neither,
+    or its events cannot be read."""
+    try:
+        tokens = [str(e.value.get("text", "")) for e in store.events(run_id, step=step, kind="token")
+                  if value_problem(e) is None and isinstance(e.value, dict)]
+        if tokens:
+            return tuple(tokens)
+        for e in store.events(run_id, step=step, kind="message"):
+            if value_problem(e) is None and isinstance(e.value, dict):
+                return tuple(_WORDS.findall(str(e.value.get("text", ""))))
+    except Exception:  # noqa: BLE001 - a step that cannot be read has no message to show
+        return None
+    return None
 
 
 def _events(store, run_id: int, kind: str) -> list:
@@ -215,19 +228,24 @@ def _setup(store, run_id: int) -> StepInfo | None:
                     "" if tree is None else f"tree {str(tree)[:16]}", problems[0] if problems else None)
 
 
-def build_comparison(store, run_a: int, run_b: int) -> Comparison:
+def build_comparison(store, run_a: int, run_b: int, *, progress=None, cancelled=None) -> Comparison:
     """Rows of the two runs side by side, aligned as `tttr diff` aligns them: by edit
     distance over the actions (`engine.replay.diff.align`), for a fork and its parent as
     for any two runs — a fork's shared prefix has equal actions, so it pairs one to one.
     When the engine refuses to diff the runs (an unreadable value), the steps are aligned
     the same way here, an unreadable action matching nothing, no divergence is named, and
-    `note` says why."""
+    `note` says why. The divergences come from the engine's quick scan (`scan_runs`, the
+    same result as `diff_runs`); `progress(done, total)` follows it, and `cancelled()`
+    returning True stops it (ScanCancelled). Messages are read from `store` when asked for:
+    a caller that closes `store` sets `read_message` to read from another."""
     a_steps, b_steps = _steps(store, run_a), _steps(store, run_b)
     note = None
     try:
-        diff = diff_runs(store, run_a, run_b)
+        diff = scan_runs(store, run_a, run_b, progress=progress, cancelled=cancelled)
         divergences = dict(diff.first_divergence)
         rows = diff.rows  # a program's runs: one row per step, the engine's `program_steps`, as `_program_steps`
+    except ScanCancelled:
+        raise
     except Exception as exc:  # noqa: BLE001 - the rows still show, with the unreadable ones marked
         divergences = {}
         note = f"{type(exc).__name__}: {exc}" if getattr(exc, "exit_code", None) is None else str(exc)
@@ -240,7 +258,7 @@ def build_comparison(store, run_a: int, run_b: int) -> Comparison:
         run_a, run_b, divergences=divergences, fork_site=fork_site,
         mutation=run_b_meta.mutation if fork_site else None,
         outcome_a=store.run(run_a).outcome, outcome_b=run_b_meta.outcome, note=note,
-        messages_a=_messages(store, run_a), messages_b=_messages(store, run_b),
+        read_message=lambda run_id, step: read_message(store, run_id, step),
     )
     fork_step = site_order(fork_site)[0] if fork_site else None
     first = comparison.first

@@ -1,20 +1,23 @@
 """Two runs side by side: a fork next to its parent, or any two runs of the database.
 
 The diff is computed in a worker thread on its own store connection, so a long run does
-not freeze the screen; the rows then paint on one virtual widget, so one scroll moves
-both sides."""
+not freeze the screen: a progress bar follows it, and `escape` leaves at once, the worker
+stopping at its next batch of events. The rows then paint on one virtual widget, so one
+scroll moves both sides; a row's two messages are read when the cursor reaches it."""
 
 from __future__ import annotations
+
+import threading
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, LoadingIndicator, Static
+from textual.widgets import Footer, ProgressBar, Static
 
 from tttr.app import describe
-from tttr.app.compare import Comparison, build_comparison
+from tttr.app.compare import Comparison, build_comparison, read_message
 from tttr.app.screens.help import label_back
 from tttr.app.widgets.side_by_side import MessagePair, SideBySide
 from tttr.sessions.safe_text import brief
@@ -25,6 +28,14 @@ class ComparisonReady(Message):
     def __init__(self, comparison: Comparison | None, error: str | None = None) -> None:
         super().__init__()
         self.comparison, self.error = comparison, error
+
+
+class ComparisonProgress(Message):
+    """How far the worker has read: `done` of `total` events of the two runs."""
+
+    def __init__(self, done: int, total: int) -> None:
+        super().__init__()
+        self.done, self.total = done, total
 
 
 class CompareScreen(Screen):
@@ -41,10 +52,13 @@ class CompareScreen(Screen):
         super().__init__()
         self.run_a, self.run_b = run_a, run_b
         self.comparison: Comparison | None = None
+        self._cancel = threading.Event()  # set when the screen is left: the worker stops
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"run #{self.run_a} ┃ run #{self.run_b}", style="bold"), id="compare-title")
-        yield LoadingIndicator(id="compare-loading")
+        yield Static(Text(f"comparing run #{self.run_a} with run #{self.run_b} … (esc stops)", style="dim"),
+                     id="compare-loading")
+        yield ProgressBar(id="compare-progress", show_eta=False)
         yield SideBySide(id="side-by-side")
         yield MessagePair(id="compare-messages")
         yield Static("", id="compare-summary")
@@ -57,26 +71,46 @@ class CompareScreen(Screen):
         self.run_worker(self._load, thread=True, exit_on_error=False, name="diff")
 
     def _load(self) -> None:
+        from tttr.engine.replay.diff import ScanCancelled
         from tttr.sessions.store import Store
 
         try:
             store = Store.open(self.app.db_path, create=False, readonly=True)
             try:
-                comparison = build_comparison(store, self.run_a, self.run_b)
+                comparison = build_comparison(
+                    store, self.run_a, self.run_b, cancelled=self._cancel.is_set,
+                    progress=lambda done, total: self.post_message(ComparisonProgress(done, total)))
             finally:
                 store.close()
+        except ScanCancelled:
+            return  # the screen was left: nobody to tell
         except Exception as exc:  # noqa: BLE001 - shown on screen
             self.post_message(ComparisonReady(None, f"{type(exc).__name__}: {exc}"))
             return
         self.post_message(ComparisonReady(comparison))
 
+    def on_comparison_progress(self, message: ComparisonProgress) -> None:
+        self.query_one("#compare-progress", ProgressBar).update(total=message.total, progress=message.done)
+        self.query_one("#compare-loading", Static).update(Text(
+            f"comparing run #{self.run_a} with run #{self.run_b}: {message.done:,} of {message.total:,} "
+            "events read … (esc stops)", style="dim"))
+
+    def on_unmount(self) -> None:
+        self._cancel.set()
+
     def on_comparison_ready(self, message: ComparisonReady) -> None:
+        if self._cancel.is_set():
+            return
         self.query_one("#compare-loading").display = False
+        self.query_one("#compare-progress").display = False
         if message.comparison is None:
             self.query_one("#compare-summary", Static).update(
                 Text(f"diff failed: {describe.short(message.error, 300)}", style="red"))
             return
-        self.comparison = c = message.comparison
+        c = message.comparison
+        store = self.app.store  # the worker's store is closed: messages are read from the app's
+        c.read_message = lambda run_id, step: read_message(store, run_id, step)
+        self.comparison = c
         side = self.query_one(SideBySide)
         side.display = True
         side.show(c)
@@ -197,4 +231,5 @@ class CompareScreen(Screen):
         self.app.push_screen(FilesScreen(TreeRef(self.run_b, step_b), TreeRef(self.run_a, step_a)))
 
     def action_back(self) -> None:
+        self._cancel.set()  # a comparison still loading stops at its next batch of events
         self.app.pop_screen()

@@ -144,6 +144,10 @@ def divergences(a_events: list, b_events: list) -> Divergences:
                 continue
             layer = KIND_LAYER[e.kind]
             by_layer.setdefault(layer, {}).setdefault(e.site, {})[side] = compared_value(e.kind, e.value)
+    return _first_per_layer(by_layer)
+
+
+def _first_per_layer(by_layer: dict[str, dict[str, dict[str, Any]]]) -> Divergences:
     first: dict[str, Divergence] = {}
     counts: dict[str, int] = {}
     for layer in LAYERS:
@@ -199,6 +203,8 @@ def _program_key(kind: str, v: dict) -> str:
 
 
 def diff_runs(store, run_a: int, run_b: int) -> RunDiff:
+    """The two runs' aligned steps and per-layer divergences, every value of both decoded
+    and checked first (a run with any unreadable value is refused: StoreError)."""
     # Unknown ids, and a run with any unreadable value, fail here in one line with the store's message.
     _, a_events = store.load_run(run_a)
     _, b_events = store.load_run(run_b)
@@ -211,3 +217,118 @@ def diff_runs(store, run_a: int, run_b: int) -> RunDiff:
     return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts)
 
 
+
+
+# ---------------------------------------------------------------------------- a quick scan
+class ScanCancelled(Exception):
+    """`scan_runs` was asked to stop (its `cancelled()` said so)."""
+
+
+SCAN_BATCH = 20_000  # rows read between two progress reports / cancel checks
+
+
+def scan_runs(store, run_a: int, run_b: int, *, progress=None, cancelled=None) -> RunDiff:
+    """`diff_runs`, for readers that must stay quick on long runs (the app's compare).
+
+    The same RunDiff for runs whose values are readable, in a fraction of the time: the
+    bulk of a run, its token and logits binary records, is compared by the token id or the
+    digest read straight from the record's bytes, never decoded into a value and checked.
+    Every other event (actions, tool results, clocks, messages, JSON-stored tokens) is
+    decoded and checked as `diff_runs` does, and refuses the runs the same way when it
+    cannot be read. `progress(done, total)` is called as rows are read; `cancelled()`,
+    checked as often, raises ScanCancelled when it says True."""
+    from tttr.sessions.errors import StoreError
+    from tttr.sessions.safe_text import visible
+
+    for run_id in (run_a, run_b):
+        _check_readable(store, run_id)
+    total = store.count_events(run_a) + store.count_events(run_b)
+    done = 0
+    keyed: dict[str, dict[str, dict[str, Any]]] = {}  # layer -> site -> side -> compared value
+    events: dict[str, list] = {}  # side -> the decoded events (all but binary tokens and logits), in order
+    for side, run_id in (("a", run_a), ("b", run_b)):
+        decoded = events[side] = []
+        for rows in _raw_rows(store, run_id):
+            if cancelled is not None and cancelled():
+                raise ScanCancelled()
+            for source, row, kind in rows:
+                quick = _quick_value(kind, row)
+                if quick is not None:
+                    site, value = quick
+                else:
+                    e = store._event(run_id, source, row)
+                    if e.problem:
+                        where = "" if e.origin == run_id else f" (recorded by run {e.origin})"
+                        raise StoreError(f"run {run_id}, site {visible(e.site, newlines=False)}{where}: "
+                                         f"{visible(e.problem, newlines=False)}")
+                    decoded.append(e)
+                    if e.kind not in _COMPARED:
+                        continue
+                    kind, site, value = e.kind, e.site, compared_value(e.kind, e.value)
+                keyed.setdefault(KIND_LAYER[kind], {}).setdefault(site, {})[side] = value
+            done += len(rows)
+            if progress is not None:
+                progress(done, total)
+    a_actions = [action_text(e.value) for e in events["a"] if e.kind == "action"]
+    b_actions = [action_text(e.value) for e in events["b"] if e.kind == "action"]
+    if not a_actions and not b_actions:
+        a_actions = [p.key for p in program_steps(events["a"])]
+        b_actions = [p.key for p in program_steps(events["b"])]
+    first, counts = _first_per_layer(keyed)
+    return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts)
+
+
+def _check_readable(store, run_id: int) -> None:
+    """What `Store.load_run` refuses before it reads an event: an unknown run, or a run
+    (or a run it shares events with) whose row cannot be read."""
+    from tttr.sessions.errors import StoreError
+    from tttr.sessions.safe_text import visible
+
+    run = store.run(run_id)
+    if run.problem:
+        raise StoreError(f"run {run_id}: {visible(run.problem, newlines=False)}")
+    for ancestor in (a for a, _, _ in store._segments(run_id) if a != run_id):
+        problem = store.run(ancestor).problem
+        if problem:
+            raise StoreError(f"run {run_id} shares the events of run {ancestor}, which cannot be read: "
+                             f"{visible(problem, newlines=False)}")
+
+
+def _raw_rows(store, run_id: int):
+    """The run's event rows as the store holds them, a batch at a time:
+    [(source run, row, kind name)], in seq order, a fork's shared prefix included. Read
+    through the store's own segments and kinds, a batch under its lock (its `events()`
+    decodes and checks every value, which is what this path avoids)."""
+    for source, first, end in store._segments(run_id):
+        base = source << 32
+        with store._lock:
+            cursor = store._conn.execute(
+                "SELECT id, step, kind, pos, site, value FROM events WHERE id >= ? AND id < ? ORDER BY id",
+                (base + first, base + end))
+        while True:
+            with store._lock:
+                rows = cursor.fetchmany(SCAN_BATCH)
+                kinds = store._kinds
+            if not rows:
+                break
+            yield [(source, r, kinds.get(r[2], ("?", "?"))[1]) for r in rows]
+
+
+_TOKEN_MIN = 10  # tag, flags, uint32 id, float32 logprob
+_LOGITS_MIN = 4  # tag, flags, digest length, (digest), top-k count
+
+
+def _quick_value(kind: str, row: tuple) -> tuple[str, Any] | None:
+    """(site, compared value) of a token or logits binary record in its usual form,
+    read from its bytes (codec's layout: a token's id is the uint32 at byte 2, a logits
+    record's digest the bytes after its length at byte 2); None for any other row, which
+    the caller decodes and checks."""
+    _, step, _, pos, verbatim, stored = row
+    if type(stored) is not bytes or verbatim is not None or type(step) is not int or type(pos) is not int \
+            or not (0 <= step < 2**31 and 0 <= pos <= 2**32):
+        return None  # the setup step, a stored site, a damaged column: the store's own path
+    if kind == "token" and len(stored) >= _TOKEN_MIN and stored[0] == 1:
+        return f"{step}:token:{pos}", int.from_bytes(stored[2:6], "little")
+    if kind == "logits" and len(stored) >= _LOGITS_MIN and stored[0] == 2 and len(stored) > 3 + stored[2]:
+        return f"{step}:logits:{pos}", stored[3:3 + stored[2]].hex()
+    return None
