@@ -97,8 +97,10 @@ static inline __attribute__((always_inline)) void decode(const int f, const uint
         memcpy(&qh, blk + 2, 4);
         *A = half_to_float(blk);
         *B = 0.0f;
-        for (int j = 0; j < 32; j++)
-            q[j] = ((j < 16 ? blk[6 + j] & 15 : blk[6 + j - 16] >> 4) | (int)(((qh >> j) & 1) << 4)) - 16;
+        for (int j = 0; j < 16; j++) {
+            q[j] = ((blk[6 + j] & 15) | (int)(((qh >> j) & 1) << 4)) - 16;
+            q[j + 16] = ((blk[6 + j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4)) - 16;
+        }
     } else if (f == 2 || f == 4) { /* Q4_K, Q5_K: d, dmin, 12 scale bytes, (Q5_K: 32 high-bit bytes), 128 nibble bytes */
         const int bytes = f == 2 ? 144 : 176, s = (int)(b % 8);
         const uint8_t *sb = row + (b / 8) * bytes;
@@ -114,15 +116,14 @@ static inline __attribute__((always_inline)) void decode(const int f, const uint
         }
     } else { /* Q6_K: 128 low-nibble bytes, 64 high-pair bytes, 16 int8 scales, d */
         const uint8_t *sb = row + (b / 8) * 210, *ql = sb, *qh = sb + 128;
-        const int t = (int)(b % 8), h = t / 4, r0 = 32 * (t % 4); /* element 32t + j: half h, r = r0 + j */
+        /* element 32t + j of the super-block: in half h = t / 4 at r = 32u + j (u = t % 4), its low
+           nibble in byte 64h + r % 64 (shifted 4 * (r / 64)), its high pair in byte 32h + j (2u) */
+        const int t = (int)(b % 8), h = t / 4, u = t % 4, ls = 4 * (u / 2), hs = 2 * u;
+        const uint8_t *l = ql + 64 * h + 32 * (u & 1), *hb = qh + 32 * h;
         const float d = half_to_float(sb + 208);
         *A = d * (float)(int8_t)sb[192 + 2 * t];
         *B = d * (float)(int8_t)sb[192 + 2 * t + 1];
-        for (int j = 0; j < 32; j++) {
-            const int r = r0 + j;
-            const int lo = (ql[h * 64 + r % 64] >> (4 * (r / 64))) & 15, hi = (qh[h * 32 + r % 32] >> (2 * (r / 32))) & 3;
-            q[j] = (lo | (hi << 4)) - 32;
-        }
+        for (int j = 0; j < 32; j++) q[j] = (((l[j] >> ls) & 15) | (((hb[j] >> hs) & 3) << 4)) - 32;
     }
 }
 
