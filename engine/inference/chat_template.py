@@ -1,6 +1,8 @@
 """The model's own chat template (Jinja), rendered the way Hugging Face renders it:
-a sandboxed environment, trim_blocks + lstrip_blocks, `raise_exception`, `tojson`,
-`strftime_now`. A model without a template gets ChatML."""
+a sandboxed environment, trim_blocks + lstrip_blocks, loop controls ({% break %},
+{% continue %}), `raise_exception`, `tojson`, `strftime_now`; the caller's `tools` and other
+variables (enable_thinking, date_string, ...) reach the template. A model without a
+template gets ChatML."""
 
 from __future__ import annotations
 
@@ -24,13 +26,14 @@ def _compile(source: str):
     def raise_exception(message):
         raise TemplateError(message)
 
-    def tojson(value, indent=None, ensure_ascii=False, sort_keys=False):
-        return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+    def tojson(value, indent=None, ensure_ascii=False, separators=None, sort_keys=False):
+        return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, separators=separators, sort_keys=sort_keys)
 
     def strftime_now(fmt):
         return datetime.datetime.now().strftime(fmt)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
+                                        extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from tttr.engine.inference.checkpoint import Checkpoint
-from tttr.engine.inference.config import GGUF_ARCHS, ModelConfig
+from tttr.engine.inference.config import ModelConfig
 from tttr.engine.errors import EngineError
 from tttr.engine.inference.tokenizer import Tokenizer
 from tttr.sessions.cache import cache_dir
@@ -35,6 +35,8 @@ _LAYER_NAMES = {
     "attn_q.bias": "self_attn.q_proj.bias",
     "attn_k.bias": "self_attn.k_proj.bias",
     "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",  # Qwen3
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
     "attn_output.weight": "self_attn.o_proj.weight",
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
@@ -172,41 +174,8 @@ class _StoredBlocks(Mapping):
 
 def load_gguf(path: Path) -> Checkpoint:
     fields, reader_tensors = _read_header(path)
-    arch = fields.get("general.architecture")
-    if arch not in GGUF_ARCHS:
-        raise EngineError(
-            f"unsupported architecture {arch!r} in {path.name}: supported are {', '.join(GGUF_ARCHS)} "
-            "(Llama-family decoders such as Llama, SmolLM2, Qwen2)"
-        )
-
-    def meta(key, default=None):
-        value = fields.get(f"{arch}.{key}")
-        return default if value is None else value
-
-    names = {t.name for t in reader_tensors}
-    n_heads = int(meta("attention.head_count"))
-    d = int(meta("embedding_length"))
-    tokens = fields.get("tokenizer.ggml.tokens") or []
-    vocab = int(meta("vocab_size", len(tokens)))
-    scaling = None
-    if meta("rope.scaling.type") not in (None, "none", "linear") and "rope_freqs.weight" not in names:
-        raise EngineError(f"unsupported rope scaling {meta('rope.scaling.type')!r} in {path.name}")
-    config = ModelConfig(
-        arch=arch,
-        n_layers=int(meta("block_count")),
-        d_model=d,
-        n_heads=n_heads,
-        n_kv_heads=int(meta("attention.head_count_kv", n_heads)),
-        head_dim=int(meta("attention.key_length", d // n_heads)),
-        ffn_dim=int(meta("feed_forward_length")),
-        vocab_size=vocab,
-        context_length=int(meta("context_length", 2048)),
-        rope_theta=float(meta("rope.freq_base", 10000.0)),
-        rms_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-5)),
-        tied_embeddings="output.weight" not in names,
-        attn_bias="blk.0.attn_q.bias" in names,
-        rope_scaling=scaling,
-    )
+    config = ModelConfig.from_gguf(fields, {t.name for t in reader_tensors}, path.name)
+    arch, n_heads = config.arch, config.n_heads
     tensors: dict[str, torch.Tensor] = {}
     quantized = _StoredBlocks(path)
     for t in reader_tensors:
@@ -215,7 +184,7 @@ def load_gguf(path: Path) -> Checkpoint:
         elif t.name.startswith("blk."):
             _, idx, rest = t.name.split(".", 2)
             if rest not in _LAYER_NAMES:
-                raise EngineError(f"unexpected tensor {t.name!r} in {path.name}: not a plain Llama-family decoder")
+                raise EngineError(f"unexpected tensor {t.name!r} in {path.name}: not a plain {arch} decoder")
             hf = f"model.layers.{idx}.{_LAYER_NAMES[rest]}"
         else:
             continue

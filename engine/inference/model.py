@@ -1,5 +1,6 @@
-"""The Llama-family decoder (Llama, SmolLM2, Qwen2): RMSNorm, RoPE, grouped-query attention,
-SwiGLU, tied or untied head. Every reduction goes through `kernels.ops`, so the kernel mode
+"""The Llama-family decoder (Llama 2/3.x, SmolLM2, Qwen2/2.5, Qwen3): RMSNorm, RoPE (with
+Llama 3's frequency scaling), grouped-query attention (Qwen2's q/k/v biases, Qwen3's per-head
+q/k RMSNorm), SwiGLU, tied or untied head. Every reduction goes through `kernels.ops`, so the kernel mode
 decides the arithmetic; everything else here is row-local (embedding lookup, rotary, SiLU,
 residual adds).
 
@@ -51,6 +52,8 @@ class LayerWeights(NamedTuple):
     post_attention_norm: torch.Tensor  # [d]
     gate_up: torch.Tensor  # [2 * ffn, d]
     down: torch.Tensor  # [d, ffn]
+    q_norm: torch.Tensor | None = None  # [hd] (Qwen3: RMSNorm of each query head before rotary), else None
+    k_norm: torch.Tensor | None = None  # [hd] (the same for each key head)
 
 
 class _Span(NamedTuple):
@@ -68,10 +71,13 @@ class _Span(NamedTuple):
 def _inv_freq(config: ModelConfig, freq_factors: torch.Tensor | None) -> torch.Tensor:
     d = config.head_dim
     inv = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
-    if freq_factors is not None:  # GGUF rope_freqs (Llama 3.x)
-        return inv / freq_factors.float()
-    if config.rope_scaling is not None:  # Hugging Face "llama3" rope scaling
-        factor, low, high, orig = config.rope_scaling
+    rs = config.rope_scaling
+    if freq_factors is not None:  # GGUF rope_freqs: per-frequency divisors (Llama 3.x from llama.cpp's converter)
+        if tuple(freq_factors.shape) != (d // 2,):
+            raise EngineError(f"rope_freqs has shape {tuple(freq_factors.shape)}: expected ({d // 2},), half the head size")
+        inv = inv / freq_factors.float()
+    elif rs is not None and rs.kind == "llama3":  # the same scaling from its parameters
+        factor, low, high, orig = rs.factor, rs.low_freq_factor, rs.high_freq_factor, rs.original_context
         low_wl, high_wl = orig / low, orig / high
         wavelen = 2 * math.pi / inv
         scaled = torch.where(wavelen > low_wl, inv / factor, inv)
@@ -79,6 +85,8 @@ def _inv_freq(config: ModelConfig, freq_factors: torch.Tensor | None) -> torch.T
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
         mid = (wavelen >= high_wl) & (wavelen <= low_wl)
         inv = torch.where(mid, smoothed, scaled)
+    if rs is not None and rs.kind == "linear":
+        inv = inv / rs.factor
     return inv
 
 
@@ -140,6 +148,8 @@ class Model:
                 post_attention_norm=take(p + "post_attention_layernorm.weight"),
                 gate_up=weight([p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
                 down=weight([p + "mlp.down_proj.weight"]),
+                q_norm=take(p + "self_attn.q_norm.weight") if cfg.qk_norm else None,
+                k_norm=take(p + "self_attn.k_norm.weight") if cfg.qk_norm else None,
             ))
         expect = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
         if tuple(self.layers[0].qkv.shape) != (expect, cfg.d_model):
@@ -199,6 +209,9 @@ class Model:
         h = rms_norm(x, self.layers[0].input_norm, eps)
         for li, layer in enumerate(self.layers):
             qkv = linear(h, layer.qkv, layer.qkv_bias).view(R, nqk + KVH, hd)
+            if layer.q_norm is not None:  # Qwen3: each query and key head normalized before the rotary
+                qkv[:, :H] = rms_norm(qkv[:, :H].contiguous(), layer.q_norm, eps)
+                qkv[:, H:nqk] = rms_norm(qkv[:, H:nqk].contiguous(), layer.k_norm, eps)
             qk = ops.rope(qkv, nqk, self._cos, self._sin, positions)
             q, k, v = qk[:, :H], qk[:, H:], qkv[:, nqk:]
             outs = []

@@ -1,5 +1,6 @@
-"""Byte-level BPE tokenizer (the `tokenizers` package), built from GGUF metadata or from a
-Hugging Face tokenizer.json. Special tokens (GGUF token type 3, or `special` added tokens)
+"""Byte-level BPE tokenizer (the `tokenizers` package), built from GGUF metadata (the
+pre-tokenizer split, BOS and end-of-turn rules llama.cpp applies per `tokenizer.ggml.pre`) or
+from a Hugging Face tokenizer.json. Special tokens (GGUF token type 3, or `special` added tokens)
 are matched whole in the text, so a rendered chat template keeps its markers."""
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from tttr.engine.errors import EngineError
 _CONTROL = 3
 _USER_DEFINED = 4
 
+# Pre-tokenizer splits per `tokenizer.ggml.pre`, as llama.cpp's llama-vocab.cpp assigns them
+# (its regexes, written the way the models' tokenizer.json files do).
+_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -25,39 +29,61 @@ _QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-_SPLITS = {"llama3": _LLAMA3_SPLIT, "llama-bpe": _LLAMA3_SPLIT, "llama-v3": _LLAMA3_SPLIT,
-           "smaug-bpe": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT, "deepseek-r1-qwen": _QWEN2_SPLIT}
+# Llama 3's group: the regex above, a word found whole in the vocabulary is one token
+# (ignore_merges), and a BOS unless tokenizer.ggml.add_bos_token says otherwise.
+_LLAMA3_PRES = ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2")
+_SPLITS: dict[str, tuple[str, ...]] = {
+    **{pre: (_LLAMA3_SPLIT,) for pre in (*_LLAMA3_PRES, "dbrx", "smaug-bpe")},
+    **{pre: (_QWEN2_SPLIT,) for pre in ("qwen2", "deepseek-r1-qwen", "kormo", "megrez", "stablelm2")},
+    # every digit on its own, then GPT-2's split (SmolLM's tokenizer.json does the same)
+    **{pre: (r"\p{N}", _GPT2_SPLIT) for pre in ("smollm", "starcoder", "refact", "command-r", "codeshell",
+                                                "exaone", "minerva-7b")},
+    **{pre: (_GPT2_SPLIT,) for pre in ("gpt-2", "gpt2", "phi-2", "mpt", "olmo", "jais", "jina-es", "jina-de",
+                                       "trillion", "granite-docling", "exaone4")},
+    # no type (or "default"): GPT-2's split, as transformers reads such a file. llama.cpp's
+    # "default" also cuts runs of digits into threes and punctuation apart; no converter
+    # writes it for a byte-level BPE vocabulary it knows.
+    "default": (_GPT2_SPLIT,),
+}
 
-# Tokens that end a turn in common chat formats; used as default stop ids when present.
-_END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<|end|>")
+# Tokens that end a turn in common chat formats; used as stop ids when present (llama.cpp's
+# end-of-generation list: Llama 3's <|eot_id|> and <|eom_id|>, ChatML's <|im_end|>, ...).
+_END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "</s>", "<|end|>",
+               "<end_of_turn>")
+
+
+def supported_pre_tokenizers() -> tuple[str, ...]:
+    return tuple(sorted(_SPLITS))
 
 
 def _pre_tokenizer(pre: str | None):
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if pre == "smollm":
-        # SmolLM's tokenizer.json: every digit on its own, then GPT-2's byte-level split.
-        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    split = _SPLITS.get(pre or "")
-    if split is not None:
-        return pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(split), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
-    return byte_level
+    splits = _SPLITS.get(pre or "default")
+    if splits is None:
+        raise EngineError(
+            f"unsupported pre-tokenizer {pre!r} (tokenizer.ggml.pre): supported are {', '.join(supported_pre_tokenizers())}"
+        )
+    return pre_tokenizers.Sequence([
+        *(pre_tokenizers.Split(Regex(split), behavior="isolated") for split in splits),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
 
 
 class Tokenizer:
     """`encode`, `decode`, `apply_chat_template`, and the ids a caller needs to stop on."""
 
     def __init__(self, backend: HFTokenizer, *, bos_token_id: int | None, eos_token_id: int | None,
-                 add_bos: bool, chat_template: str | None, vocab_size: int):
+                 add_bos: bool, chat_template: str | None, vocab_size: int, end_token_ids: Sequence[int] = ()):
         self._tk = backend
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
         self.add_bos = add_bos
         self.chat_template = chat_template
         self.vocab_size = vocab_size
+        # generation stops at the EOS, at the turn ends the file names (GGUF eot/eom ids) and at
+        # the known turn-end tokens it has: a Llama 3 file's EOS may be <|end_of_text|> while
+        # its chat turns end with <|eot_id|>
         ends = {backend.token_to_id(t) for t in _END_TOKENS} - {None}
+        ends.update(int(t) for t in end_token_ids)
         if eos_token_id is not None:
             ends.add(eos_token_id)
         self.stop_token_ids: tuple[int, ...] = tuple(sorted(ends))
@@ -75,9 +101,11 @@ class Tokenizer:
         types: list[int] = fields.get("tokenizer.ggml.token_type") or [1] * len(tokens)
         merges = [tuple(m.split(" ", 1)) for m in fields.get("tokenizer.ggml.merges", [])]
         vocab = {t: i for i, t in enumerate(tokens)}
-        bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, ignore_merges=False)
+        pre = fields.get("tokenizer.ggml.pre")
+        llama3 = pre in _LLAMA3_PRES
+        bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, ignore_merges=llama3)
         tk = HFTokenizer(bpe)
-        tk.pre_tokenizer = _pre_tokenizer(fields.get("tokenizer.ggml.pre"))
+        tk.pre_tokenizer = _pre_tokenizer(pre)
         tk.decoder = decoders.ByteLevel()
         special = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == _CONTROL]
         user = [AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == _USER_DEFINED]
@@ -85,13 +113,16 @@ class Tokenizer:
             tk.add_special_tokens(special)
         if user:
             tk.add_tokens(user)
+        add_bos = fields.get("tokenizer.ggml.add_bos_token")
         return cls(
             tk,
             bos_token_id=fields.get("tokenizer.ggml.bos_token_id"),
             eos_token_id=fields.get("tokenizer.ggml.eos_token_id"),
-            add_bos=bool(fields.get("tokenizer.ggml.add_bos_token", False)),
+            add_bos=llama3 if add_bos is None else bool(add_bos),  # llama.cpp's default per pre-tokenizer
             chat_template=fields.get("tokenizer.chat_template"),
             vocab_size=len(tokens),
+            end_token_ids=[fields[k] for k in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
+                           if isinstance(fields.get(k), int) and 0 <= fields[k] < len(tokens)],
         )
 
     @classmethod
@@ -145,12 +176,16 @@ class Tokenizer:
     def token_to_id(self, token: str) -> int | None:
         return self._tk.token_to_id(token)
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None, **extra) -> str:
+        """The model's template rendered as Hugging Face renders it; `tools` (OpenAI function
+        definitions) and `extra` (e.g. enable_thinking, date_string) reach the template."""
         def text(tid):
             return self._tk.id_to_token(tid) if tid is not None else ""
 
         return render_chat_template(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
-                                    bos_token=text(self.bos_token_id), eos_token=text(self.eos_token_id))
+                                    bos_token=text(self.bos_token_id), eos_token=text(self.eos_token_id),
+                                    tools=tools, **extra)
 
 
 def _read_json(path: Path) -> dict:
