@@ -30,6 +30,9 @@ kernels.REVISION); besides the ops above it calls:
 - embedding(weight [V, D] or a block weight, ids [R]) -> [R, D]: rows of the weight
 - dense(weight) -> the fp32 tensor a weight stands for (a block weight expanded)
 - describe() -> which of TTTR's own kernels run here, as the run fingerprint records it
+- decode_layers(model, x [R, d], positions [R], segments) -> [R, d] or None: a pass whose rows
+  each decode one token, all its layers in one compiled call (kernels.cdecode: the same
+  kernels in the same order, so the same bits); None where it does not apply
 Each picks the compiled kernel or the PyTorch formulation itself, so every caller gets the
 same choice. rope, topk and draw give the same results either way; the compiled norms,
 SwiGLU, attention and block products do not, which is why describe() records which ran.
@@ -48,7 +51,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tttr.kernels import REVISION, cattention, cquant, crow, invariant
+from tttr.kernels import REVISION, cattention, cdecode, cquant, crow, invariant
 from tttr.kernels.cquant import QuantWeight  # noqa: F401 - the engine names block weights as ops.QuantWeight
 from tttr.kernels.cquant import linear as block_linear
 from tttr.kernels.mode import get_mode
@@ -261,6 +264,13 @@ def embedding(weight: torch.Tensor | QuantWeight, ids: torch.Tensor) -> torch.Te
 def dense(weight: torch.Tensor | QuantWeight) -> torch.Tensor:
     """The fp32 tensor a weight stands for (a block weight expanded, a new tensor each call)."""
     return weight.dense() if weight.__class__ is QuantWeight else weight
+
+
+def decode_layers(model, x: torch.Tensor, positions: torch.Tensor, segments) -> torch.Tensor | None:
+    """The layers of a pass whose rows each decode one token, in one compiled call: x [R, d]
+    the embedded tokens (updated in place), returns the final norm's output [R, d], the bits
+    the per-op path gives; None when the model or pass is not one it runs (kernels.cdecode)."""
+    return cdecode.decode(model, x, positions, segments)
 
 
 def describe() -> dict:

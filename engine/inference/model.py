@@ -190,6 +190,10 @@ class Model:
         need = int(positions.max()) + 1
         if need > self._cos.shape[0]:
             self._rope_table(max(need, min(cfg.context_length, 2 * self._cos.shape[0])))
+        if R == len(segments):  # every row decodes one token: all layers in one compiled call when it applies
+            h = ops.decode_layers(self, ops.embedding(self.embed, tokens).contiguous(), positions, segments)
+            if h is not None:
+                return ops.linear(h if logit_rows is None else h.index_select(0, logit_rows), self.lm_head).float()
         spans = [_Span(s.start, s.end, s.cache, s.cache.length, s.cache.length + s.end - s.start,
                        positions[s.start:s.end]) for s in segments]
         # Sequences that decode one token each share one attention call per layer (row i of

@@ -1,0 +1,291 @@
+"""A decode step's layers in one compiled call: the per-op path's kernels, driven from C.
+
+When every row of a pass decodes one token (a single stream, or the engine's running
+sequences each at their next position), `Model.forward` spends most of a step on Python
+between kernels: each of a layer's ten ops is a ctypes call plus tensor allocation and
+views, about 4 ms a step for the default model's 30 layers. `decode` runs all the layers
+in one call instead: C code that calls the very same compiled functions the per-op path
+calls (kernels.crow's norms, rotary and SwiGLU, kernels.cquant's block products,
+kernels.cattention's attention, reached through their function pointers) on the same
+inputs in the same order, and does the rest itself (copies, and the bias add, one
+rounding as in PyTorch). So its results are the per-op path's bits, in either kernel
+mode (on this path both modes run those same compiled kernels), and it is batch-invariant
+exactly as they are.
+
+Per layer: qkv product (+ bias) -> rotary on the query and key heads -> the new key and
+value written to the cache -> attention -> o product -> residual add + norm -> gate/up
+product -> SwiGLU -> down product -> residual add + the next norm. The embedding before and
+the head after stay in `Model.forward`.
+
+It applies (`decode` returns None otherwise and the model runs its ops one by one) to fp32
+models whose layer products are all block weights and whose layers hold nothing else the
+per-op path would use (no q/k norms), when the compiled kernels are there, and to passes
+whose rows each decode one token, in caches that are slots of one KV pool or in one
+sequence's own cache."""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import torch
+
+from tttr.kernels import cattention, cquant, crow
+from tttr.sessions.cache import CLibrary
+
+SOURCE = r"""
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int (*qparts_fn)(int, const int *, const uint8_t *const *, const int64_t *, int64_t, const float *, int64_t,
+                         float *, int);
+typedef int (*qone_fn)(int, const uint8_t *, int64_t, int64_t, const float *, int64_t, float *, int);
+typedef void (*rms_fn)(const float *, const float *, float *, int64_t, int64_t, float);
+typedef void (*add_rms_fn)(float *, const float *, const float *, float *, int64_t, int64_t, float);
+typedef int (*rope_fn)(float *, int64_t, int64_t, int64_t, int64_t, const float *, const float *, int64_t,
+                       const int64_t *);
+typedef void (*silu_fn)(const float *, float *, int64_t, int64_t);
+typedef int (*attn_fn)(const float *, const float *, const float *, int64_t, int64_t, int64_t, int64_t,
+                       const int64_t *, const int64_t *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
+                       float *, int);
+
+typedef struct {  /* a block weight: its parts' layouts, blocks and row counts; n rows, k inputs */
+    int nparts;
+    const int *layouts;
+    const uint8_t *const *blocks;
+    const int64_t *rows;
+    int64_t n, k;
+} Product;
+
+typedef struct {
+    const float *input_norm, *post_norm, *qkv_bias;  /* qkv_bias may be NULL */
+    Product qkv, o, gate_up, down;
+} Layer;
+
+typedef struct {
+    qparts_fn qparts;  /* kernels.cquant's product of stacked parts, or NULL: then qone, one part */
+    qone_fn qone;
+    rms_fn rms;
+    add_rms_fn add_rms;
+    rope_fn rope;
+    silu_fn silu;
+    attn_fn attn;
+    int64_t n_layers, d, H, KVH, D, F;
+    float eps, scale;
+    const Layer *layers;
+    const float *final_norm;
+} Model;
+
+static int product(const Model *m, const Product *p, const float *x, int64_t R, float *out, int threads) {
+    if (m->qparts) return m->qparts(p->nparts, p->layouts, p->blocks, p->rows, p->k, x, R, out, threads);
+    if (p->nparts != 1) return 1;
+    return m->qone(p->layouts[0], p->blocks[0], p->rows[0], p->k, x, R, out, threads);
+}
+
+/* The layers of one decode pass of R rows. x [R, d]: the embedded tokens, the residual stream
+   (updated in place, as the per-op path does); h [R, d]: out, the final norm of the last
+   layer's output. Row r is at position rope_pos[r] and writes its key and value at row
+   kv_pos[r] of sequence seq[r] of the cache: layer l, sequence s, row j at
+   kbase + l * layer_stride + s * seq_stride + j * row_stride (vbase likewise), [KVH, D]
+   contiguous. Returns 0, or nonzero when a kernel refused (bad sizes, a position out of range). */
+int tttr_decode(const Model *m, float *x, float *h, int64_t R, const int64_t *rope_pos, const int64_t *kv_pos,
+                const int64_t *seq, float *kbase, float *vbase, int64_t layer_stride, int64_t seq_stride,
+                int64_t row_stride, int64_t n_seq, int64_t n_keys, const float *cos_t, const float *sin_t,
+                int64_t n_pos, int threads) {
+    const int64_t d = m->d, H = m->H, KVH = m->KVH, D = m->D, F = m->F, nqk = H + KVH, wq = (nqk + KVH) * D;
+    for (int64_t r = 0; r < R; r++)
+        if (seq[r] < 0 || seq[r] >= n_seq || kv_pos[r] < 0 || kv_pos[r] >= n_keys) return 3;
+    float *buf = malloc(sizeof(float) * R * (wq + 2 * H * D + 2 * d + 3 * F));
+    if (!buf) return 4;
+    float *qkv = buf, *q = qkv + R * wq, *att = q + R * H * D, *o = att + R * H * D, *gu = o + R * d,
+          *s = gu + R * 2 * F;
+    int st = 0;
+    m->rms(x, m->layers[0].input_norm, h, R, d, m->eps);
+    for (int64_t li = 0; li < m->n_layers && !st; li++) {
+        const Layer *L = m->layers + li;
+        if ((st = product(m, &L->qkv, h, R, qkv, threads))) break;
+        if (L->qkv_bias)
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t i = 0; i < wq; i++) qkv[r * wq + i] = qkv[r * wq + i] + L->qkv_bias[i];
+        if ((st = m->rope(qkv, R, wq, nqk, D, cos_t, sin_t, n_pos, rope_pos) ? 5 : 0)) break;
+        float *kl = kbase + li * layer_stride, *vl = vbase + li * layer_stride;
+        for (int64_t r = 0; r < R; r++) {
+            const float *row = qkv + r * wq;
+            const int64_t at = seq[r] * seq_stride + kv_pos[r] * row_stride;
+            memcpy(q + r * H * D, row, sizeof(float) * H * D);
+            memcpy(kl + at, row + H * D, sizeof(float) * KVH * D);
+            memcpy(vl + at, row + nqk * D, sizeof(float) * KVH * D);
+        }
+        if ((st = m->attn(q, kl, vl, seq_stride, row_stride, seq_stride, row_stride, seq, kv_pos, R, n_seq, n_keys,
+                          H, KVH, D, m->scale, att, threads) ? 6 : 0)) break;
+        if ((st = product(m, &L->o, att, R, o, threads))) break;
+        m->add_rms(x, o, L->post_norm, h, R, d, m->eps);
+        if ((st = product(m, &L->gate_up, h, R, gu, threads))) break;
+        m->silu(gu, s, R, F);
+        if ((st = product(m, &L->down, s, R, o, threads))) break;
+        m->add_rms(x, o, li + 1 < m->n_layers ? L[1].input_norm : m->final_norm, h, R, d, m->eps);
+    }
+    free(buf);
+    return st;
+}
+"""
+
+_FLAGS = ["-O3", "-march=native", "-fno-fast-math", "-fno-trapping-math", "-ffp-contract=off", "-shared", "-fPIC"]
+
+_p, _i64 = ctypes.c_void_p, ctypes.c_int64
+
+
+class _Product(ctypes.Structure):
+    _fields_ = [("nparts", ctypes.c_int), ("layouts", _p), ("blocks", _p), ("rows", _p), ("n", _i64), ("k", _i64)]
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [("input_norm", _p), ("post_norm", _p), ("qkv_bias", _p),
+                ("qkv", _Product), ("o", _Product), ("gate_up", _Product), ("down", _Product)]
+
+
+class _Model(ctypes.Structure):
+    _fields_ = [("qparts", _p), ("qone", _p), ("rms", _p), ("add_rms", _p), ("rope", _p), ("silu", _p), ("attn", _p),
+                ("n_layers", _i64), ("d", _i64), ("H", _i64), ("KVH", _i64), ("D", _i64), ("F", _i64),
+                ("eps", ctypes.c_float), ("scale", ctypes.c_float), ("layers", _p), ("final_norm", _p)]
+
+
+def _declare(lib) -> None:
+    p, i = _p, _i64
+    lib.tttr_decode.argtypes = [p, p, p, i, p, p, p, p, p, i, i, i, i, i, p, p, i, ctypes.c_int]
+    lib.tttr_decode.restype = ctypes.c_int
+
+
+_library = CLibrary("decode", SOURCE, _FLAGS, "the compiled decode step", _declare)
+
+
+def available() -> bool:
+    return _library.available() and crow.available() and cquant.available() and cattention.available()
+
+
+# the layer fields the compiled step runs; any other a model's layers hold must be None
+_LAYER_FIELDS = {"input_norm", "qkv", "qkv_bias", "o", "post_attention_norm", "gate_up", "down"}
+_PRODUCTS = ("qkv", "o", "gate_up", "down")
+
+
+def _fn(lib, name: str) -> int | None:
+    f = getattr(lib, name, None)
+    return None if f is None else ctypes.cast(f, ctypes.c_void_p).value
+
+
+class _Plan:
+    """The model as the compiled step reads it, made once per model: the structures and
+    every array they point into (kept alive here)."""
+
+    def __init__(self, model) -> None:
+        cfg = model.config
+        keep = self._keep = []
+
+        def arr(ctype, values):
+            a = (ctype * len(values))(*values)
+            keep.append(a)
+            return ctypes.addressof(a)
+
+        def product(qw) -> _Product:
+            parts = getattr(qw, "parts", None)
+            if parts is None:  # one part (kernels.cquant before stacked parts)
+                layouts, blocks, rows = [cquant.FORMATS.index(qw.fmt)], [qw.data.ctypes.data], [qw.shape[0]]
+            else:
+                layouts, blocks, rows = [p.layout for p in parts], [p.data.ctypes.data for p in parts], [p.n for p in parts]
+            keep.append(qw)
+            return _Product(len(layouts), arr(ctypes.c_int, layouts), arr(ctypes.c_void_p, blocks),
+                            arr(ctypes.c_int64, rows), qw.shape[0], qw.shape[1])
+
+        def tensor(t):
+            if t is None:
+                return None
+            keep.append(t)
+            return t.data_ptr()
+
+        layers = (_Layer * len(model.layers))()
+        for dst, w in zip(layers, model.layers):
+            dst.input_norm, dst.post_norm = tensor(w.input_norm), tensor(w.post_attention_norm)
+            dst.qkv_bias = tensor(w.qkv_bias)
+            dst.qkv, dst.o, dst.gate_up, dst.down = product(w.qkv), product(w.o), product(w.gate_up), product(w.down)
+        keep.append(layers)
+        ql, rl, al = cquant.load(), crow.load(), cattention.load()
+        self.model = _Model(
+            _fn(ql, "tttr_qlinear_parts"), _fn(ql, "tttr_qlinear"), _fn(rl, "tttr_rms_norm"),
+            _fn(rl, "tttr_add_rms_norm"), _fn(rl, "tttr_rope"), _fn(rl, "tttr_silu_mul"), _fn(al, "tttr_attention"),
+            cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, model.layers[0].down.shape[1],
+            cfg.rms_eps, model.scale, ctypes.addressof(layers), tensor(model.norm))
+
+
+_plans: "weakref.WeakKeyDictionary[object, _Plan | None]" = weakref.WeakKeyDictionary()
+
+
+def _plan(model) -> _Plan | None:
+    """The model's plan, or None when the compiled step cannot run it (decided once per model)."""
+    if model in _plans:
+        return _plans[model]
+    plan = None
+    layers = model.layers
+    if model.dtype == torch.float32 and model.device.type == "cpu" and available() and layers \
+            and not getattr(model.config, "qk_norm", False) \
+            and all(getattr(w, f) is None for w in layers for f in w._fields if f not in _LAYER_FIELDS) \
+            and all(getattr(w, f).__class__ is cquant.QuantWeight for w in layers for f in _PRODUCTS) \
+            and all(t.dtype == torch.float32 and t.is_contiguous() for w in layers
+                    for t in (w.input_norm, w.post_attention_norm, w.qkv_bias) if t is not None) \
+            and model.norm.dtype == torch.float32 and model.norm.is_contiguous() \
+            and (_fn(cquant.load(), "tttr_qlinear_parts") is not None
+                 or all(len(getattr(getattr(w, f), "parts", (0,))) == 1 for w in layers for f in _PRODUCTS)):
+        plan = _Plan(model)
+    _plans[model] = plan
+    return plan
+
+
+def _kv(t: torch.Tensor) -> bool:
+    """fp32 with contiguous [KVH, D] rows, as the attention kernel reads them in place."""
+    return t is not None and t.dtype == torch.float32 and t.stride(-1) == 1 and t.stride(-2) == t.shape[-1]
+
+
+def decode(model, x: torch.Tensor, positions: torch.Tensor, segments) -> torch.Tensor | None:
+    """The layers of a pass whose rows each decode one token, compiled: x [R, d] is the
+    embedded tokens (a fresh tensor: the residual stream is updated in it); returns the final
+    norm's output [R, d] (what the head multiplies), the per-op path's bits. None when this
+    pass or model is not one the compiled step runs (see the module docstring): the caller
+    runs the ops one by one."""
+    R = x.shape[0]
+    if not segments or len(segments) != R or any(s.end - s.start != 1 for s in segments) \
+            or x.dtype != torch.float32 or not x.is_contiguous() or tuple(x.shape) != (R, model.config.d_model):
+        return None
+    plan = _plan(model)
+    if plan is None:
+        return None
+    caches = [s.cache for s in segments]
+    pool = caches[0].pool
+    if pool is not None and pool.k is not None and all(c.pool is pool for c in caches):
+        k, v = pool.k, pool.v  # [layers, slots, capacity, KVH, D]
+        seq, n_seq = [c.slot for c in caches], k.shape[1]
+        layer_stride, seq_stride, row_stride, n_keys = k.stride(0), k.stride(1), k.stride(2), k.shape[2]
+    elif len(caches) == 1 and pool is None:
+        k, v = caches[0].k, caches[0].v  # [layers, capacity, KVH, D]
+        seq, n_seq = [0], 1
+        layer_stride, seq_stride, row_stride, n_keys = k.stride(0), 0, k.stride(1), k.shape[1]
+    else:
+        return None
+    if not (_kv(k) and _kv(v) and k.stride() == v.stride() and k.shape == v.shape) \
+            or any(c.length >= c.capacity for c in caches):
+        return None
+    order = [s.start for s in segments]
+    kv_pos = torch.tensor([c.length for c in caches], dtype=torch.int64)
+    seq_t = torch.tensor(seq, dtype=torch.int64)
+    if order != list(range(R)):  # arrays are by row
+        inv = torch.tensor(order, dtype=torch.int64).argsort()
+        kv_pos, seq_t = kv_pos[inv].contiguous(), seq_t[inv].contiguous()
+    rope_pos = positions.to(torch.int64).contiguous()
+    cos, sin = model._cos, model._sin
+    h = torch.empty_like(x)
+    status = _library.load().tttr_decode(
+        ctypes.addressof(plan.model), x.data_ptr(), h.data_ptr(), R, rope_pos.data_ptr(), kv_pos.data_ptr(),
+        seq_t.data_ptr(), k.data_ptr(), v.data_ptr(), layer_stride, seq_stride, row_stride, n_seq, n_keys,
+        cos.data_ptr(), sin.data_ptr(), cos.shape[0], torch.get_num_threads())
+    if status:
+        raise ValueError(f"compiled decode step failed (status {status}): a size or position out of range")
+    return h

@@ -1,0 +1,152 @@
+"""The compiled decode step (kernels.cdecode): a pass whose rows each decode one token runs all
+its layers in one call, and gives the per-op path's logits bit for bit (for 1, 2 and 8
+sequences at different lengths, both kernel modes, 1 and 2 threads), a row's bits whatever
+shares its pass; and models or passes it does not run take the per-op path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tttr.kernels import cdecode, ops
+from tttr.kernels.mode import kernel_mode
+from tests.engine_tiny import tiny_config, tiny_weights, write_gguf
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def model(request, tmp_path_factory):
+    """A tiny model whose products all run from Q4_1 blocks (qwen2: with the q/k/v bias)."""
+    from tttr.engine.inference.model import load_model
+
+    cfg = tiny_config(request.param)
+    path = write_gguf(tmp_path_factory.mktemp("fused") / f"tiny-{request.param}.gguf", cfg,
+                      tiny_weights(cfg, seed=11), quant="Q4_1")
+    m = load_model(path)
+    assert m.block_weights >= 4 * cfg["num_hidden_layers"]
+    assert (m.layers[0].qkv_bias is not None) == (request.param == "qwen2")
+    return m
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts the passes the compiled step ran, and switches it off with `counted.off = True`."""
+    real = ops.decode_layers
+
+    class Counter:
+        ran = 0
+        off = False
+
+    def decode_layers(*args):
+        if Counter.off:
+            return None
+        out = real(*args)
+        Counter.ran += out is not None
+        return out
+
+    monkeypatch.setattr(ops, "decode_layers", decode_layers)
+    return Counter
+
+
+def _decode(model, lengths, steps=3, pooled=True, seed=0):
+    """Prefill sequences of `lengths` random tokens, then decode `steps` tokens for all of
+    them together; the logits of each decode pass."""
+    from tttr.engine.inference.kv_cache import KVCache, KVPool
+    from tttr.engine.inference.model import Segment
+
+    cfg = model.config
+    g = torch.Generator().manual_seed(seed)
+    caches = [KVCache(cfg.n_layers, 64, cfg.n_kv_heads, cfg.head_dim, allocate=pooled is False) for _ in lengths]
+    if pooled:
+        KVPool(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim).arrange(caches)
+    for cache, n in zip(caches, lengths):
+        model.forward(torch.randint(0, cfg.vocab_size, (n,), generator=g), torch.arange(n), [Segment(0, n, cache)])
+        cache.length = n
+    out = []
+    for _ in range(steps):
+        tokens = torch.randint(0, cfg.vocab_size, (len(caches),), generator=g)
+        positions = torch.tensor([c.length for c in caches])
+        out.append(model.forward(tokens, positions, [Segment(i, i + 1, c) for i, c in enumerate(caches)]))
+        for c in caches:
+            c.length += 1
+    return out
+
+
+@pytest.mark.parametrize("mode", ["invariant", "fast"])
+@pytest.mark.parametrize("lengths", [[5], [3, 17], [5, 9, 1, 30, 12, 7, 2, 20]])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_compiled_step_gives_the_per_op_logits(model, counted, mode, lengths, threads):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with kernel_mode(mode):
+            fused = _decode(model, lengths)
+            # every decode pass ran compiled (and a one-token prompt's prefill, a one-token pass too)
+            assert counted.ran == 3 + lengths.count(1)
+            counted.off = True
+            per_op = _decode(model, lengths)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(fused, per_op):
+        assert a.shape == (len(lengths), model.config.vocab_size)
+        assert torch.equal(a, b)
+
+
+def test_a_lone_sequence_in_its_own_cache_runs_compiled_with_the_per_op_bits(model, counted):
+    fused = _decode(model, [6], pooled=False)
+    assert counted.ran == 3
+    counted.off = True
+    assert all(torch.equal(a, b) for a, b in zip(fused, _decode(model, [6], pooled=False)))
+
+
+def test_a_row_has_the_same_bits_alone_and_in_any_batch(model, counted):
+    """A sequence's logits in a batch equal its logits decoded alone, wherever it sits and
+    whatever else shares the pass."""
+    from tttr.engine.inference.kv_cache import KVCache, KVPool
+    from tttr.engine.inference.model import Segment
+
+    cfg = model.config
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=g) for n in (4, 11, 7, 19, 2)]
+    nxt = [int(t) for t in torch.randint(0, cfg.vocab_size, (5,), generator=g)]
+
+    def step(order):
+        caches = [KVCache(cfg.n_layers, 32, cfg.n_kv_heads, cfg.head_dim, allocate=False) for _ in order]
+        KVPool(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim).arrange(caches)
+        for c, i in zip(caches, order):
+            n = len(prompts[i])
+            model.forward(prompts[i], torch.arange(n), [Segment(0, n, c)])
+            c.length = n
+        logits = model.forward(torch.tensor([nxt[i] for i in order]), torch.tensor([c.length for c in caches]),
+                               [Segment(r, r + 1, c) for r, c in enumerate(caches)])
+        return {i: logits[r] for r, i in enumerate(order)}
+
+    with kernel_mode("invariant"):
+        alone = {i: step([i])[i] for i in range(5)}
+        for order in ([0, 1, 2, 3, 4], [4, 3, 2, 1, 0], [2, 0, 4], [3, 1]):
+            for i, row in step(order).items():
+                assert torch.equal(row, alone[i])
+    assert counted.ran == 5 + 4
+
+
+def test_a_model_with_dense_products_takes_the_per_op_path(tmp_path, counted):
+    from tttr.engine.inference.model import load_model
+
+    cfg = tiny_config("llama")
+    dense = load_model(write_gguf(tmp_path / "tiny-f32.gguf", cfg, tiny_weights(cfg, seed=12)))
+    assert cdecode._plan(dense) is None
+    out = _decode(dense, [4, 9])
+    assert counted.ran == 0 and all(torch.isfinite(o).all() for o in out)
+
+
+def test_a_layer_field_the_compiled_step_does_not_run_sends_the_model_to_the_per_op_path(model):
+    """A model whose layers hold something more (a family feature such as q/k norms) is not run
+    compiled: the step would silently skip it."""
+    import copy
+
+    other = copy.copy(model)
+    layer = other.layers[0]
+    extended = type("Extended", (), {**{f: getattr(layer, f) for f in layer._fields},
+                                     "_fields": layer._fields + ("future_norm",), "future_norm": torch.ones(4)})()
+    other.layers = [extended] + model.layers[1:]
+    assert cdecode._plan(other) is None
+    assert cdecode._plan(model) is not None
