@@ -47,6 +47,7 @@ class Comparison:
     run_b: int
     rows: list[CompareRow] = field(default_factory=list)
     divergences: dict[str, Any] = field(default_factory=dict)  # layer -> engine.diff.Divergence
+    differing_sites: dict[str, int] = field(default_factory=dict)  # layer -> how many of its sites differ
     fork_site: str | None = None
     mutation: Any = None
     outcome_a: Any = None
@@ -242,12 +243,12 @@ def build_comparison(store, run_a: int, run_b: int, *, progress=None, cancelled=
     note = None
     try:
         diff = scan_runs(store, run_a, run_b, progress=progress, cancelled=cancelled)
-        divergences = dict(diff.first_divergence)
+        divergences, differing = dict(diff.first_divergence), dict(diff.differing_sites)
         rows = diff.rows  # a program's runs: one row per step, the engine's `program_steps`, as `_program_steps`
     except ScanCancelled:
         raise
     except Exception as exc:  # noqa: BLE001 - the rows still show, with the unreadable ones marked
-        divergences = {}
+        divergences, differing = {}, {}
         note = f"{type(exc).__name__}: {exc}" if getattr(exc, "exit_code", None) is None else str(exc)
         rows = align([s.action if s.problem is None else f"\0unreadable a{i}" for i, s in enumerate(a_steps)],
                      [s.action if s.problem is None else f"\0unreadable b{i}" for i, s in enumerate(b_steps)])
@@ -255,7 +256,7 @@ def build_comparison(store, run_a: int, run_b: int, *, progress=None, cancelled=
     child = run_b_meta.parent == run_a
     fork_site = run_b_meta.fork_site if child and isinstance(run_b_meta.fork_site, str) else None
     comparison = Comparison(
-        run_a, run_b, divergences=divergences, fork_site=fork_site,
+        run_a, run_b, divergences=divergences, differing_sites=differing, fork_site=fork_site,
         mutation=run_b_meta.mutation if fork_site else None,
         outcome_a=store.run(run_a).outcome, outcome_b=run_b_meta.outcome, note=note,
         read_message=lambda run_id, step: read_message(store, run_id, step),

@@ -149,3 +149,23 @@ def test_contracts_name_every_field(cls):
     fields = [f.name for f in dataclasses.fields(getattr(importlib.import_module(module), name))]
     missing = [f for f in fields if not re.search(rf"\b{f}\b", CONTRACTS)]
     assert not missing, f"docs/contracts.md never names {name}'s fields {missing}"
+
+
+def _image_links() -> list[tuple[str, str]]:
+    """(markdown file, image path) for every image the README and docs/*.md show."""
+    links = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)", doc.read_text()):
+            if not re.match(r"[a-z]+://", target):
+                links.append((str(doc.relative_to(ROOT)), target))
+    return links
+
+
+def test_every_image_the_docs_show_exists():
+    links = _image_links()
+    assert {t for d, t in links if d == "README.md"} >= {
+        "assets/screenshots/runs.svg", "assets/screenshots/timeline.svg",
+        "assets/screenshots/edit.svg", "assets/screenshots/compare.svg"}
+    missing = [(doc, target) for doc, target in links
+               if not ((ROOT / doc).parent / target.split("#")[0]).is_file()]
+    assert not missing, f"images linked but not in the repository: {missing}"

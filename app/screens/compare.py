@@ -161,9 +161,12 @@ class CompareScreen(Screen):
             return text
         if first is None:
             at = c.at_fork
-            text.append("▶ the runs diverge at the fork only ", style="bold red")
-            text.append(f"{describe.short(at.site, 40)} ({describe.short(at.layer, 10)}): "
-                        f"{self._pair(c, at)}; no other layer differs\n")
+            more = c.differing_sites.get(at.layer, 1) - 1  # later values the edit moved (a setup clock's)
+            text.append("▶ the runs diverge at the fork only " if not more else "▶ the runs diverge from the fork ",
+                        style="bold red")
+            text.append(f"{describe.short(at.site, 40)} ({describe.short(at.layer, 10)}): {self._pair(c, at)}; "
+                        + (f"{more} later {describe.short(at.layer, 10)} site{'s' if more > 1 else ''} differ"
+                           " with it, " if more else "") + "no other layer differs\n")
         else:
             text.append("▶ first divergence " + ("after the fork " if c.fork_site else ""), style="bold red")
             text.append(f"{describe.short(first.site, 40)} ({describe.short(first.layer, 10)}): "
@@ -172,8 +175,10 @@ class CompareScreen(Screen):
             d = c.divergences.get(layer)
             if d is not None:
                 text.append(f"  {layer:<7}", style="bold")
-                text.append(f"first differs at {describe.short(d.site, 40)}: "
-                            f"{self._pair(c, d)}\n", style="dim")
+                more = c.differing_sites.get(layer, 1) - 1
+                text.append(f"first differs at {describe.short(d.site, 40)}: {self._pair(c, d)}"
+                            + (f" · {more} more differing site{'s' if more > 1 else ''}" if more > 0 else "")
+                            + "\n", style="dim")
         differing = sum(1 for r in c.rows if not r.same)
         text.append(f"{differing} of {len(c.rows)} aligned rows differ · n/p next/previous difference", style="dim")
         return text
