@@ -103,13 +103,63 @@ static inline __attribute__((always_inline)) void group(const int fmt, const uin
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 #define KERNEL_NAME "avx2"
-/* a group is two 8-lane halves: lanes 0-7 and 8-15 */
+/* a group is two 8-lane halves: lanes 0-7 and 8-15; expand8 expands input pair p of one half */
+static inline __attribute__((always_inline)) void expand8(const int fmt, const __m256 A, const __m256 B,
+                                                          const uint8_t *qs, const int p, __m256 *w0, __m256 *w1) {
+    if (fmt == 0) {
+        const __m256i qv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + p * G)));
+        *w0 = _mm256_fmadd_ps(A, _mm256_cvtepi32_ps(_mm256_and_si256(qv, _mm256_set1_epi32(15))), B);
+        *w1 = _mm256_fmadd_ps(A, _mm256_cvtepi32_ps(_mm256_srli_epi32(qv, 4)), B);
+    } else {
+        const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 2 * p * G))));
+        const __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + (2 * p + 1) * G))));
+        if (fmt == 2) {
+            *w0 = _mm256_fmadd_ps(A, q0, B);
+            *w1 = _mm256_fmadd_ps(A, q1, B);
+        } else {
+            const __m256 s = fmt == 3 && p >= 8 ? B : A;
+            *w0 = _mm256_mul_ps(s, q0);
+            *w1 = _mm256_mul_ps(s, q1);
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void group(const int fmt, const uint8_t *gw, int64_t nb, const float *x,
                                                         int64_t ldx, const int R, float *out, int64_t ldo) {
+    if (R <= 2) {
+        /* Few rows (decode): both halves in one pass, so four or eight accumulator chains are in
+           flight instead of two or four (one pass per half waits on the fused multiply-add's
+           latency). Each lane's sums are the same, in the same order, as below. */
+        __m256 acc0[2][2], acc1[2][2];
+        for (int h = 0; h < 2; h++)
+            for (int r = 0; r < R; r++) { acc0[h][r] = _mm256_setzero_ps(); acc1[h][r] = _mm256_setzero_ps(); }
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
+            const __m256 A0 = _mm256_loadu_ps((const float *)blk), A1 = _mm256_loadu_ps((const float *)blk + 8);
+            const __m256 B0 = fmt == 1 ? A0 : _mm256_loadu_ps((const float *)blk + G);
+            const __m256 B1 = fmt == 1 ? A1 : _mm256_loadu_ps((const float *)blk + G + 8);
+            const uint8_t *qs = blk + QOFF(fmt);
+            const float *xb = x + b * 32;
+            for (int p = 0; p < 16; p++) {
+                __m256 w0[2], w1[2];
+                expand8(fmt, A0, B0, qs, p, &w0[0], &w1[0]);
+                expand8(fmt, A1, B1, qs + 8, p, &w0[1], &w1[1]);
+                for (int r = 0; r < R; r++) {
+                    const __m256 x0 = _mm256_set1_ps(xb[r * ldx + 2 * p]), x1 = _mm256_set1_ps(xb[r * ldx + 2 * p + 1]);
+                    for (int h = 0; h < 2; h++) {
+                        acc0[h][r] = _mm256_fmadd_ps(x0, w0[h], acc0[h][r]);
+                        acc1[h][r] = _mm256_fmadd_ps(x1, w1[h], acc1[h][r]);
+                    }
+                }
+            }
+        }
+        for (int h = 0; h < 2; h++)
+            for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * ldo + 8 * h, _mm256_add_ps(acc0[h][r], acc1[h][r]));
+        return;
+    }
     for (int h = 0; h < 2; h++) {
         __m256 acc0[MAXR], acc1[MAXR];
         for (int r = 0; r < R; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
-        const __m256i low = _mm256_set1_epi32(15);
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
             const __m256 A = _mm256_loadu_ps((const float *)blk + 8 * h);
@@ -118,22 +168,7 @@ static inline __attribute__((always_inline)) void group(const int fmt, const uin
             const float *xb = x + b * 32;
             for (int p = 0; p < 16; p++) {
                 __m256 w0, w1;
-                if (fmt == 0) {
-                    const __m256i qv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + p * G)));
-                    w0 = _mm256_fmadd_ps(A, _mm256_cvtepi32_ps(_mm256_and_si256(qv, low)), B);
-                    w1 = _mm256_fmadd_ps(A, _mm256_cvtepi32_ps(_mm256_srli_epi32(qv, 4)), B);
-                } else {
-                    const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 2 * p * G))));
-                    const __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + (2 * p + 1) * G))));
-                    if (fmt == 2) {
-                        w0 = _mm256_fmadd_ps(A, q0, B);
-                        w1 = _mm256_fmadd_ps(A, q1, B);
-                    } else {
-                        const __m256 s = fmt == 3 && p >= 8 ? B : A;
-                        w0 = _mm256_mul_ps(s, q0);
-                        w1 = _mm256_mul_ps(s, q1);
-                    }
-                }
+                expand8(fmt, A, B, qs, p, &w0, &w1);
                 for (int r = 0; r < R; r++) {
                     acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
                     acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p + 1]), w1, acc1[r]);
@@ -289,7 +324,8 @@ class Part:
         ng, nb, _ = self.data.shape
         g, lane, layout = ids // GROUP, ids % GROUP, self.layout
         a = self.data[:, :, :GROUP * 4].view(np.float32)[g, :, lane][:, :, None]  # [R, nb, 1]
-        b = self.data[:, :, GROUP * 4:2 * GROUP * 4].view(np.float32)[g, :, lane][:, :, None]
+        if layout != 1:
+            b = self.data[:, :, GROUP * 4:2 * GROUP * 4].view(np.float32)[g, :, lane][:, :, None]
         if layout == 0:
             pairs = self.data[:, :, 2 * GROUP * 4:].reshape(ng, nb, 16, GROUP)[g, :, :, lane]  # [R, nb, 16]
             q = np.stack([pairs & 15, pairs >> 4], axis=-1).reshape(len(ids), nb, BLOCK).astype(np.float32)
