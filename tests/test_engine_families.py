@@ -485,6 +485,22 @@ def test_family_metadata_reaches_the_config(family):
     assert cfg.head_dim * cfg.n_heads != cfg.d_model or fam.arch != "qwen3"
 
 
+def test_qwen3_hugging_face_folder_matches_its_gguf(tmp_path):
+    """The same Qwen3 as a Hugging Face folder (config.json's model_type, head_dim) gives the
+    GGUF file's logits bit for bit."""
+    from tests.engine_tiny import tiny_config, write_hf_folder
+
+    fam = QWEN3
+    weights = family_weights(fam)
+    cfg = {**tiny_config("qwen2"), **fam.hf_config(), "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+           "rms_norm_eps": 1e-6, "max_position_embeddings": 256}
+    folder = write_hf_folder(tmp_path / "hf", cfg, weights)
+    a, b = load_model(folder), load_model(write_family(tmp_path / "q.gguf", fam, weights))
+    assert a.config.qk_norm and a.config.head_dim == fam.head_dim
+    ids = b.tokenizer.encode(PROMPT)
+    assert torch.equal(_logits(a, ids), _logits(b, ids))
+
+
 def test_llama3_rope_scaling_is_applied_from_rope_freqs_or_from_metadata(tmp_path):
     """Llama 3.x's scaling changes the logits (transformers without it disagrees), and a
     file that names the scaling in metadata instead of carrying rope_freqs gives the same model."""
