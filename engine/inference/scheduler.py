@@ -91,6 +91,7 @@ class Engine:
         cfg = model.config
         self._pool = KVPool(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, model.dtype, model.device)
         self.steps = 0  # forward passes run so far
+        self.prefixes = None  # a PrefixCache: invariant sequences start from known prefixes (prefix_cache.py)
         self.history: collections.deque[tuple[int, tuple[int, ...]]] = collections.deque(maxlen=4096)
         # (rows in the pass, ids of the sequences in it) per step, for tests and the bench
         _ENGINES.add(self)
@@ -210,6 +211,9 @@ class Engine:
             capacity = min(self.model.config.context_length, len(seq.prompt_ids) + seq.max_tokens)
             cfg = self.model.config
             seq.cache = KVCache(cfg.n_layers, capacity, cfg.n_kv_heads, cfg.head_dim, allocate=False)
+            prefixes = self.prefixes
+            if prefixes is not None and seq.kernel_mode == "invariant":
+                prefixes.fill(seq.prompt_ids, seq.cache, ((s.ids, s.cache) for s, _ in self._running))
             self._running.append((seq, fut))
             mode = seq.kernel_mode
             rows += need
@@ -322,7 +326,10 @@ class Engine:
                 self._running = [(s, f) for s, f in self._running if id(s) not in done]
                 if not self._running:
                     self._pool.release()  # nothing left to keep: free the memory now
+            prefixes = self.prefixes
             for seq, fut in finished:
+                if prefixes is not None and seq.kernel_mode == "invariant" and seq.finish_reason != "error":
+                    prefixes.keep(seq.ids, seq.cache)
                 seq.cache = None  # free the memory now; the records are what callers keep
                 seq.done.set()
                 if not fut.done():

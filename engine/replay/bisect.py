@@ -6,9 +6,17 @@ the failure disappear — with the replays used and each tested subset as a stor
 `ddmin` is the algorithm alone, over any items and any test; `bisect` runs it on two
 recordings. With `batch`, the independent tests of a round (its parts, then its complements)
 run side by side, each in its own thread and store connection, so their forward passes share
-the engine's batches and their commands run at once. That is sound only because the kernels
-are batch-invariant: under `fast` kernels the tests run one at a time. Batching may test a
-part that one-at-a-time ddmin would have skipped (it stops at the first failing part).
+the engine's batches and their commands run at once; the whole set's test runs beside the
+first round's. That is sound only because the kernels are batch-invariant: under `fast`
+kernels the tests run one at a time. Batching may test a part that one-at-a-time ddmin would
+have skipped (it stops at the first failing part), or a part of a whole set that turns out
+not to fail (then the bisect is refused as before, its replays stored).
+
+Either way the tests share the prefixes of their live steps' prompts (`Runtime.reusing_prefixes`):
+every step of every test starts with the same system prompt and examples, and a test's step
+k prompt extends its step k-1 prompt, so a step prefills only what is new. Under `invariant`
+kernels that leaves every token and logits digest as it was (the prefill is compute-bound, so
+without it batching could not save the time a test spends there).
 """
 
 from __future__ import annotations
@@ -39,13 +47,19 @@ class DDResult(Generic[T]):
 
 def ddmin(items: Sequence[T], fails: Callable[[list[T]], bool], *, max_tests: int | None = None,
           fails_many: Callable[[list[list[T]]], list[bool]] | None = None,
-          on_round: Callable[[int, int, list[T], int], None] | None = None) -> DDResult[T]:
+          on_round: Callable[[int, int, list[T], int], None] | None = None,
+          known: Sequence[tuple[list[T], bool]] = ()) -> DDResult[T]:
     """Zeller & Hildebrandt's ddmin. `items` must fail as a whole (not tested here); each
     subset is tested at most once. `fails_many`, if given, tests a round's parts (then its
-    complements) together while the budget allows. `on_round(round, granularity, current, tests)`."""
+    complements) together while the budget allows. `known`: subsets already tested, with
+    their results (counted as tests). `on_round(round, granularity, current, tests)`."""
     cache: dict[tuple[int, ...], bool] = {}
     index = {id(x): i for i, x in enumerate(items)}
     tests = 0
+    for subset, result in known:
+        key = tuple(sorted(index[id(x)] for x in subset))
+        tests += key not in cache
+        cache[key] = result
 
     def test(subset: list[T]) -> bool:
         nonlocal tests
@@ -184,9 +198,36 @@ def bisect(store, good: int, bad: int, *, judge: str = "outcome", max_replays: i
             raise
         return [done(t) for t in trials]
 
-    if not fails(found):
-        raise ReplayError(f"BAD's {len(found)} deltas applied to GOOD do not reproduce the failure "
-                          f"(replay {out.trials[-1].run_id}): the difference is not in the recorded values")
-    out.result = ddmin(found, fails, max_tests=max_replays - 1, on_round=on_round,
-                       fails_many=fails_many if out.batched else None)
+    with runtime.reusing_prefixes():  # the tests replay one recording: their live steps share prefixes
+        # Batched, the whole set is tested beside the first round's parts (which do not depend
+        # on its result): one batch instead of two in a row. Its failure is still required.
+        first = _split(found, 2) if out.batched and len(found) >= 2 and max_replays - 1 >= 2 else []
+        if first:
+            if on_round is not None:
+                on_round(1, 2, list(found), 0)
+            before = len(out.trials)
+            try:
+                whole, *parts = fails_many([found] + first)
+            except KeyboardInterrupt:
+                tried = out.trials[before:]
+                if tried and tried[0].failed and tried[0].extra.get("status") == "complete":
+                    out.result = DDResult(list(found), len(tried) - 1, False, "interrupted")  # the best so far
+                    return out
+                raise
+            whole_run = out.trials[before].run_id
+        else:
+            whole = fails(found)
+            whole_run = out.trials[-1].run_id
+        if not whole:
+            raise ReplayError(f"BAD's {len(found)} deltas applied to GOOD do not reproduce the failure "
+                              f"(replay {whole_run}): the difference is not in the recorded values")
+        out.result = ddmin(found, fails, max_tests=max_replays - 1, on_round=_after_first(on_round, bool(first)),
+                           fails_many=fails_many if out.batched else None, known=list(zip(first, parts)) if first else ())
     return out
+
+
+def _after_first(on_round: Callable | None, shown: bool) -> Callable | None:
+    """`on_round`, less round 1 when it was shown already (its tests ran beside the whole set's)."""
+    if on_round is None or not shown:
+        return on_round
+    return lambda rnd, *rest: None if rnd == 1 else on_round(rnd, *rest)

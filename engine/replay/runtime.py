@@ -8,6 +8,7 @@ replayed side by side share forward passes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -35,6 +36,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._model = None
         self._engine = None
+        self._prefixes = None  # the PrefixCache the engine reuses prefixes from (reusing_prefixes)
 
     # -- cheap parts -------------------------------------------------------------------
     @cached_property
@@ -70,7 +72,29 @@ class Runtime:
 
                 self._model = load_model(self.path)
                 self._engine = Engine(self._model)
+                self._engine.prefixes = self._prefixes
             return self._engine
+
+    @contextlib.contextmanager
+    def reusing_prefixes(self):
+        """While inside, the engine starts each `invariant` sequence from the longest token
+        prefix it has already computed (engine/inference/prefix_cache.py): an experiment's
+        replays of one recording share long prefixes. Tokens and logits digests are the same
+        as without; the kept keys and values are dropped on the way out."""
+        from tttr.engine.inference.prefix_cache import PrefixCache
+
+        cache = PrefixCache()
+        with self._lock:
+            outer, self._prefixes = self._prefixes, cache
+            if self._engine is not None:
+                self._engine.prefixes = cache
+        try:
+            yield cache
+        finally:
+            with self._lock:
+                self._prefixes = outer
+                if self._engine is not None:
+                    self._engine.prefixes = outer  # the kept keys and values go with the last reference
 
     def warm_up(self) -> None:
         """Load the weights now (benchmarks time runs, not the load)."""

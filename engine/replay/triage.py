@@ -77,12 +77,13 @@ def triage(store, good: int, bad: int, *, judge: str = "outcome", runtime, unsaf
     pair, the_judge, found = prepare(store, good, bad, judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
     out = Triage(good, bad, judge)
     layers = by_layer(found)
-    for layer in RECORDED_LAYERS:
-        subset = layers[layer]
-        trial = apply(store, pair, subset, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox,
-                      cancel=cancel) if subset else None
-        result = LayerResult(layer, subset, trial)
-        out.layers.append(result)
-        if on_layer is not None:
-            on_layer(result)
+    with runtime.reusing_prefixes():  # the replays of BAD share their live steps' prefixes
+        for layer in RECORDED_LAYERS:
+            subset = layers[layer]
+            trial = apply(store, pair, subset, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox,
+                          cancel=cancel) if subset else None
+            result = LayerResult(layer, subset, trial)
+            out.layers.append(result)
+            if on_layer is not None:
+                on_layer(result)
     return out
