@@ -12,14 +12,14 @@ rounding as in PyTorch). So its results are the per-op path's bits, in either ke
 mode (on this path both modes run those same compiled kernels), and it is batch-invariant
 exactly as they are.
 
-Per layer: qkv product (+ bias) -> rotary on the query and key heads -> the new key and
+Per layer: qkv product (+ bias) (-> Qwen3's RMSNorm of each query and key head) -> rotary on the query and key heads -> the new key and
 value written to the cache -> attention -> o product -> residual add + norm -> gate/up
 product -> SwiGLU -> down product -> residual add + the next norm. The embedding before and
 the head after stay in `Model.forward`.
 
 It applies (`decode` returns None otherwise and the model runs its ops one by one) to fp32
 models whose layer products are all block weights and whose layers hold nothing else the
-per-op path would use (no q/k norms), when the compiled kernels are there, and to passes
+per-op path would use, when the compiled kernels are there, and to passes
 whose rows each decode one token, in caches that are slots of one KV pool or in one
 sequence's own cache."""
 
@@ -59,7 +59,7 @@ typedef struct {  /* a block weight: its parts' layouts, blocks and row counts; 
 } Product;
 
 typedef struct {
-    const float *input_norm, *post_norm, *qkv_bias;  /* qkv_bias may be NULL */
+    const float *input_norm, *post_norm, *qkv_bias, *q_norm, *k_norm;  /* the last three may be NULL */
     Product qkv, o, gate_up, down;
 } Layer;
 
@@ -108,6 +108,11 @@ int tttr_decode(const Model *m, float *x, float *h, int64_t R, const int64_t *ro
         if (L->qkv_bias)
             for (int64_t r = 0; r < R; r++)
                 for (int64_t i = 0; i < wq; i++) qkv[r * wq + i] = qkv[r * wq + i] + L->qkv_bias[i];
+        if (L->q_norm)  /* Qwen3: each query and key head normalized (in place) before the rotary */
+            for (int64_t r = 0; r < R; r++) {
+                m->rms(qkv + r * wq, L->q_norm, qkv + r * wq, H, D, m->eps);
+                m->rms(qkv + r * wq + H * D, L->k_norm, qkv + r * wq + H * D, KVH, D, m->eps);
+            }
         if ((st = m->rope(qkv, R, wq, nqk, D, cos_t, sin_t, n_pos, rope_pos) ? 5 : 0)) break;
         float *kl = kbase + li * layer_stride, *vl = vbase + li * layer_stride;
         for (int64_t r = 0; r < R; r++) {
@@ -141,7 +146,7 @@ class _Product(ctypes.Structure):
 
 
 class _Layer(ctypes.Structure):
-    _fields_ = [("input_norm", _p), ("post_norm", _p), ("qkv_bias", _p),
+    _fields_ = [("input_norm", _p), ("post_norm", _p), ("qkv_bias", _p), ("q_norm", _p), ("k_norm", _p),
                 ("qkv", _Product), ("o", _Product), ("gate_up", _Product), ("down", _Product)]
 
 
@@ -165,7 +170,7 @@ def available() -> bool:
 
 
 # the layer fields the compiled step runs; any other a model's layers hold must be None
-_LAYER_FIELDS = {"input_norm", "qkv", "qkv_bias", "o", "post_attention_norm", "gate_up", "down"}
+_LAYER_FIELDS = {"input_norm", "qkv", "qkv_bias", "q_norm", "k_norm", "o", "post_attention_norm", "gate_up", "down"}
 _PRODUCTS = ("qkv", "o", "gate_up", "down")
 
 
@@ -207,6 +212,7 @@ class _Plan:
         for dst, w in zip(layers, model.layers):
             dst.input_norm, dst.post_norm = tensor(w.input_norm), tensor(w.post_attention_norm)
             dst.qkv_bias = tensor(w.qkv_bias)
+            dst.q_norm, dst.k_norm = tensor(getattr(w, "q_norm", None)), tensor(getattr(w, "k_norm", None))
             dst.qkv, dst.o, dst.gate_up, dst.down = product(w.qkv), product(w.o), product(w.gate_up), product(w.down)
         keep.append(layers)
         ql, rl, al = cquant.load(), crow.load(), cattention.load()
@@ -227,11 +233,12 @@ def _plan(model) -> _Plan | None:
     plan = None
     layers = model.layers
     if model.dtype == torch.float32 and model.device.type == "cpu" and available() and layers \
-            and not getattr(model.config, "qk_norm", False) \
+            and all((getattr(w, "q_norm", None) is None) == (getattr(w, "k_norm", None) is None) for w in layers) \
             and all(getattr(w, f) is None for w in layers for f in w._fields if f not in _LAYER_FIELDS) \
             and all(getattr(w, f).__class__ is cquant.QuantWeight for w in layers for f in _PRODUCTS) \
             and all(t.dtype == torch.float32 and t.is_contiguous() for w in layers
-                    for t in (w.input_norm, w.post_attention_norm, w.qkv_bias) if t is not None) \
+                    for t in (w.input_norm, w.post_attention_norm, w.qkv_bias, getattr(w, "q_norm", None),
+                              getattr(w, "k_norm", None)) if t is not None) \
             and model.norm.dtype == torch.float32 and model.norm.is_contiguous() \
             and (_fn(cquant.load(), "tttr_qlinear_parts") is not None
                  or all(len(getattr(getattr(w, f), "parts", (0,))) == 1 for w in layers for f in _PRODUCTS)):

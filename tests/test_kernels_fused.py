@@ -150,3 +150,28 @@ def test_a_layer_field_the_compiled_step_does_not_run_sends_the_model_to_the_per
     other.layers = [extended] + model.layers[1:]
     assert cdecode._plan(other) is None
     assert cdecode._plan(model) is not None
+
+
+def test_qwen3_q_k_norms_run_compiled_with_the_per_op_bits(tmp_path, counted):
+    """Qwen3's RMSNorm of each query and key head (head dim 24, not d / heads) is run by the
+    compiled step too: the same bits as the per-op path."""
+    import copy
+
+    import gguf
+
+    from tests.test_engine_families import QWEN3, family_weights, write_family
+    from tttr.engine.inference.model import load_model
+
+    dense = load_model(write_family(tmp_path / "qwen3.gguf", QWEN3, family_weights(QWEN3)))
+
+    def blocks(w):  # the product as a file storing it as Q8_0 would hold it
+        return ops.block_weight("Q8_0", gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q8_0))
+
+    model = copy.copy(dense)
+    model.layers = [w._replace(qkv=blocks(w.qkv), o=blocks(w.o), gate_up=blocks(w.gate_up), down=blocks(w.down))
+                    for w in dense.layers]
+    assert model.config.qk_norm and model.layers[0].q_norm is not None and cdecode._plan(model) is not None
+    fused = _decode(model, [3, 8])
+    assert counted.ran == 3
+    counted.off = True
+    assert all(torch.equal(a, b) for a, b in zip(fused, _decode(model, [3, 8])))
