@@ -717,3 +717,10 @@ def test_unsupported_pre_tokenizer_is_one_line_from_the_cli(tmp_path):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "unsupported pre-tokenizer 'tekken' (tokenizer.ggml.pre)" in lines[0], out.stderr
     assert "llama-bpe" in lines[0] and "qwen2" in lines[0]
+
+
+def test_a_sentencepiece_vocabulary_is_one_line():
+    fields = {**_fields("default"), "tokenizer.ggml.model": "llama"}  # Llama 2 / Mistral GGUFs
+    with pytest.raises(EngineError) as err:
+        Tokenizer.from_gguf_fields(fields)
+    assert "unsupported GGUF tokenizer 'llama'" in str(err.value) and "\n" not in str(err.value)

@@ -116,7 +116,7 @@ class ModelConfig:
         if arch not in GGUF_ARCHS:
             raise EngineError(
                 f"unsupported architecture {arch!r} in {source}: supported are {', '.join(GGUF_ARCHS)} "
-                "(Llama-family decoders: Llama 2/3.x, SmolLM2, Mistral, Qwen2/2.5, Qwen3)"
+                "(Llama-family decoders: Llama 3.x, SmolLM2, Qwen2/2.5, Qwen3)"
             )
 
         def meta(key, default=None):
