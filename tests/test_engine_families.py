@@ -348,10 +348,12 @@ _NAMES = {**_GGUF_LAYER, "self_attn.q_norm.weight": "attn_q_norm.weight", "self_
 
 
 def write_family(path: Path, fam: Family, weights: dict[str, torch.Tensor], *, rope_freqs: bool = True,
-                 meta: dict | None = None, arch: str | None = None, pre: str | None = None) -> Path:
-    """The file llama.cpp's converter writes for `fam` (F32): Q/K rows permuted for `llama`
-    only, the head size written when it is not d / heads, Llama 3's scaling as rope_freqs
-    (or, rope_freqs=False, none); `meta` adds or overrides metadata (value None: left out)."""
+                 meta: dict | None = None, arch: str | None = None, pre: str | None = None,
+                 quant: str | None = None) -> Path:
+    """The file llama.cpp's converter writes for `fam` (F32, or `quant` for the 2-D weights):
+    Q/K rows permuted for `llama` only, the head size written when it is not d / heads,
+    Llama 3's scaling as rope_freqs (or, rope_freqs=False, none); `meta` adds or overrides
+    metadata (value None: left out)."""
     import gguf
 
     arch = arch or fam.arch
@@ -399,7 +401,11 @@ def write_family(path: Path, fam: Family, weights: dict[str, torch.Tensor], *, r
             gname = f"blk.{idx}.{_NAMES[rest]}"
             if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
                 a = permute_qk(a, 4 if "q_proj" in rest else 2)
-        w.add_tensor(gname, np.ascontiguousarray(a))
+        if quant and a.ndim == 2:
+            qtype = gguf.GGMLQuantizationType[quant]
+            w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(a), qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(gname, np.ascontiguousarray(a))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -475,6 +481,19 @@ def test_logits_and_greedy_tokens_match_transformers(family):
         for _ in range(steps):
             want.append(int(ref(torch.tensor([want])).logits[0, -1].argmax()))
     assert seq.output_ids == want[len(ids):]
+
+
+@pytest.mark.parametrize("fam", FAMILIES, ids=[f.name for f in FAMILIES])
+def test_q8_0_files_run_from_blocks_and_match_transformers(tmp_path, fam):
+    """The same families quantized (Q8_0, Q/K rows of llama moved whole, blocks intact):
+    products run from the blocks, logits as transformers dequantizes them."""
+    path = write_family(tmp_path / "q.gguf", fam, family_weights(fam), quant="Q8_0")
+    ours = load_model(path)
+    assert ours.block_weights >= 8  # q/k/v, o, gate/up and down of both layers
+    ids = ours.tokenizer.encode(PROMPT)
+    with torch.inference_mode():
+        expect = reference(path, fam)(torch.tensor([ids])).logits[0]
+    assert (_logits(ours, ids) - expect).abs().max().item() < 1e-4
 
 
 def test_family_metadata_reaches_the_config(family):
