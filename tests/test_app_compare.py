@@ -148,3 +148,20 @@ def test_escape_while_the_compare_loads_goes_back_and_stops_the_worker(db, held)
 
     run_app(db, flow, load_tokenizer=False)
     assert outcome == ["cancelled"]
+
+
+def test_bench_app_measures_the_compare_of_two_generated_runs():
+    """`tttr bench app --json` (here on 2,000-event runs): the timeline's figures and the
+    compare's, from the real app driven headless."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "bench", "app", "--events", "2000", "--json"],
+                         cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout)
+    assert figures["events"] >= 1900 and figures["open_s"] > 0 and figures["keypress_ms"] > 0
+    assert figures["compare_open_s"] > 0 and figures["compare_open_cpu_s"] > 0
+    assert figures["compare_rows"] >= 4 and figures["compare_keypress_ms"] > 0
