@@ -413,7 +413,7 @@ def write_family(path: Path, fam: Family, weights: dict[str, torch.Tensor], *, r
     return path
 
 
-def reference(path: Path, fam: Family, *, scaled: bool = True):
+def reference(path: Path, fam: Family, *, scaled: bool = True, rope_parameters: dict | None = None):
     """transformers' model for the file: its GGUF config and tensor reading (which un-permutes
     llama's Q/K itself), given what its GGUF config mapping does not read: the head size of
     a Qwen3 file and Llama 3's rope scaling."""
@@ -429,6 +429,8 @@ def reference(path: Path, fam: Family, *, scaled: bool = True):
             config.rope_parameters = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": factor,
                                       "low_freq_factor": low, "high_freq_factor": high,
                                       "original_max_position_embeddings": orig}
+        if rope_parameters is not None:
+            config.rope_parameters = {"rope_theta": 10000.0, **rope_parameters}
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         state = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
     result = model.load_state_dict(state, strict=False)
@@ -537,6 +539,19 @@ def test_llama3_rope_scaling_is_applied_from_rope_freqs_or_from_metadata(tmp_pat
     with torch.inference_mode():
         unscaled = reference(with_freqs, fam, scaled=False)(torch.tensor([ids])).logits[0]
     assert (la - unscaled).abs().max().item() > 1e-2  # the scaling matters at these positions
+
+
+def test_linear_rope_scaling_is_applied(tmp_path):
+    path = write_family(tmp_path / "lin.gguf", LLAMA3, family_weights(LLAMA3), rope_freqs=False,
+                        meta={"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0})
+    ours = load_model(path)
+    ids = ours.tokenizer.encode(PROMPT)
+    with torch.inference_mode():
+        expect = reference(path, LLAMA3, scaled=False, rope_parameters={"rope_type": "linear", "factor": 4.0})(
+            torch.tensor([ids])).logits[0]
+        unscaled = reference(path, LLAMA3, scaled=False)(torch.tensor([ids])).logits[0]
+    got = _logits(ours, ids)
+    assert (got - expect).abs().max().item() < 1e-4 < (got - unscaled).abs().max().item()
 
 
 @pytest.mark.parametrize("meta, message", [
