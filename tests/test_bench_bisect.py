@@ -91,6 +91,8 @@ def test_the_clock_plant_end_to_end_reports_what_triage_and_bisect_found(tmp_pat
     assert main(["triage", str(o["good"]), str(o["bad"]), "--db", str(db), "--json"]) == 0
     t = json.loads(capsys.readouterr().out)
     assert t["culprits"] == o["culprits"]
+    replayed = sum(layer["replay"] is not None for layer in t["layers"])
+    assert len(o["runs"]) == replayed + 2 * (o["replays"] + o["replays_one_at_a_time"])  # each bisect ran twice
     assert r["triage_layer_correct_fraction"] == float(t["culprits"] == ["trace"])
     assert main(["bisect", str(o["good"]), str(o["bad"]), "--db", str(db), "--json"]) == 0
     b = json.loads(capsys.readouterr().out)

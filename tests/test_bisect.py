@@ -65,6 +65,14 @@ def test_batched_ddmin_tests_a_round_together_and_finds_the_same_set(needed):
     assert len({tuple(c) for c in calls}) == len(calls)
 
 
+def test_known_results_are_not_tested_again_and_count_as_tests():
+    fails, calls = _culprit(3)
+    items = list(range(8))
+    res = ddmin(items, fails, known=[(items[:4], True), (items[4:], False)])
+    assert res.items == [3] and res.minimal
+    assert [0, 1, 2, 3] not in calls and [4, 5, 6, 7] not in calls and res.tests == len(calls) + 2
+
+
 def test_ddmin_stops_at_the_budget_with_the_best_failing_set_so_far():
     fails, calls = _culprit(11)
     res = ddmin(list(range(16)), fails, max_tests=2)
@@ -182,3 +190,46 @@ def test_refused_pairs_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, 
     assert path.read_bytes() == before
     with Store.open(path) as s:
         assert len(s.runs()) == 2
+
+
+# ---------------------------------------------------------------------------- batched = one at a time, end to end
+@pytest.mark.slow  # records, forks and replays real runs of the default model
+def test_batched_and_one_at_a_time_bisects_store_the_same_runs_and_verdict(tmp_path):
+    """A token plant (live generation from step 0) beside an innocent clock shift, judged by
+    actions: the batched bisect's tests share passes with each other, and every test it has in
+    common with the one-at-a-time bisect stored the same tokens, logits digests, actions and
+    outcome."""
+    from tttr.engine.replay.agent import AgentLimits
+    from tttr.engine.replay.bench_bisect import runner_up
+    from tttr.engine.replay.bisect import bisect
+    from tttr.engine.replay.runs import fork, record
+    from tttr.engine.replay.runtime import Runtime
+
+    runtime = Runtime(kernel_mode="invariant")
+    try:
+        with Store.open(tmp_path / "s.db") as store:
+            good = record(store, "write-line", runtime=runtime, seed=2, limits=AgentLimits(max_steps=2)).run_id
+            shifted = fork(store, good, "0:clock", "+1h", runtime=runtime).run_id
+            bad = fork(store, shifted, "0:token:0", str(runner_up(store, shifted, 0, 0)), runtime=runtime).run_id
+            passes = runtime.engine.steps
+            batched = bisect(store, good, bad, judge="actions", runtime=runtime, batch=True)
+            shared = [h for h in list(runtime.engine.history)[-(runtime.engine.steps - passes):] if len(h[1]) > 1]
+            alone = bisect(store, good, bad, judge="actions", runtime=runtime, batch=False)
+
+            assert batched.batched and not alone.batched
+            assert [d.site for d in batched.result.items] == [d.site for d in alone.result.items] == ["0:token:0"]
+            assert shared, "the batched tests never shared a forward pass"
+
+            def stored(trial):
+                tokens = [(e.site, e.value["id"]) for e in store.events(trial.run_id, kind="token")]
+                digests = [(e.site, e.value["digest"]) for e in store.events(trial.run_id, kind="logits")]
+                return tokens, digests, trial.actions, store.run(trial.run_id).outcome
+
+            by_sites = {tuple(d.site for d in t.deltas): t for t in batched.trials}
+            assert len(alone.trials) >= 2
+            for t in alone.trials:
+                twin = by_sites[tuple(d.site for d in t.deltas)]
+                assert stored(twin) == stored(t) and twin.failed == t.failed
+                assert any(token for token in stored(t)[0])  # live tokens were stored
+    finally:
+        runtime.close()
