@@ -79,11 +79,12 @@ class Tokenizer:
         self.add_bos = add_bos
         self.chat_template = chat_template
         self.vocab_size = vocab_size
+        self.end_token_ids = tuple(int(t) for t in end_token_ids)
         # generation stops at the EOS, at the turn ends the file names (GGUF eot/eom ids) and at
         # the known turn-end tokens it has: a Llama 3 file's EOS may be <|end_of_text|> while
         # its chat turns end with <|eot_id|>
         ends = {backend.token_to_id(t) for t in _END_TOKENS} - {None}
-        ends.update(int(t) for t in end_token_ids)
+        ends.update(self.end_token_ids)
         if eos_token_id is not None:
             ends.add(eos_token_id)
         self.stop_token_ids: tuple[int, ...] = tuple(sorted(ends))
