@@ -8,6 +8,7 @@ scroll moves both sides; a row's two messages are read when the cursor reaches i
 from __future__ import annotations
 
 import threading
+import time
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -53,6 +54,7 @@ class CompareScreen(Screen):
         self.run_a, self.run_b = run_a, run_b
         self.comparison: Comparison | None = None
         self._cancel = threading.Event()  # set when the screen is left: the worker stops
+        self._last_progress = 0.0
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"run #{self.run_a} ┃ run #{self.run_b}", style="bold"), id="compare-title")
@@ -77,9 +79,8 @@ class CompareScreen(Screen):
         try:
             store = Store.open(self.app.db_path, create=False, readonly=True)
             try:
-                comparison = build_comparison(
-                    store, self.run_a, self.run_b, cancelled=self._cancel.is_set,
-                    progress=lambda done, total: self.post_message(ComparisonProgress(done, total)))
+                comparison = build_comparison(store, self.run_a, self.run_b, cancelled=self._cancel.is_set,
+                                              progress=self._progress)
             finally:
                 store.close()
         except ScanCancelled:
@@ -88,6 +89,13 @@ class CompareScreen(Screen):
             self.post_message(ComparisonReady(None, f"{type(exc).__name__}: {exc}"))
             return
         self.post_message(ComparisonReady(comparison))
+
+    def _progress(self, done: int, total: int) -> None:
+        """From the worker: posted at most ten times a second, so the screen keeps its time for keys."""
+        now = time.monotonic()
+        if done in (0, total) or now - self._last_progress >= 0.1:
+            self._last_progress = now
+            self.post_message(ComparisonProgress(done, total))
 
     def on_comparison_progress(self, message: ComparisonProgress) -> None:
         self.query_one("#compare-progress", ProgressBar).update(total=message.total, progress=message.done)
@@ -213,6 +221,12 @@ class CompareScreen(Screen):
             return
         diff = self.comparison.message_diff(row) if row is not None else None
         self.query_one(MessagePair).show(diff, row)
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """While the comparison loads, the keys that need its rows are shown disabled."""
+        if action in ("open_side", "files") and self.comparison is None:
+            return None
+        return True
 
     def action_open_side(self, side: str) -> None:
         side_widget = self.query_one(SideBySide)

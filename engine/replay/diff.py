@@ -224,7 +224,7 @@ class ScanCancelled(Exception):
     """`scan_runs` was asked to stop (its `cancelled()` said so)."""
 
 
-SCAN_BATCH = 20_000  # rows read between two progress reports / cancel checks
+SCAN_BATCH = 2_000  # rows read between two cancel checks (a batch holds the GIL while it is fetched)
 
 
 def scan_runs(store, run_a: int, run_b: int, *, progress=None, cancelled=None) -> RunDiff:
@@ -244,6 +244,8 @@ def scan_runs(store, run_a: int, run_b: int, *, progress=None, cancelled=None) -
         _check_readable(store, run_id)
     total = store.count_events(run_a) + store.count_events(run_b)
     done = 0
+    if progress is not None:
+        progress(done, total)
     keyed: dict[str, dict[str, dict[str, Any]]] = {}  # layer -> site -> side -> compared value
     events: dict[str, list] = {}  # side -> the decoded events (all but binary tokens and logits), in order
     for side, run_id in (("a", run_a), ("b", run_b)):
