@@ -165,3 +165,18 @@ def test_bench_app_measures_the_compare_of_two_generated_runs():
     assert figures["events"] >= 1900 and figures["open_s"] > 0 and figures["keypress_ms"] > 0
     assert figures["compare_open_s"] > 0 and figures["compare_open_cpu_s"] > 0
     assert figures["compare_rows"] >= 4 and figures["compare_keypress_ms"] > 0
+
+
+def test_help_on_the_compare_lists_its_keys_and_the_palette(db):
+    async def flow(app, pilot):
+        screen = CompareScreen(1, 2)
+        app.push_screen(screen)
+        await wait_for(pilot, lambda: screen.comparison is not None)
+        await pilot.press("question_mark")
+        shown = app.screen.content.plain
+        for cls in (CompareScreen, SideBySide):
+            for binding in cls.BINDINGS:
+                assert (binding.description or binding.action.split("(")[0]) in shown, binding
+        assert "back to runs" in shown and "ctrl+p" in shown and "command palette" in shown
+
+    run_app(db, flow, load_tokenizer=False)

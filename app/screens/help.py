@@ -78,6 +78,9 @@ def screen_keys(screen) -> list[KeyHelp]:
                     description = getattr(node, "back_label", description)
                 available = node.check_action(action, ()) is not False
                 out.append(KeyHelp(key_label(binding.key), description, node, binding.action, available))
+    if app.ENABLE_COMMAND_PALETTE:  # Textual's key, but it lists TTTR's own commands (app/palette.py)
+        out.append(KeyHelp("ctrl+p", "command palette: every command of this screen by name", app,
+                           "command_palette", True))
     return out
 
 
