@@ -112,8 +112,7 @@ async def _press(pilot, key: str) -> tuple[float, float]:
     return (time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000
 
 
-async def _drive(db: Path, run_id: int, size: tuple[int, int], other: int | None = None) -> dict:
-    from tttr.app.screens.compare import CompareScreen
+async def _drive(db: Path, run_id: int, size: tuple[int, int]) -> dict:
     from tttr.app.screens.timeline import TimelineScreen
     from tttr.app.tui import TTTRApp
     from tttr.app.widgets.timeline import Timeline
@@ -131,23 +130,9 @@ async def _drive(db: Path, run_id: int, size: tuple[int, int], other: int | None
         presses = [await _press(pilot, key) for key in KEYS]
         # A key bound to nothing: what the pilot's own idle detection costs per press.
         floor = [await _press(pilot, "f12") for _ in range(5)]
-        compare = {}
-        if other is not None:
-            t0, cpu0 = time.perf_counter(), time.process_time()
-            screen = CompareScreen(run_id, other)
-            app.push_screen(screen)
-            while screen.comparison is None:
-                await pilot.pause(0.005)
-            await pilot.pause()
-            compare["compare_open_s"] = time.perf_counter() - t0
-            compare["compare_open_cpu_s"] = time.process_time() - cpu0  # all threads: the worker's too
-            compare["compare_rows"] = len(screen.comparison.rows)
-            keys = [c for _, c in [await _press(pilot, key) for key in COMPARE_KEYS]]
-            compare["compare_keypress_ms"] = statistics.median(keys)
-            compare["compare_keypress_max_ms"] = max(keys)
     store.close()
     cpu = [c for _, c in presses]
-    return compare | {
+    return {
         "events": events,
         "open_s": open_s,
         "keypress_ms": statistics.median(cpu),
@@ -159,6 +144,35 @@ async def _drive(db: Path, run_id: int, size: tuple[int, int], other: int | None
     }
 
 
+async def _drive_compare(db: Path, run_a: int, run_b: int, size: tuple[int, int]) -> dict:
+    """From the runs list: push the compare of the two runs, wait for its rows, press its keys."""
+    from tttr.app.screens.compare import CompareScreen
+    from tttr.app.screens.runs import RunsScreen
+    from tttr.app.tui import TTTRApp
+    from tttr.sessions.store import Store
+
+    store = Store.open(db, create=False, readonly=True)
+    app = TTTRApp(store, load_tokenizer=False)
+    async with app.run_test(size=size) as pilot:
+        while not isinstance(app.screen, RunsScreen):
+            await pilot.pause(0.005)
+        await pilot.pause()
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        screen = CompareScreen(run_a, run_b)
+        app.push_screen(screen)
+        while screen.comparison is None:
+            await pilot.pause(0.005)
+        await pilot.pause()
+        figures = {
+            "compare_open_s": time.perf_counter() - t0,
+            "compare_open_cpu_s": time.process_time() - cpu0,  # the process's: the worker's included
+            "compare_rows": len(screen.comparison.rows),
+        }
+        keys = [cpu for _, cpu in [await _press(pilot, key) for key in COMPARE_KEYS]]
+    store.close()
+    return figures | {"compare_keypress_ms": statistics.median(keys), "compare_keypress_max_ms": max(keys)}
+
+
 def measure(events: int = 100_000, db: Path | None = None, size: tuple[int, int] = (160, 48),
             compare: bool = True) -> dict:
     """The figures above; with `compare`, a second run is generated and compared too."""
@@ -168,8 +182,10 @@ def measure(events: int = 100_000, db: Path | None = None, size: tuple[int, int]
         path = Path(db) if db else Path(tmp) / "bench.db"
         t = time.perf_counter()
         run_id = generate(path, events)
-        other = generate(path, events, seed=1, commands=OTHER_COMMANDS) if compare else None
         generate_s = time.perf_counter() - t
-        figures = asyncio.run(_drive(path, run_id, size, other))
+        figures = asyncio.run(_drive(path, run_id, size))  # the timeline alone in its file, as before
+        if compare:
+            other = generate(path, events, seed=1, commands=OTHER_COMMANDS)
+            figures |= asyncio.run(_drive_compare(path, run_id, other, size))
     figures["generate_s"] = generate_s
     return figures
