@@ -667,6 +667,24 @@ def test_stop_ids_hold_the_turn_end_besides_eos():
     assert fields["tokenizer.ggml.eot_token_id"] in Tokenizer.from_gguf_fields(fields).stop_token_ids
 
 
+def test_the_tokenizer_cache_keeps_the_files_end_of_turn_ids(tmp_path):
+    """The replay runtime caches a GGUF's tokenizer as JSON: an eot id the file names survives
+    the round trip, and an entry written without end ids is refused (so it gets rebuilt)."""
+    import json
+
+    from tttr.engine.replay.runtime import _read_cached, _write_cached
+
+    fields = _fields("llama-bpe", ["<|my_end|>"])
+    fields["tokenizer.ggml.eot_token_id"] = my_end = fields["tokenizer.ggml.tokens"].index("<|my_end|>")
+    _write_cached(Tokenizer.from_gguf_fields(fields), tmp_path / "t.json")
+    assert my_end in _read_cached(tmp_path / "t.json").stop_token_ids
+    old = json.loads((tmp_path / "t.json").read_text())
+    del old["end_token_ids"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="end_token_ids"):
+        _read_cached(tmp_path / "old.json")
+
+
 def test_llama3_generation_stops_at_eot(tmp_path):
     """End to end: a Llama 3 chat prompt, and a model made to answer <|eot_id|> (its head row
     for it is twice the row of the token it would pick): generation ends there."""

@@ -168,9 +168,12 @@ def _write_cached(tokenizer, path: Path) -> None:
         "backend": tokenizer._tk.to_str(), "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id, "add_bos": tokenizer.add_bos,
         "chat_template": tokenizer.chat_template, "vocab_size": tokenizer.vocab_size,
+        "end_token_ids": list(tokenizer.end_token_ids),
     }))
 
 
 def _read_cached(path: Path):
     data = json.loads(path.read_text())
+    if "end_token_ids" not in data:  # written before the file's end-of-turn ids were kept: rebuilt
+        raise ValueError(f"{path.name}: a tokenizer cache entry without end_token_ids")
     return Tokenizer(HFTokenizer.from_str(data.pop("backend")), **data)
