@@ -49,7 +49,7 @@ SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -79,6 +79,21 @@ static inline void weighted_values(const float *restrict p, const float *restric
     if (D == 64) WV(4);
     if (D == 128) WV(8);
 #undef WV
+#elif defined(__AVX2__) && defined(__FMA__)
+#define WV(NV) do { \
+        __m256 acc[NV]; \
+        for (int t = 0; t < NV; t++) acc[t] = _mm256_setzero_ps(); \
+        for (int64_t j = 0; j < L; j++) { \
+            const __m256 pj = _mm256_set1_ps(p[j]); \
+            for (int t = 0; t < NV; t++) acc[t] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vb + j * v_row + 8 * t), acc[t]); \
+        } \
+        const __m256 dn = _mm256_set1_ps(denom); \
+        for (int t = 0; t < NV; t++) _mm256_storeu_ps(o + 8 * t, _mm256_div_ps(acc[t], dn)); \
+        return; \
+    } while (0)
+    if (D == 64) WV(8);
+    if (D == 128) WV(16);
+#undef WV
 #endif
     float acc[D];
     for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
@@ -95,6 +110,19 @@ static inline float dot_lanes(const float *restrict q, const float *restrict k, 
         __m512 acc = _mm512_setzero_ps();
         for (int64_t d = 0; d < D; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), acc);
         __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+        __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
+        __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
+        __m128 a1 = _mm_add_ss(a2, _mm_shuffle_ps(a2, a2, 1));
+        return _mm_cvtss_f32(a1);
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    if (D % 16 == 0) {  /* lanes 0-7 and 8-15 in two vectors: the same fused multiply-adds and tree */
+        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+        for (int64_t d = 0; d < D; d += 16) {
+            lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), lo);
+            hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), hi);
+        }
+        const __m256 a8 = _mm256_add_ps(lo, hi);
         __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
         __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
         __m128 a1 = _mm_add_ss(a2, _mm_shuffle_ps(a2, a2, 1));
