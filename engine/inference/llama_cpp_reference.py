@@ -157,7 +157,20 @@ def tensor_types(path: str | Path) -> dict[str, int]:
 
 
 def _cmd_quantize(a) -> int:
-    quantize(a.src, a.dst, a.type)
+    # llama.cpp logs every tensor (and each fallback type) on stderr: kept, and shown on failure
+    with tempfile.TemporaryFile() as log:
+        saved = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            quantize(a.src, a.dst, a.type)
+        except Exception:
+            os.dup2(saved, 2)
+            log.seek(0)
+            sys.stderr.write(log.read().decode(errors="replace")[-3000:])
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
     print(json.dumps({"file": str(a.dst), "type": a.type, "bytes": Path(a.dst).stat().st_size,
                       "tensor_types": tensor_types(a.dst)}))
     return 0
