@@ -93,7 +93,9 @@ def cold_start(model_path=None, runs: int = COLD_START_RUNS, llama_cpp_path=None
     for _ in range(runs):
         ours.append(measure_process(generate_command(model_path)))
         if llama_cpp_path is not None:
-            theirs.append(measure_process(lcpp.cold_command(llama_cpp_path)))
+            # the bench's threads: llama.cpp's threads wait for each other at every operation, and
+            # with as many as there are cores, a busy machine stalls them (3 s here, 0.9 s on one)
+            theirs.append(measure_process(lcpp.cold_command(llama_cpp_path, torch.get_num_threads())))
     return (*_summary(ours), *(_summary(theirs) if theirs else (None, None)))
 
 

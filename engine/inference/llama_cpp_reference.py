@@ -49,9 +49,15 @@ def context_size(prompt_tokens: int, new_tokens: int) -> int:
 # ---- the child side: these import llama_cpp -------------------------------------------------
 
 def _peak_rss_mib() -> float:
+    """This process's own peak resident set: VmHWM, not ru_maxrss, which keeps the high-water
+    mark of the process it was forked from (the bench, with torch and transformers) across exec."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _load(path: str, n_ctx: int = 512, threads: int | None = None):
@@ -256,8 +262,8 @@ class LlamaCppProcess:
         self.close()
 
 
-def cold_command(model_path: str | Path) -> list[str]:
-    return [sys.executable, "-m", MODULE, "cold", str(model_path)]
+def cold_command(model_path: str | Path, threads: int | None = None) -> list[str]:
+    return [sys.executable, "-m", MODULE, "cold", str(model_path), *(["--threads", str(threads)] if threads else [])]
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
