@@ -45,6 +45,8 @@ def test_without_llama_cpp_one_line_says_it_was_not_measured_and_how_to_install_
     assert len(lines) == 8 and not any("greedy" in line or "llama.cpp cold" in line for line in lines)
     folder = format_report(_result(llama_cpp="skipped (llama.cpp loads GGUF files only)")).splitlines()
     assert folder[5] == "llama.cpp reference      (skipped (llama.cpp loads GGUF files only))"
+    died = format_report(_result(llama_cpp="failed: llama.cpp reference exited -4: ")).splitlines()
+    assert died[5] == "llama.cpp reference      (failed: llama.cpp reference exited -4: )"
 
 
 def test_llama_cpp_is_a_second_reference_with_its_ratios_agreement_and_cold_start():

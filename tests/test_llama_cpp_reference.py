@@ -87,6 +87,15 @@ def test_a_dead_child_is_named_with_its_error(tmp_path):
         lcpp.LlamaCppProcess(bad)
 
 
+def test_a_child_that_dies_between_runs_is_named_too():
+    llama = lcpp.LlamaCppProcess(default_model_path(), threads=1)
+    llama._proc.kill()
+    llama._proc.wait()
+    with pytest.raises(RuntimeError, match="llama.cpp reference exited -9"):
+        llama.run([1, 2, 3], 2)
+    assert llama.close() is None
+
+
 def test_cold_start_is_a_whole_process():
     from tttr.engine.inference.bench import measure_process
 

@@ -95,7 +95,10 @@ def cold_start(model_path=None, runs: int = COLD_START_RUNS, llama_cpp_path=None
         if llama_cpp_path is not None:
             # the bench's threads: llama.cpp's threads wait for each other at every operation, and
             # with as many as there are cores, a busy machine stalls them (3 s here, 0.9 s on one)
-            theirs.append(measure_process(lcpp.cold_command(llama_cpp_path, torch.get_num_threads())))
+            try:
+                theirs.append(measure_process(lcpp.cold_command(llama_cpp_path, torch.get_num_threads())))
+            except RuntimeError:  # the reference's own start says why (run_bench's llama_cpp status)
+                llama_cpp_path, theirs = None, []
     return (*_summary(ours), *(_summary(theirs) if theirs else (None, None)))
 
 
@@ -156,8 +159,14 @@ def run_bench(model_path=None, tokens: int = 100, kernels: str = "fast", referen
     llama = None
     if llama_file is not None:  # a process of its own: loaded beside torch, llama.cpp has died
         longest = max(len(ids), *(len(x) for x in agree_ids))
-        llama = lcpp.LlamaCppProcess(llama_file, lcpp.context_size(longest, max(tokens, AGREE_TOKENS)),
-                                     threads=torch.get_num_threads())
+        try:
+            llama = lcpp.LlamaCppProcess(llama_file, lcpp.context_size(longest, max(tokens, AGREE_TOKENS)),
+                                         threads=torch.get_num_threads())
+            llama.run(ids, 8)  # warm-up; a build this CPU cannot run dies here (shared/NOTES.md)
+        except RuntimeError as exc:
+            if llama is not None:
+                llama.close()
+            llama, llama_status = None, f"failed: {str(exc)[-300:]}"
     singles, batch8s, refs, llamas = [], [], [], []
     ours_ids = theirs_ids = None
     agreements = []
@@ -167,8 +176,6 @@ def run_bench(model_path=None, tokens: int = 100, kernels: str = "fast", referen
             engine.generate([seq(n=8)])  # warm-up: first-call allocations, packing
             if ref_generate is not None:
                 ref_generate(8)
-            if llama is not None:
-                llama.run(ids, 8)
             for _ in range(rounds):
                 s = seq()
                 singles.append(tokens / _timed(lambda: engine.generate([s])))

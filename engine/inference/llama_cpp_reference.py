@@ -239,7 +239,10 @@ class LlamaCppProcess:
         return json.loads(line)
 
     def run(self, ids: list[int], n: int) -> tuple[list[int], float]:
-        self._proc.stdin.write(json.dumps({"ids": list(ids), "n": n}) + "\n")
+        try:
+            self._proc.stdin.write(json.dumps({"ids": list(ids), "n": n}) + "\n")
+        except OSError:  # it died: _read says how
+            pass
         got = self._read()
         return got["ids"], got["seconds"]
 
