@@ -223,13 +223,16 @@ class _Plan:
             cfg.rms_eps, model.scale, ctypes.addressof(layers), tensor(model.norm))
 
 
-_plans: "weakref.WeakKeyDictionary[object, _Plan | None]" = weakref.WeakKeyDictionary()
+# model -> ((its layers list, its final norm) when the plan was made, the plan or None)
+_plans: "weakref.WeakKeyDictionary[object, tuple[tuple, _Plan | None]]" = weakref.WeakKeyDictionary()
 
 
 def _plan(model) -> _Plan | None:
-    """The model's plan, or None when the compiled step cannot run it (decided once per model)."""
-    if model in _plans:
-        return _plans[model]
+    """The model's plan, or None when the compiled step cannot run it (decided once per model,
+    again if its layers or final norm are replaced)."""
+    made = _plans.get(model)
+    if made is not None and made[0][0] is model.layers and made[0][1] is model.norm:
+        return made[1]
     plan = None
     layers = model.layers
     if model.dtype == torch.float32 and model.device.type == "cpu" and available() and layers \
@@ -243,7 +246,7 @@ def _plan(model) -> _Plan | None:
             and (_fn(cquant.load(), "tttr_qlinear_parts") is not None
                  or all(len(getattr(getattr(w, f), "parts", (0,))) == 1 for w in layers for f in _PRODUCTS)):
         plan = _Plan(model)
-    _plans[model] = plan
+    _plans[model] = ((model.layers, model.norm), plan)
     return plan
 
 

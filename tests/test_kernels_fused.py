@@ -175,3 +175,18 @@ def test_qwen3_q_k_norms_run_compiled_with_the_per_op_bits(tmp_path, counted):
     assert counted.ran == 3
     counted.off = True
     assert all(torch.equal(a, b) for a, b in zip(fused, _decode(model, [3, 8])))
+
+
+def test_replacing_a_models_layers_makes_a_new_plan(model, counted):
+    """The plan reads the layers it was made from: a model whose layers list (or final norm) is
+    replaced, as tests and tools do to swap weights, is planned again, not run with the old
+    weights; an unchanged model keeps its plan."""
+    first = cdecode._plan(model)
+    assert first is not None and cdecode._plan(model) is first
+    old = model.layers
+    try:
+        model.layers = list(old)
+        again = cdecode._plan(model)
+        assert again is not None and again is not first
+    finally:
+        model.layers = old
