@@ -1,6 +1,6 @@
 """What a loader hands the model: config, tensors with Hugging Face names, tokenizer. A GGUF
-file's Q4_1/Q8_0 weights stay as their stored blocks (see kernels.cquant), expanded to fp32
-only when asked (`dense`): a model whose products run from the blocks never holds them dense."""
+file's block-typed weights (ops.QUANT_FORMATS) stay as their stored blocks (see kernels.cquant),
+expanded to fp32 only when asked (`dense`): a model whose products run from the blocks never holds them dense."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class Checkpoint:
     tokenizer: Tokenizer
     name: str
     path: Path
-    # Hugging Face name -> (GGUF type name, raw rows [N, bytes] uint8) for Q4_1/Q8_0 weights,
+    # Hugging Face name -> (GGUF type name, raw rows [N, bytes] uint8) for block-typed weights,
     # rows permuted as the weight's are (llama's Q/K); a GGUF loader reads each when asked
     quantized: Mapping[str, tuple[str, np.ndarray]] = field(default_factory=dict)
 

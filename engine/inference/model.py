@@ -42,8 +42,8 @@ class Segment:
 class LayerWeights(NamedTuple):
     """One decoder layer's weights, d = d_model, hd = head_dim; the query, key and value
     projections are one product, and so are the gate and up projections. A product's weight
-    is an fp32 tensor or, for a GGUF file's Q4_1/Q8_0 weights, the blocks alone (ops.QuantWeight,
-    taken by ops.linear in its place)."""
+    is an fp32 tensor or, for a GGUF file's block-typed weights (Q4_1, Q8_0, K-quants, Q5_0),
+    the blocks alone (ops.QuantWeight, taken by ops.linear in its place)."""
 
     input_norm: torch.Tensor  # [d]
     qkv: torch.Tensor  # [(H + 2 KVH) * hd, d]
@@ -102,9 +102,9 @@ class Model:
         self.path: Path = checkpoint.path
         self.dtype = dtype
         self.device = torch.device("cpu")
-        # Weights the file stores as Q4_1/Q8_0 blocks stay blocks when the compiled kernel can
-        # run their products (ops.block_weight: the same values, a fifth of the bytes, and no
-        # fp32 copy); the rest, and all of them without the kernel, are dense.
+        # Weights the file stores in a block type (ops.QUANT_FORMATS) stay blocks when the
+        # compiled kernel can run their products (ops.block_weights: the same values, a fifth of
+        # the bytes, and no fp32 copy); the rest, and all of them without the kernel, are dense.
         blocks = checkpoint.quantized if dtype == torch.float32 else {}
         self.block_weights = 0  # products that run from blocks
 
