@@ -164,6 +164,12 @@ class TTTRApp(App):
         if isinstance(self.screen, TimelineScreen):
             self.screen.refresh_token_texts()
 
+    def forget_run(self, run_id: int) -> None:
+        """Drop what this app session keeps by run id (bookmarks, rebuilt prompts): a deleted
+        run's id can be given again to the next run the file stores."""
+        self.bookmarks.pop(run_id, None)
+        self._prompts.pop(run_id, None)
+
     # -- the prompts a run's model read, as text ------------------------------------------
     def prompt_of(self, run, step: int):
         """The prompt of `run` at `step` as rebuilt from the record (a Prompt), or a line

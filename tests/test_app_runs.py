@@ -117,10 +117,14 @@ def test_a_run_is_named_and_a_fork_deleted_with_confirmation(db):
         await pilot.press("y")
         assert isinstance(app.screen, RunsScreen)
         assert column(app, "run") == ["#1", "├─ #2 clock fork", "└─ #4", "#5"]
-        # Now the fork has no forks of its own: it goes too.
+        # Now the fork has no forks of its own: it goes too, and what the session kept by its
+        # id (bookmarks, rebuilt prompts) goes with it: the id may be given to a later run.
+        app.bookmarks[ids["fork"]] = {3}
+        app._prompts[ids["fork"]] = "kept"
         await cursor_to(app, pilot, ids["fork"])
         await pilot.press("delete", "y")
         assert column(app, "run") == ["#1", "└─ #4", "#5"]
+        assert ids["fork"] not in app.bookmarks and ids["fork"] not in app._prompts
 
     run_app(path, flow, load_tokenizer=False)
     # The .db file alone (copied without its -wal) holds the change: the writer checkpointed.

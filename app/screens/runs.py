@@ -325,4 +325,5 @@ class RunsScreen(Screen):
             return
         self.marked = [m for m in self.marked if m != run_id]
         if self._write(f"delete run #{run_id}", lambda store: store.delete_run(run_id)):
+            self.app.forget_run(run_id)
             self.notify(f"run #{run_id} deleted", markup=False)
