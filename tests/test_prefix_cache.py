@@ -4,6 +4,7 @@ sequence's prefix must produce the same tokens and logits digests as one prefill
 
 from __future__ import annotations
 
+import pytest
 
 from tttr.engine.inference.kv_cache import KVCache
 from tttr.engine.inference.prefix_cache import PrefixCache, common_prefix
@@ -103,3 +104,50 @@ def test_fast_sequences_never_reuse_a_prefix():
             assert cache.hits == 0 and len(cache) == 0
     finally:
         runtime.close()
+
+
+def test_an_inner_block_shares_the_outer_cache():
+    """A record or replay inside an experiment's `reusing_prefixes` (a bisect's trials) keeps
+    the experiment's cache rather than starting an empty one."""
+    runtime = Runtime(kernel_mode="invariant")
+    with runtime.reusing_prefixes() as outer:
+        with runtime.reusing_prefixes() as inner:
+            assert inner is outer
+        assert runtime._prefixes is outer  # the inner block left it in place
+    assert runtime._prefixes is None
+
+
+@pytest.mark.slow  # two recordings of a task with the default model
+def test_a_recording_reuses_each_steps_prefix_and_records_the_same_tokens_and_digests(tmp_path, monkeypatch):
+    """`tttr record` runs its agent inside `reusing_prefixes` (step k's prompt extends step
+    k-1's): the run's tokens and logits digests equal a recording without reuse, same seed."""
+    import contextlib
+
+    from tttr.engine.replay import runs
+    from tttr.sessions.store import Store
+
+    runtime = Runtime(kernel_mode="invariant")
+    kept = []
+    reusing = Runtime.reusing_prefixes
+
+    def counting(self):
+        with reusing(self) as cache:
+            kept.append(cache)
+            yield cache
+
+    def recorded(name: str) -> list:
+        with Store.open(tmp_path / f"{name}.db", create=True) as store:
+            run = runs.record(store, "rotate-logs", runtime=runtime, seed=7)
+            return [(e.site, e.value) for e in store.events(run.run_id) if e.kind in ("token", "logits")]
+
+    try:
+        monkeypatch.setattr(Runtime, "reusing_prefixes", contextlib.contextmanager(counting))
+        reused = recorded("reused")
+        assert len(kept) == 1 and kept[0].hits >= 1 and kept[0].reused_tokens > 100
+        monkeypatch.setattr(Runtime, "reusing_prefixes", lambda self: contextlib.nullcontext())
+        plain = recorded("plain")
+    finally:
+        runtime.close()
+    strip = [(site, {k: v for k, v in value.items() if k != "batch"}) for site, value in reused]
+    assert len(plain) > 20 and strip == [(site, {k: v for k, v in value.items() if k != "batch"})
+                                         for site, value in plain]

@@ -115,7 +115,8 @@ def record(
         executor_factory=_executor_factory(unsafe_no_sandbox), write=write,
         progress=progress, cancel=cancel, max_steps=limits.max_steps,
     )
-    _drive(oracle, task.instruction, limits)
+    with runtime.reusing_prefixes():  # step k's prompt is step k-1's and then some: prefilled once
+        _drive(oracle, task.instruction, limits)
     return RunResult(oracle.run_id, oracle.status, oracle.outcome, oracle.actions,
                      logits_computed=oracle.logits_computed, commands_run=oracle.commands_run)
 
@@ -250,7 +251,8 @@ def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation:
         executor_factory=_executor_factory(unsafe_no_sandbox), source=source, mutation=mutation,
         fork_seq=fork_seq, progress=progress, cancel=cancel, max_steps=limits.max_steps,
     )
-    _drive(oracle, task.instruction, limits)
+    with runtime.reusing_prefixes():  # each live step's prompt extends the one before it
+        _drive(oracle, task.instruction, limits)
     notes = []
     if oracle.logits_computed:
         note = kernels_note(run.fingerprint or {})

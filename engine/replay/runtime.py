@@ -80,9 +80,13 @@ class Runtime:
         """While inside, the engine starts each `invariant` sequence from the longest token
         prefix it has already computed (engine/inference/prefix_cache.py): an experiment's
         replays of one recording share long prefixes. Tokens and logits digests are the same
-        as without; the kept keys and values are dropped on the way out."""
+        as without; the kept keys and values are dropped on the way out. Inside an outer
+        `reusing_prefixes` (a bisect's trials, each a replay), the outer cache is shared."""
         from tttr.engine.inference.prefix_cache import PrefixCache
 
+        if self._prefixes is not None:
+            yield self._prefixes
+            return
         cache = PrefixCache()
         with self._lock:
             outer, self._prefixes = self._prefixes, cache
