@@ -58,6 +58,7 @@ def test_two_runs_side_by_side(snap_compare, store):
                 break
             await pilot.pause(0.02)
         await pilot.pause()
+        await pilot.pause()  # the footer shows enter/b/f enabled once the rows are there
 
     assert snap_compare(TTTRApp(store, load_tokenizer=False), terminal_size=SIZE, run_before=compare)
 

@@ -119,6 +119,7 @@ class CompareScreen(Screen):
         store = self.app.store  # the worker's store is closed: messages are read from the app's
         c.read_message = lambda run_id, step: read_message(store, run_id, step)
         self.comparison = c
+        self.refresh_bindings()  # the keys that need the rows (enter, b, f) are enabled now
         side = self.query_one(SideBySide)
         side.display = True
         side.show(c)
