@@ -140,6 +140,24 @@ def random_blocks(fmt: str, n: int, k: int, rng: np.random.Generator) -> np.ndar
     return raw.reshape(n, nb * nbytes)
 
 
+def gguf_tensor(name: str, t, arch: str, heads: int, kv_heads: int, layer_names: dict = _GGUF_LAYER):
+    """A Hugging Face tensor as llama.cpp's converter writes it: its GGUF name, and its fp32
+    values (q/k rows permuted for arch "llama")."""
+    from tttr.engine.inference.loader_gguf import permute_qk
+
+    a = t.numpy().astype(np.float32)
+    if name == "model.embed_tokens.weight":
+        return "token_embd.weight", a
+    if name == "model.norm.weight":
+        return "output_norm.weight", a
+    if name == "lm_head.weight":
+        return "output.weight", a
+    _, _, idx, rest = name.split(".", 3)
+    if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
+        a = permute_qk(a, heads if "q_proj" in rest else kv_heads)
+    return f"blk.{idx}.{layer_names[rest]}", a
+
+
 def write_gguf(path: Path, cfg: dict, weights: dict[str, torch.Tensor], arch: str | None = None,
                quant=None) -> Path:
     """`quant` ("Q4_1", "Q8_0", ...): store the 2-D weights quantized as llama.cpp would (the
@@ -148,8 +166,6 @@ def write_gguf(path: Path, cfg: dict, weights: dict[str, torch.Tensor], arch: st
     (random_blocks: the file's weights are then those blocks' values). `quant` may also be a
     function of the GGUF tensor name giving its type (a file of mixed types)."""
     import gguf
-
-    from tttr.engine.inference.loader_gguf import permute_qk
 
     arch = arch or cfg["model_type"]
     tokens = vocab_tokens()
@@ -175,18 +191,7 @@ def write_gguf(path: Path, cfg: dict, weights: dict[str, torch.Tensor], arch: st
     w.add_chat_template(TEMPLATE)
     h, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     for name, t in weights.items():
-        a = t.numpy().astype(np.float32)
-        if name == "model.embed_tokens.weight":
-            gname = "token_embd.weight"
-        elif name == "model.norm.weight":
-            gname = "output_norm.weight"
-        elif name == "lm_head.weight":
-            gname = "output.weight"
-        else:
-            _, _, idx, rest = name.split(".", 3)
-            gname = f"blk.{idx}.{_GGUF_LAYER[rest]}"
-            if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
-                a = permute_qk(a, h if "q_proj" in rest else kv)
+        gname, a = gguf_tensor(name, t, arch, h, kv)
         if quant and a.ndim == 2:
             fmt = "Q8_0" if gname == "token_embd.weight" else quant(gname) if callable(quant) else quant
             qtype = gguf.GGMLQuantizationType[fmt]

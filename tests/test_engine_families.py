@@ -19,10 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from tests.engine_tiny import _GGUF_LAYER, MERGES, byte_alphabet, tiny_weights
+from tests.engine_tiny import _GGUF_LAYER, MERGES, byte_alphabet, gguf_tensor, tiny_weights
 from tttr.engine.errors import EngineError
 from tttr.engine.inference.loader import load_checkpoint
-from tttr.engine.inference.loader_gguf import permute_qk
 from tttr.engine.inference.model import Segment, load_model
 from tttr.engine.inference.sampler import SamplingParams
 from tttr.engine.inference.scheduler import Engine
@@ -389,18 +388,7 @@ def write_family(path: Path, fam: Family, weights: dict[str, torch.Tensor], *, r
     if fam.rope and rope_freqs:
         w.add_tensor("rope_freqs.weight", llama3_rope_freqs(fam))
     for name, t in weights.items():
-        a = t.numpy().astype(np.float32)
-        if name == "model.embed_tokens.weight":
-            gname = "token_embd.weight"
-        elif name == "model.norm.weight":
-            gname = "output_norm.weight"
-        elif name == "lm_head.weight":
-            gname = "output.weight"
-        else:
-            _, _, idx, rest = name.split(".", 3)
-            gname = f"blk.{idx}.{_NAMES[rest]}"
-            if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
-                a = permute_qk(a, 4 if "q_proj" in rest else 2)
+        gname, a = gguf_tensor(name, t, arch, 4, 2, _NAMES)
         if quant and a.ndim == 2:
             qtype = gguf.GGMLQuantizationType[quant]
             w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(a), qtype), raw_dtype=qtype)
