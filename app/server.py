@@ -138,7 +138,7 @@ class Server:
             return JSONResponse({"status": "ok", "mode": "proxy", "upstream": self.upstream.shown})
         s = self.service
         status = "ok" if s.ready else ("error" if s.load_error else "loading")
-        body = {"status": status, "model": s.model_id, "kernel_mode": s.kernel_mode}
+        body = {"status": status, "model": s.model_id, "kernel_mode": s.kernel_mode, "prefix_cache": s.prefix_stats()}
         if s.load_error:
             body["error"] = s.load_error
         return JSONResponse(body, status_code=200 if s.ready else 503)

@@ -6,7 +6,9 @@ the engine with the eight at once, each server with eight concurrent streaming c
 the first server with one client at a time (the answers alone). The clients are threads of
 this process, so their JSON parsing does not take the servers' CPU; the engine runs here
 only while the servers are idle. Figures are the best round of each; the answers under load
-are compared with the same requests alone, token by token (text and logprob)."""
+are compared with the same requests alone, token by token (text and logprob). Last, a
+four-turn conversation on the bench's own engine, with and without prefix reuse
+(bench_conversation.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from tttr.engine.serve import bench_conversation as conversation
 
 try:  # the HTTP client the `openai` package is built on
     import httpx2 as httpx
@@ -193,6 +197,9 @@ def run_bench(*, model_path: Path, tokens: int = 48, rounds: int = 3,
                     compared += len(under)
                 progress(f"round {r}/{rounds}: HTTP 1 client {one:.1f} tok/s, 8 clients {figures['http_8']:.1f} "
                          f"(--db {figures['http_8_db']:.1f}), engine 8 {engine:.1f} tok/s")
+            progress(f"a {len(conversation.QUESTIONS)}-turn conversation with and without prefix reuse, "
+                     f"{rounds} rounds…")
+            reuse = conversation.measure(service, rounds=rounds)
             service.close()
         finally:
             plain.stop()
@@ -205,6 +212,9 @@ def run_bench(*, model_path: Path, tokens: int = 48, rounds: int = 3,
         "identical_under_load_fraction": round(same / compared, 4),
         "ttft_ms_p50": round(statistics.median(ttfts) * 1000, 1),
         "record_overhead": round(best["http_8"] / best["http_8_db"] - 1, 4),
+        "prefix_reuse_with_s": reuse["with_s"], "prefix_reuse_without_s": reuse["without_s"],
+        "prefix_reuse_speedup": reuse["speedup"], "prefix_reuse_identical": reuse["identical"],
+        "prefix_reuse_prompt_tokens": reuse["prompt_tokens"],
     }
 
 
@@ -216,4 +226,8 @@ def format_report(r: dict) -> str:
         f"server_over_engine_8 {r['server_over_engine_8']:.3f} (target >= 0.9); identical_under_load_fraction "
         f"{r['identical_under_load_fraction']:.4f} (target 1.0); ttft_ms_p50 {r['ttft_ms_p50']:.1f} ms at "
         f"{r['clients']} clients; record_overhead {r['record_overhead'] * 100:+.1f}% (target <= 5%)",
+        f"prefix reuse ({len(r['prefix_reuse_prompt_tokens'])}-turn conversation, prompts "
+        f"{'/'.join(map(str, r['prefix_reuse_prompt_tokens']))} tokens): {r['prefix_reuse_with_s']:.2f} s with, "
+        f"{r['prefix_reuse_without_s']:.2f} s without ({r['prefix_reuse_speedup']:.2f}x); same tokens and logits "
+        f"digests: {str(r['prefix_reuse_identical']).lower()}",
     ])

@@ -9,10 +9,18 @@ logprobs alone or under load. Each call's sampling draws come from (seed, step 0
 
 A call can be cancelled (a client that went away): `Engine.cancel` removes a sequence still
 waiting for admission (it is never prefilled) and drops a running one before the next step;
-its token callback also raises from then on, so no token reaches the client after it."""
+its token callback also raises from then on, so no token reaches the client after it.
+
+Under the `invariant` kernels the engine keeps the keys and values of finished calls in a
+`PrefixCache` (engine/inference/prefix_cache.py, least recently used out first, at most
+`TTTR_PREFIX_CACHE_MB` MiB, default 256; 0 turns it off): a chat turn whose prompt extends an
+earlier call's prompt (the conversation so far) prefills only what is new. Its tokens and
+logprobs (and logits digests) are those without the cache; only the `batch` a position
+records changes. The `fast` kernels are not prefix-invariant, so they never reuse."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 import time
@@ -28,6 +36,22 @@ from tttr.engine.serve.tools import call_format, supports_tools
 from tttr.kernels.mode import check_mode
 
 TOP_LOGPROBS = 20  # the engine keeps this many alternatives per position (OpenAI's maximum)
+PREFIX_CACHE_ENV = "TTTR_PREFIX_CACHE_MB"
+PREFIX_CACHE_MB = 256  # the default bound; at ~46 KB a position (the default model) ~5,700 positions
+
+
+def prefix_cache_size(value: str | int | None = None) -> int:
+    """The prefix cache's bound in MiB: `value`, else $TTTR_PREFIX_CACHE_MB, else the default
+    (0: no reuse). EngineError (one line) for anything but a whole number >= 0."""
+    source = "prefix_cache_mb"
+    if value is None:
+        value = os.environ.get(PREFIX_CACHE_ENV, "").strip() or PREFIX_CACHE_MB
+        source = PREFIX_CACHE_ENV
+    text = str(value).strip()
+    if type(value) is bool or not text.isdigit():
+        raise EngineError(f"{source} is {str(value)[:40]!r}: give the prefix cache's size in MiB, a whole "
+                          f"number >= 0 (0 turns prefix reuse off; default {PREFIX_CACHE_MB})")
+    return int(text)
 
 
 class Cancelled(Exception):
@@ -68,11 +92,14 @@ class Call:
 
 
 class Service:
-    def __init__(self, model: str | None = None, *, kernel_mode: str = "invariant"):
+    def __init__(self, model: str | None = None, *, kernel_mode: str = "invariant",
+                 prefix_cache_mb: int | None = None):
         from tttr.engine.inference.loader import resolve_model_path
 
         self.path = resolve_model_path(model)
         self.kernel_mode = check_mode(kernel_mode)
+        # `fast` kernels are not prefix-invariant: a reused prefix would change the answers
+        self.prefix_cache_mb = prefix_cache_size(prefix_cache_mb) if self.kernel_mode == "invariant" else 0
         self.model_id = compute_model_id(self.path, self.path.stem)
         self.created = int(time.time())
         self.model = None
@@ -91,6 +118,10 @@ class Service:
 
             self.model = load_model(self.path)
             self.engine = Engine(self.model, kernel_mode=self.kernel_mode, topk=TOP_LOGPROBS)
+            if self.prefix_cache_mb > 0:
+                from tttr.engine.inference.prefix_cache import PrefixCache
+
+                self.engine.prefixes = PrefixCache(max_bytes=self.prefix_cache_mb << 20)
             self.fingerprint = {**fingerprint(), "model_path": str(self.path)}
             self._warm_up()
             self._ready.set()
@@ -105,6 +136,15 @@ class Service:
 
         tok = self.model.tokenizer
         self.engine.generate([Sequence(tok.encode("Hello") or [0], max_tokens=1)])
+
+    def prefix_stats(self) -> dict:
+        """The prefix cache as /health shows it: its bound, what it holds, what it saved."""
+        cache = self.engine.prefixes if self.engine is not None else None
+        if cache is None:
+            why = "fast kernels" if self.kernel_mode != "invariant" else f"{PREFIX_CACHE_ENV}=0"
+            return {"enabled": False, "why": why}
+        return {"enabled": True, "max_mb": self.prefix_cache_mb, "entries": len(cache),
+                "mb": round(cache.bytes / (1 << 20), 1), "hits": cache.hits, "reused_tokens": cache.reused_tokens}
 
     @property
     def ready(self) -> bool:
