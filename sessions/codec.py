@@ -109,6 +109,20 @@ def decode(stored: str | bytes, seed: int | None, step: int, pos: int | None) ->
     raise ValueError(f"unknown value record format {tag}; this database needs a newer tttr")
 
 
+def peek(stored: Any) -> tuple[str, Any] | None:
+    """("token", id) or ("logits", digest hex) read straight from a binary record's bytes,
+    without decoding or checking the rest: for readers that compare long runs quickly (a
+    token's id is the uint32 at byte 2; a logits record's digest follows its length at byte
+    2). None for anything else (JSON, another tag, a record too short to hold the field)."""
+    if type(stored) is not bytes or len(stored) < 4:
+        return None
+    if stored[0] == TOKEN_TAG and len(stored) >= 10:  # tag, flags, uint32 id, float32 logprob
+        return "token", int.from_bytes(stored[2:6], "little")
+    if stored[0] == LOGITS_TAG and len(stored) > 3 + stored[2]:
+        return "logits", stored[3:3 + stored[2]].hex()
+    return None
+
+
 def _encode_token(v: dict, seed: int | None, step: int, pos: int | None) -> bytes | None:
     if tuple(v) != TOKEN_KEYS:
         return None

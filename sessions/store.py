@@ -19,18 +19,33 @@ import threading
 import zlib
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, NamedTuple
 
 from . import blobs, codec, liveness, opening, safe_text, schema, values
 from .records import Event, Run
 from .vocabulary import LAYERS, canonical_site, site_parts
 from .errors import StoreError
 
-__all__ = ["Store", "StoreError", "Run", "Event", "LAYERS", "STATUSES"]
+__all__ = ["Store", "StoreError", "Run", "Event", "RawEvent", "LAYERS", "STATUSES"]
 
 STATUSES = ("recording", "complete", "incomplete", "failed")
 NAME_CHARS = 80  # a run's name: one line a person reads in the runs list
 _KIND = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
+
+
+class RawEvent(NamedTuple):
+    """One event row as stored (see `Store.raw_events`): the run that stores it, its kind's
+    name, and its columns unchecked (a hand-edited file may hold any type in any of them)."""
+
+    source: int
+    kind: str
+    step: Any
+    pos: Any
+    site: Any  # the stored site text, or None when it is the one built from step/kind/pos
+    value: Any  # the stored record: bytes (binary token/logits) or JSON text
+    row: tuple
+
+
 _END = 1 << 32  # seqs of a run are below this: events.id = run << 32 | seq
 _MASK = _END - 1
 _RUN_COLUMNS = (
@@ -471,6 +486,45 @@ class Store:
             if end <= 0:
                 break
         return segments[::-1]
+
+    @_guarded
+    def sources(self, run_id: int) -> list[int]:
+        """The runs whose stored events make up `run_id`, oldest ancestor first, `run_id`
+        last: a fork reads its parent's events up to its fork seq."""
+        return [source for source, _, _ in self._segments(run_id)]
+
+    def raw_events(self, run_id: int, batch: int = 2_000) -> Iterator[list[RawEvent]]:
+        """The run's events as the file holds them, `batch` rows at a time, in seq order (a
+        fork's shared prefix included), neither decoded nor checked: for readers that must
+        stay quick on long runs and decode only what they need (`decode_raw`). Each batch is
+        read under the store's lock; between batches other threads may use the store."""
+        for source, first, end in self._guarded_segments(run_id):
+            cursor = self._scan_cursor(source, first, end)
+            while rows := self._scan_batch(cursor, source, batch):
+                yield rows
+
+    @_guarded
+    def _guarded_segments(self, run_id: int) -> list[tuple[int, int, int]]:
+        return self._segments(run_id)
+
+    @_guarded
+    def _scan_cursor(self, source: int, first: int, end: int) -> sqlite3.Cursor:
+        base = source << 32
+        return self._conn.execute(
+            "SELECT id, step, kind, pos, site, value FROM events WHERE id >= ? AND id < ? ORDER BY id",
+            (base + first, base + end))
+
+    @_guarded
+    def _scan_batch(self, cursor: sqlite3.Cursor, source: int, batch: int) -> list[RawEvent]:
+        kinds = self._kinds
+        return [RawEvent(source, kinds.get(r[2], ("?", "?"))[1], r[1], r[3], r[4], r[5], r)
+                for r in cursor.fetchmany(batch)]
+
+    @_guarded
+    def decode_raw(self, run_id: int, raw: RawEvent) -> Event:
+        """The Event that `events()` gives for a row `raw_events` read: decoded and checked,
+        what is wrong with it as its `problem`."""
+        return self._event(run_id, raw.source, raw.row)
 
     # ------------------------------------------------------------------ events
     def _kind_codes(self, layer: str | None, kind: str | None) -> list[int]:

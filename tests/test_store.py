@@ -202,6 +202,27 @@ def test_fork_reads_parent_prefix_then_its_own_events_without_copying(db):
     assert db.events(replay) == [] and db.count_events(replay) == 0
 
 
+def test_raw_events_read_a_fork_as_events_does_and_peek_reads_ids_and_digests(db):
+    from tttr.sessions import codec
+
+    parent = record(db, steps=3)
+    fork_at = db.event_at(parent, "1:token:2").seq
+    child = db.begin_run(parent=parent, fork_site="1:token:2", mutation={"site": "1:token:2", "value": "x"}, seed=SEED)
+    db.append(child, 1, "token", "token", "1:token:2", token(1, 2, tid=777))
+    db.commit_step(child)
+    assert db.sources(child) == [parent, child] and db.sources(parent) == [parent]
+    raw = [r for rows in db.raw_events(child, batch=3) for r in rows]  # several batches, across the fork
+    assert [db.decode_raw(child, r) for r in raw] == db.events(child)
+    assert [r.source for r in raw] == [parent] * fork_at + [child]
+    peeked = [(r.kind, codec.peek(r.value)) for r in raw if r.kind in ("token", "logits")]
+    events = {e.site: e.value for e in db.events(child)}
+    for (kind, got), r in zip(peeked, [r for r in raw if r.kind in ("token", "logits")]):
+        want = events[f"{r.step}:{kind}:{r.pos}"]
+        assert got == (kind, want["id"] if kind == "token" else want["digest"])
+    assert peeked[-1] == ("token", ("token", 777))
+    assert codec.peek('{"id": 1}') is None and codec.peek(b"\x01") is None and codec.peek(b"\x09abcdefghij") is None
+
+
 def test_fork_arguments_are_checked(db):
     parent = record(db, steps=1)
     with pytest.raises(StoreError, match="outside run"):

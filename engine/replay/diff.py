@@ -250,15 +250,16 @@ def scan_runs(store, run_a: int, run_b: int, *, progress=None, cancelled=None) -
     events: dict[str, list] = {}  # side -> the decoded events (all but binary tokens and logits), in order
     for side, run_id in (("a", run_a), ("b", run_b)):
         decoded = events[side] = []
-        for rows in _raw_rows(store, run_id):
+        for rows in store.raw_events(run_id, SCAN_BATCH):
             if cancelled is not None and cancelled():
                 raise ScanCancelled()
-            for source, row, kind in rows:
-                quick = _quick_value(kind, row)
+            for raw in rows:
+                quick = _quick_value(raw)
                 if quick is not None:
                     site, value = quick
+                    kind = raw.kind
                 else:
-                    e = store._event(run_id, source, row)
+                    e = store.decode_raw(run_id, raw)
                     if e.problem:
                         where = "" if e.origin == run_id else f" (recorded by run {e.origin})"
                         raise StoreError(f"run {run_id}, site {visible(e.site, newlines=False)}{where}: "
@@ -289,48 +290,24 @@ def _check_readable(store, run_id: int) -> None:
     run = store.run(run_id)
     if run.problem:
         raise StoreError(f"run {run_id}: {visible(run.problem, newlines=False)}")
-    for ancestor in (a for a, _, _ in store._segments(run_id) if a != run_id):
+    for ancestor in (a for a in store.sources(run_id) if a != run_id):
         problem = store.run(ancestor).problem
         if problem:
             raise StoreError(f"run {run_id} shares the events of run {ancestor}, which cannot be read: "
                              f"{visible(problem, newlines=False)}")
 
 
-def _raw_rows(store, run_id: int):
-    """The run's event rows as the store holds them, a batch at a time:
-    [(source run, row, kind name)], in seq order, a fork's shared prefix included. Read
-    through the store's own segments and kinds, a batch under its lock (its `events()`
-    decodes and checks every value, which is what this path avoids)."""
-    for source, first, end in store._segments(run_id):
-        base = source << 32
-        with store._lock:
-            cursor = store._conn.execute(
-                "SELECT id, step, kind, pos, site, value FROM events WHERE id >= ? AND id < ? ORDER BY id",
-                (base + first, base + end))
-        while True:
-            with store._lock:
-                rows = cursor.fetchmany(SCAN_BATCH)
-                kinds = store._kinds
-            if not rows:
-                break
-            yield [(source, r, kinds.get(r[2], ("?", "?"))[1]) for r in rows]
+def _quick_value(raw) -> tuple[str, Any] | None:
+    """(site, compared value) of a token or logits binary record in its usual form, read
+    from its bytes (`codec.peek`); None for any other row, which the caller decodes and
+    checks: the setup step, a stored site, a damaged column take the store's own path."""
+    from tttr.sessions import codec
 
-
-_TOKEN_MIN = 10  # tag, flags, uint32 id, float32 logprob
-_LOGITS_MIN = 4  # tag, flags, digest length, (digest), top-k count
-
-
-def _quick_value(kind: str, row: tuple) -> tuple[str, Any] | None:
-    """(site, compared value) of a token or logits binary record in its usual form,
-    read from its bytes (codec's layout: a token's id is the uint32 at byte 2, a logits
-    record's digest the bytes after its length at byte 2); None for any other row, which
-    the caller decodes and checks."""
-    _, step, _, pos, verbatim, stored = row
-    if type(stored) is not bytes or verbatim is not None or type(step) is not int or type(pos) is not int \
-            or not (0 <= step < 2**31 and 0 <= pos <= 2**32):
-        return None  # the setup step, a stored site, a damaged column: the store's own path
-    if kind == "token" and len(stored) >= _TOKEN_MIN and stored[0] == 1:
-        return f"{step}:token:{pos}", int.from_bytes(stored[2:6], "little")
-    if kind == "logits" and len(stored) >= _LOGITS_MIN and stored[0] == 2 and len(stored) > 3 + stored[2]:
-        return f"{step}:logits:{pos}", stored[3:3 + stored[2]].hex()
-    return None
+    step, pos = raw.step, raw.pos
+    if raw.site is not None or type(step) is not int or type(pos) is not int \
+            or not (0 <= step < 2**31 and 0 <= pos <= 2**32) or raw.kind not in ("token", "logits"):
+        return None
+    peeked = codec.peek(raw.value)
+    if peeked is None or peeked[0] != raw.kind:
+        return None
+    return f"{step}:{raw.kind}:{pos}", peeked[1]
