@@ -178,6 +178,7 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
 def _record(recorder, service, executor, host, program, argv, name, tree_dir, clock, seed, check, sock_dir,
             say) -> ProgramResult:
     from tttr.app.server import create_app
+    from tttr.engine.serve.sdk_tree import SDKTree
     from tttr.recorders.clock import iso
     from tttr.recorders.shell import ShellState
     from tttr.recorders.snapshot import snapshot, tree_digest
@@ -185,13 +186,14 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
     store = recorder.store
     app = create_app(service, recorder)
     server = app.state.server
+    server.sdk_tree = SDKTree(tree_dir, store)  # SDK tool events carry the tree's digests and snapshot
     endpoint = None
     run_id = None
     try:
         run_id = store.begin_run(
             task=name, model_id=service.model_id, kernel_mode=service.kernel_mode, seed=seed,
             meta={"source": "tttr record", "program": list(argv), "tree": str(tree_dir), "clock": iso(clock),
-                  "sandboxed": executor.sandboxed},
+                  "sandboxed": executor.sandboxed, **({"check": check} if check is not None else {})},
         )
         recorder.adopt(name, run_id)
         watch = Stopwatch()  # the recording's own time, without the model's load (extra)

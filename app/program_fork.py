@@ -36,52 +36,121 @@ from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, Site, SiteError, si
 SITES = "an SDK tool (STEP:tool), a clock read (STEP:clock, or setup:clock) or a model call's token (STEP:token:POS)"
 
 
-@dataclass(slots=True)
-class ForkPlan:
-    """A checked fork: the site, the parsed value, and (for a token) the call's settings."""
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One new value at one site of a program run: a fork's, or one of an experiment's."""
 
-    run_id: int
     site: Site
     value: object  # tool: dict of replaced fields; token: int token id; clock: the new ISO time
-    text: str
-    fork_seq: int
-    model: str | None = None
-    forced: dict | None = None  # token fork: {position: token id}
-    settings: dict | None = None  # token fork: prompt ids, seed, max_tokens
-    shared: frozenset = frozenset()  # the site's step's events before it: the parent's, shared
-    shift: timedelta = timedelta(0)  # clock fork: how far the new value moves the run's clock
-    # From the app's worker: progress(done, total, text) after each step, and an Event that,
-    # once set, refuses the program's next model calls so that it ends early.
-    progress: object = None
-    cancel: object = None
+    text: str  # as given (a fork's --set), or what the value is (an experiment's delta)
+    forced: dict | None = None  # token: {position: token id}
+    settings: dict | None = None  # token: prompt ids, seed, max_tokens
+    shift: timedelta = timedelta(0)  # clock: how far the new value moves the read (or the run's start)
+    # An experiment's change applies where its request comes again after a divergence, too:
+    # a tool's (function, args, kwargs or cmd, cwd, timeout_s), a model call's request body.
+    request: dict | None = None
 
     @property
     def at_setup(self) -> bool:
         return self.site.step == SETUP_STEP
 
+    @property
+    def key(self) -> tuple[int, str]:
+        return self.site.step, self.site.name
+
+
+@dataclass(slots=True)
+class ForkPlan:
+    """A checked fork: its changes (one for `tttr fork`; several for an experiment's replay,
+    app/program_triage.py), and how the child run is written.
+
+    `strict` (a user's fork): a clock read's new value moves every later read by as much.
+    Not strict (an experiment, each differing read a change of its own): a change replaces
+    its own value only, and applies where its step comes as recorded or, after the
+    divergence, where its request (`Change.request`) comes again."""
+
+    run_id: int
+    changes: tuple[Change, ...]
+    fork_seq: int  # the first change's seq in the parent: the events before it are shared
+    model: str | None = None
+    shared: frozenset = frozenset()  # the first change's step's events before it: the parent's, shared
+    strict: bool = True
+    seed: int | None = None  # another seed for the run (its sandbox's randomness): written from the start
+    check: str | None = None  # the recorded --check, run on the end tree
+    meta: dict | None = None  # the child run's meta
+    mutation: dict | None = None  # the child run's mutation column (default: the one change's)
+    # From the app's worker: progress(done, total, text) after each step, and an Event that,
+    # once set, refuses the program's next model calls so that it ends early.
+    progress: object = None
+    cancel: object = None
+
+    def __post_init__(self) -> None:
+        keys = [c.key for c in self.changes]
+        if len(set(keys)) != len(keys):
+            raise ProgramRunError("two changes of one site: give one value per site")
+
+    # The one change of a user's fork (the first of an experiment's).
+    @property
+    def first(self) -> Change | None:
+        return self.changes[0] if self.changes else None
+
+    @property
+    def site(self) -> Site | None:
+        return self.first.site if self.first else None
+
+    @property
+    def value(self):
+        return self.first.value if self.first else None
+
+    @property
+    def text(self) -> str:
+        return self.first.text if self.first else ""
+
+    @property
+    def setup_change(self) -> Change | None:
+        return next((c for c in self.changes if c.at_setup), None)
+
+    @property
+    def at_setup(self) -> bool:
+        """Written from the start (nothing shared): the setup clock changes, or the seed."""
+        return self.setup_change is not None or self.seed is not None or not self.changes
+
+    def run_seed(self, recorded: int | None) -> int | None:
+        return recorded if self.seed is None else self.seed
+
     def columns(self) -> dict:
-        return {"fork_seq": self.fork_seq, "fork_site": str(self.site),
-                "mutation": {"site": str(self.site), "value": self.value, "input": self.text}}
+        fork_site = None if self.at_setup and self.setup_change is None else str(self.site)
+        mutation = self.mutation or ({"site": str(self.site), "value": self.value, "input": self.text}
+                                     if self.changes else None)
+        out = {"fork_seq": self.fork_seq, "fork_site": fork_site, "mutation": mutation}
+        meta = {**(self.meta or {}), **({"check": self.check} if self.check else {})}
+        return out | ({"meta": meta} if meta else {})
 
     def start_clock(self, recorded: datetime) -> datetime:
-        """The virtual clock the program starts at: moved by a fork of the setup clock."""
-        return recorded + self.shift if self.at_setup else recorded
+        """The virtual clock the program starts at: moved by a change of the setup clock."""
+        change = self.setup_change
+        return recorded + change.shift if change is not None else recorded
 
-    def adopt(self, recorder, child: int, setup: dict) -> None:
-        """Make run `child` the fork's: the parent's events before the site are shared; a
-        fork of the setup clock shares nothing and starts with the setup at the new time."""
+    def adopt(self, recorder, child: int, setup: dict, setup_clock: dict | None = None) -> None:
+        """Make run `child` the fork's: the parent's events before the first change are
+        shared; a run written from the start shares nothing and begins with the setup (at
+        the new time, if the setup clock changed)."""
         if self.at_setup:
+            change = self.setup_change
+            clock = {"t": change.value} if change is not None else setup_clock
             recorder.adopt(recorder.default_run, child)
-            recorder.store.append(child, SETUP_STEP, KIND_LAYER["clock"], "clock", site(SETUP_STEP, "clock"),
-                                  {"t": self.value})
+            if clock is not None:
+                recorder.store.append(child, SETUP_STEP, KIND_LAYER["clock"], "clock", site(SETUP_STEP, "clock"),
+                                      clock)
+            new_setup = {**setup, "clock": change.value} if change is not None else setup
             recorder.store.append(child, SETUP_STEP, KIND_LAYER["setup"], "setup", site(SETUP_STEP, "setup"),
-                                  {**setup, "clock": self.value})
+                                  new_setup)
             recorder.store.commit_step(child)
             return
         recorder.adopt(recorder.default_run, child, first_step=self.site.step)
         recorder.shared.update(self.shared)
 
-    def replayer(self, rec, recorder, name: str) -> ForkReplayer:
+    def replayer(self, rec, recorder, name: str) -> "ForkReplayer":
         return ForkReplayer(rec, recorder, name, self)
 
 
@@ -131,7 +200,8 @@ def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, m
             value = _sdk_value(value_text, recorded)
         except ValueError as exc:
             raise ProgramRunError(str(exc)) from None
-        return ForkPlan(run_id, at, value, value_text, source.seq_of(str(at)), shared=_shared(source, at))
+        return ForkPlan(run_id, (Change(at, value, value_text),), source.seq_of(str(at)), shared=_shared(source, at),
+                        check=recorded_check(store, rec.run))
     if at.name == "token":
         if step is None or step.kind != "call":
             raise ProgramRunError(f"site {at} is not a model call's token in run {run_id}: "
@@ -159,7 +229,8 @@ def _check_clock(rec, source, at: Site, step, value_text: str) -> ForkPlan:
     except (MutationError, TypeError, ValueError) as exc:
         raise ProgramRunError(f"run {rec.run.id}, site {at}: {exc}") from None
     shift = new.replace(microsecond=0) - _utc(old)
-    return ForkPlan(rec.run.id, at, (old + shift).isoformat(), value_text, fork_seq, shared=shared, shift=shift)
+    return ForkPlan(rec.run.id, (Change(at, (old + shift).isoformat(), value_text, shift=shift),), fork_seq,
+                    shared=shared, check=recorded_check(source.store, rec.run))
 
 
 def _utc(t: datetime) -> datetime:
@@ -186,8 +257,8 @@ def _check_token(store, source, at: Site, value_text: str, model: str | None, ru
     forced = {p: t["id"] for p, t in enumerate(before)}
     forced[at.pos] = mutation.value
     settings = {"ids": list(prompt["ids"]), "seed": seed, "max_tokens": max_tokens}
-    return ForkPlan(run.id, at, mutation.value, value_text, source.seq_of(str(at)), model, forced, settings,
-                    _shared(source, at))
+    return ForkPlan(run.id, (Change(at, mutation.value, value_text, forced, settings),), source.seq_of(str(at)), model,
+                    _shared(source, at), check=recorded_check(store, run))
 
 
 def _shared(source, at: Site) -> frozenset:
@@ -196,15 +267,20 @@ def _shared(source, at: Site) -> frozenset:
 
 
 class ForkReplayer(Replayer):
-    """A replay that takes the new value at the fork site and runs live after the divergence."""
+    """A replay that takes the plan's new values at their sites and runs live after the divergence."""
 
     def __init__(self, rec, recorder, name: str, plan: ForkPlan):
         from tttr.app.program import running_clock
 
         super().__init__(rec, recorder, name, plan.model)
         self.plan = plan
+        self.pending = {c.key: c for c in plan.changes if not c.at_setup}
+        self.applied: list[str] = [str(c.site) for c in plan.changes if c.at_setup]
         self.forked = plan.at_setup  # the setup comes before every request
-        if plan.site.name == "token":  # the site's call needs the model: it loads while the program starts
+        self.moved = timedelta(0)  # a strict fork's clock change moves the later reads by as much
+        if plan.strict and plan.setup_change is not None:
+            self.moved = plan.setup_change.shift
+        if any(c.site.name == "token" for c in plan.changes):  # the model is needed: it loads while the program starts
             self.live.start_loading()
         start = datetime.fromisoformat(rec.setup.get("clock") or rec.run.meta["clock"]).replace(tzinfo=None)
         self._live_clock = running_clock(start)  # as the server's, for live reads after the site
@@ -212,46 +288,66 @@ class ForkReplayer(Replayer):
     def _copy(self, step: _Step) -> None:
         if self.forked or self.divergence is not None:
             super()._copy(step)
-        else:  # before the site: the parent's events are the child's, shared, not written again
+        else:  # before the first change: the parent's events are the child's, shared, not written again
             self.cursor += 1
             self.answered += 1
 
-    # -- the fork site ---------------------------------------------------------------------
-    def _at_site(self, step: _Step, kind: str) -> bool:
-        return not self.forked and step.step == self.plan.site.step and self.plan.site.name == kind
+    # -- the changes -----------------------------------------------------------------------
+    def _change_at(self, step: _Step, kind: str) -> Change | None:
+        return self.pending.get((step.step, kind))
+
+    def _take_change(self, change: Change) -> None:
+        self.pending.pop(change.key, None)
+        self.applied.append(str(change.site))
+        self.forked = True
+
+    def _change_for(self, kind: str, request: dict) -> Change | None:
+        """After the divergence: an experiment's change whose request comes again."""
+        if self.plan.strict:
+            return None
+        for change in self.pending.values():
+            if change.site.name == kind and change.request is not None and _same_request(kind, change.request, request):
+                return change
+        return None
 
     def _answer_call(self, name, endpoint: str, body: dict, step: _Step, prompt: dict):
-        if not self._at_site(step, "token"):
+        change = self._change_at(step, "token")
+        if change is None:
             return super()._answer_call(name, endpoint, body, step, prompt)
-        self.forked = True
+        self._take_change(change)
         self.cursor += 1
         self.calls += 1
-        return self.live.generate(name, endpoint, body, forced=self.plan.forced, settings=self.plan.settings)
+        return self.live.generate(name, endpoint, body, forced=change.forced, settings=change.settings)
+
+    def _live_call(self, name, endpoint: str, body: dict):
+        change = self._change_for("token", body)
+        if change is None:
+            return super()._live_call(name, endpoint, body)
+        self._take_change(change)
+        return self.live.generate(name, endpoint, body, forced=change.forced, settings=change.settings)
 
     def _answer_sdk(self, step: _Step, recorded: dict, value: dict) -> dict:
-        if not self._at_site(step, "tool"):
+        change = self._change_at(step, "tool")
+        if change is None:
             return super()._answer_sdk(step, recorded, value)
-        self.forked = True
-        new = {**recorded, **self.plan.value}
-        if "function" in recorded:
-            if "result" in self.plan.value and "error" not in self.plan.value:
-                new.pop("error", None)
-            if "error" in self.plan.value and "result" not in self.plan.value:
-                new.pop("result", None)
+        self._take_change(change)
+        new = _new_tool(recorded, change.value)
         events = [(e.kind, site_parts(e.site)[2], new if e.kind == "tool" else e.value) for e in step.events]
         self.recorder.record_copy(self.name, events)
         self.cursor += 1
-        if "function" in value:
-            return {"error": new["error"]} if new.get("error") else {"result": new.get("result")}
-        return {k: new.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}
+        return _tool_answer(value, new)
 
     def _answer_clock(self, step: _Step, recorded: dict) -> dict:
-        if not self.forked and not self._at_site(step, "clock"):
+        change = self._change_at(step, "clock")
+        if change is None and not self.forked:
             return super()._answer_clock(step, recorded)
-        if self._at_site(step, "clock"):
-            self.forked, t = True, self.plan.value
-        else:  # after the site: the recorded read, moved as the fork moved the clock
-            t = (datetime.fromisoformat(recorded["t"]) + self.plan.shift).isoformat()
+        if change is not None:
+            self._take_change(change)
+            t = change.value
+            if self.plan.strict:
+                self.moved = change.shift
+        else:  # after a change: the recorded read, moved as a strict fork moved the clock
+            t = (datetime.fromisoformat(recorded["t"]) + self.moved).isoformat() if self.moved else recorded["t"]
             self.answered += 1
         self.recorder.record_copy(self.name, [(e.kind, site_parts(e.site)[2], {**e.value, "t": t}
                                                if e.kind == "clock" else e.value) for e in step.events])
@@ -281,16 +377,69 @@ class ForkReplayer(Replayer):
             answer = super().answer_sdk(name, kind, value)
         finally:
             self._progress()
-        if answer is None and kind == "clock" and self.forked and self.plan.shift and not self.plan.at_setup:
+        if answer is not None:
+            return answer
+        if kind == "tool" and (change := self._change_for("tool", value)) is not None:
+            self._take_change(change)  # a live tool call that asks what the change's did: its value
+            new = _new_tool({k: value.get(k) for k in _TOOL_REQUEST if k in value}, change.value)
+            self.recorder.record_copy(self.name, [("tool", None, {**new, "source": "sdk"})])
+            return _tool_answer(value, new)
+        live_shift = self.moved if self.plan.setup_change is None else timedelta(0)
+        if kind == "clock" and self.forked and live_shift:
             # A live read after a moved clock read: moved the same. (After a moved setup clock,
             # the server's own clock already runs from the new time.)
-            t = (self._live_clock() + self.plan.shift).isoformat()
+            t = (self._live_clock() + live_shift).isoformat()
             self.recorder.record_copy(self.name, [("clock", None, {"t": t, "source": "sdk"})])
             return {"t": t}
-        return answer
+        return None
 
     def report(self) -> dict:
-        return {**super().report(), "fork_site": str(self.plan.site), "forked": self.forked}
+        out = {**super().report(), "fork_site": str(self.plan.site), "forked": self.forked}
+        if not self.plan.strict:
+            out["applied"] = list(self.applied)
+        return out
+
+
+_TOOL_REQUEST = ("function", "args", "kwargs", "cmd", "cwd", "timeout_s")
+
+
+def _same_request(kind: str, recorded: dict, live: dict) -> bool:
+    if kind == "token":
+        from tttr.app.program_replay import _first_difference
+
+        return _first_difference(recorded, live) is None
+    keys = ("function", "args", "kwargs") if "function" in recorded else ("cmd", "cwd", "timeout_s")
+    return all(recorded.get(k) == live.get(k) for k in keys)
+
+
+def _new_tool(recorded: dict, value: dict) -> dict:
+    """A tool step's recorded value with a change's fields in place of its own."""
+    new = {**recorded, **value}
+    if "function" in recorded:
+        if "result" in value and "error" not in value:
+            new.pop("error", None)
+        if "error" in value and "result" not in value:
+            new.pop("result", None)
+    return new
+
+
+def _tool_answer(asked: dict, new: dict) -> dict:
+    """What the SDK gets for a tool whose value is `new`."""
+    if "function" in asked:
+        return {"error": new["error"]} if new.get("error") else {"result": new.get("result")}
+    return {k: new.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}
+
+
+def recorded_check(store, run) -> str | None:
+    """The --check a program run was recorded with: its own, or the recording's it was forked or replayed from."""
+    seen = set()
+    while run is not None and run.id not in seen:
+        seen.add(run.id)
+        meta = run.meta if isinstance(run.meta, dict) else {}
+        if isinstance(meta.get("check"), str):
+            return meta["check"]
+        run = store.run(run.parent) if run.parent is not None else None
+    return None
 
 
 def print_fork(res, as_json: bool) -> None:
@@ -302,4 +451,4 @@ def print_fork(res, as_json: bool) -> None:
     print_replay(res, False, verb="forked")
 
 
-__all__ = ["ForkPlan", "ForkReplayer", "check_program_fork", "print_fork"]
+__all__ = ["Change", "ForkPlan", "ForkReplayer", "check_program_fork", "print_fork", "recorded_check"]

@@ -246,6 +246,8 @@ class Replayer:
             if kind == "clock":
                 return self._answer_clock(step, recorded)
             keys = ("function", "args", "kwargs") if "function" in value else ("cmd", "cwd", "timeout_s")
+            if "tree_before" in recorded and "tree_before" in value:  # sdk.shell's cassette: the tree too
+                keys += ("tree_before",)
             for key in keys:
                 if recorded.get(key) != value.get(key):
                     label = recorded.get("function") or recorded.get("cmd")
@@ -261,9 +263,10 @@ class Replayer:
     def _answer_sdk(self, step: _Step, recorded: dict, value: dict) -> dict:
         """An SDK tool query that matches recorded step `step`: the recorded result."""
         self._copy(step)
+        tree = {k: recorded[k] for k in ("tree_after", "snapshot") if recorded.get(k)}  # the server puts it back
         if "function" in value:
-            return {"error": recorded["error"]} if recorded.get("error") else {"result": recorded.get("result")}
-        return {k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}
+            return {**tree, **({"error": recorded["error"]} if recorded.get("error") else {"result": recorded.get("result")})}
+        return {**tree, **{k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}}
 
     def finish(self) -> None:
         """A recording with steps the program never asked for diverges at the first of them."""
@@ -323,7 +326,8 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
         if fork is not None:  # a fork of the setup clock runs the whole program at another time
             clock = fork.start_clock(clock)
         sock_dir = api_dir(work / "api", host)
-        executor = Executor(tree_dir, seed=rec.run.seed or 0, unsafe_no_sandbox=unsafe_no_sandbox,
+        seed = fork.run_seed(rec.run.seed) if fork is not None else rec.run.seed  # an experiment may change it
+        executor = Executor(tree_dir, seed=seed or 0, unsafe_no_sandbox=unsafe_no_sandbox,
                             limits=Limits(timeout_s=timeout_s, tree_mb=1024), binds=host.binds(sock_dir))
         try:
             return _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
@@ -338,6 +342,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
             fork=None, model=None) -> ReplayResult:
     from tttr.app.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
+    from tttr.engine.serve.sdk_tree import SDKTree
     from tttr.recorders.clock import iso
     from tttr.recorders.shell import ShellState
     from tttr.recorders.snapshot import snapshot, tree_digest
@@ -352,12 +357,14 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
     server.answer_call = replayer.answer_call
     server.answer_from_recording = replayer.answer_sdk
     server.replay_model = {"id": run.model_id or "tttr", "object": "model", "created": 0, "owned_by": "tttr"}
+    server.sdk_tree = SDKTree(tree_dir, store)
     endpoint = None
     child = None
     try:
         how = fork.columns() if fork is not None else {"fork_seq": 0, "meta": {**(run.meta or {}), "replay": {"free": []}}}
         child = store.begin_run(task=run.task, model_id=run.model_id, kernel_mode=run.kernel_mode,
-                                sampling=run.sampling, seed=run.seed, fingerprint=run.fingerprint, parent=run.id, **how)
+                                sampling=run.sampling, seed=fork.run_seed(run.seed) if fork is not None else run.seed,
+                                fingerprint=run.fingerprint, parent=run.id, **how)
         if fork is None:
             recorder.adopt(name, child)
             if rec.setup_clock is not None:  # as recorded, so that diff finds the setup alike
@@ -365,7 +372,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
             store.append(child, SETUP_STEP, KIND_LAYER["setup"], "setup", site(SETUP_STEP, "setup"), rec.setup)
             store.commit_step(child)
         else:  # the setup and the steps before the site are the parent's, shared
-            fork.adopt(recorder, child, rec.setup)
+            fork.adopt(recorder, child, rec.setup, rec.setup_clock)
         sandboxed = executor.sandboxed
         endpoint = _Endpoint(app, str(sock_dir / SOCKET_NAME) if sandboxed else None)
         env = {**(host.env() if sandboxed else {"PATH": host.path}), **endpoint_env(endpoint.base, name),
@@ -397,6 +404,11 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
                    "logits_computed": logits, "tools_run": tools_run,
                    "divergence": replayer.divergence.to_json() if replayer.divergence else None}
         outcome.update(replayer.report())
+        check = fork.check if fork is not None else (run.meta or {}).get("check")
+        if check:  # the recording's --check, on this run's end tree
+            checker = executor.run(check, clock=clock, step=1)
+            outcome |= {"passed": checker.exit_code == 0, "checker_exit": checker.exit_code,
+                        "checker_output": (checker.stdout + checker.stderr)[-2000:]}
         if isinstance(rec.outcome, dict) and "passed" in rec.outcome:
             outcome["recorded_passed"] = rec.outcome["passed"]
         store.append(child, last, KIND_LAYER["outcome"], "outcome", site(last, "outcome"), outcome)

@@ -89,9 +89,13 @@ def _checked(args, prepare):
     with _open_readonly(args.db) as reader:
         for rid in (args.good, args.bad):
             run = reader.run(rid)
-            if is_program_run(run) or is_call_run(run):
-                raise TTTRError(f"run {rid} is a recorded program or API calls: {args.command} works on "
-                                "the shell agent's runs (tttr record --task) for now")
+            if is_program_run(run):
+                other = args.bad if rid == args.good else args.good
+                raise TTTRError(f"run {rid} is a recorded program, but run {other} is not: give two runs of the "
+                                "same program (tttr record -- PROGRAM)")
+            if is_call_run(run):
+                raise TTTRError(f"run {rid} is recorded API calls: {args.command} works on the shell agent's runs "
+                                "(tttr record --task) and recorded programs (tttr record -- PROGRAM)")
         runtime = _runtime_for(args, reader.run(args.bad))
         prepare(reader, args.good, args.bad, args.judge, runtime=runtime, unsafe_no_sandbox=args.unsafe_no_sandbox)
     return runtime
@@ -121,16 +125,22 @@ def _fixed(args, fixed: bool) -> str:
     return "the failure disappears" if fixed else "still fails"
 
 
+def _programs(args) -> bool:
+    """Whether GOOD and BAD are recorded programs (both: a mixed pair is refused by `_checked`)."""
+    from tttr.app.program_replay import is_program_run
+
+    with _open_readonly(args.db) as reader:
+        return all(is_program_run(reader.run(rid)) for rid in (args.good, args.bad))
+
+
 def cmd_triage(args) -> int:
     from tttr.engine.replay.triage import prepare, triage
 
     args.command = "triage"
+    if _programs(args):
+        return _print_triage(args, _triage_programs(args))
     runtime = _checked(args, prepare)
-
-    def on_layer(r) -> None:
-        _err(args, f"  {r.layer}: " + ("no differences, not replayed" if r.trial is None
-                                       else f"{_outcome(r.trial)}: {_fixed(args, r.fixed)}"))
-
+    on_layer = _on_layer(args)
     _err(args, f"triage: replaying run {args.bad} with each layer taken from run {args.good} …")
     store = _open_store(args.db, create=False)
     try:
@@ -138,6 +148,29 @@ def cmd_triage(args) -> int:
                      unsafe_no_sandbox=args.unsafe_no_sandbox, on_layer=on_layer)
     finally:
         store.close()
+    return _print_triage(args, res)
+
+
+def _on_layer(args):
+    def on_layer(r) -> None:
+        _err(args, f"  {r.layer}: " + ("no differences, not replayed" if r.trial is None
+                                       else f"{_outcome(r.trial)}: {_fixed(args, r.fixed)}"))
+    return on_layer
+
+
+def _triage_programs(args):
+    """Triage of two recorded programs: app/program_triage.py (tests one at a time)."""
+    from tttr.app.program_triage import prepare, triage
+
+    setup = prepare(args.db, args.bad, args.good, args.good, args.judge, model=args.model,
+                    unsafe_no_sandbox=args.unsafe_no_sandbox)  # refused input: one line, nothing written
+    _err(args, f"triage: replaying program run {args.bad} with each layer taken from run {args.good} "
+               "(one replay at a time) …")
+    return triage(args.db, args.good, args.bad, judge=args.judge, model=args.model,
+                  unsafe_no_sandbox=args.unsafe_no_sandbox, on_layer=_on_layer(args), setup=setup)
+
+
+def _print_triage(args, res) -> int:
     if args.json:
         print(safe_json(res.to_json(), default=str))
         return 0
@@ -160,15 +193,18 @@ def cmd_bisect(args) -> int:
     from tttr.engine.replay.bisect import bisect, prepare
 
     args.command = "bisect"
+    on_round, on_trial = _bisect_progress(args)
+    if _programs(args):
+        from tttr.app.program_triage import bisect as bisect_programs, prepare as prepare_programs
+
+        setup = prepare_programs(args.db, args.good, args.bad, args.good, args.judge, model=args.model,
+                                 unsafe_no_sandbox=args.unsafe_no_sandbox)  # refused input: one line, nothing written
+        _err(args, f"bisect: program run {args.good} with subsets of run {args.bad}'s differences, one replay at "
+                   "a time …")
+        return _print_bisect(args, bisect_programs(
+            args.db, args.good, args.bad, judge=args.judge, max_replays=args.max_replays, model=args.model,
+            unsafe_no_sandbox=args.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial, setup=setup))
     runtime = _checked(args, prepare)
-
-    def on_round(rnd, n, current, tests) -> None:
-        _err(args, f"  round {rnd}: {len(current)} deltas in {min(n, len(current))} parts, {tests + 1} replays so far")
-
-    def on_trial(trial) -> None:
-        _err(args, f"    tested {len(trial.deltas)} delta(s) → {_outcome(trial)}: "
-                   + ("fails" if trial.failed else "does not fail") + f" by --judge {args.judge}")
-
     _err(args, f"bisect: GOOD run {args.good} with subsets of BAD run {args.bad}'s differences …")
     store = _open_store(args.db, create=False)
     try:
@@ -176,6 +212,21 @@ def cmd_bisect(args) -> int:
                      batch=not args.one_at_a_time, unsafe_no_sandbox=args.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial)
     finally:
         store.close()
+    return _print_bisect(args, res)
+
+
+def _bisect_progress(args):
+    def on_round(rnd, n, current, tests) -> None:
+        _err(args, f"  round {rnd}: {len(current)} deltas in {min(n, len(current))} parts, {tests + 1} replays so far")
+
+    def on_trial(trial) -> None:
+        _err(args, f"    tested {len(trial.deltas)} delta(s) → {_outcome(trial)}: "
+                   + ("fails" if trial.failed else "does not fail") + f" by --judge {args.judge}")
+
+    return on_round, on_trial
+
+
+def _print_bisect(args, res) -> int:
     if args.json:
         print(safe_json(res.to_json(), default=str))
         return 0

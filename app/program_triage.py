@@ -1,0 +1,209 @@
+"""`tttr triage` and `tttr bisect` on recorded programs (`tttr record -- PROGRAM`): the
+built-in agent's experiments (engine/replay/triage.py, bisect.py) with a program's replay.
+
+A test is a program fork with several changes at once (app/program_fork.py, not strict):
+the replayed run with a subset of the deltas between the two recordings
+(app/program_deltas.py) put in place, each where its site comes as recorded or, after the
+program diverged, where its request comes again. It is stored as a child run, and judged:
+
+- `outcome`: the --check the program was recorded with, run again on the test's end tree
+  (exit 0 passes; the recording's verdict is its own check's);
+- `actions`: the program's state-modifying actions — its SDK tool calls (function and
+  arguments, or command) in order, then its end tree — differ from GOOD's.
+
+triage replays BAD once per layer with that layer's deltas from GOOD (trace: the clock
+reads and tool results; token: the sampled tokens where the prompt matches, with their
+call's seed, and the run's seed; tensor: never differs, every call is served under
+invariant kernels); bisect runs ddmin over BAD's deltas applied to GOOD. Tests run one at a
+time: each is a program running in its own sandbox (batching several tests through one
+engine pass applies to the built-in agent's runs).
+
+Before anything is written: the pair is checked (one program, one start tree, one model,
+deltas between them), BAD fails the judge, and GOOD passes it on a faithful replay made in
+a scratch copy of the database."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from tttr.app.program_deltas import ProgramPair, differing
+from tttr.engine.replay.bisect import Bisect, ddmin
+from tttr.engine.replay.deltas import SEED, Delta, by_layer
+from tttr.engine.replay.result import ReplayError
+from tttr.engine.replay.triage import LayerResult, Triage
+from tttr.engine.replay.trial import Judge, Trial
+from tttr.sessions.vocabulary import RECORDED_LAYERS, site_order
+
+ONE_AT_A_TIME = ("tests run one at a time: each replays the program in a sandbox of its own (batching "
+                 "several tests in one engine pass applies to the built-in agent's runs)")
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """A checked experiment: the pair (deltas apply to its base), the judge, the deltas, and
+    the check command the outcome judge runs."""
+
+    pair: ProgramPair
+    judge: Judge
+    deltas: list[Delta]
+    check: str | None
+
+
+def program_actions(store, run_id: int) -> list[str]:
+    """A program run's state-modifying actions: each SDK tool call, then its end tree."""
+    _, events = store.load_run(run_id)
+    out = []
+    for e in sorted((e for e in events if e.kind == "tool" and isinstance(e.value, dict)), key=lambda e: e.seq):
+        v = e.value
+        if "program" in v:
+            out.append(f"end tree {str(v.get('tree_after'))[:16]}")
+        elif "function" in v:
+            args = json.dumps([v.get("args", []), v.get("kwargs", {})], sort_keys=True, default=str)[1:-1]
+            out.append(f"{v['function']}({args})")
+        else:
+            out.append(f"$ {v.get('cmd')}")
+    return out
+
+
+def _passed(store, run_id: int) -> bool | None:
+    outcome = store.run(run_id).outcome
+    return outcome.get("passed") if isinstance(outcome, dict) else None
+
+
+def prepare(db: str, base: int, other: int, good: int, how: str, *, model: str | None = None,
+            unsafe_no_sandbox: bool = False) -> Setup:
+    """Everything checked before anything is written to `db`; DeltaError/ReplayError (one line)."""
+    from tttr.app.program_fork import recorded_check
+    from tttr.sessions.store import Store
+
+    bad = other if good == base else base
+    with Store.open(db, create=False, readonly=True) as store:
+        pair = ProgramPair.load(store, base, other)
+        found = differing(pair)
+        checks = {rid: recorded_check(store, store.run(rid)) for rid in (good, bad)}
+        if how == "outcome":
+            missing = [rid for rid, c in checks.items() if c is None]
+            if missing:
+                raise ReplayError(f"run {missing[0]} was recorded without --check, so it has no outcome to judge: "
+                                  "record the program with --check CMD, or compare actions with --judge actions")
+            if checks[good] != checks[bad]:
+                raise ReplayError(f"runs {good} and {bad} were recorded with different checks ({checks[good]!r} and "
+                                  f"{checks[bad]!r}): give two runs judged by the same --check")
+        judge = Judge(how, tuple(program_actions(store, good)))
+        bad_passed = _passed(store, bad)
+        if how == "outcome" and bad_passed is None:
+            raise ReplayError(f"run {bad} (BAD) has no checker verdict: give a run recorded, replayed or forked "
+                              "with the program's --check")
+        if not judge.fails(bad_passed, program_actions(store, bad)):
+            what = "passed its check" if how == "outcome" else "took the same actions as GOOD"
+            hint = "; compare their actions with --judge actions" if how == "outcome" else ""
+            raise ReplayError(f"run {bad} (BAD) {what}: there is no failure to locate{hint}")
+    setup = Setup(pair, judge, found, checks[good])
+    _check_good(db, good, setup, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
+    return setup
+
+
+def _check_good(db: str, good: int, setup: Setup, *, model, unsafe_no_sandbox: bool) -> None:
+    """GOOD passes its own judge on a faithful replay, made in a scratch copy of `db` (so
+    that a refusal writes nothing): ReplayError in one line otherwise."""
+    work = Path(tempfile.mkdtemp(prefix="tttr-triage-"))
+    try:
+        scratch = str(work / "scratch.db")
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as src, sqlite3.connect(scratch) as dst:
+            src.backup(dst)
+        trial = apply(scratch, good, [], setup, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if trial.failed:
+        why = (f"its check {'failed' if trial.passed is False else 'gave no verdict'}" if setup.judge.how == "outcome"
+               else "its actions changed")
+        raise ReplayError(f"run {good} (GOOD) fails on a faithful replay ({why}): give a GOOD run that passes "
+                          "when replayed (an SDK tool's effects on files are not re-done in a replay)")
+
+
+def apply(db: str, base: int, subset: list[Delta], setup: Setup, *, model: str | None = None,
+          unsafe_no_sandbox: bool = False, cancel: threading.Event | None = None) -> Trial:
+    """Replay program run `base` of `db` with `subset` (deltas against it) in place, as a child run."""
+    from tttr.app.program_fork import ForkPlan, _shared
+    from tttr.app.program_replay import replay_program
+    from tttr.engine.replay.source import Source
+    from tttr.sessions.store import Store
+
+    other = setup.pair.other.run if setup.pair.base.run.id == base else setup.pair.base.run
+    changes = tuple(sorted((d.mutation for d in subset if d.mutation is not None), key=lambda c: site_order(str(c.site))))
+    sites = sorted((d.site for d in subset), key=site_order)
+    seed = other.seed if any(d.site == SEED for d in subset) else None
+    fork_seq, shared = 0, frozenset()
+    with Store.open(db, create=False, readonly=True) as store:
+        source = Source(store, base)
+        if changes and seed is None and not changes[0].at_setup:
+            fork_seq, shared = source.seq_of(str(changes[0].site)), _shared(source, changes[0].site)
+    mutation = {"site": sites[0], "value": f"{len(subset)} deltas", "input": f"{len(subset)} deltas from run "
+                f"{other.id}: " + ", ".join(sites), "deltas": [d.site for d in subset]} if subset else None
+    plan = ForkPlan(base, changes, fork_seq, model, shared, strict=False, seed=seed, check=setup.check,
+                    meta={"experiment": {"deltas_from": other.id, "sites": sites}}, mutation=mutation, cancel=cancel)
+    res = replay_program(db, base, unsafe_no_sandbox=unsafe_no_sandbox, fork=plan, model=model)
+    with Store.open(db, create=False, readonly=True) as store:
+        run = store.run(res.run_id)
+        passed, actions = _passed(store, res.run_id), program_actions(store, res.run_id)
+    status = "incomplete" if cancel is not None and cancel.is_set() else run.status
+    failed = setup.judge.fails(passed, actions) if status == "complete" else True
+    return Trial(res.run_id, list(subset), list(res.extra.get("applied", [])), passed, actions, failed,
+                 {"status": status, "divergence": res.divergence.to_json() if res.divergence else None})
+
+
+def triage(db: str, good: int, bad: int, *, judge: str = "outcome", model: str | None = None,
+           unsafe_no_sandbox: bool = False, on_layer: Callable[[LayerResult], None] | None = None,
+           cancel: threading.Event | None = None, setup: Setup | None = None) -> Triage:
+    """Replay BAD once per layer with GOOD's values of that layer in place. `setup`: the
+    caller's `prepare(db, bad, good, good, judge)`, if it checked the input already."""
+    setup = setup or prepare(db, bad, good, good, judge, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
+    out = Triage(good, bad, judge)
+    layers = by_layer(setup.deltas)
+    for layer in RECORDED_LAYERS:
+        subset = layers[layer]
+        trial = apply(db, bad, subset, setup, model=model, unsafe_no_sandbox=unsafe_no_sandbox,
+                      cancel=cancel) if subset else None
+        result = LayerResult(layer, subset, trial)
+        out.layers.append(result)
+        if on_layer is not None:
+            on_layer(result)
+    return out
+
+
+def bisect(db: str, good: int, bad: int, *, judge: str = "outcome", max_replays: int = 50, model: str | None = None,
+           unsafe_no_sandbox: bool = False, on_round: Callable | None = None,
+           on_trial: Callable[[Trial], None] | None = None, cancel: threading.Event | None = None,
+           setup: Setup | None = None) -> Bisect:
+    """ddmin over BAD's deltas applied to GOOD, one test at a time. The whole set is tested
+    first: if it does not reproduce the failure, ReplayError (that replay stays stored).
+    Ctrl-C or the budget ends it with the best set so far. `setup`: the caller's
+    `prepare(db, good, bad, good, judge)`, if it checked the input already."""
+    if max_replays < 1:
+        raise ReplayError(f"--max-replays {max_replays}: give at least 1")
+    setup = setup or prepare(db, good, bad, good, judge, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
+    found = setup.deltas
+    out = Bisect(good, bad, judge, found, batch_note=ONE_AT_A_TIME)
+
+    def fails(subset: list[Delta]) -> bool:
+        trial = apply(db, good, subset, setup, model=model, unsafe_no_sandbox=unsafe_no_sandbox, cancel=cancel)
+        out.trials.append(trial)
+        if on_trial is not None:
+            on_trial(trial)
+        return trial.failed
+
+    if not fails(found):
+        raise ReplayError(f"BAD's {len(found)} deltas applied to GOOD do not reproduce the failure "
+                          f"(replay {out.trials[-1].run_id}): the difference is not in the recorded values")
+    out.result = ddmin(found, fails, max_tests=max_replays - 1, on_round=on_round)
+    return out
+
+
+__all__ = ["ONE_AT_A_TIME", "bisect", "prepare", "program_actions", "triage"]
