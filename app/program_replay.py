@@ -246,8 +246,6 @@ class Replayer:
             if kind == "clock":
                 return self._answer_clock(step, recorded)
             keys = ("function", "args", "kwargs") if "function" in value else ("cmd", "cwd", "timeout_s")
-            if "tree_before" in recorded and "tree_before" in value:  # sdk.shell's cassette: the tree too
-                keys += ("tree_before",)
             for key in keys:
                 if recorded.get(key) != value.get(key):
                     label = recorded.get("function") or recorded.get("cmd")
@@ -263,10 +261,9 @@ class Replayer:
     def _answer_sdk(self, step: _Step, recorded: dict, value: dict) -> dict:
         """An SDK tool query that matches recorded step `step`: the recorded result."""
         self._copy(step)
-        tree = {k: recorded[k] for k in ("tree_after", "snapshot") if recorded.get(k)}  # the server puts it back
         if "function" in value:
-            return {**tree, **({"error": recorded["error"]} if recorded.get("error") else {"result": recorded.get("result")})}
-        return {**tree, **{k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}}
+            return {"error": recorded["error"]} if recorded.get("error") else {"result": recorded.get("result")}
+        return {k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}
 
     def finish(self) -> None:
         """A recording with steps the program never asked for diverges at the first of them."""
@@ -342,7 +339,6 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
             fork=None, model=None) -> ReplayResult:
     from tttr.app.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
-    from tttr.engine.serve.sdk_tree import SDKTree
     from tttr.recorders.clock import iso
     from tttr.recorders.shell import ShellState
     from tttr.recorders.snapshot import snapshot, tree_digest
@@ -357,7 +353,6 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
     server.answer_call = replayer.answer_call
     server.answer_from_recording = replayer.answer_sdk
     server.replay_model = {"id": run.model_id or "tttr", "object": "model", "created": 0, "owned_by": "tttr"}
-    server.sdk_tree = SDKTree(tree_dir, store)
     endpoint = None
     child = None
     try:
