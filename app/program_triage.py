@@ -125,7 +125,7 @@ def _check_good(db: str, good: int, setup: Setup, *, model, unsafe_no_sandbox: b
         why = (f"its check {'failed' if trial.passed is False else 'gave no verdict'}" if setup.judge.how == "outcome"
                else "its actions changed")
         raise ReplayError(f"run {good} (GOOD) fails on a faithful replay ({why}): give a GOOD run that passes "
-                          "when replayed (an SDK tool's effects on files are not re-done in a replay)")
+                          f"when replayed (tttr replay {good} shows what differs)")
 
 
 def apply(db: str, base: int, subset: list[Delta], setup: Setup, *, model: str | None = None,

@@ -17,10 +17,13 @@ from tttr.app import cli
 from tttr.app.cli import COMMAND_MODULES, build_parser, main
 from tttr.sessions.errors import TTTRError
 from tttr.sessions.store import Store
+from test_program_triage import program_run
 from test_store import record
 
 # {db}: a database with run 1 (3 steps); {missing}: a path that does not exist;
-# {new}: a fresh path (asserted still missing afterwards); {text}: a file that is not a database.
+# {new}: a fresh path (asserted still missing afterwards); {text}: a file that is not a database;
+# {programs}: recorded programs (tests/test_program_triage.py): 1 passes, 2 is another program, 3 is
+# 1 again, 4 differs and has no --check, 5 is the shell agent's, 6 differs and passed.
 INVALID: dict[tuple[str, ...], list[list[str]]] = {
     (): [["--bogus"], ["nosuch"]],
     ("info",): [["info", "{missing}"], ["info", "{text}"], ["info"]],
@@ -104,10 +107,16 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ("triage",): [
         ["triage", "1", "2", "--db", "{missing}"], ["triage", "1", "999", "--db", "{db}"], ["triage", "-1", "1"],
         ["triage", "1", "1", "--db", "{db}"], ["triage", "1", "2", "--judge", "vibes", "--db", "{db}"],
+        # recorded programs: the same run, another program, no difference, no --check, a mixed pair
+        ["triage", "1", "1", "--db", "{programs}"], ["triage", "1", "2", "--db", "{programs}"],
+        ["triage", "1", "3", "--db", "{programs}"], ["triage", "1", "4", "--db", "{programs}"],
+        ["triage", "1", "5", "--db", "{programs}"],
     ],
     ("bisect",): [
         ["bisect", "1", "2", "--db", "{missing}"], ["bisect", "999", "1", "--db", "{db}"],
         ["bisect", "1", "1", "--db", "{db}"], ["bisect", "1", "2", "--max-replays", "0", "--db", "{db}"],
+        ["bisect", "1", "2", "--db", "{programs}"], ["bisect", "1", "3", "--db", "{programs}"],
+        ["bisect", "5", "1", "--db", "{programs}"], ["bisect", "1", "6", "--db", "{programs}"],  # 6: BAD passed
     ],
     ("rename",): [
         ["rename", "1", "x", "--db", "{missing}"], ["rename", "999", "x", "--db", "{db}"],
@@ -196,8 +205,16 @@ def files(tmp_path):
         record(store, steps=3)
     text = tmp_path / "notes.txt"
     text.write_text("not a database\n" * 20)
+    programs = tmp_path / "programs.db"
+    with Store.open(programs) as store:
+        program_run(store)
+        program_run(store, argv=["python3", "other.py"])
+        program_run(store)
+        program_run(store, result="rain", check=None, passed=None)
+        record(store, steps=2)
+        program_run(store, result="rain")
     return {"db": str(db), "missing": str(tmp_path / "missing" / "x.db"), "new": str(tmp_path / "new.db"),
-            "text": str(text)}
+            "text": str(text), "programs": str(programs)}
 
 
 @pytest.fixture

@@ -139,14 +139,21 @@ class ExperimentScreen(Screen):
         try:
             store = Store.open(self.app.db_path, create=False)
             try:
+                programs = all(is_program_run(store.run(rid)) for rid in (self.good, self.bad))
                 for rid in (self.good, self.bad):
-                    if is_program_run(store.run(rid)) or is_call_run(store.run(rid)):
-                        raise ValueError(f"run {rid} is a recorded program or API calls: {self.kind} works on "
-                                         "the shell agent's runs (tttr record --task) for now")
-                # The refusals that need no model (different tasks, no difference) come before it loads.
-                differing(Pair.load(store, self.good, self.bad))
-                self._say("loading the model …")
-                runtime = self.app.runtime()
+                    if not programs and (is_program_run(store.run(rid)) or is_call_run(store.run(rid))):
+                        raise ValueError(f"run {rid} is a recorded program or API calls, the other is not: {self.kind} "
+                                         "works on two shell agent's runs or two runs of one recorded program")
+                if programs:  # app/program_triage.py: the program is replayed, its model loads if a call is generated
+                    from tttr.app.program_deltas import ProgramPair, differing as program_differing
+
+                    program_differing(ProgramPair.load(store, self.good, self.bad))
+                    runtime = None
+                else:
+                    # The refusals that need no model (different tasks, no difference) come before it loads.
+                    differing(Pair.load(store, self.good, self.bad))
+                    self._say("loading the model …")
+                    runtime = self.app.runtime()
                 run = self._triage if self.kind == "triage" else self._bisect
                 verdict, tested = run(store, runtime, cancel)
             finally:
@@ -178,6 +185,12 @@ class ExperimentScreen(Screen):
                 raise _Cancelled(["cancelled: the layers not replayed are unknown"], tested)
 
         self._say(f"replaying BAD run {self.bad} with each layer taken from GOOD run {self.good} …")
+        if runtime is None:  # two recorded programs
+            from tttr.app.program_triage import triage as triage_programs
+
+            res = triage_programs(str(self.app.db_path), self.good, self.bad, judge=self.judge, model=self.app.model,
+                                  on_layer=on_layer, unsafe_no_sandbox=self.app.unsafe_no_sandbox, cancel=cancel)
+            return [f"verdict: {res.verdict()}"], tested
         res = triage(store, self.good, self.bad, judge=self.judge, runtime=runtime, on_layer=on_layer,
                      unsafe_no_sandbox=self.app.unsafe_no_sandbox, cancel=cancel)
         return [f"verdict: {res.verdict()}"], tested
@@ -201,9 +214,16 @@ class ExperimentScreen(Screen):
 
         self._say(f"replaying GOOD run {self.good} with subsets of BAD run {self.bad}'s differences …")
         try:
-            res = bisect(store, self.good, self.bad, judge=self.judge, max_replays=MAX_REPLAYS, runtime=runtime,
-                         unsafe_no_sandbox=self.app.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial,
-                         cancel=cancel)
+            if runtime is None:  # two recorded programs: one test at a time
+                from tttr.app.program_triage import bisect as bisect_programs
+
+                res = bisect_programs(str(self.app.db_path), self.good, self.bad, judge=self.judge,
+                                      max_replays=MAX_REPLAYS, model=self.app.model, on_round=on_round,
+                                      on_trial=on_trial, unsafe_no_sandbox=self.app.unsafe_no_sandbox, cancel=cancel)
+            else:
+                res = bisect(store, self.good, self.bad, judge=self.judge, max_replays=MAX_REPLAYS, runtime=runtime,
+                             unsafe_no_sandbox=self.app.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial,
+                             cancel=cancel)
         except KeyboardInterrupt:  # cancelled while the whole set was tested: no set yet
             raise _Cancelled(["cancelled before the first test finished: no set found"], tested) from None
         r = res.result

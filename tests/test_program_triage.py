@@ -1,0 +1,251 @@
+"""`tttr triage` and `tttr bisect` on recorded programs: the deltas between two program runs
+(unit, on runs written through the store), a program fork with several changes at once, and
+end to end with the default model and the real sandbox: a GOOD run, a BAD one made from it by
+two forks (an innocent token, a planted tool result), triage naming the trace layer and bisect
+finding the tool result's site."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tttr.app.cli import main
+from tttr.sessions.store import Store
+from sandbox_helpers import needs_sandbox
+
+ARGV = ["python3", "prog.py"]
+
+
+def program_run(store: Store, *, argv=ARGV, clock: str = "2026-03-02T10:01:00", result: str = "sunny",
+                args: tuple = ("Paris",), tokens: tuple = (10, 11, 12), call_seed: int = 5, seed: int = 7,
+                check: str | None = "grep -q picnic plan.txt", passed: bool | None = True) -> int:
+    """A complete program run as `tttr record` writes one: a clock read (0), a model call (1),
+    an @sdk.tool call (2), the program's end (3). No snapshot behind it: for the checks that
+    come before any replay."""
+    meta = {"source": "tttr record", "program": list(argv), "clock": "2026-03-02T10:00:00",
+            **({"check": check} if check else {})}
+    rid = store.begin_run(task=f"program:{argv[0]}", model_id="m", kernel_mode="invariant", seed=seed, meta=meta)
+    store.append(rid, -1, "trace", "clock", "setup:clock", {"t": "2026-03-02T10:00:00"})
+    store.append(rid, -1, "trace", "setup", "setup:setup", {"task": f"program:{argv[0]}", "clock": "2026-03-02T10:00:00",
+                                                            "tree": "t0", "snapshot": "s0", "program": list(argv)})
+    store.commit_step(rid)
+    store.append(rid, 0, "trace", "clock", "0:clock", {"t": clock, "source": "sdk"})
+    store.commit_step(rid)
+    request = {"model": "m", "messages": [{"role": "user", "content": "Name a fruit."}], "max_tokens": 3}
+    store.append(rid, 1, "agent", "prompt", "1:prompt", {
+        "ids_digest": "d1", "n_tokens": 3, "ids": [1, 2, 3], "endpoint": "chat", "request": request,
+        "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "seed": call_seed}, "seed_drawn": True,
+        "max_tokens": 3, "stop": []})
+    for pos, tid in enumerate(tokens):
+        store.append(rid, 1, "token", "token", f"1:token:{pos}", {"id": tid, "text": f"t{tid}", "forced": False})
+    store.append(rid, 1, "agent", "message", "1:message", {"text": "".join(f"t{t}" for t in tokens)})
+    store.commit_step(rid)
+    store.append(rid, 2, "trace", "tool", "2:tool", {"function": "forecast", "args": list(args), "kwargs": {},
+                                                     "result": result, "source": "sdk"})
+    store.commit_step(rid)
+    store.append(rid, 3, "trace", "tool", "3:tool", {"cmd": " ".join(argv), "stdout": "", "exit_code": 0,
+                                                     "tree_before": "t0", "tree_after": f"end-{result}",
+                                                     "snapshot": "s1", "program": list(argv)})
+    outcome = {"exit_code": 0, "calls": 1, **({"passed": passed} if passed is not None else {})}
+    store.append(rid, 3, "agent", "outcome", "3:outcome", outcome)
+    store.finish_run(rid, "complete", outcome)
+    return rid
+
+
+def _deltas(store, base: int, other: int):
+    from tttr.app.program_deltas import ProgramPair, deltas
+
+    return deltas(ProgramPair.load(store, base, other))
+
+
+def test_deltas_name_each_differing_value_with_its_layer_and_site(tmp_path):
+    with Store.open(tmp_path / "s.db") as store:
+        good = program_run(store)
+        bad = program_run(store, clock="2026-03-02T10:02:00", result="rain", tokens=(10, 13, 14), call_seed=9, seed=8)
+        found = _deltas(store, bad, good)  # GOOD's values against BAD, as triage applies them
+    assert [(d.site, d.layer) for d in found] == [("0:clock", "trace"), ("1:token:1", "token"), ("2:tool", "trace"),
+                                                 ("seed", "token")]
+    clock, token, tool, seed = found
+    assert (clock.base, clock.value) == ("2026-03-02T10:02:00", "2026-03-02T10:01:00")
+    assert clock.mutation.value == "2026-03-02T10:01:00" and clock.mutation.shift == timedelta(0)
+    assert (tool.base, tool.value) == ("rain", "sunny") and tool.mutation.value == {"result": "sunny"}
+    assert tool.mutation.request == {"function": "forecast", "args": ["Paris"], "kwargs": {}}
+    # The call is generated again: tokens before the position forced to BAD's, GOOD's at it, GOOD's seed after.
+    assert token.mutation.forced == {0: 10, 1: 11} and token.mutation.settings == {"ids": [1, 2, 3], "seed": 5,
+                                                                                     "max_tokens": 3}
+    assert (seed.base, seed.value, seed.mutation) == (8, 7, None)
+
+
+def test_a_result_for_another_request_is_a_consequence_not_a_delta(tmp_path):
+    with Store.open(tmp_path / "s.db") as store:
+        good = program_run(store)
+        bad = program_run(store, result="rain", args=("Oslo",))
+        assert _deltas(store, good, bad) == []
+
+
+def test_pairs_that_cannot_be_compared_are_refused_in_one_line(tmp_path):
+    from tttr.app.program_deltas import ProgramPair, differing
+    from tttr.engine.replay.deltas import DeltaError
+
+    with Store.open(tmp_path / "s.db") as store:
+        good = program_run(store)
+        other_program = program_run(store, argv=["python3", "other.py"])
+        same = program_run(store)
+        for a, b, words in ((good, good, "same run"), (good, other_program, "different command lines")):
+            with pytest.raises(DeltaError, match=words):
+                ProgramPair.load(store, a, b)
+        with pytest.raises(DeltaError, match="do not differ"):
+            differing(ProgramPair.load(store, good, same))
+
+
+def test_a_fork_plan_takes_one_change_per_site():
+    from tttr.app.program import ProgramRunError
+    from tttr.app.program_fork import Change, ForkPlan
+    from tttr.sessions.vocabulary import Site
+
+    one = Change(Site(2, "tool"), {"result": "x"}, "x")
+    plan = ForkPlan(1, (one, Change(Site(0, "clock"), "2026-01-01T00:00:00", "t")), 5, strict=False)
+    assert plan.site == Site(2, "tool") and not plan.at_setup  # the first given; the run shares its parent's start
+    assert ForkPlan(1, (), 0, seed=3).at_setup and ForkPlan(1, (), 0, seed=3).run_seed(7) == 3
+    with pytest.raises(ProgramRunError, match="one value per site"):
+        ForkPlan(1, (one, Change(Site(2, "tool"), {"result": "y"}, "y")), 5)
+
+
+# ------------------------------------------------------------------------------ end to end
+PROGRAM = textwrap.dedent("""\
+    from openai import OpenAI
+    from tttr.recorders import sdk
+
+    @sdk.tool
+    def forecast(city):
+        return "sunny"
+
+    client = OpenAI()
+    model = client.models.list().data[0].id
+    today = sdk.now()
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Name a fruit."}],
+                                       max_tokens=3)
+    sky = forecast("Paris")
+    plan = "picnic" if sky == "sunny" and today.weekday() < 5 else "stay in"
+    open("plan.txt", "w").write(f"{today.date()} {plan} {r.choices[0].message.content!r}\\n")
+    print("plan:", plan)
+""")
+CHECK = "grep -q picnic plan.txt"
+
+
+def _json(capsys, argv: list[str]) -> dict:
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def record_pair(capsys, tmp_path: Path) -> tuple[Path, int, int]:
+    """GOOD (recorded, passes its check) and BAD: GOOD forked at a token of its model call
+    (innocent: the plan does not depend on it), that forked at the tool's result (planted)."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "prog.py").write_text(PROGRAM)
+    db = tmp_path / "p.db"
+    good = _json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--seed", "7", "--clock",
+                          "2026-03-02T10:00:00", "--check", CHECK, "--json", "--", *ARGV])
+    assert good["passed"] is True and good["calls"] == 1, good
+    with Store.open(db, readonly=True) as store:
+        _, events = store.load_run(good["run_id"])
+        first = next(e.value["id"] for e in events if e.site == "1:token:1")
+    innocent = _json(capsys, ["fork", str(good["run_id"]), "--db", str(db), "--at", "1:token:1",
+                              "--set", str(5 if first != 5 else 6), "--json"])
+    bad = _json(capsys, ["fork", str(innocent["run_id"]), "--db", str(db), "--at", "2:tool", "--set", "rain",
+                         "--json"])
+    with Store.open(db, readonly=True) as store:
+        assert store.run(innocent["run_id"]).outcome["passed"] is True  # the fork re-ran the recorded check
+        assert store.run(bad["run_id"]).outcome["passed"] is False
+    return db, good["run_id"], bad["run_id"]
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_triage_names_the_planted_layer_and_bisect_finds_the_planted_site(tmp_path, capsys):
+    db, good, bad = record_pair(capsys, tmp_path)
+    with Store.open(db, readonly=True) as store:
+        before = {r.id for r in store.runs()}
+
+    res = _json(capsys, ["triage", str(good), str(bad), "--db", str(db), "--json"])
+    layers = {r["layer"]: r for r in res["layers"]}
+    assert res["culprits"] == ["trace"], res["verdict"]
+    assert [d["site"] for d in layers["trace"]["deltas"]] == ["2:tool"]
+    assert [d["site"] for d in layers["token"]["deltas"]] == ["1:token:1"] and layers["token"]["fixed"] is False
+    assert layers["tensor"]["replay"] is None  # every call served under invariant kernels: nothing differs
+
+    res = _json(capsys, ["bisect", str(good), str(bad), "--db", str(db), "--json"])
+    assert [d["site"] for d in res["minimal"]] == ["2:tool"] and res["layers"] == ["trace"] and res["is_minimal"]
+    assert res["batched"] is False and "one at a time" in res["batch_note"]
+    assert res["replays"] == len(res["tests"]) >= 3
+
+    with Store.open(db, readonly=True) as store:  # each tested replay is a stored run, a child of the one replayed
+        tested = [r for r in store.runs() if r.id not in before]
+        assert len(tested) == 2 + res["replays"]  # triage's two layers, bisect's tests; GOOD's check wrote nothing
+        assert all(r.status == "complete" and r.parent in (good, bad) for r in tested)
+        whole = store.run(res["tests"][0]["run_id"])  # BAD's two deltas on GOOD: its token and its tool result
+        assert whole.parent == good and whole.outcome["passed"] is False
+        assert whole.outcome["applied"] == ["1:token:1", "2:tool"]
+        _, events = store.load_run(whole.id)
+        _, bad_events = store.load_run(bad)
+        tokens = [e.value["id"] for e in events if e.kind == "token"]
+        assert tokens == [e.value["id"] for e in bad_events if e.kind == "token"]
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_a_good_run_that_fails_its_check_when_replayed_is_refused_and_nothing_is_written(tmp_path, capsys):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "prog.py").write_text(textwrap.dedent("""\
+        import os
+        from tttr.recorders import sdk
+        day = sdk.now()
+        open("out.txt", "w").write("replayed" if os.environ.get("TTTR_REPLAY") else f"ok {day.date()}")
+    """))
+    db = tmp_path / "f.db"
+    good = _json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--clock", "2026-03-02T10:00:00",
+                          "--check", "grep -q ok out.txt", "--json", "--", *ARGV])["run_id"]
+    bad = _json(capsys, ["fork", str(good), "--db", str(db), "--at", "0:clock", "--set", "+1d", "--json"])["run_id"]
+    with Store.open(db, readonly=True) as store:
+        runs = len(store.runs())
+    for command in ("triage", "bisect"):
+        assert main([command, str(good), str(bad), "--db", str(db)]) == 2
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        assert len(lines) == 1 and "fails on a faithful replay" in lines[0] and captured.out == "", captured.err
+    with Store.open(db, readonly=True) as store:
+        assert len(store.runs()) == runs
+
+
+def test_the_app_takes_two_recorded_programs_to_their_triage_and_refuses_a_pair_without_differences(tmp_path):
+    from textual.widgets import DataTable
+
+    from tests.app_helpers import run_app, wait_for
+    from tttr.app.screens.triage import ExperimentScreen
+
+    db = tmp_path / "programs.db"
+    with Store.open(db) as store:
+        a, b = program_run(store), program_run(store)
+    before = db.read_bytes()
+
+    async def flow(app, pilot):
+        table = app.screen.query_one(DataTable)
+        for rid in (a, b):
+            table.move_cursor(row=table.get_row_index(str(rid)))
+            await pilot.pause()
+            await pilot.press("space")
+            await pilot.pause()
+        await pilot.press("T")
+        await wait_for(pilot, lambda: isinstance(app.screen, ExperimentScreen) and app.screen.error is not None)
+        assert "do not differ at any clock read, comparable SDK tool result" in app.screen.error  # the program's deltas
+
+    run_app(db, flow, load_tokenizer=False)
+    assert db.read_bytes() == before
