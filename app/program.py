@@ -5,7 +5,7 @@ database) answers the program's model calls; the program runs in the trace layer
 (recorders/program.py: the host's Python read-only, the network reaching only the server's
 Unix socket through a forwarder, the virtual clock and seeded randomness of --clock/--seed).
 
-The run (task `program:NAME`, meta {"program", "tree", "clock"}) holds, in order:
+The run (task `program:NAME`, meta {"program", "tree", "clock"} and the --check) holds, in order:
 `setup:clock` (the virtual clock it starts at, as the built-in agent's runs have it) and
 `setup:setup` (the clock, the start tree's snapshot, the command line), the model calls as the
 server records them (steps 0..N-1, with whatever the program's SDK records among them), then at
