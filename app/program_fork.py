@@ -19,7 +19,12 @@ from the recording. At the site:
 
 After the site, requests that still equal the recording are answered from it; the first one
 that differs is the divergence, and from there on model calls are generated live
-(app/program_live.py) and SDK tools run live. The child run records its parent, fork site and mutation."""
+(app/program_live.py) and SDK tools run live. The child run records its parent, fork site and
+mutation; when the recording was made with --check, the check runs again on the fork's end tree.
+
+A plan may hold several changes at once (`ForkPlan.changes`): triage and bisect apply a set of
+deltas between two recordings that way (app/program_triage.py), each change at its own site,
+and a changed seed for the run's sandbox."""
 
 from __future__ import annotations
 
