@@ -13,8 +13,8 @@ from tttr.app.commands.store import safe_json
 def register(sub, bench_sub) -> None:
     p = sub.add_parser(
         "triage", help="which layer makes BAD fail: replay it with each layer taken from GOOD",
-        description="GOOD and BAD are two runs of the same task where GOOD passed and BAD failed (or, with "
-                    "--judge actions, took other actions). Replays BAD once per layer with that layer's "
+        description="GOOD and BAD are two runs of the same task (or of one recorded program) where GOOD passed "
+                    "and BAD failed (or, with --judge actions, took other actions). Replays BAD once per layer with that layer's "
                     "values taken from GOOD — tensor: its kernel mode; token: its seed and tokens where "
                     "the context matches; trace: its clock readings and tool results where the request "
                     "matches — and reports per layer whether the failure disappears, the verdict, and the "
@@ -31,7 +31,8 @@ def register(sub, bench_sub) -> None:
                     "the minimal failure-inducing set with layers and sites, the replays used, and each "
                     "tested subset's stored run. Progress per round on stderr; Ctrl-C keeps the tested "
                     "runs and prints the best set so far. The independent tests of a round run batched "
-                    "(side by side through the engine) under invariant kernels, one at a time under fast ones.",
+                    "(side by side through the engine) under invariant kernels, one at a time under fast ones "
+                    "and for recorded programs (each test a fork of the program with several values changed).",
     )
     _pair_args(p)
     p.add_argument("--max-replays", type=argtypes.positive, default=50,
