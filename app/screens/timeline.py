@@ -4,8 +4,6 @@ happened (EventSelected), it sets what they show."""
 
 from __future__ import annotations
 
-import json
-import re
 import threading
 from functools import partial
 
@@ -18,15 +16,13 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tttr.app import describe, program_edit
-from tttr.app.forking import ForkFailed, ForkFinished, ForkProgressed, run_fork
-from tttr.app.runview import (BLOB_PREVIEW, EDITABLE_KINDS, TOO_LARGE, RunView, is_blob, token_pos,
-                         value_problem)
+from tttr.app import describe
+from tttr.app.runview import (RunView, token_pos)
 from tttr.app.exporting import ask_export
 from tttr.app.navigation import GOTO_HELP, goto_target, next_in, value_text
 from tttr.app.screens.ask import AskScreen
-from tttr.app.screens.edit import EditScreen
 from tttr.app.screens.search import SearchScreen
+from tttr.app.screens.timeline_fork import EditAndFork
 from tttr.app.screens.help import label_back
 from tttr.app.widgets.detail import DetailPane
 from tttr.app.widgets.fork_progress import ForkProgress
@@ -54,7 +50,7 @@ class CorpusBuilt(Message):
 FOLLOW_S = 0.5  # how often a run still being recorded is read again
 
 
-class TimelineScreen(Screen):
+class TimelineScreen(EditAndFork, Screen):
     BINDINGS = [
         Binding("e", "edit", "edit & fork"),
         Binding("slash", "search", "search"),
@@ -343,154 +339,6 @@ class TimelineScreen(Screen):
         detail = self.query_one(DetailPane)
         (self.timeline if detail.has_focus else detail).focus()
 
-    # -- edit and fork -----------------------------------------------------------------
-    def action_edit(self) -> None:
-        event = self.current
-        if event is None:
-            return
-        problem = value_problem(event)
-        if problem is not None:
-            self.notify(f"{describe.short(event.site, 40)} is unreadable ({describe.short(problem, 120)}): "
-                        "its value cannot be edited, nor the run forked there", severity="error", markup=False)
-            return
-        offer = program_edit.offer(self.view.run, event)  # a recorded program's; None for the agent's runs
-        if isinstance(offer, str):
-            self.notify(offer, severity="warning", markup=False)
-            return
-        if event.kind not in EDITABLE_KINDS and offer is None:
-            self.notify(
-                f"a {describe.short(event.kind, 20)} event cannot be edited: move to a clock or tool event (R) "
-                "or a token (K)",
-                severity="warning", markup=False,
-            )
-            return
-        if self.fork_cancel is not None:
-            self.notify("a fork is already running: wait for it, or press x to cancel it", severity="warning",
-                        markup=False)
-            return
-        if offer is not None:
-            self.app.push_screen(EditScreen(offer.site, offer.kind, offer.current, partial(self.validate_edit, offer.site)),
-                                 partial(self.start_fork, offer.site))
-            return
-        if event.kind == "tool":
-            # The dialog starts from the recorded output: it must be all there, as recorded.
-            stdout = event.value.get("stdout")
-            text = self.view.loaded_text(stdout)
-            if text is None:
-                self._show_detail(event)  # (re)starts its loading
-                self.notify("the recorded output is still loading: press e again in a moment",
-                            severity="warning", markup=False)
-                return
-            if len(text) > BLOB_PREVIEW or is_blob(stdout) and (TOO_LARGE in text or text.startswith("‹blob")):
-                self.notify("the recorded output is too large to show in full (or unreadable), so it cannot "
-                            "be edited here: fork from the command line with `tttr fork`",
-                            severity="error", markup=False)
-                return
-        alternatives = []
-        if event.kind == "token":
-            alternatives = describe.alternatives(self.view, event, self.token_texts)
-        self.app.push_screen(
-            EditScreen(event.site, event.kind, editable_text(self.view, event),
-                       partial(self.validate_edit, event.site), alternatives),
-            partial(self.start_fork, event.site),
-        )
-
-    def validate_edit(self, site: str, text: str) -> str | None:
-        """None when `text` is a valid new value for `site`, else why not."""
-        run = self.view.run
-        if run.status != "complete":
-            return f"run #{run.id} is {run.status}: only complete runs can be forked"
-        if program_edit.is_program(run):
-            return program_edit.check(self.view.store, run, site, text, self.app.model)
-        try:
-            from tttr.engine.replay.mutation import parse_mutation
-        except ImportError as exc:
-            return f"editing needs the engine, which failed to import: {exc}"
-        tokenizer = None
-        if ":token:" in site:
-            tokenizer = self.app.tokenizer_for(run.model_id)
-            if tokenizer is None:
-                return (f"run #{run.id} was recorded with model {run.model_id}, which is not the model "
-                        "at hand: start the app with --model pointing at it (or set TTTR_MODEL)")
-        try:
-            parse_mutation(self.view.store, run.id, site, text, tokenizer=tokenizer)
-        except Exception as exc:  # noqa: BLE001 - the engine's reason is the message to show
-            if getattr(exc, "exit_code", None) is None and not isinstance(exc, ValueError):
-                raise
-            return str(exc)
-        return None
-
-    def start_fork(self, site: str, value: str | None) -> None:
-        if value is None:
-            return
-        self.fork_cancel = cancel = threading.Event()
-        self.query_one(ForkProgress).start(site, value)
-        self.refresh_bindings()
-        self.run_worker(partial(self._fork, site, value, cancel), thread=True, group="fork",
-                        exit_on_error=False, name=f"fork {site}")
-
-    def _fork(self, site: str, value: str, cancel: threading.Event) -> None:
-        """In a worker thread: run the fork and report by message."""
-        parent = self.view.run_id
-
-        def progress(done, total, text=""):
-            self.post_message(ForkProgressed(done, total, text))
-
-        try:
-            progress(0, None, "loading the model …")
-            runtime = self.app.runtime()
-            fork = program_edit.run_fork if program_edit.is_program(self.view.run) else run_fork
-            result = fork(self.app.db_path, parent, site, value, runtime=runtime,
-                          unsafe_no_sandbox=self.app.unsafe_no_sandbox, progress=progress, cancel=cancel)
-        except Exception as exc:  # noqa: BLE001 - reported on screen, the app keeps running
-            detail = str(exc) if getattr(exc, "exit_code", None) is not None else f"{type(exc).__name__}: {exc}"
-            self.post_message(ForkFailed(site, detail))
-            return
-        self.post_message(ForkFinished(parent, site, value, result, cancel.is_set()))
-
-    def on_fork_progressed(self, message: ForkProgressed) -> None:
-        if self.fork_cancel is not None and not self.fork_cancel.is_set():
-            self.query_one(ForkProgress).advance(message.done, message.total, message.text)
-
-    def on_fork_failed(self, message: ForkFailed) -> None:
-        self._fork_done()
-        self.notify(visible(f"fork at {message.site} failed: {message.error}"), severity="error", timeout=10,
-                    markup=False)
-
-    def on_fork_finished(self, message: ForkFinished) -> None:
-        self._fork_done()
-        result = message.result
-        if message.cancelled or result.status != "complete":
-            self.notify(visible(f"fork cancelled: run #{result.run_id} is stored {result.status}"),
-                        severity="warning", markup=False)
-            return
-        if self.app.screen is not self:
-            # The person is elsewhere (a dialog, another screen): say where the fork is rather
-            # than push the compare over what they are looking at.
-            self.notify(visible(f"fork at {message.site} stored as run #{result.run_id}; "
-                                "open it and press d to compare it with its parent"), markup=False, timeout=10)
-            return
-        self.notify(visible(f"fork at {message.site} stored as run #{result.run_id}"), markup=False)
-        from tttr.app.screens.compare import CompareScreen
-
-        self.app.push_screen(CompareScreen(message.parent, result.run_id))
-
-    def _fork_done(self) -> None:
-        self.fork_cancel = None
-        self.query_one(ForkProgress).stop()
-        self.refresh_bindings()
-
-    def on_unmount(self) -> None:
-        # Leaving the screen (or quitting) stops a running fork at its next step, so no
-        # worker outlives the screen that would show its result; the run is kept incomplete.
-        if self.fork_cancel is not None:
-            self.fork_cancel.set()
-
-    def action_cancel_fork(self) -> None:
-        if self.fork_cancel is not None:
-            self.fork_cancel.set()
-            self.query_one(ForkProgress).stopping()
-
     def action_files(self) -> None:
         """The sandbox's files after the step under the cursor, marked against the step before."""
         from tttr.app.screens.files import FilesScreen, TreeRef
@@ -514,24 +362,3 @@ class TimelineScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-
-def editable_text(view: RunView, event) -> str:
-    """The recorded value as the edit dialog shows it (the syntax parse_mutation takes).
-    JSON escapes control characters, so the text is safe to show and edit on one line."""
-    value = event.value if isinstance(event.value, dict) else {}
-    if event.kind == "clock":
-        return visible(str(value.get("t", "")), newlines=False)
-    if event.kind == "token":
-        return _json(str(value.get("text", "")))
-    # JSON keeps newlines editable on one line, and is a form parse_mutation takes.
-    return _json({"stdout": view.text(value.get("stdout")), "exit_code": value.get("exit_code")})
-
-
-# What json.dumps(ensure_ascii=False) leaves raw and a terminal would act on: DEL, C1, and
-# the formatting characters that reorder text. Escaped as JSON, they stay the same value.
-_RAW_CONTROLS = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-
-
-def _json(value) -> str:
-    return _RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False))
