@@ -249,3 +249,42 @@ def test_the_app_takes_two_recorded_programs_to_their_triage_and_refuses_a_pair_
 
     run_app(db, flow, load_tokenizer=False)
     assert db.read_bytes() == before
+
+
+def test_an_experiments_changes_apply_at_their_steps_or_where_their_request_comes_again():
+    """Not strict: a clock change moves only its own read; after the divergence a tool change
+    applies to the live call that asks what it asked."""
+    from types import SimpleNamespace
+
+    from tttr.app.program_fork import Change, ForkPlan
+    from tttr.app.program_replay import _Recording, _Step
+    from tttr.sessions.vocabulary import Site
+
+    def step(n, kind, value):
+        return _Step(n, kind, [SimpleNamespace(kind=kind, site=f"{n}:{kind}", value=value, step=n)])
+
+    run = SimpleNamespace(id=1, model_id="m", meta={"clock": "2026-03-02T10:00:00"})
+    rec = _Recording(run, {"clock": "2026-03-02T10:00:00"}, [
+        step(0, "clock", {"t": "2026-03-02T10:00:01"}),
+        step(1, "tool", {"function": "f", "args": [1], "kwargs": {}, "result": "a"}),
+        step(2, "clock", {"t": "2026-03-02T10:00:02"}),
+        step(3, "tool", {"function": "g", "args": [], "kwargs": {}, "result": "b"}),
+    ], {}, None)
+    copied = []
+    recorder = SimpleNamespace(record_copy=lambda name, events: copied.append(events), service=None)
+    plan = ForkPlan(1, (Change(Site(0, "clock"), "2026-03-03T09:00:00", "t", shift=timedelta(hours=23)),
+                        Change(Site(3, "tool"), {"result": "B"}, "r",
+                               request={"function": "g", "args": [], "kwargs": {}})), 0, strict=False)
+    replayer = plan.replayer(rec, recorder, "program:python3")
+    try:
+        assert replayer.answer_sdk("p", "clock", {}) == {"t": "2026-03-03T09:00:00"}
+        assert replayer.answer_sdk("p", "tool", {"function": "f", "args": [1], "kwargs": {}}) == {"result": "a"}
+        assert replayer.answer_sdk("p", "clock", {}) == {"t": "2026-03-02T10:00:02"}  # not moved
+        assert replayer.answer_sdk("p", "tool", {"function": "h", "args": [], "kwargs": {}}) is None  # diverged: live
+        assert replayer.divergence is not None
+        assert replayer.answer_sdk("p", "tool", {"function": "g", "args": [], "kwargs": {}}) == {"result": "B"}
+        assert replayer.report()["applied"] == ["0:clock", "3:tool"]
+        assert copied[-1] == [("tool", None, {"function": "g", "args": [], "kwargs": {}, "result": "B",
+                                              "source": "sdk"})]
+    finally:
+        replayer.close()
