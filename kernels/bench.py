@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from tttr.kernels import ops
-from tttr.kernels.mode import MODES, kernel_mode
+from tttr.kernels.mode import BASE_MODES as MODES, kernel_mode  # the fp32 pair; invariant-q8: its own tests
 
 D, FFN, VOCAB, HEADS, KV_HEADS, HEAD_DIM = 576, 1536, 49152, 9, 3, 64
 LINEARS = {"qkv": (HEADS * HEAD_DIM + 2 * KV_HEADS * HEAD_DIM, D), "o": (D, D), "gate_up": (2 * FFN, D),

@@ -1,4 +1,6 @@
-"""The one switch between stock kernels (`fast`) and batch-invariant ones (`invariant`).
+"""The one switch between stock kernels (`fast`) and batch-invariant ones (`invariant`, and
+`invariant-q8`: the same, except that products by weights held as GGUF blocks quantize each
+activation row to 8 bits first and sum integer products, as llama.cpp does; kernels.cq8).
 
 The mode is process-wide (a context variable, so threads started inside a `kernel_mode`
 block do not inherit it by accident). `kernel_mode(...)` restores the previous mode in
@@ -13,7 +15,10 @@ from typing import Iterator
 
 from tttr.sessions.errors import TTTRError
 
-MODES = ("fast", "invariant")
+MODES = ("fast", "invariant", "invariant-q8")
+Q8 = "invariant-q8"  # fp32 everywhere but the block products' activations (kernels.cq8)
+INVARIANT_MODES = ("invariant", Q8)  # each row's bits independent of the batch: batching, prefix reuse
+BASE_MODES = ("fast", "invariant")  # the fp32 pair the kernel benchmarks and the determinism check compare
 
 
 class KernelModeError(TTTRError, ValueError):
@@ -27,6 +32,12 @@ def check_mode(mode: str) -> str:
     if mode not in MODES:
         raise KernelModeError(f"unknown kernel mode {mode!r}: use one of {', '.join(MODES)}")
     return mode
+
+
+def is_invariant(mode: str | None) -> bool:
+    """Whether `mode` gives each row bits that do not depend on the batch (sequences in it may
+    share passes, reuse prefixes and be bisected in batches)."""
+    return mode in INVARIANT_MODES
 
 
 def get_mode() -> str:

@@ -51,10 +51,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tttr.kernels import REVISION, cattention, cdecode, cquant, crow, invariant
+from tttr.kernels import REVISION, cattention, cdecode, cq8, cquant, crow, invariant
 from tttr.kernels.cquant import QuantWeight  # noqa: F401 - the engine names block weights as ops.QuantWeight
 from tttr.kernels.cquant import linear as block_linear
-from tttr.kernels.mode import get_mode
+from tttr.kernels.mode import INVARIANT_MODES, Q8, get_mode
 from tttr.kernels.packing import HAS_MKL_PACK, PACK_ROWS, mkl_linear, packed_weights
 
 # MKL's packed GEMM reads the packed weight once per PACK_ROWS-row panel: a win while the
@@ -70,10 +70,13 @@ QUANT_FORMATS = cquant.FORMATS  # the GGUF block formats block_weight takes: Q4_
 
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     if weight.__class__ is QuantWeight:
-        # Stored GGUF blocks (kernels.cquant): batch-invariant as they stand, so both modes.
-        out = block_linear(x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], weight.shape[0])
+        # Stored GGUF blocks (kernels.cquant): batch-invariant as they stand, so every mode;
+        # `invariant-q8` quantizes the activations to 8 bits first (kernels.cq8)
+        x2 = x.reshape(-1, x.shape[-1])
+        q8 = get_mode() == Q8 and cq8.available() and cq8.supports(weight)
+        out = (cq8.linear(x2, weight) if q8 else block_linear(x2, weight)).view(*x.shape[:-1], weight.shape[0])
         return out if bias is None else out + bias
-    if get_mode() == "invariant":
+    if get_mode() in INVARIANT_MODES:
         return invariant.linear(x, weight, bias)
     m = x.shape[0] if x.dim() == 2 else 0
     if 0 < m <= _PACKED_MAX_ROWS and HAS_MKL_PACK and x.dtype == torch.float32 \
@@ -92,7 +95,7 @@ def _row_kernels(*ts: torch.Tensor) -> bool:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if _row_kernels(x, weight):
         return crow.rms_norm(x, weight, eps)
-    if get_mode() == "invariant":
+    if get_mode() in INVARIANT_MODES:
         return invariant.rms_norm(x, weight, eps)
     return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
@@ -118,19 +121,19 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     vectorised body and its scalar tail, so a row's bits would depend on where the row
     falls against the vector width; the invariant form uses only exp and division, whose
     two forms agree bit for bit."""
-    if get_mode() == "invariant":
+    if get_mode() in INVARIANT_MODES:
         return gate / (1.0 + torch.exp(-gate)) * up
     return F.silu(gate) * up
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    if get_mode() == "invariant":
+    if get_mode() in INVARIANT_MODES:
         return invariant.softmax(x, dim)
     return torch.softmax(x, dim=dim)
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    if get_mode() == "invariant":
+    if get_mode() in INVARIANT_MODES:
         return invariant.log_softmax(x, dim)
     return torch.log_softmax(x, dim=dim)
 
@@ -138,7 +141,7 @@ def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    if get_mode() == "invariant":
+    if get_mode() in INVARIANT_MODES:
         return invariant.attention(q, k, v, positions, scale)
     t, h, d = q.shape
     kvh = k.shape[1]
@@ -168,7 +171,7 @@ def decode_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: list[int] | torch.Tensor, scale: float,
 ) -> torch.Tensor:
     """One decode query for each of N sequences at once (see the module contract)."""
-    if get_mode() == "invariant":
+    if get_mode() in INVARIANT_MODES:
         return invariant.decode_attention(q, k, v, positions, scale)
     n, h, d = q.shape
     if not q.is_cuda and cattention.available():
@@ -269,7 +272,10 @@ def dense(weight: torch.Tensor | QuantWeight) -> torch.Tensor:
 def decode_layers(model, x: torch.Tensor, positions: torch.Tensor, segments) -> torch.Tensor | None:
     """The layers of a pass whose rows each decode one token, in one compiled call: x [R, d]
     the embedded tokens (updated in place), returns the final norm's output [R, d], the bits
-    the per-op path gives; None when the model or pass is not one it runs (kernels.cdecode)."""
+    the per-op path gives; None when the model or pass is not one it runs (kernels.cdecode;
+    not yet `invariant-q8`, whose products it does not call: that mode runs the ops one by one)."""
+    if get_mode() == Q8:
+        return None
     return cdecode.decode(model, x, positions, segments)
 
 
@@ -283,5 +289,9 @@ def describe() -> dict:
         # ":avx2", ":c", the same bits from each), or all products are dense fp32 ("dense")
         "linear_kernel": f"blocks:{cquant.kernel_name()}" if cquant.available() else "dense",
         "row_kernels": "compiled" if crow.available() else "torch",
+        # the `invariant-q8` mode's block products (8-bit activations: "q8:avx2" or "q8:c", the
+        # same bits from each), or "none": that mode then multiplies as `invariant` does; which
+        # mode a run used is its kernel_mode
+        "q8_kernel": f"q8:{cq8.kernel_name()}" if cq8.available() else "none",
         "kernels_revision": REVISION,
     }

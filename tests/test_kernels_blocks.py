@@ -266,7 +266,7 @@ def test_the_fingerprint_records_what_ops_describe_says():
     from tttr.engine.inference.fingerprint import fingerprint
 
     described = ops.describe()
-    assert set(described) == {"attention_kernel", "linear_kernel", "row_kernels", "kernels_revision"}
+    assert set(described) == {"attention_kernel", "linear_kernel", "row_kernels", "q8_kernel", "kernels_revision"}
     assert described["row_kernels"] == ("compiled" if crow.available() else "torch")
     assert described["linear_kernel"] == (f"blocks:{cquant.kernel_name()}" if cquant.available() else "dense")
     fp = fingerprint()

@@ -9,7 +9,7 @@ from tttr.kernels.mode import MODES, KernelModeError, get_mode, kernel_mode, set
 
 def test_default_is_fast():
     assert get_mode() == "fast"
-    assert MODES == ("fast", "invariant")
+    assert MODES == ("fast", "invariant", "invariant-q8")
 
 
 def test_restores_on_exception():

@@ -7,6 +7,7 @@ import sys
 
 from tttr.app.commands import args as argtypes
 from tttr.app.commands.store import safe_json, shown
+from tttr.kernels.mode import MODES
 
 DEFAULT_DB = "tttr.db"
 
@@ -32,7 +33,7 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7; 0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default 1.0)")
     p.add_argument("--top-k", type=argtypes.count, default=0, help="top-k sampling (default 0 = off)")
-    p.add_argument("--kernels", choices=("fast", "invariant"), default="invariant",
+    p.add_argument("--kernels", choices=MODES, default="invariant",
                    help="kernel mode (default invariant: replays are the same arithmetic)")
     p.add_argument("--clock", help="virtual clock at the start, ISO (default: the task's clock, else now)")
     p.add_argument("--max-steps", type=argtypes.steps, default=6, help="step limit (default 6)")

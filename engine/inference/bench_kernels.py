@@ -19,7 +19,7 @@ from tttr.engine.inference.model import load_model
 from tttr.engine.inference.scheduler import Engine
 from tttr.engine.inference.sequence import Sequence
 from tttr.kernels.bench import op_timings
-from tttr.kernels.mode import MODES, kernel_mode
+from tttr.kernels.mode import BASE_MODES as MODES, kernel_mode  # the fp32 pair; invariant-q8: its own tests
 
 
 def _decode_seconds_per_token(engine, prompt: list[int], streams: int, tokens: int, mode: str) -> float:

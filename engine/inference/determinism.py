@@ -28,7 +28,7 @@ from tttr.engine.inference.model import Segment, load_model
 from tttr.engine.inference.sampler import SamplingParams
 from tttr.engine.inference.scheduler import Engine
 from tttr.engine.inference.sequence import Sequence
-from tttr.kernels.mode import MODES, kernel_mode
+from tttr.kernels.mode import BASE_MODES as MODES, kernel_mode  # the fp32 pair; invariant-q8: its own tests
 
 TARGET_MESSAGES = [
     {"role": "user", "content": "Write a shell command that lists the five largest files in /var/log."}

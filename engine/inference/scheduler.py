@@ -33,7 +33,7 @@ from tttr.engine.inference.model import Model, Segment
 from tttr.engine.inference.sampler import sample_rows
 from tttr.engine.inference.sequence import Sequence, TokenRecord
 from tttr.kernels import ops
-from tttr.kernels.mode import check_mode, get_mode, kernel_mode
+from tttr.kernels.mode import check_mode, get_mode, is_invariant, kernel_mode
 
 TOPK = 5
 
@@ -212,6 +212,8 @@ class Engine:
             cfg = self.model.config
             seq.cache = KVCache(cfg.n_layers, capacity, cfg.n_kv_heads, cfg.head_dim, allocate=False)
             prefixes = self.prefixes
+            # `invariant` only: the kept prefixes are keyed by tokens alone, and `invariant-q8`'s
+            # keys and values are other bits
             if prefixes is not None and seq.kernel_mode == "invariant":
                 prefixes.fill(seq.prompt_ids, seq.cache, ((s.ids, s.cache) for s, _ in self._running))
             self._running.append((seq, fut))
@@ -236,7 +238,7 @@ class Engine:
         """Tokens this sequence feeds now, and how many of the last rows produce positions."""
         feed = seq.ids[seq.cache.length:]
         n_out = 1
-        chain = self.chain_forced if self.chain_forced is not None else seq.kernel_mode == "invariant"
+        chain = self.chain_forced if self.chain_forced is not None else is_invariant(seq.kernel_mode)
         if chain and seq.forced:
             stops = self._stop_ids(seq)
             p = seq.next_position

@@ -29,6 +29,7 @@ from typing import Callable, Generic, Sequence, TypeVar
 from tttr.engine.replay.deltas import Delta, Pair, differing
 from tttr.engine.replay.result import ReplayError
 from tttr.engine.replay.trial import Judge, Trial, apply, check_ends, recorded_actions
+from tttr.kernels.mode import is_invariant
 
 T = TypeVar("T")
 
@@ -165,8 +166,8 @@ def bisect(store, good: int, bad: int, *, judge: str = "outcome", max_replays: i
     out = Bisect(good, bad, judge, found)
     stop = cancel or threading.Event()
     modes = {pair.base.run.kernel_mode, pair.other.run.kernel_mode}
-    if batch and modes != {"invariant"}:
-        out.batch_note = (f"tests run one at a time: {' and '.join(sorted(modes - {'invariant'}))} kernels are "
+    if batch and not all(is_invariant(m) for m in modes):
+        out.batch_note = (f"tests run one at a time: {' and '.join(sorted(m for m in modes if not is_invariant(m)))} kernels are "
                           "not batch-invariant, so tests batched together could change each other's results")
     elif batch:
         out.batched = True

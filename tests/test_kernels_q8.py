@@ -1,0 +1,220 @@
+"""The `invariant-q8` mode's block products (kernels.cq8): activations quantized to 8 bits as
+ggml does it (checked against numpy written from ggml-quants.c), integer products exact
+(checked against float64 of the dequantized values), the plain C and AVX2 bodies giving the
+same bits, each row independent of the batch, its place in it and the thread count, and the
+default model deterministic under the mode whatever shares its passes."""
+
+from __future__ import annotations
+
+import ctypes
+import random
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from tttr.kernels import cq8, cquant, ops
+from tttr.kernels.mode import MODES, Q8, is_invariant, kernel_mode
+from tttr.sessions.cache import _cpu_flags, build_shared
+from tests.engine_tiny import random_blocks
+
+FORMATS = cquant.FORMATS  # Q4_1, Q8_0, Q4_K, Q5_0, Q5_K, Q6_K: one per layout and activation kind at least
+
+
+def _weight(fmt: str, n: int, k: int, seed: int) -> tuple[np.ndarray, cquant.QuantWeight, np.ndarray]:
+    """Random valid GGUF rows of `fmt`, packed, and gguf's values for them (float64)."""
+    raw = random_blocks(fmt, n, k, np.random.default_rng(seed))
+    values = np.asarray(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[fmt]), dtype=np.float64)
+    return raw, cquant.pack(fmt, raw, n, k), values
+
+
+def _kind(fmt: str) -> str:
+    return cq8.ACTIVATIONS[cq8.KIND_OF[fmt]]
+
+
+def _ggml_quantize(x: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ggml's quantize_row_q8_0 / _q8_1 (AVX2 bodies) and quantize_row_q8_K_ref, in numpy fp32."""
+    f32 = np.float32
+    m, k = x.shape
+    if kind == "Q8_K":
+        blocks = x.reshape(m, k // 256, 256)
+        big = np.take_along_axis(blocks, np.abs(blocks).argmax(-1)[..., None], -1)  # the first of largest |x|
+        with np.errstate(divide="ignore", invalid="ignore"):  # an all-zero block: its quants are set to 0 below
+            iscale = (f32(-127.0) / big).astype(f32)
+            q = np.minimum(127, np.rint((iscale * blocks).astype(f32))).astype(np.int8)
+        d = np.where(big == 0, f32(0), (f32(1) / iscale).astype(f32)).astype(f32)  # [m, k/256, 1]
+        q = np.where(big == 0, 0, q).astype(np.int8).reshape(m, k)
+        d32 = np.repeat(d[..., 0], 8, axis=1)
+        sums = q.reshape(m, k // 32, 32).astype(np.int64).sum(-1).astype(f32)
+        return q, d32, (d32 * sums).astype(f32)
+    blocks = x.reshape(m, k // 32, 32)
+    amax = np.abs(blocks).max(-1, keepdims=True)
+    d = (amax / f32(127)).astype(f32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax != 0, f32(127) / amax, f32(0)).astype(f32)
+    q = np.rint((blocks * inv).astype(f32)).astype(np.int8)
+    sums = q.astype(np.int64).sum(-1).astype(f32)
+    s = (d[..., 0] * sums).astype(f32).astype(np.float16).astype(f32) if kind == "Q8_1" else np.zeros_like(sums)
+    return q.reshape(m, k), d[..., 0].astype(np.float16).astype(f32), s
+
+
+@pytest.mark.parametrize("kind", cq8.ACTIVATIONS)
+def test_activations_are_quantized_as_ggml_does(kind):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((7, 512)) * rng.uniform(0.01, 30, (7, 1))).astype(np.float32)
+    x[3, :256] = 0.0  # an all-zero block (and super-block): scale 0, quants 0
+    x[4, 7] = -50.0  # a negative largest input: Q8_K's scale is negative then, its quants flip sign
+    got = cq8.quantize(x, kind)
+    want = _ggml_quantize(x, kind)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and np.array_equal(g, w)
+    assert np.abs(got[0]).max() == 127 and got[0].min() >= -127  # never -128: the sign trick stays exact
+
+
+def _reference(x: torch.Tensor, fmt: str, raw: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float64 of (the dequantized weights) x (the quantized-then-dequantized activations), and
+    the magnitude fp32 rounding scales with. Q4_1 with Q8_1 adds, as ggml does, each block's
+    minimum times the block sum it kept in fp16, in place of the exact sum."""
+    q, d, s = cq8.quantize(x.numpy(), _kind(fmt))
+    m, k = q.shape
+    xd = (q.reshape(m, k // 32, 32).astype(np.float64) * d[:, :, None]).reshape(m, k)
+    out = xd @ values.T
+    if fmt == "Q4_1":
+        mins = raw.reshape(raw.shape[0], k // 32, 20)[:, :, 2:4].copy().view(np.float16)[..., 0].astype(np.float64)
+        exact_sums = q.reshape(m, k // 32, 32).astype(np.float64).sum(-1) * d
+        out += (s.astype(np.float64) - exact_sums) @ mins.T
+    return out, np.abs(xd) @ np.abs(values).T
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_integer_products_are_exact(fmt):
+    raw, qw, values = _weight(fmt, 48, 768, seed=11)
+    x = torch.randn(9, 768)
+    out = cq8.linear(x, qw)
+    ref, magnitude = _reference(x, fmt, raw, values)
+    assert out.dtype == torch.float32 and out.shape == (9, 48)
+    # only the per-block float steps round: a few fp32 ulps of the magnitude
+    assert (np.abs(out.numpy().astype(np.float64) - ref) <= 1e-6 * magnitude.max()).all()
+    # and it is not the fp32 product: the activations' 8-bit rounding shows, at about 1/254
+    fp32 = cquant.linear(x, qw).numpy().astype(np.float64)
+    gap = np.abs(out.numpy() - fp32).max() / magnitude.max()
+    assert 1e-6 < gap < 1e-2
+
+
+def test_parts_of_different_types_each_get_their_own_activations():
+    """A fused q/k/v of Q4_K (Q8_K activations), Q5_0 and Q4_1 (Q8_0/Q8_1) parts: each part's rows
+    are what that part alone gives."""
+    parts = [_weight(fmt, 32, 256, seed) for fmt, seed in (("Q4_K", 1), ("Q5_0", 2), ("Q4_1", 3))]
+    qw = cquant.stack([p.parts[0] for _, p, _ in parts])
+    x = torch.randn(5, 256)
+    out = cq8.linear(x, qw)
+    assert torch.equal(out, torch.cat([cq8.linear(x, p) for _, p, _ in parts], dim=1))
+
+
+def _bodies() -> dict[str, ctypes.CDLL]:
+    """cq8.SOURCE built as its plain C body and, where the CPU has it, its AVX2 body."""
+    variants = {"c": ["-mno-avx512f", "-mno-avx2"]}
+    if {"avx2", "fma"} <= set(_cpu_flags().split()):
+        variants["avx2"] = []
+    libs = {}
+    for name, extra in variants.items():
+        path, why = build_shared(f"q8linear-test-{name}", cq8.SOURCE, cq8._FLAGS + extra, "a test build",
+                                 subdir="kernels")
+        assert path is not None, why
+        lib = ctypes.CDLL(str(path))
+        cq8._declare(lib)
+        assert lib.tttr_q8_kernel().decode() == name
+        libs[name] = lib
+    return libs
+
+
+def test_the_plain_c_and_avx2_bodies_give_the_same_bits():
+    libs = _bodies()
+    assert len(libs) == 2, "this machine has AVX2: both bodies must be built and compared"
+    for fmt in FORMATS:
+        _, qw, _ = _weight(fmt, 64, 512, seed=2)
+        x = torch.randn(11, 512) * 3
+        outs = []
+        for lib in libs.values():
+            out = torch.empty(11, 64)
+            assert lib.tttr_q8_linear_parts(*cq8._call(qw), 512, x.data_ptr(), 11, out.data_ptr(), 2) == 0
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1]), f"{fmt}: the bodies disagree"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_rows_do_not_depend_on_the_batch_their_place_or_threads(fmt):
+    _, qw, _ = _weight(fmt, 64, 512, seed=12)
+    x = torch.randn(17, 512)
+    full = cq8.linear(x, qw)
+    for rows in range(1, 18):
+        for start in sorted({0, (17 - rows) // 2, 17 - rows}):
+            assert torch.equal(cq8.linear(x[start:start + rows], qw), full[start:start + rows])
+    shuffled = torch.randperm(17)
+    assert torch.equal(cq8.linear(x[shuffled], qw), full[shuffled])
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            assert torch.equal(cq8.linear(x, qw), full)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_the_mode_routes_block_products_only_and_counts_as_invariant():
+    assert Q8 in MODES and is_invariant(Q8) and is_invariant("invariant") and not is_invariant("fast")
+    _, qw, values = _weight("Q4_1", 32, 256, seed=4)
+    x = torch.randn(3, 256)
+    dense = torch.from_numpy(values.astype(np.float32))
+    with kernel_mode(Q8):
+        assert torch.equal(ops.linear(x, qw), cq8.linear(x, qw))
+        # a dense fp32 weight multiplies as `invariant` multiplies it
+        with kernel_mode("invariant"):
+            expected = ops.linear(x, dense)
+        assert torch.equal(ops.linear(x, dense), expected)
+    with kernel_mode("invariant"):
+        assert torch.equal(ops.linear(x, qw), cquant.linear(x, qw))
+    assert ops.describe()["q8_kernel"] == f"q8:{cq8.kernel_name()}"
+
+
+# ---- the default model ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model():
+    from tttr.engine.inference.model import load_model
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield load_model()
+    torch.set_num_threads(before)
+
+
+@pytest.mark.slow  # the default model generating in several batch compositions
+def test_default_model_greedy_is_the_same_in_any_batch(model):
+    from tttr.engine.inference.sampler import SamplingParams
+    from tttr.engine.inference.scheduler import Engine
+    from tttr.engine.inference.sequence import Sequence
+
+    tok = model.tokenizer
+    target = tok.encode(tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}]))
+    rng = random.Random(3)
+    results, layouts = set(), set()
+    with Engine(model, kernel_mode=Q8, max_running=16) as eng:
+        for n_others, at, threads in ((0, 0, 1), (3, 0, 1), (5, 5, 2), (9, 4, 1)):
+            torch.set_num_threads(threads)
+            seqs = [Sequence([rng.randrange(100, 40000) for _ in range(rng.randint(2, 20))], SamplingParams(),
+                             rng.randint(1, 6), stop_token_ids=()) for _ in range(n_others)]
+            me = Sequence(target, SamplingParams(), 6, stop_token_ids=())
+            seqs.insert(at, me)
+            eng.generate(seqs)
+            results.add(tuple((r.token_id, r.digest) for r in me.records))
+            layouts.add((me.records[0].batch_rows, me.records[0].row))
+            assert all(r.kernel_mode == Q8 for r in me.records)
+    torch.set_num_threads(1)
+    fp32 = Sequence(target, SamplingParams(), 6, stop_token_ids=())
+    with Engine(model, kernel_mode="invariant") as eng:
+        eng.generate([fp32])
+    assert len(layouts) == 4 and len(results) == 1
+    # other arithmetic: no logits digest in common with the fp32 mode's
+    assert not {r.digest for r in fp32.records} & {d for _, d in next(iter(results))}
