@@ -17,7 +17,8 @@ parameter, or a step the recording lacks) is the divergence, reported with the c
 index and both values. From there on SDK tools run live, the clock is live, and model calls
 are generated live by the recorded model (app/program_live.py; loaded then, not before), so
 the program runs on as it would have. At the end the program's stdout, exit code and end tree are compared
-with the recorded ones (an SDK tool's side effects on the tree are not re-done).
+with the recorded ones (an SDK tool answered from the recording has its recorded effects on the
+files put back by the server: engine/serve/sdk_tree.py).
 
 The program's code is taken from where it was recorded (the recorded --tree, if that
 directory still exists), the rest of the tree from the snapshot: an edited program replays
@@ -246,12 +247,16 @@ class Replayer:
             if kind == "clock":
                 return self._answer_clock(step, recorded)
             keys = ("function", "args", "kwargs") if "function" in value else ("cmd", "cwd", "timeout_s")
+            if "tree_before" in recorded and "tree_before" in value:  # sdk.shell's cassette: the tree too
+                keys += ("tree_before",)
             for key in keys:
                 if recorded.get(key) != value.get(key):
                     label = recorded.get("function") or recorded.get("cmd")
                     self._diverge(f"step {step.step}, tool {label}: {key}", recorded.get(key), value.get(key))
                     return None
-            return self._answer_sdk(step, recorded, value)
+            answer = self._answer_sdk(step, recorded, value)
+            # the recorded call's effects on the files, which the server puts back (a fork's new value too)
+            return {**{k: recorded[k] for k in ("tree_after", "snapshot") if recorded.get(k)}, **answer}
 
     def _answer_clock(self, step: _Step, recorded: dict) -> dict:
         """A clock read at recorded step `step`: the recorded value."""
@@ -339,6 +344,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
             fork=None, model=None) -> ReplayResult:
     from tttr.app.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
+    from tttr.engine.serve.sdk_tree import SDKTree
     from tttr.recorders.clock import iso
     from tttr.recorders.shell import ShellState
     from tttr.recorders.snapshot import snapshot, tree_digest
@@ -353,6 +359,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
     server.answer_call = replayer.answer_call
     server.answer_from_recording = replayer.answer_sdk
     server.replay_model = {"id": run.model_id or "tttr", "object": "model", "created": 0, "owned_by": "tttr"}
+    server.sdk_tree = SDKTree(tree_dir, store, recorded_since=run.created, program=_script(argv))  # effects put back
     endpoint = None
     child = None
     try:
@@ -454,7 +461,7 @@ def print_replay(res: ReplayResult, as_json: bool, verb: str = "replayed") -> No
     if res.exit_code != res.recorded_exit_code:
         say(f"exit code {res.recorded_exit_code} in the recording, {res.exit_code} here")
     say("end tree " + ("identical to the recording" if res.same_tree
-                       else "differs from the recording (an SDK tool's effects on files are not re-done in a replay)"))
+                       else "differs from the recording"))
     say(f"  logits computed: {res.logits_computed}, tools run: {res.tools_run}")
 
 

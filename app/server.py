@@ -89,6 +89,9 @@ class Server:
         # (a chat.completion or text_completion object) or an APIError; None: served live.
         self.answer_call = None
         self.replay_model: dict | None = None  # GET /v1/models' entry while replaying without a model
+        # The program's tree (an engine.serve.sdk_tree.SDKTree), set by a runner: SDK tool events
+        # then carry the tree's digests and snapshot, and a pinned call's effects are put back.
+        self.sdk_tree = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def _load(self) -> None:
@@ -189,14 +192,37 @@ class Server:
             post = parse_tool(await _body(request))
         except APIError as exc:
             return _error(exc)
+        tree = self.sdk_tree
         if post.query:
-            answer = self._recorded_answer(name, "tool", post.value)
+            value = post.value
+            if tree is not None and "cmd" in value:  # the cassette's key includes the tree before
+                value = await run_in_threadpool(tree.asked, name, value)
+            answer = self._recorded_answer(name, "tool", value)
             if answer is not None:
+                if tree is not None:
+                    await run_in_threadpool(self._put_back, tree, answer)
+                answer = {k: v for k, v in answer.items() if k not in ("tree_after", "snapshot")}
                 return JSONResponse({"recorded": True, "run": name, **answer})
             return JSONResponse({"recorded": False, "run": name})
+        value = {**post.value, "source": "sdk"}
+        if tree is not None:
+            value = await run_in_threadpool(self._with_tree, tree, name, value)
         if self.recorder is not None:
-            self.recorder.record_event(name, "tool", {**post.value, "source": "sdk"})
+            self.recorder.record_event(name, "tool", value)
         return JSONResponse({"recorded": False, "run": name, "stored": self.recorder is not None})
+
+    def _with_tree(self, tree, name: str, value: dict) -> dict:
+        try:
+            return tree.outcome(name, value)
+        except Exception as exc:  # noqa: BLE001 - the event is still worth recording without its tree
+            print(f"tttr serve: could not snapshot the program's tree for an SDK tool event: {exc}", file=sys.stderr)
+            return value
+
+    def _put_back(self, tree, answer: dict) -> None:
+        try:
+            tree.move_to(answer)
+        except Exception as exc:  # noqa: BLE001 - the program goes on; its end tree will differ
+            print(f"tttr serve: could not put back a pinned SDK tool's effects on the tree: {exc}", file=sys.stderr)
 
     async def sdk_clock(self, request: Request) -> JSONResponse:
         """A clock read: the recording's value when replaying, else the server's clock, recorded."""

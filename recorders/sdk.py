@@ -27,17 +27,20 @@ run at the next step (`S:tool`, `S:clock`; see docs/serve.md, "The SDK's routes"
   (its qualified name), `args`, `kwargs`, and `result` or `error` (`{"type", "message"}`, the
   exception is re-raised), `duration_ms`. Values that are not JSON are sent as their `repr`
   (and `lossy: true`).
-- `sdk.shell`: the command runs **here, in the program's process** (not in the server's
-  sandbox: under `tttr record` the program is itself in the sandbox), then is posted with
-  `cmd`, `cwd`, `timeout_s`, `stdout`, `stderr`, `exit_code` (null and `limit_hit: "timeout"`
-  when it timed out), `duration_ms`.
+- `sdk.shell`: first posted without its outcome (`cmd`, `cwd`, `timeout_s`: the server notes
+  the program's tree before it), then the command runs **here, in the program's process**
+  (not in the server's sandbox: under `tttr record` the program is itself in the sandbox;
+  `bash -c CMD` in a process group of its own, all of it killed at the timeout), then is
+  posted with `stdout`, `stderr`, `exit_code` (null and `limit_hit: "timeout"` when it timed
+  out), `duration_ms`.
 - `sdk.now()`: `POST /tttr/v1/clock`; the server reads the run's clock and records it,
   and the answer's `t` (ISO 8601 with offset) is returned as a naive local datetime, as
   `datetime.now()` returns.
 
 Replay (`TTTR_REPLAY=1`): a tool call is first posted without its outcome (a *query*); an
 answer `{"recorded": true, "result": …}` (or `error`, or a shell's output) is returned without
-running anything; `{"recorded": false}` means run it live, then post the outcome as above.
+running anything (the server puts back what the recorded call did to the files); `{"recorded":
+false}` means run it live, then post the outcome as above.
 
 If the server cannot be reached or refuses a post, the SDK says so on stderr in one line
 and the program goes on with the value it computed (the recording lacks that event).
@@ -199,8 +202,8 @@ def shell(cmd: str, timeout: float | None = 60, *, cwd: str | None = None) -> Sh
     if not recording():
         return _run(cmd, timeout, where)[0]
     call = {"cmd": cmd, "cwd": where, "timeout_s": timeout}
+    answer = _post(TOOL_ROUTE, call)  # asked first, recording too: the server notes the tree before it
     if _replaying():
-        answer = _post(TOOL_ROUTE, call)
         if answer and answer.get("recorded"):
             return ShellResult(cmd, answer.get("stdout") or "", answer.get("stderr") or "", answer.get("exit_code"),
                                answer.get("limit_hit") == "timeout")
@@ -213,14 +216,31 @@ def shell(cmd: str, timeout: float | None = 60, *, cwd: str | None = None) -> Sh
 
 
 def _run(cmd: str, timeout: float | None, cwd: str) -> tuple[ShellResult, float]:
+    """`bash -c CMD` in a process group of its own: at the timeout the whole group is killed
+    (a `sleep` it started, a server it left in the background), not only bash."""
+    import signal
     import subprocess
 
     t0 = time.perf_counter()
+    proc = subprocess.Popen(["bash", "-c", cmd], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
     try:
-        done = subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout)
-        result = ShellResult(cmd, _text(done.stdout), _text(done.stderr), done.returncode)
-    except subprocess.TimeoutExpired as exc:
-        result = ShellResult(cmd, _text(exc.stdout), _text(exc.stderr), None, timed_out=True)
+        out, err = proc.communicate(timeout=timeout)
+        result = ShellResult(cmd, _text(out), _text(err), proc.returncode)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:  # already gone
+            pass
+        out, err = proc.communicate()
+        result = ShellResult(cmd, _text(out), _text(err), None, timed_out=True)
+    except BaseException:  # Ctrl-C in the program: the command goes with it
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        raise
     return result, round((time.perf_counter() - t0) * 1000, 3)
 
 

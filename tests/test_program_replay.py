@@ -72,7 +72,8 @@ def test_faithful_replay_is_identical_without_model_or_tools(tmp_path, capsys):
         assert kinds[:2] == [(-1, "clock"), (-1, "setup")]  # the setup clock, as recorded
         end = next(e.value for e in events if e.kind == "tool" and "program" in e.value)
         paths = {e.path for e in read_manifest(end["snapshot"], store)}
-        assert "log.txt" not in paths  # the tool was answered from the recording, never run
+        assert "log.txt" in paths  # the tool was answered from the recording, never run; its write put back
+    assert res["same_tree"] is True
     assert (tree / "log.txt").read_text().count("\n") == 1  # the recorded tree is left alone
     assert main(["diff", str(rec["run_id"]), str(res["run_id"]), "--db", str(db), "--json"]) == 0
     diff = json.loads(capsys.readouterr().out)

@@ -40,6 +40,15 @@ def test_the_cache_size_comes_from_the_argument_the_environment_or_the_default(m
     assert Service(kernel_mode="fast").prefix_stats() == {"enabled": False, "why": "fast kernels"}
 
 
+def test_a_bad_size_stops_tttr_serve_in_one_line(monkeypatch, capsys):
+    from tttr.app.cli import main
+
+    monkeypatch.setenv(PREFIX_CACHE_ENV, "lots")
+    assert main(["serve", "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and PREFIX_CACHE_ENV in err[0] and "'lots'" in err[0], err
+
+
 def _health(url: str) -> dict:
     with urllib.request.urlopen(url + "/health", timeout=30) as r:
         return json.loads(r.read())

@@ -1,0 +1,175 @@
+"""The program's tree around its SDK tool calls: the built-in agent's snapshot semantics.
+
+A runner (`tttr record -- PROGRAM`, its replay and fork) gives the server the host directory
+the program runs in (`Server.sdk_tree`). Then, as for the built-in agent's commands
+(engine/replay/world.py), every SDK tool event records `tree_after` (the tree's digest when
+the SDK posted the outcome) and `snapshot` (its manifest, stored content-addressed, when the
+call changed the tree), and an `sdk.shell` command also `tree_before` (the digest when the
+SDK asked, before running it). On replay a shell command is a cassette: it is answered from
+the recording only when its command, cwd, timeout and `tree_before` all match; and whenever
+a pinned tool call (a command or an `@sdk.tool` function) is answered without running, the
+tree is moved to the recorded `tree_after`, so the files it wrote are there for the rest of
+the program, as if it had run.
+
+The digests here are of the tree's content (paths, kinds, modes, bytes), not of its times:
+a file the program writes itself gets a new mtime in every run (the sandbox's clock does
+not reach file times), and that must not make a replay miss its cassette.
+
+The program waits for each post's answer, so the tree is read while it is not writing (a
+program whose own threads or background processes write meanwhile records what was there)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from tttr.recorders.snapshot import read_manifest, restore, scan, snapshot
+
+
+class SDKTree:
+    """The program's tree (a host directory) and the store its snapshots go to."""
+
+    def __init__(self, tree: Path | str, store, recorded_since: str | None = None, program: str | None = None):
+        self.tree = Path(tree)
+        self.store = store
+        # The program's own file (relative to the tree): not part of the cassette's key (an
+        # edited program replays against its recording) and never put back.
+        self.program = program
+        # When the recording began (its run's `created`, ISO): a recorded time from then on is
+        # one its program wrote, which the sandbox clamped to the virtual clock at the end.
+        self.since_ns = _ns(recorded_since)
+        self._lock = threading.Lock()
+        self._before: dict[tuple[str, str], str] = {}  # (run, cmd) -> digest when the SDK asked
+        self.moved = 0  # pinned calls whose recorded effects were put back
+
+    def digest(self) -> str:
+        return content_digest(self.tree, skip=self.program)
+
+    def asked(self, run: str, value: dict) -> dict:
+        """A command's query (before it runs): `value` with the tree's digest as `tree_before`."""
+        before = self.digest()
+        with self._lock:
+            self._before[(run, value["cmd"])] = before
+        return {**value, "tree_before": before}
+
+    def outcome(self, run: str, value: dict) -> dict:
+        """A tool's outcome (after it ran): `value` with `tree_before` (commands: from its
+        query), `tree_after` and `snapshot` (the manifest when the tree changed, else None)."""
+        after = self.digest()
+        out = dict(value)
+        if "cmd" in value:
+            with self._lock:
+                before = self._before.pop((run, value["cmd"]), None)
+            if before is not None:
+                out["tree_before"] = before
+        changed = out.get("tree_before") != after  # a function has no before: kept whenever it ran
+        out["tree_after"] = after
+        out["snapshot"] = snapshot(self.tree, self.store) if changed else None
+        return out
+
+    def move_to(self, recorded: dict) -> bool:
+        """Put the tree in the state a pinned call left it in (its recorded `tree_after`,
+        from the nearest snapshot of it); False when the recording has none to restore."""
+        after, manifest = recorded.get("tree_after"), recorded.get("snapshot")
+        if not after or not manifest or self.digest() == after:
+            return False
+        sync_tree(self.tree, manifest, self.store, self.since_ns, keep=self.program)
+        self.moved += 1
+        return True
+
+
+def sync_tree(tree: Path, manifest: str, store, since_ns: int | None = None, keep: str | None = None) -> None:
+    """Make the existing directory `tree` hold exactly the snapshot `manifest`: what the
+    snapshot lacks is removed, what differs is replaced (the directory itself stays, so a
+    sandbox that has it mounted sees the change); what is the same is left alone, times
+    included. A replaced entry gets its recorded time if that is older than `since_ns`, else
+    the time now, as if the command had just written it: the sandbox then clamps it to the
+    virtual clock at the program's end, as it did the recorded one. `keep` (a relative path)
+    is left as it is, whatever the snapshot holds. Owners follow the root."""
+    wanted = {e.path: e for e in read_manifest(manifest, store) if e.path != keep}
+    root = tree.resolve()
+    old = {e.path: e for e in scan(root)}
+    written: list[str] = []
+    scratch = Path(tempfile.mkdtemp(prefix="tttr-sdk-tree-"))
+    try:
+        fresh = restore(manifest, store, scratch / "t")
+        for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+            for name in filenames + dirnames:
+                full = Path(dirpath) / name
+                rel = full.relative_to(root).as_posix()
+                e = wanted.get(rel)
+                if rel == keep or (e is not None and e.kind == _kind(full)):
+                    continue
+                if full.is_dir() and not full.is_symlink():
+                    shutil.rmtree(full)
+                else:
+                    full.unlink()
+                written.append(rel.rpartition("/")[0] or ".")
+        for rel, e in sorted(wanted.items(), key=lambda kv: kv[0].count("/")):
+            if rel == ".":
+                continue
+            src, dest, was = fresh / rel, root / rel, old.get(rel)
+            if e.kind == "d":
+                if not dest.is_dir():
+                    dest.mkdir()
+                    written.append(rel)
+                if was is None or was.mode != e.mode:
+                    os.chmod(dest, e.mode)
+                continue
+            if was is not None and (was.kind, was.size, was.ref, was.mode) == (e.kind, e.size, e.ref, e.mode) \
+                    and dest.exists() == (e.kind != "l" or dest.exists()):
+                continue  # the same entry: left as it is
+            if e.kind == "l":
+                if dest.is_symlink():
+                    dest.unlink()
+                os.symlink(e.ref, dest)
+            else:
+                tmp = dest.with_name(f".{dest.name}.tttr-sync")
+                shutil.copy2(src, tmp)
+                os.replace(tmp, dest)
+            written += [rel, rel.rpartition("/")[0] or "."]
+        now = time.time_ns()
+        for rel in sorted(set(written), key=lambda r: -r.count("/")):  # times last, deepest first
+            e = wanted.get(rel)
+            if e is None:
+                continue
+            t = e.mtime_ns if since_ns is not None and e.mtime_ns < since_ns else now
+            os.utime(root / rel if rel != "." else root, ns=(t, t), follow_symlinks=False)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if os.geteuid() == 0:  # as root the sandbox runs as another uid, which must keep owning the tree
+        from tttr.recorders.treeown import hand_over
+
+        st = root.stat()
+        hand_over(str(root), st.st_uid, st.st_gid)
+
+
+def _ns(iso: str | None) -> int | None:
+    if not iso:
+        return None
+    from datetime import datetime, timezone
+
+    try:
+        t = datetime.fromisoformat(iso)
+    except (TypeError, ValueError):
+        return None
+    t = t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+    return int(t.timestamp()) * 1_000_000_000
+
+
+def content_digest(tree: Path | str, skip: str | None = None) -> str:
+    """sha256 of the tree's entries without their times (and without `skip`, a relative path)."""
+    rows = [(e.path, e.kind, e.mode, e.size, e.ref) for e in scan(tree) if e.path != skip]
+    return hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()
+
+
+def _kind(path: Path) -> str:
+    if path.is_symlink():
+        return "l"
+    return "d" if path.is_dir() else "f"

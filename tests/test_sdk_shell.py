@@ -1,0 +1,94 @@
+"""`sdk.shell` under `tttr record`: a recorded tool call with the built-in agent's cassette and
+snapshot semantics. Each command records the tree before and after it and a snapshot when it
+changed files; a replay answers it from the recording only while the command and the tree
+before it match, and puts its effects on the files back; a fork at it (`STEP:tool`, the
+built-in grammar) gives the program the new output with the recorded effects. Real sandbox,
+real store, the default model (loaded by `tttr record`, never asked: the program makes no
+model call)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tttr.app.cli import main
+from tttr.recorders import sdk
+from tttr.recorders.snapshot import read_manifest
+from tttr.sessions.store import Store
+from sandbox_helpers import needs_sandbox
+
+PROGRAM = textwrap.dedent("""\
+    from tttr.recorders import sdk
+
+    made = sdk.shell("echo made > made.txt; ls", timeout=10)
+    with open("made.txt") as f:  # the command's effect, read by the program itself
+        text = f.read()
+    # EDIT
+    seen = sdk.shell("cat made.txt; echo more >> made.txt", timeout=10)
+    print(repr(made.stdout), repr(text), repr(seen.stdout), seen.exit_code)
+""")
+
+
+def _json(capsys, code: int) -> dict:
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _tools(store, run_id: int) -> list[dict]:
+    return [e.value for e in store.load_run(run_id)[1] if e.kind == "tool" and "program" not in e.value]
+
+
+def test_outside_a_recording_the_timeout_stops_the_command_and_what_it_started(tmp_path, monkeypatch):
+    monkeypatch.delenv("TTTR_RECORDER_URL", raising=False)
+    marker = tmp_path / "late"
+    began = time.perf_counter()
+    out = sdk.shell(f"echo started; (sleep 2; touch {marker}) & sleep 30", timeout=0.5)
+    assert out.timed_out and out.exit_code is None and out.stdout == "started\n"
+    assert time.perf_counter() - began < 10
+    time.sleep(2.5)
+    assert not marker.exists()  # the background job died with the command's process group
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_shell_records_the_tree_replays_as_a_cassette_and_forks(tmp_path, capsys):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "prog.py").write_text(PROGRAM)
+    db = tmp_path / "s.db"
+    rec = _json(capsys, main(["record", "--db", str(db), "--tree", str(tree), "--seed", "3", "--json", "--",
+                               "python3", "prog.py"]))
+    assert rec["exit_code"] == 0 and rec["stdout"] == "'made.txt\\nprog.py\\n' 'made\\n' 'made\\n' 0\n", rec
+    with Store.open(db, readonly=True) as store:
+        first, second = _tools(store, rec["run_id"])
+        assert first["cmd"].startswith("echo made") and first["source"] == "sdk"
+        assert first["tree_before"] != first["tree_after"] and first["snapshot"]
+        assert second["tree_before"] == first["tree_after"]  # nothing else touched the tree between them
+        assert {"made.txt", "prog.py"} <= {e.path for e in read_manifest(first["snapshot"], store)}
+
+    # A faithful replay runs neither command, yet the program reads the file the first one wrote.
+    res = _json(capsys, main(["replay", str(rec["run_id"]), "--db", str(db), "--json"]))
+    assert res["identical"] is True and res["tools_run"] == 0 and res["stdout"] == rec["stdout"], res
+    assert res["same_tree"] is True  # the second command's `echo more` is put back too
+
+    # An edited program that changes the tree before the second command misses its cassette:
+    # the divergence names the tree, and the command runs live on the tree as it now is.
+    (tree / "prog.py").write_text(PROGRAM.replace("# EDIT", "open('made.txt', 'a').write('edit\\n')"))
+    res = _json(capsys, main(["replay", str(rec["run_id"]), "--db", str(db), "--json"]))
+    div = res["divergence"]
+    assert div["site"] == "step 1, tool cat made.txt; echo more >> made.txt: tree_before", div
+    assert div["recorded"] == second["tree_before"] and div["live"] != div["recorded"]
+    assert res["tools_run"] == 1 and "'made\\nedit\\n' 0" in res["stdout"], res
+    (tree / "prog.py").write_text(PROGRAM)
+
+    # A fork at the first command: the program gets the new output, and the recorded effects.
+    code = main(["fork", str(rec["run_id"]), "--db", str(db), "--at", "0:tool", "--set",
+                 '{"stdout": "forked\\n"}', "--json"])
+    res = _json(capsys, code)
+    assert res["forked"] is True and res["exit_code"] == 0, res
+    assert res["stdout"].startswith("'forked\\n' 'made\\n' 'made\\n' 0"), res
