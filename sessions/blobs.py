@@ -5,6 +5,7 @@ not shrink them. An event's value refers to one as {"$blob": digest, "size": byt
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
 import zlib
 from pathlib import Path
@@ -97,3 +98,68 @@ def get_part(conn: sqlite3.Connection, digest: str, path: Path, limit: int) -> B
 
 def has(conn: sqlite3.Connection, digest: str) -> bool:
     return conn.execute("SELECT 1 FROM blobs WHERE digest = ?", (digest,)).fetchone() is not None
+
+
+# -------------------------------------------------------------------- collecting unused blobs
+_DIGEST_TEXT = re.compile(r"[0-9a-f]{64}")
+_DIGEST_BYTES = re.compile(rb"[0-9a-f]{64}")
+
+
+class Sweep(NamedTuple):
+    """What `sweep` found: blobs no run refers to (removed unless it was a dry run), and the
+    ones kept."""
+
+    removed: int
+    freed_bytes: int  # their stored (compressed) sizes
+    kept: int
+
+
+def referenced(conn: sqlite3.Connection, path: Path) -> set[str]:
+    """Every blob digest the file's runs may refer to, over-approximated so that nothing in
+    use is ever taken for unused: any sha256-shaped text in an event's JSON value or in any
+    column of a run (a `{"$blob": ...}` reference, a snapshot or tree digest, a value that
+    merely looks like one), the digests binary logits records carry, and, transitively,
+    the same inside every referenced blob that reads as JSON (a snapshot manifest names its
+    files' blobs). A referenced JSON blob that cannot be read raises StoreError: what it
+    refers to cannot be known, so nothing is collected."""
+    from .codec import peek
+
+    found: set[str] = set()
+    for (value,) in conn.execute("SELECT value FROM events"):
+        if type(value) is str:
+            found.update(_DIGEST_TEXT.findall(value))
+        elif type(value) is bytes:
+            peeked = peek(value)
+            if peeked is not None and peeked[0] == "logits":
+                found.add(peeked[1])
+    for row in conn.execute("SELECT * FROM runs"):
+        for column in row:
+            if type(column) is str:
+                found.update(_DIGEST_TEXT.findall(column))
+    stored = {d for (d,) in conn.execute("SELECT digest FROM blobs") if type(d) is str}
+    todo = list(found & stored)
+    while todo:
+        digest = todo.pop()
+        codec, data, _ = _row(conn, digest, path)
+        head = data[:2] if codec == "raw" else zlib.decompressobj().decompress(data, 2)
+        if head.lstrip()[:1] not in (b"{", b"["):
+            continue  # a file's bytes or a text output: refers to nothing
+        for ref in _DIGEST_BYTES.findall(get(conn, digest, path)):
+            ref = ref.decode()
+            if ref in stored and ref not in found:
+                found.add(ref)
+                todo.append(ref)
+    return found
+
+
+def sweep(conn: sqlite3.Connection, path: Path, *, dry_run: bool = False) -> Sweep:
+    """Remove the blobs no run refers to (see `referenced`); the caller holds the write
+    lock, so no recorder can store a blob and its reference in between. Rows whose digest
+    is not text (a hand-edited file) are kept."""
+    keep = referenced(conn, path)
+    (total,) = conn.execute("SELECT count(*) FROM blobs").fetchone()
+    unused = [(d, n) for d, n in conn.execute("SELECT digest, length(data) FROM blobs")
+              if type(d) is str and d not in keep]
+    if not dry_run:
+        conn.executemany("DELETE FROM blobs WHERE digest = ?", [(d,) for d, _ in unused])
+    return Sweep(len(unused), sum(n for _, n in unused if type(n) is int), total - len(unused))

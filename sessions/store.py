@@ -418,6 +418,37 @@ class Store:
         return blobs.get_part(self._conn, digest, self.path, limit)
 
     @_guarded
+    def collect_blobs(self, *, dry_run: bool = False) -> blobs.Sweep:
+        """Remove the blobs no run refers to any more (a deleted run's tool outputs, file
+        contents and snapshots that no other run shares); `dry_run` only counts them. Refused
+        while a run is being recorded (its recorder may hold a blob whose reference it has not
+        written yet). What counts as a reference errs on the side of keeping: see
+        `blobs.referenced`. The file does not shrink by itself: SQLite reuses the freed pages
+        (`vacuum` returns them to the file system)."""
+        self._writable()
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")  # no recorder can start or store a blob until we are done
+            live = [r for r, writer in conn.execute("SELECT id, writer FROM runs WHERE status = 'recording'")
+                    if r in self._recording or liveness.alive(writer)]
+            if live:
+                raise StoreError(f"run {live[0]} is being recorded; collect blobs once no run is recording")
+            found = blobs.sweep(conn, self.path, dry_run=dry_run)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return found
+
+    @_guarded
+    def vacuum(self) -> None:
+        """Rebuild the file without its free pages (SQLite's VACUUM: atomic, the file is
+        either the old one or the new one)."""
+        self._writable()
+        self._conn.execute("VACUUM")
+
+    @_guarded
     def has_blob(self, digest: str) -> bool:
         return blobs.has(self._conn, digest)
 

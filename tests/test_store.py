@@ -503,3 +503,58 @@ def test_a_reader_notices_another_connections_commit_by_data_version(tmp_path):
         second = reader.data_version()
         record_step(writer, rid, 0, positions=1)
         assert reader.data_version() != second and reader.count_events(rid) == 5
+
+
+# --------------------------------------------------------------------------- collecting blobs
+def _blob_run(store: Store, tree: Path, output: bytes) -> tuple[int, str, str]:
+    """A run whose tool output is a blob and whose step stores a snapshot of `tree`:
+    (run, the output's digest, the manifest's digest)."""
+    from tttr.recorders.snapshot import snapshot
+
+    rid = store.begin_run(task="t", seed=SEED)
+    out = store.put_blob(output)
+    manifest = snapshot(tree, store)
+    store.append(rid, 0, "trace", "tool", "0:tool", {"cmd": "x", "stdout": {"$blob": out, "size": len(output)},
+                                                     "exit_code": 0, "tree_after": manifest})
+    store.commit_step(rid)
+    store.finish_run(rid, status="complete")
+    return rid, out, manifest
+
+
+def test_collecting_blobs_removes_only_what_no_run_refers_to(tmp_path):
+    shared, own = tmp_path / "shared", tmp_path / "own"
+    shared.mkdir(), own.mkdir()
+    (shared / "a.txt").write_text("kept by both\n")
+    (own / "b.txt").write_text("only the deleted run's\n")
+    with Store.open(tmp_path / "s.db") as store:
+        keep, kept_out, kept_tree = _blob_run(store, shared, b"first output " * 100)
+        gone, gone_out, gone_tree = _blob_run(store, own, b"second output " * 100)
+        file_a = hashlib.sha256(b"kept by both\n").hexdigest()
+        file_b = hashlib.sha256(b"only the deleted run's\n").hexdigest()
+        store.put_blob(b"never referenced")
+        every = {d for (d,) in store._conn.execute("SELECT digest FROM blobs")}
+        assert {kept_out, kept_tree, gone_out, gone_tree, file_a, file_b} < every
+        assert store.collect_blobs().removed == 1  # the blob nothing ever referred to
+        store.delete_run(gone)
+        dry = store.collect_blobs(dry_run=True)
+        assert (dry.removed, dry.kept) == (3, len(every) - 4)
+        assert {d for (d,) in store._conn.execute("SELECT digest FROM blobs")} == every - {hashlib.sha256(b"never referenced").hexdigest()}
+        swept = store.collect_blobs()
+        assert swept.removed == 3 and swept.freed_bytes > 0
+        left = {d for (d,) in store._conn.execute("SELECT digest FROM blobs")}
+        assert left == {kept_out, kept_tree, file_a}  # the manifest's file is kept through the manifest
+        assert store.get_blob(kept_out) == b"first output " * 100
+        assert store.collect_blobs().removed == 0
+
+
+def test_collecting_blobs_waits_for_a_recording_run_and_a_readonly_store_refuses(tmp_path):
+    with Store.open(tmp_path / "s.db") as store:
+        rid = store.begin_run(task="t", seed=SEED)
+        store.put_blob(b"its reference is not written yet")
+        with pytest.raises(StoreError, match=f"run {rid} is being recorded"):
+            store.collect_blobs()
+        assert store.has_blob(hashlib.sha256(b"its reference is not written yet").hexdigest())
+        store.finish_run(rid, status="complete")
+    with Store.open(tmp_path / "s.db", readonly=True) as store:
+        with pytest.raises(StoreError, match="read-only"):
+            store.collect_blobs()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import sqlite3
 import subprocess
 import sys
@@ -206,6 +207,30 @@ def test_rename_and_delete_a_fork_from_the_command_line(recorded, capsys, monkey
         assert [r.id for r in store.runs()] == [1]
         assert [(e.seq, e.site, e.value) for e in store.events(1)] == parent_events
         assert store.check() == []
+
+
+def test_gc_removes_what_a_deleted_run_left_and_vacuum_shrinks_the_file(recorded, capsys):
+    with Store.open(recorded) as store:
+        big = random.Random(0).randbytes(1 << 20)  # 1 MiB that zlib cannot shrink
+        rid = store.begin_run(task="t")
+        store.append(rid, 0, "trace", "tool", "0:tool", {"cmd": "x", "stdout": {"$blob": store.put_blob(big), "size": len(big)}})
+        store.finish_run(rid)
+        parent_events = [(e.seq, e.site, e.value) for e in store.events(1)]
+    assert main(["delete", str(rid), "--db", str(recorded), "--yes"]) == 0
+    assert f"`tttr gc --db {recorded}` removes the blobs" in " ".join(capsys.readouterr().out.split())
+    before = digest(recorded)
+    assert main(["gc", "--db", str(recorded), "--dry-run"]) == 0
+    assert "would remove 1 unused blob(s)" in capsys.readouterr().out
+    assert digest(recorded) == before  # a dry run changes nothing
+    size = recorded.stat().st_size
+    assert main(["gc", "--db", str(recorded), "--vacuum"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "removed 1 unused blob(s)" in out and "KiB -> " in out
+    assert recorded.stat().st_size < size - 500_000
+    with Store.open(recorded, readonly=True) as store:
+        assert [(e.seq, e.site, e.value) for e in store.events(1)] == parent_events and store.check() == []
+    assert main(["gc", "--db", str(recorded)]) == 0
+    assert "removed 0 unused blob(s)" in capsys.readouterr().out
 
 
 def test_delete_refuses_a_run_with_forks_and_asks_unless_yes(recorded, capsys):

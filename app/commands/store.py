@@ -333,6 +333,17 @@ def _register_manage(sub) -> None:
     p.add_argument("--yes", action="store_true", help="delete without asking")
     p.set_defaults(func=delete)
 
+    p = sub.add_parser(
+        "gc", help="remove the blobs no run refers to any more (after `tttr delete`)",
+        description="Remove the stored blobs (tool outputs, file contents, snapshots) that no run refers "
+                    "to any more: what deleted runs left behind. A blob any run may still use is kept "
+                    "(the search errs on the side of keeping). Refused while a run is being recorded. "
+                    "--vacuum then rebuilds the file so it shrinks on disk.",
+    )
+    p.add_argument("--db", required=True, metavar="DB", help="the session database")
+    p.add_argument("--dry-run", action="store_true", help="count what would be removed; change nothing")
+    p.add_argument("--vacuum", action="store_true", help="also rebuild the file without its free pages")
+    p.set_defaults(func=gc)
 
 def _open_writable(path: str):
     from tttr.sessions.store import Store
@@ -345,6 +356,28 @@ def rename(args: argparse.Namespace) -> int:
         store.rename_run(args.run, args.name)
         name = store.run(args.run).name
     _console().print(shown(f"run {args.run} is now named {name!r}"))
+    return 0
+
+
+def gc(args: argparse.Namespace) -> int:
+    import os
+
+    if args.dry_run and args.vacuum:
+        from tttr.sessions.errors import TTTRError
+
+        raise TTTRError("--dry-run changes nothing, so it cannot --vacuum: pass one of them")
+    with _open_writable(args.db) as store:
+        before = os.path.getsize(store.path)
+        found = store.collect_blobs(dry_run=args.dry_run)
+        verb = "would remove" if args.dry_run else "removed"
+        line = f"{verb} {found.removed:,} unused blob(s), {found.freed_bytes / 1024:,.1f} KiB stored; kept {found.kept:,}"
+        if args.vacuum:
+            store.vacuum()
+    if args.vacuum:
+        line += f"; file {before / 1024:,.0f} KiB -> {os.path.getsize(args.db) / 1024:,.0f} KiB"
+    elif found.removed and not args.dry_run:
+        line += " (the file reuses the space; --vacuum shrinks it)"
+    _console().print(shown(line))
     return 0
 
 
@@ -367,5 +400,5 @@ def delete(args: argparse.Namespace) -> int:
                 print("nothing deleted")
                 return 1
         store.delete_run(args.run)
-    _console().print(shown(f"deleted {what}"))
+    _console().print(shown(f"deleted {what}; `tttr gc --db {args.db}` removes the blobs no run uses any more"))
     return 0
