@@ -127,6 +127,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["delete", "1", "--db", "{missing}", "--yes"], ["delete", "999", "--db", "{db}", "--yes"],
         ["delete", "-1", "--db", "{db}"], ["delete", "1"], ["delete", "1", "--db", "{db}"],
     ],
+    ("gc",): [["gc", "--db", "{missing}"], ["gc", "--db", "{text}"], ["gc"], ["gc", "--db", "{db}", "--dry-run", "--vacuum"]],
     ("open",): [["open", "{missing}"], ["open", "{text}"], ["open", "{db}", "--run", "999"], ["open", "{db}", "--run", "-1"]],
     ("demo",): [
         ["demo", "--task", "nosuch", "--db", "{new}"], ["demo", "--db", "{db}"],
@@ -181,7 +182,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
 
 # What `tttr --help` and `tttr bench --help` list (README's and docs' commands).
 COMMANDS = {"info", "runs", "events", "prompt", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
-            "diff", "triage", "bisect", "open", "demo", "bench", "rename", "delete", "suite", "stats", "files"}
+            "diff", "triage", "bisect", "open", "demo", "bench", "rename", "delete", "gc", "suite", "stats", "files"}
 BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve", "bisect", "agent"}
 
 
