@@ -84,6 +84,7 @@ class ForkPlan:
     check: str | None = None  # the recorded --check, run on the end tree
     meta: dict | None = None  # the child run's meta
     mutation: dict | None = None  # the child run's mutation column (default: the one change's)
+    live: object = None  # an experiment's model calls (app/program_triage.py's SharedLive), shared by its tests
     # From the app's worker: progress(done, total, text) after each step, and an Event that,
     # once set, refuses the program's next model calls so that it ends early.
     progress: object = None
@@ -279,6 +280,8 @@ class ForkReplayer(Replayer):
 
         super().__init__(rec, recorder, name, plan.model)
         self.plan = plan
+        if plan.live is not None:  # the model stays loaded from one test of an experiment to the next
+            self.live = plan.live.bind(recorder)
         self.pending = {c.key: c for c in plan.changes if not c.at_setup}
         self.applied: list[str] = [str(c.site) for c in plan.changes if c.at_setup]
         self.forked = plan.at_setup  # the setup comes before every request

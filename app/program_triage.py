@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from tttr.app.program_deltas import ProgramPair, differing
+from tttr.app.program_live import LiveCalls
 from tttr.engine.replay.bisect import Bisect, ddmin
 from tttr.engine.replay.deltas import SEED, Delta, by_layer
 from tttr.engine.replay.result import ReplayError
@@ -54,6 +55,29 @@ class Setup:
     judge: Judge
     deltas: list[Delta]
     check: str | None
+
+
+class SharedLive(LiveCalls):
+    """The model calls an experiment's tests generate, on one model: loaded by the first test
+    that needs it, kept until the experiment ends (`release`), each test's calls recorded
+    into its own run."""
+
+    def bind(self, recorder) -> "SharedLive":
+        self.recorder = recorder
+        self.logits_computed = self.calls_generated = 0
+        if self.service is not None:
+            recorder.service = self.service
+        return self
+
+    def start_loading(self) -> None:
+        if self._loading is None and self.service is None:
+            super().start_loading()
+
+    def close(self) -> None:
+        """A test ends: the model stays."""
+
+    def release(self) -> None:
+        super().close()
 
 
 def program_actions(store, run_id: int) -> list[str]:
@@ -129,7 +153,8 @@ def _check_good(db: str, good: int, setup: Setup, *, model, unsafe_no_sandbox: b
 
 
 def apply(db: str, base: int, subset: list[Delta], setup: Setup, *, model: str | None = None,
-          unsafe_no_sandbox: bool = False, cancel: threading.Event | None = None) -> Trial:
+          unsafe_no_sandbox: bool = False, cancel: threading.Event | None = None, live: SharedLive | None = None
+          ) -> Trial:
     """Replay program run `base` of `db` with `subset` (deltas against it) in place, as a child run."""
     from tttr.app.program_fork import ForkPlan, _shared
     from tttr.app.program_replay import replay_program
@@ -148,7 +173,8 @@ def apply(db: str, base: int, subset: list[Delta], setup: Setup, *, model: str |
     mutation = {"site": sites[0], "value": f"{len(subset)} deltas", "input": f"{len(subset)} deltas from run "
                 f"{other.id}: " + ", ".join(sites), "deltas": [d.site for d in subset]} if subset else None
     plan = ForkPlan(base, changes, fork_seq, model, shared, strict=False, seed=seed, check=setup.check,
-                    meta={"experiment": {"deltas_from": other.id, "sites": sites}}, mutation=mutation, cancel=cancel)
+                    meta={"experiment": {"deltas_from": other.id, "sites": sites}}, mutation=mutation, cancel=cancel,
+                    live=live)
     res = replay_program(db, base, unsafe_no_sandbox=unsafe_no_sandbox, fork=plan, model=model)
     with Store.open(db, create=False, readonly=True) as store:
         run = store.run(res.run_id)
@@ -167,14 +193,18 @@ def triage(db: str, good: int, bad: int, *, judge: str = "outcome", model: str |
     setup = setup or prepare(db, bad, good, good, judge, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
     out = Triage(good, bad, judge)
     layers = by_layer(setup.deltas)
-    for layer in RECORDED_LAYERS:
-        subset = layers[layer]
-        trial = apply(db, bad, subset, setup, model=model, unsafe_no_sandbox=unsafe_no_sandbox,
-                      cancel=cancel) if subset else None
-        result = LayerResult(layer, subset, trial)
-        out.layers.append(result)
-        if on_layer is not None:
-            on_layer(result)
+    live = SharedLive(model, None, setup.pair.base.run.model_id)
+    try:
+        for layer in RECORDED_LAYERS:
+            subset = layers[layer]
+            trial = apply(db, bad, subset, setup, model=model, unsafe_no_sandbox=unsafe_no_sandbox,
+                          cancel=cancel, live=live) if subset else None
+            result = LayerResult(layer, subset, trial)
+            out.layers.append(result)
+            if on_layer is not None:
+                on_layer(result)
+    finally:
+        live.release()
     return out
 
 
@@ -191,18 +221,23 @@ def bisect(db: str, good: int, bad: int, *, judge: str = "outcome", max_replays:
     setup = setup or prepare(db, good, bad, good, judge, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
     found = setup.deltas
     out = Bisect(good, bad, judge, found, batch_note=ONE_AT_A_TIME)
+    live = SharedLive(model, None, setup.pair.base.run.model_id)
 
     def fails(subset: list[Delta]) -> bool:
-        trial = apply(db, good, subset, setup, model=model, unsafe_no_sandbox=unsafe_no_sandbox, cancel=cancel)
+        trial = apply(db, good, subset, setup, model=model, unsafe_no_sandbox=unsafe_no_sandbox, cancel=cancel,
+                      live=live)
         out.trials.append(trial)
         if on_trial is not None:
             on_trial(trial)
         return trial.failed
 
-    if not fails(found):
-        raise ReplayError(f"BAD's {len(found)} deltas applied to GOOD do not reproduce the failure "
-                          f"(replay {out.trials[-1].run_id}): the difference is not in the recorded values")
-    out.result = ddmin(found, fails, max_tests=max_replays - 1, on_round=on_round)
+    try:
+        if not fails(found):
+            raise ReplayError(f"BAD's {len(found)} deltas applied to GOOD do not reproduce the failure "
+                              f"(replay {out.trials[-1].run_id}): the difference is not in the recorded values")
+        out.result = ddmin(found, fails, max_tests=max_replays - 1, on_round=on_round)
+    finally:
+        live.release()
     return out
 
 

@@ -15,13 +15,12 @@ position. The order, per query q and head h attending keys 0..pos:
 One call against the ~15 PyTorch ops of the blocked formulation (`kernels.invariant`), it
 costs about what stock attention does. Without a C compiler, `available()` is False and the
 invariant kernels keep the blocked PyTorch formulation (their own bits, just as invariant);
-the run fingerprint records which one ran (`attention_kernel`)."""
+the run fingerprint records which one ran (`attention_kernel`). Importing this module does
+not import torch (the wrappers do, when called)."""
 
 from __future__ import annotations
 
 import ctypes
-
-import torch
 
 from tttr.sessions.cache import CLibrary
 
@@ -221,6 +220,8 @@ load, available, why_unavailable = _library.load, _library.available, _library.w
 
 def _kv_rows(x: torch.Tensor) -> torch.Tensor:
     """fp32 with contiguous [KVH, D] rows, as the loop nest reads them (a copy only if not)."""
+    import torch
+
     if x.dtype != torch.float32:
         x = x.float()
     if x.stride(-1) != 1 or x.stride(-2) != x.shape[-1]:
@@ -234,6 +235,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tens
     sequence strides are read in place: a KV pool view as it is; anything else is copied
     first); seq, pos [n] int64: query i attends keys 0..pos[i] of sequence seq[i]. Returns
     [n, H, D] fp32."""
+    import torch
+
     lib = load()
     if lib is None:
         raise RuntimeError(why_unavailable())

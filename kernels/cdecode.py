@@ -21,14 +21,16 @@ It applies (`decode` returns None otherwise and the model runs its ops one by on
 models whose layer products are all block weights and whose layers hold nothing else the
 per-op path would use, when the compiled kernels are there, and to passes
 whose rows each decode one token, in caches that are slots of one KV pool or in one
-sequence's own cache."""
+sequence's own cache.
+
+Importing this module does not import torch: the torch-free generation path
+(engine/inference/lite.py) makes a `_Plan` of its numpy-held model and calls `tttr_decode`
+itself; `_plan` and `decode` import torch when called."""
 
 from __future__ import annotations
 
 import ctypes
 import weakref
-
-import torch
 
 from tttr.kernels import cattention, cquant, crow
 from tttr.sessions.cache import CLibrary
@@ -206,7 +208,7 @@ class _Plan:
             if t is None:
                 return None
             keep.append(t)
-            return t.data_ptr()
+            return t.data_ptr() if hasattr(t, "data_ptr") else t.ctypes.data  # a tensor, or a numpy array
 
         layers = (_Layer * len(model.layers))()
         for dst, w in zip(layers, model.layers):
@@ -230,6 +232,8 @@ _plans: "weakref.WeakKeyDictionary[object, tuple[tuple, _Plan | None]]" = weakre
 def _plan(model) -> _Plan | None:
     """The model's plan, or None when the compiled step cannot run it (decided once per model,
     again if its layers or final norm are replaced)."""
+    import torch
+
     made = _plans.get(model)
     if made is not None and made[0][0] is model.layers and made[0][1] is model.norm:
         return made[1]
@@ -252,6 +256,8 @@ def _plan(model) -> _Plan | None:
 
 def _kv(t: torch.Tensor) -> bool:
     """fp32 with contiguous [KVH, D] rows, as the attention kernel reads them in place."""
+    import torch
+
     return t is not None and t.dtype == torch.float32 and t.stride(-1) == 1 and t.stride(-2) == t.shape[-1]
 
 
@@ -261,6 +267,8 @@ def decode(model, x: torch.Tensor, positions: torch.Tensor, segments) -> torch.T
     norm's output [R, d] (what the head multiplies), the per-op path's bits. None when this
     pass or model is not one the compiled step runs (see the module docstring): the caller
     runs the ops one by one."""
+    import torch
+
     R = x.shape[0]
     if not segments or len(segments) != R or any(s.end - s.start != 1 for s in segments) \
             or x.dtype != torch.float32 or not x.is_contiguous() or tuple(x.shape) != (R, model.config.d_model):

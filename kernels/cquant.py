@@ -35,7 +35,6 @@ import ctypes
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from tttr.kernels.kquants import BLOCK, FORMATS as _FORMATS, GROUP, LAYOUT_BYTES, PACK_SOURCE
 from tttr.sessions.cache import CLibrary
@@ -370,9 +369,15 @@ class QuantWeight:
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows `ids` (int64 [R]) as fp32 [R, K], gguf's values."""
-        ids = ids.numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids, dtype=np.int64)
+        import torch
+
+        return torch.from_numpy(self.rows_array(ids.numpy() if isinstance(ids, torch.Tensor) else ids))
+
+    def rows_array(self, ids) -> np.ndarray:
+        """`rows` as a numpy array, ids any int64 sequence (no torch)."""
+        ids = np.asarray(ids, dtype=np.int64)
         if len(self.parts) == 1:
-            return torch.from_numpy(self.parts[0].rows(ids))
+            return self.parts[0].rows(ids)
         out = np.empty((len(ids), self.shape[1]), np.float32)
         first = 0
         for part in self.parts:
@@ -380,7 +385,7 @@ class QuantWeight:
             if mine.any():
                 out[mine] = part.rows(ids[mine] - first)
             first += part.n
-        return torch.from_numpy(out)
+        return out
 
     def dense(self) -> torch.Tensor:
         """The whole weight as fp32 [N, K] (a new tensor each call: the caller keeps it or not)."""
@@ -420,19 +425,24 @@ def stack(parts: list[Part]) -> QuantWeight:
     return QuantWeight(tuple(parts), (sum(p.n for p in parts), k))
 
 
+def block_weights(parts) -> QuantWeight | None:
+    """One weight whose rows are the parts' rows one after another, each part (fmt, raw) a GGUF
+    type and its rows (see kernels.ops.block_weights); None when any part does not fit."""
+    shapes = [block_shape(fmt, raw) for fmt, raw in parts]
+    if not parts or len(parts) > 8 or len({k for _, k in shapes}) != 1 or not available() \
+            or not all(supports(fmt, n, k) for (fmt, _), (n, k) in zip(parts, shapes)):
+        return None
+    return stack([pack_part(fmt, raw, n, k) for (fmt, raw), (n, k) in zip(parts, shapes)])
+
+
 def linear(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
     """x [M, K] (any float dtype; made contiguous fp32) -> [M, N] fp32."""
-    lib = load()
-    if lib is None:
-        raise RuntimeError(why_unavailable())
+    import torch
+
     n, k = qw.shape
     if x.dim() != 2 or x.shape[1] != k:
         raise ValueError(f"linear: input {tuple(x.shape)} does not match a {n}x{k} weight")
     x = x.to(torch.float32).contiguous()
     out = torch.empty(x.shape[0], n, dtype=torch.float32)
-    nparts, layouts, ptrs, ns = qw._call
-    status = lib.tttr_qlinear_parts(nparts, layouts, ptrs, ns, k, x.data_ptr(), x.shape[0], out.data_ptr(),
-                                    torch.get_num_threads())  # any thread count, same bits
-    if status:
-        raise ValueError(f"linear: the compiled kernel refused a {qw.fmt} weight of shape {n}x{k}")
+    _product(qw, x.data_ptr(), x.shape[0], out.data_ptr(), torch.get_num_threads())  # any thread count, same bits
     return out
