@@ -446,3 +446,23 @@ def linear(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
     out = torch.empty(x.shape[0], n, dtype=torch.float32)
     _product(qw, x.data_ptr(), x.shape[0], out.data_ptr(), torch.get_num_threads())  # any thread count, same bits
     return out
+
+
+def linear_array(x: np.ndarray, qw: QuantWeight, threads: int) -> np.ndarray:
+    """`linear` on numpy arrays (the torch-free path): x [M, K] -> [M, N] fp32, the same bits."""
+    n, k = qw.shape
+    if x.ndim != 2 or x.shape[1] != k:
+        raise ValueError(f"linear: input {tuple(x.shape)} does not match a {n}x{k} weight")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty((x.shape[0], n), np.float32)
+    _product(qw, x.ctypes.data, x.shape[0], out.ctypes.data, threads)
+    return out
+
+
+def _product(qw: QuantWeight, x: int, m: int, out: int, threads: int) -> None:
+    lib = load()
+    if lib is None:
+        raise RuntimeError(why_unavailable())
+    nparts, layouts, ptrs, ns = qw._call
+    if lib.tttr_qlinear_parts(nparts, layouts, ptrs, ns, qw.shape[1], x, m, out, threads):
+        raise ValueError(f"linear: the compiled kernel refused a {qw.fmt} weight of shape {qw.shape[0]}x{qw.shape[1]}")

@@ -17,13 +17,15 @@ batch-invariant as they stand and serve both kernel modes:
   float arithmetic the compiler vectorises: vector body and scalar tail agree).
 
 Without a compiler or with `TTTR_NO_C_KERNELS=1`, `available()` is False and kernels.ops keeps
-the PyTorch formulations."""
+the PyTorch formulations.
+
+Importing this module does not import torch (the torch-free generation path,
+engine/inference/lite.py, calls the library through `load()` with numpy arrays); the
+wrappers below import it when called."""
 
 from __future__ import annotations
 
 import ctypes
-
-import torch
 
 from tttr.kernels.cattention import EXP_NEG
 from tttr.sessions.cache import CLibrary
@@ -141,6 +143,54 @@ void tttr_draw(const float *probs, const double *u, int64_t n, int64_t m, int64_
         out[r] = i < m ? i : m - 1;
     }
 }
+
+/* exp(x_i - max) summed in double, lane l of 16 taking i = l, l+16, ... in order, the lanes
+   added in a fixed pairwise tree; e (when not 0) receives the exponentials. */
+static inline double sum_exp(const float *x, int64_t m, float mx, float *e) {
+    double acc[L] = {0};
+    int64_t i = 0;
+    for (; i + L <= m; i += L)
+        for (int l = 0; l < L; l++) {
+            const float v = exp_neg(x[i + l] - mx);
+            if (e) e[i + l] = v;
+            acc[l] += (double)v;
+        }
+    for (; i < m; i++) {
+        const float v = exp_neg(x[i] - mx);
+        if (e) e[i] = v;
+        acc[i % L] += (double)v;
+    }
+    for (int w = L / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+
+static inline float row_max(const float *x, int64_t m) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < m; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+/* y = log_softmax(x) for each of n rows of m: (x_i - max) - log(sum_exp), each row on its own */
+void tttr_log_softmax(const float *x, float *y, int64_t n, int64_t m, int threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t r = 0; r < n; r++) {
+        const float *xr = x + r * m;
+        const float mx = row_max(xr, m);
+        const float lse = (float)log(sum_exp(xr, m, mx, 0));
+        for (int64_t i = 0; i < m; i++) y[r * m + i] = (xr[i] - mx) - lse;
+    }
+}
+
+/* y = softmax(x) for each of n rows of m: exp(x_i - max) / their sum */
+void tttr_softmax(const float *x, float *y, int64_t n, int64_t m, int threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t r = 0; r < n; r++) {
+        float *yr = y + r * m;
+        const float total = (float)sum_exp(x + r * m, m, row_max(x + r * m, m), yr);
+        for (int64_t i = 0; i < m; i++) yr[i] = yr[i] / total;
+    }
+}
 """
 
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-fast-math", "-fno-trapping-math", "-ffp-contract=off", "-shared", "-fPIC"]
@@ -155,7 +205,9 @@ def _declare(lib) -> None:
     lib.tttr_silu_mul.argtypes = [p, p, i, i]
     lib.tttr_draw.argtypes = [p, p, i, i, p, ctypes.c_int]
     lib.tttr_topk.argtypes = [p, i, i, i, p, p, ctypes.c_int]
-    for fn in (lib.tttr_rms_norm, lib.tttr_add_rms_norm, lib.tttr_silu_mul, lib.tttr_draw, lib.tttr_topk):
+    lib.tttr_log_softmax.argtypes = lib.tttr_softmax.argtypes = [p, p, i, i, ctypes.c_int]
+    for fn in (lib.tttr_rms_norm, lib.tttr_add_rms_norm, lib.tttr_silu_mul, lib.tttr_draw, lib.tttr_topk,
+               lib.tttr_log_softmax, lib.tttr_softmax):
         fn.restype = None
 
 
@@ -164,12 +216,16 @@ load, available, why_unavailable = _library.load, _library.available, _library.w
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
+    import torch
+
     if x.dtype != torch.float32 or not x.is_contiguous():
         raise ValueError("row-local kernels take contiguous fp32 tensors")
     return x
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    import torch
+
     d = x.shape[-1]
     x, w = _rows(x), _rows(weight)
     y = torch.empty_like(x)
@@ -179,6 +235,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x += delta in place; returns rms_norm(x) * weight."""
+    import torch
+
     d = x.shape[-1]
     x, delta, w = _rows(x), _rows(delta), _rows(weight)
     if delta.shape != x.shape:
@@ -191,6 +249,8 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps
 def rope_(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor) -> None:
     """Rotate the first `heads` heads of x [R, >= heads, D] (heads contiguous, rows any stride)
     in place by the table rows cos/sin [P, D] at `positions` [R] (int64)."""
+    import torch
+
     r, _, d = x.shape
     if x.dtype != torch.float32 or x.stride(2) != 1 or x.stride(1) != d:
         raise ValueError("rope_: heads must be contiguous fp32 rows")
@@ -202,6 +262,8 @@ def rope_(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor, pos
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """gate_up [R, 2F] (gate then up) -> silu(gate) * up [R, F]."""
+    import torch
+
     gate_up = _rows(gate_up)
     r, f2 = gate_up.shape
     y = gate_up.new_empty(r, f2 // 2)
@@ -212,6 +274,8 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 def draw(probs: torch.Tensor, u: torch.Tensor) -> list[int]:
     """probs [n, m] fp32 (unnormalised), u [n] float64 in [0, 1): each row's inverse-CDF index
     (see tttr_draw), rows in parallel."""
+    import torch
+
     probs, u = _rows(probs), u.to(torch.float64).contiguous()
     n, m = probs.shape
     out = torch.empty(n, dtype=torch.int64)
@@ -225,6 +289,8 @@ TOPK_MAX = 64
 def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, indices) of the k largest of each row of a 2-D fp32 tensor, largest first
     (the lower index first among equals), like torch.topk(x, k) for k <= TOPK_MAX."""
+    import torch
+
     x = _rows(x)
     n, m = x.shape
     if not 0 < k <= min(m, TOPK_MAX):
@@ -233,3 +299,24 @@ def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     idx = torch.empty(n, k, dtype=torch.int64)
     load().tttr_topk(x.data_ptr(), n, m, k, vals.data_ptr(), idx.data_ptr(), torch.get_num_threads())
     return vals, idx
+
+
+def log_softmax(x: "torch.Tensor") -> "torch.Tensor":
+    """log_softmax of each row of a 2-D fp32 tensor (tttr_log_softmax: each row on its own,
+    in an order fixed by its length; the invariant mode's CPU log-softmax)."""
+    import torch
+
+    x = _rows(x)
+    y = torch.empty_like(x)
+    load().tttr_log_softmax(x.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], torch.get_num_threads())
+    return y
+
+
+def softmax(x: "torch.Tensor") -> "torch.Tensor":
+    """softmax of each row of a 2-D fp32 tensor (tttr_softmax, as log_softmax)."""
+    import torch
+
+    x = _rows(x)
+    y = torch.empty_like(x)
+    load().tttr_softmax(x.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], torch.get_num_threads())
+    return y

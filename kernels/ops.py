@@ -36,6 +36,8 @@ kernels.REVISION); besides the ops above it calls:
 Each picks the compiled kernel or the PyTorch formulation itself, so every caller gets the
 same choice. rope, topk and draw give the same results either way; the compiled norms,
 SwiGLU, attention and block products do not, which is why describe() records which ran.
+Under `invariant`, softmax and log_softmax of whole 2-D CPU fp32 rows run compiled too
+(kernels.crow: the sampler and the logprobs, the same C the torch-free path calls).
 
 Whatever the mode, a weight held as GGUF blocks (kernels.cquant) is multiplied from them, and the row-local steps run compiled (kernels.crow) when a C compiler is there: both
 are batch-invariant as they stand and faster than stock. Otherwise `fast` is stock PyTorch
@@ -128,12 +130,21 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if get_mode() in INVARIANT_MODES:
+        if _rows_2d(x, dim):
+            return crow.softmax(x)
         return invariant.softmax(x, dim)
     return torch.softmax(x, dim=dim)
 
 
+def _rows_2d(x: torch.Tensor, dim: int) -> bool:
+    """Whole rows of a 2-D CPU fp32 tensor, which the compiled row kernels take."""
+    return x.dim() == 2 and dim in (-1, 1) and _row_kernels(x)
+
+
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if get_mode() in INVARIANT_MODES:
+        if _rows_2d(x, dim):
+            return crow.log_softmax(x)
         return invariant.log_softmax(x, dim)
     return torch.log_softmax(x, dim=dim)
 
@@ -249,11 +260,7 @@ def block_weights(parts) -> QuantWeight | None:
     """One weight whose rows are the parts' rows one after another, each part (fmt, raw) as
     for `block_weight` and its own type (a fused q/k/v stored as Q4_K, Q4_K and Q6_K): the
     product runs from every part's blocks in one call. None when any part does not fit."""
-    shapes = [cquant.block_shape(fmt, raw) for fmt, raw in parts]
-    if not parts or len(parts) > 8 or len({k for _, k in shapes}) != 1 or not cquant.available() \
-            or not all(cquant.supports(fmt, n, k) for (fmt, _), (n, k) in zip(parts, shapes)):
-        return None
-    return cquant.stack([cquant.pack_part(fmt, raw, n, k) for (fmt, raw), (n, k) in zip(parts, shapes)])
+    return cquant.block_weights(parts)
 
 
 def embedding(weight: torch.Tensor | QuantWeight, ids: torch.Tensor) -> torch.Tensor:

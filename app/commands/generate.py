@@ -14,7 +14,9 @@ def register(sub, bench_sub) -> None:
         description="Generate a continuation of PROMPT with the embedded default model (or --model), "
                     "streaming the text. --json prints one JSON record per token: id, text, forced, "
                     "logprob, rng coordinates, logits digest, top-k alternatives, batch composition, "
-                    "kernel mode.",
+                    "kernel mode. Under the invariant kernels (the default) a GGUF model whose products all "
+                    "run from its blocks generates without loading torch (greedy, or a temperature without "
+                    "--top-k/--top-p), with the same bits.",
     )
     p.add_argument("prompt", help="the prompt text (with --chat: the user message)")
     p.add_argument("--model", default=None,
@@ -26,8 +28,8 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--top-k", type=argtypes.count, default=0, help="keep the k most likely tokens (default 0 = all)")
     p.add_argument("--seed", type=argtypes.seed, default=0, help="sampling seed in [0, 2^63) (default 0)")
     p.add_argument("--max-tokens", type=argtypes.positive, default=128, help="tokens to generate at most (default 128)")
-    p.add_argument("--kernels", choices=("fast", "invariant"), default="fast",
-                   help="kernel mode (default fast)")
+    p.add_argument("--kernels", choices=("fast", "invariant"), default="invariant",
+                   help="kernel mode (default invariant, as record and serve)")
     p.add_argument("--json", action="store_true", help="one JSON record per token instead of text")
     p.set_defaults(func=cmd_generate)
 
@@ -50,23 +52,14 @@ def register(sub, bench_sub) -> None:
 
 def cmd_generate(args) -> int:
     from tttr.engine.inference.loader import resolve_model_path
-    from tttr.engine.inference.sampler import SamplingParams
+    from tttr.engine.inference.sampling import SamplingParams
 
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
     model_path = resolve_model_path(args.model)  # a wrong path is refused before torch loads
-
-    from tttr.engine.inference.model import load_model
-    from tttr.engine.inference.scheduler import Engine
-    from tttr.engine.inference.sequence import Sequence
-    from tttr.kernels.mode import kernel_mode
-
-    model = load_model(model_path)
-    tok = model.tokenizer
-    text = tok.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
-    ids = tok.encode(text)
     out = sys.stdout
     produced: list[int] = []
     shown = [""]
+    tok = None
 
     def on_token(rec) -> None:
         if args.json:
@@ -83,13 +76,33 @@ def cmd_generate(args) -> int:
         out.flush()
         shown[0] = full
 
-    seq = Sequence(ids, sampling, args.max_tokens, on_token=on_token)
-    with kernel_mode(args.kernels):
-        engine = Engine(model)
-        try:
-            engine.generate([seq])
-        finally:
-            engine.close()
+    def prompt_ids() -> list[int]:
+        text = tok.apply_chat_template([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+        return tok.encode(text)
+
+    done = None
+    if args.kernels == "invariant" and not sampling.top_k and sampling.top_p >= 1.0:
+        from tttr.engine.inference import lite  # no torch: the same bits where it applies (lite.py)
+
+        small = lite.load(model_path)
+        if small is not None:
+            tok = small.tokenizer
+            done = lite.generate(small, prompt_ids(), sampling, args.max_tokens, on_token)
+    if done is None:
+        from tttr.engine.inference.model import load_model
+        from tttr.engine.inference.scheduler import Engine
+        from tttr.engine.inference.sequence import Sequence
+        from tttr.kernels.mode import kernel_mode
+
+        model = load_model(model_path)
+        tok = model.tokenizer
+        seq = Sequence(prompt_ids(), sampling, args.max_tokens, on_token=on_token)
+        with kernel_mode(args.kernels):
+            engine = Engine(model)
+            try:
+                engine.generate([seq])
+            finally:
+                engine.close()
     if not args.json:
         out.write("\n")
     return 0

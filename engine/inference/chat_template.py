@@ -10,9 +10,6 @@ import datetime
 import functools
 import json
 
-from jinja2.exceptions import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
 from tttr.engine.errors import EngineError
 
 CHATML = (
@@ -23,6 +20,11 @@ CHATML = (
 
 @functools.lru_cache(maxsize=8)
 def _compile(source: str):
+    # jinja2 is imported here, not at the top: a tenth of a second of every start, and a
+    # prompt without --chat never renders a template
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
     def raise_exception(message):
         raise TemplateError(message)
 
@@ -45,6 +47,8 @@ def render_chat_template(template: str | None, messages: list[dict], *, add_gene
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
             raise EngineError(f"chat message {i} is {m!r}: each message needs 'role' and 'content'")
+    from jinja2.exceptions import TemplateError
+
     try:
         return _compile(template or CHATML).render(
             messages=messages, add_generation_prompt=add_generation_prompt,

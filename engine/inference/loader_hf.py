@@ -14,10 +14,6 @@ from tttr.engine.errors import EngineError
 from tttr.engine.inference.tokenizer import Tokenizer
 
 
-def is_hf_folder(path: Path) -> bool:
-    return path.is_dir() and (path / "config.json").is_file()
-
-
 def load_hf(folder: Path) -> Checkpoint:
 
     try:

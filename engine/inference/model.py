@@ -23,6 +23,8 @@ from tttr.engine.inference.config import ModelConfig
 from tttr.engine.errors import EngineError
 from tttr.engine.inference.fingerprint import fingerprint
 from tttr.engine.inference.kv_cache import KV_ALIGN, KVCache
+from tttr.engine.inference.layer_weights import LayerWeights
+from tttr.engine.inference import rope_cache
 from tttr.engine.inference.loader import load_checkpoint
 from tttr.engine.inference.model_id import model_id as compute_model_id
 from tttr.engine.inference.tokenizer import Tokenizer
@@ -37,23 +39,6 @@ class Segment:
     start: int
     end: int
     cache: KVCache
-
-
-class LayerWeights(NamedTuple):
-    """One decoder layer's weights, d = d_model, hd = head_dim; the query, key and value
-    projections are one product, and so are the gate and up projections. A product's weight
-    is an fp32 tensor or, for a GGUF file's block-typed weights (Q4_1, Q8_0, K-quants, Q5_0),
-    the blocks alone (ops.QuantWeight, taken by ops.linear in its place)."""
-
-    input_norm: torch.Tensor  # [d]
-    qkv: torch.Tensor  # [(H + 2 KVH) * hd, d]
-    qkv_bias: torch.Tensor | None  # [(H + 2 KVH) * hd] (Qwen2-style attention bias), else None
-    o: torch.Tensor  # [d, H * hd]
-    post_attention_norm: torch.Tensor  # [d]
-    gate_up: torch.Tensor  # [2 * ffn, d]
-    down: torch.Tensor  # [d, ffn]
-    q_norm: torch.Tensor | None = None  # [hd] (Qwen3: RMSNorm of each query head before rotary), else None
-    k_norm: torch.Tensor | None = None  # [hd] (the same for each key head)
 
 
 class _Span(NamedTuple):
@@ -157,6 +142,10 @@ class Model:
         self._inv_freq = _inv_freq(cfg, checkpoint.tensors.get("rope_freqs"))
         self._cos = self._sin = torch.empty(0)
         self._rope_table(min(cfg.context_length, 4096))
+        if dtype == torch.float32:  # kept for the torch-free path, which cannot compute these bits (rope_cache.py)
+            freqs = checkpoint.tensors.get("rope_freqs")
+            rope_cache.store_tables(rope_cache.table_key(cfg, None if freqs is None else freqs.numpy(), self._cos.shape[0]),
+                                    self._cos.numpy(), self._sin.numpy())
         self.scale = 1.0 / math.sqrt(cfg.head_dim)
 
     # -- rotary --------------------------------------------------------------------------

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
-
-import torch
+from typing import TYPE_CHECKING, Callable
 
 from tttr.engine.errors import EngineError
-from tttr.engine.inference.sampler import SamplingParams
+from tttr.engine.inference.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,113 @@
+"""The torch-free generation path (engine/inference/lite.py): the torch path's bits (tokens,
+logprobs, top-k, logits digests: every field `tttr generate --json` prints) without loading
+torch, on the default model, greedy and sampled, at 1 and 2 threads."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tttr.engine.inference import lite
+from tttr.engine.inference.block_cache import BlockCache
+from tttr.engine.inference.gguf_file import read_gguf
+from tttr.engine.inference.loader import default_model_path
+from tttr.engine.inference.model import load_model
+from tttr.engine.inference.sampling import SamplingParams
+from tttr.engine.inference.scheduler import Engine
+from tttr.engine.inference.sequence import Sequence
+from tttr.kernels import array_ops, ops
+from tttr.kernels.mode import kernel_mode
+
+pytestmark = pytest.mark.slow  # the default model
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLINGS = (SamplingParams(), SamplingParams(temperature=0.8, seed=7), SamplingParams(temperature=1.3, seed=3))
+
+
+@pytest.fixture(scope="module")
+def models():
+    """(the torch model, the torch-free one): loading the first leaves the rotary tables the
+    second reads."""
+    model = load_model(default_model_path())
+    small = lite.load(default_model_path())
+    assert small is not None, "the torch-free path does not apply to the default model"
+    return model, small
+
+
+def _engine(model, ids, sampling, n):
+    with kernel_mode("invariant"):
+        with Engine(model) as engine:
+            return [r.to_json() for r in engine.generate([Sequence(ids, sampling, n)])[0]]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_same_records_as_the_engine(models, threads, monkeypatch):
+    model, small = models
+    monkeypatch.setenv("OMP_NUM_THREADS", str(threads))
+    torch.set_num_threads(threads)
+    tok = small.tokenizer
+    prompts = [tok.encode("The capital of France is"), tok.encode("Hello"),
+               tok.encode(tok.apply_chat_template([{"role": "user", "content": "List three colours."}]))]
+    lengths = []
+    for ids in prompts:
+        for sampling in SAMPLINGS:
+            ours = [r.to_json() for r in lite.generate(small, ids, sampling, 8)]
+            assert ours == _engine(model, ids, sampling, 8), (ids, sampling)
+            lengths.append(len(ours))
+    assert max(lengths) == 8 and min(lengths) >= 1  # prefills of 1 to ~30 rows, then decode steps
+
+
+def test_the_command_prints_the_engines_records_without_loading_torch(models):
+    model, small = models
+    code = ("import sys\nfrom tttr.app.cli import main\n"
+            "rc = main(['generate', 'List three colours.', '--chat', '--json', '--temperature', '0.8', '--seed', '5',"
+            " '--max-tokens', '6'])\n"
+            "sys.stdout.flush()\nprint('torch loaded:', 'torch' in sys.modules, file=sys.stderr)\nsys.exit(rc)\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "torch loaded: False" in out.stderr
+    printed = [json.loads(line) for line in out.stdout.splitlines()]
+    tok = small.tokenizer
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": "List three colours."}]))
+    assert printed == _engine(model, ids, SamplingParams(temperature=0.8, seed=5), 6)
+    assert printed and all(r["mode"] == "invariant" for r in printed)
+
+
+def test_what_needs_torch_is_left_to_it(models):
+    _, small = models
+    ids = small.tokenizer.encode("Hello")
+    assert lite.generate(small, ids, SamplingParams(temperature=0.8, top_k=5), 4) is None
+    assert lite.generate(small, ids, SamplingParams(temperature=0.8, top_p=0.9), 4) is None
+    assert lite.generate(small, [], SamplingParams(), 4) is None
+    assert lite.generate(small, ids, SamplingParams(), small.config.context_length) is None  # past the context
+
+
+def test_mapped_blocks_are_the_packed_blocks(models):
+    """A second load maps the blocks the first packed: the same bytes in the same parts."""
+    g = read_gguf(default_model_path())
+    names = ["model.layers.3.self_attn.q_proj.weight", "model.layers.3.self_attn.k_proj.weight",
+             "model.layers.3.self_attn.v_proj.weight"]
+    mapped = BlockCache(default_model_path(), g.quantized).weight(names)
+    packed = array_ops.block_weights([g.quantized[n] for n in names])
+    assert mapped.shape == packed.shape
+    assert [(f, d.tobytes()) for f, d in array_ops.weight_parts(mapped)] == \
+           [(f, d.tobytes()) for f, d in array_ops.weight_parts(packed)]
+    assert not array_ops.weight_parts(mapped)[0][1].flags.writeable  # a mapping, not a copy
+
+
+def test_compiled_softmaxes_are_row_invariant_and_close_to_torch():
+    x = torch.randn(5, 49152, generator=torch.Generator().manual_seed(1)) * 6
+    with kernel_mode("invariant"):
+        full_log, full = ops.log_softmax(x), ops.softmax(x)
+        for i in range(5):
+            assert torch.equal(ops.log_softmax(x[i:i + 1].contiguous()), full_log[i:i + 1])
+            assert torch.equal(ops.softmax(x[i:i + 1].contiguous()), full[i:i + 1])
+    assert torch.allclose(full_log, torch.log_softmax(x, -1), atol=1e-4, rtol=1e-5)
+    assert torch.allclose(full, torch.softmax(x, -1), atol=1e-7, rtol=1e-4)
+    assert np.array_equal(array_ops.log_softmax(x.numpy(), 2), full_log.numpy())  # the torch-free call: same bits
