@@ -268,7 +268,7 @@ class Replayer:
         self._copy(step)
         if "function" in value:
             return {"error": recorded["error"]} if recorded.get("error") else {"result": recorded.get("result")}
-        return {k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}
+        return {k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit", "truncated")}
 
     def finish(self) -> None:
         """A recording with steps the program never asked for diverges at the first of them."""

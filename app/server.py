@@ -201,7 +201,8 @@ class Server:
             if answer is not None:
                 if tree is not None:
                     await run_in_threadpool(self._put_back, tree, answer)
-                answer = {k: v for k, v in answer.items() if k not in ("tree_after", "snapshot")}
+                answer = {k: self._text(v) if k in ("stdout", "stderr") else v for k, v in answer.items()
+                          if k not in ("tree_after", "snapshot")}
                 return JSONResponse({"recorded": True, "run": name, **answer})
             return JSONResponse({"recorded": False, "run": name})
         value = {**post.value, "source": "sdk"}
@@ -210,6 +211,14 @@ class Server:
         if self.recorder is not None:
             self.recorder.record_event(name, "tool", value)
         return JSONResponse({"recorded": False, "run": name, "stored": self.recorder is not None})
+
+    def _text(self, value):
+        """A recorded output as the SDK gets it: a large one is read back from its blob."""
+        if isinstance(value, dict) and "$blob" in value and self.recorder is not None:
+            from tttr.engine.replay.events import read_text
+
+            return read_text(self.recorder.store, value)
+        return value
 
     def _with_tree(self, tree, name: str, value: dict) -> dict:
         try:

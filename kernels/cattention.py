@@ -46,6 +46,7 @@ static inline float exp_neg(float x) {
 
 SOURCE = r"""
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -167,9 +168,35 @@ static inline void scores16(const float *restrict q, const float *restrict k, co
 }
 #endif
 
+/* Query i, head h: the same loops whichever thread runs it. */
+static inline void one_head(const float *q, const float *k, const float *v, int64_t k_seq, int64_t k_row,
+                            int64_t v_seq, int64_t v_row, const int64_t *seq, const int64_t *pos, int64_t i,
+                            int64_t h, int64_t H, int64_t G, int64_t D, float scale, float *out) {
+    const int64_t L = pos[i] + 1, g = h / G, sq = seq[i];
+    const float *qh = q + (i * H + h) * D;
+    const float *kb = k + sq * k_seq + g * D, *vb = v + sq * v_seq + g * D;
+    float s[L];
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    if (D % 16 == 0)
+        for (; j + 16 <= L; j += 16) scores16(qh, kb + j * k_row, k_row, D, scale, s + j);
+#endif
+    for (; j < L; j++) s[j] = dot_lanes(qh, kb + j * k_row, D) * scale;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < L; j++) m = s[j] > m ? s[j] : m;
+    for (int64_t j = 0; j < L; j++) s[j] = exp_neg(s[j] - m);
+    float denom = 0.0f;
+    for (int64_t j = 0; j < L; j++) denom += s[j];
+    weighted_values(s, vb, v_row, L, D, denom, out + (i * H + h) * D);
+}
+
 /* Query i (row i of q [n, H, D], contiguous) attends keys 0..pos[i] of sequence seq[i] (of
    n_seq); key j of KV head g starts at k + seq[i]*k_seq + j*k_row + g*D (v likewise).
-   out: [n, H, D]. Keys and values are read in place. */
+   out: [n, H, D]. Keys and values are read in place. Called from inside an active OpenMP
+   parallel region (the compiled decode step's), by every thread of its team with the same
+   arguments, each thread computes its share of the (query, head) pairs and returns without
+   waiting for the others (`threads` is not read): the caller synchronises. Otherwise the call
+   opens a region of `threads` threads of its own. */
 int tttr_attention(const float *q, const float *k, const float *v,
                    int64_t k_seq, int64_t k_row, int64_t v_seq, int64_t v_row,
                    const int64_t *seq, const int64_t *pos, int64_t n, int64_t n_seq, int64_t n_keys,
@@ -180,27 +207,15 @@ int tttr_attention(const float *q, const float *k, const float *v,
         if (seq[i] < 0 || seq[i] >= n_seq) return 1;
         if (pos[i] < 0 || pos[i] >= n_keys) return 2;
     }
-    #pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(threads)
-    for (int64_t i = 0; i < n; i++) {
-        for (int64_t h = 0; h < H; h++) {
-            const int64_t L = pos[i] + 1, g = h / G, sq = seq[i];
-            const float *qh = q + (i * H + h) * D;
-            const float *kb = k + sq * k_seq + g * D, *vb = v + sq * v_seq + g * D;
-            float s[L];
-            int64_t j = 0;
-#if defined(__AVX512F__)
-            if (D % 16 == 0)
-                for (; j + 16 <= L; j += 16) scores16(qh, kb + j * k_row, k_row, D, scale, s + j);
-#endif
-            for (; j < L; j++) s[j] = dot_lanes(qh, kb + j * k_row, D) * scale;
-            float m = -INFINITY;
-            for (int64_t j = 0; j < L; j++) m = s[j] > m ? s[j] : m;
-            for (int64_t j = 0; j < L; j++) s[j] = exp_neg(s[j] - m);
-            float denom = 0.0f;
-            for (int64_t j = 0; j < L; j++) denom += s[j];
-            weighted_values(s, vb, v_row, L, D, denom, out + (i * H + h) * D);
-        }
+    if (omp_in_parallel()) {
+        #pragma omp for collapse(2) schedule(static) nowait
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t h = 0; h < H; h++) one_head(q, k, v, k_seq, k_row, v_seq, v_row, seq, pos, i, h, H, G, D, scale, out);
+        return 0;
     }
+    #pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(threads)
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t h = 0; h < H; h++) one_head(q, k, v, k_seq, k_row, v_seq, v_row, seq, pos, i, h, H, G, D, scale, out);
     return 0;
 }
 """

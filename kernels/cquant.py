@@ -43,6 +43,7 @@ FORMATS = tuple(_FORMATS)  # the GGUF types whose blocks the products take (kqua
 
 SOURCE = r"""
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -227,9 +228,28 @@ static const group_fn group_fns[4][MAXR + 1] = {ROW(0), ROW(1), ROW(2), ROW(3)};
 
 const char *tttr_qlinear_kernel(void) { return KERNEL_NAME; }
 
+/* Outputs g*16 .. g*16+15 of all M rows: the same calls whichever thread runs it. */
+static inline void one_group(int64_t g, const int64_t *first, const int *formats, const uint8_t *const *ws,
+                             int64_t nb, int64_t K, const float *x, int64_t M, float *out, int64_t N) {
+    int i = 0;
+    while (g >= first[i + 1]) i++;
+    const int fmt = formats[i];
+    const uint8_t *gw = ws[i] + (g - first[i]) * nb * BLOCK_BYTES(fmt);
+    const group_fn *fns = group_fns[fmt];
+    for (int64_t r0 = 0; r0 < M; r0 += MAXR) {
+        const int R = M - r0 < MAXR ? (int)(M - r0) : MAXR;
+        fns[R](gw, nb, x + r0 * K, K, out + r0 * N + g * G, N);
+    }
+}
+
 /* out[M, N] = x[M, K] @ w^T for a weight stacked from nparts parts, part i of ns[i] rows (a
    multiple of 16) in layout formats[i] at ws[i]; N the sum; K a multiple of 32. Each group of
-   16 outputs is one thread's, whatever part it is in. Returns nonzero on bad sizes. */
+   16 outputs is one thread's, whatever part it is in. Returns nonzero on bad sizes.
+   Called from inside an active OpenMP parallel region (the compiled decode step's one region
+   a pass), by every thread of its team with the same arguments, each thread computes its
+   share of the groups and returns without waiting for the others (`threads` is not read):
+   the caller synchronises before reading out. Otherwise the call opens a region of `threads`
+   threads of its own. */
 int tttr_qlinear_parts(int nparts, const int *formats, const uint8_t *const *ws, const int64_t *ns, int64_t K,
                        const float *x, int64_t M, float *out, int threads) {
     if (K % 32 || M < 0 || nparts < 1 || nparts > MAXPARTS) return 1;
@@ -240,18 +260,13 @@ int tttr_qlinear_parts(int nparts, const int *formats, const uint8_t *const *ws,
         first[i + 1] = first[i] + ns[i] / G;
     }
     const int64_t nb = K / 32, groups = first[nparts], N = groups * G;
-    #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t g = 0; g < groups; g++) {
-        int i = 0;
-        while (g >= first[i + 1]) i++;
-        const int fmt = formats[i];
-        const uint8_t *gw = ws[i] + (g - first[i]) * nb * BLOCK_BYTES(fmt);
-        const group_fn *fns = group_fns[fmt];
-        for (int64_t r0 = 0; r0 < M; r0 += MAXR) {
-            const int R = M - r0 < MAXR ? (int)(M - r0) : MAXR;
-            fns[R](gw, nb, x + r0 * K, K, out + r0 * N + g * G, N);
-        }
+    if (omp_in_parallel()) {
+        #pragma omp for schedule(static) nowait
+        for (int64_t g = 0; g < groups; g++) one_group(g, first, formats, ws, nb, K, x, M, out, N);
+        return 0;
     }
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t g = 0; g < groups; g++) one_group(g, first, formats, ws, nb, K, x, M, out, N);
     return 0;
 }
 

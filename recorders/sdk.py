@@ -32,7 +32,8 @@ run at the next step (`S:tool`, `S:clock`; see docs/serve.md, "The SDK's routes"
   (not in the server's sandbox: under `tttr record` the program is itself in the sandbox;
   `bash -c CMD` in a process group of its own, all of it killed at the timeout), then is
   posted with `stdout`, `stderr`, `exit_code` (null and `limit_hit: "timeout"` when it timed
-  out), `duration_ms`.
+  out), `duration_ms`. An output past `MAX_OUTPUT` (1 MiB) keeps its first MiB, for the
+  program as for the recording (`truncated: true`, `stdout_size`, `stderr_size`: the whole sizes).
 - `sdk.now()`: `POST /tttr/v1/clock`; the server reads the run's clock and records it,
   and the answer's `t` (ISO 8601 with offset) is returned as a naive local datetime, as
   `datetime.now()` returns.
@@ -68,15 +69,22 @@ DEFAULT_RUN = "sdk"
 TOOL_ROUTE = "/tttr/v1/tool"
 CLOCK_ROUTE = "/tttr/v1/clock"
 HTTP_TIMEOUT = 60.0  # seconds for one post; the server only records (or reads its clock)
+# Bytes of a recorded command's stdout (and of its stderr) that are kept: the program gets
+# these, in the recording and in its replays alike, with `truncated` set (outside a
+# recording nothing is cut). Escaped as JSON the two stay under the server's 16 MiB body.
+MAX_OUTPUT = 1 << 20
 
 
 class ShellResult:
-    """What `shell` returns: `stdout`, `stderr` (text), `exit_code` (None if it timed out)."""
+    """What `shell` returns: `stdout`, `stderr` (text), `exit_code` (None if it timed out);
+    `truncated`: inside a recording, an output past `MAX_OUTPUT` bytes was cut there."""
 
-    __slots__ = ("cmd", "stdout", "stderr", "exit_code", "timed_out")
+    __slots__ = ("cmd", "stdout", "stderr", "exit_code", "timed_out", "truncated")
 
-    def __init__(self, cmd: str, stdout: str, stderr: str, exit_code: int | None, timed_out: bool = False):
+    def __init__(self, cmd: str, stdout: str, stderr: str, exit_code: int | None, timed_out: bool = False,
+                 truncated: bool = False):
         self.cmd, self.stdout, self.stderr, self.exit_code, self.timed_out = cmd, stdout, stderr, exit_code, timed_out
+        self.truncated = truncated
 
     def __repr__(self) -> str:
         return (f"ShellResult(cmd={self.cmd!r}, exit_code={self.exit_code!r}, timed_out={self.timed_out}, "
@@ -109,7 +117,7 @@ def _post(route: str, body: dict) -> dict | None:
     import urllib.request
 
     url = _base_url() + route
-    data = json.dumps(body).encode()
+    data = json.dumps(body, ensure_ascii=False).encode()  # UTF-8: a command's output stays its size
     req = urllib.request.Request(url, data=data, method="POST", headers={
         "Content-Type": "application/json", RUN_HEADER: os.environ.get(RUN_ENV) or DEFAULT_RUN})
     try:
@@ -206,18 +214,22 @@ def shell(cmd: str, timeout: float | None = 60, *, cwd: str | None = None) -> Sh
     if _replaying():
         if answer and answer.get("recorded"):
             return ShellResult(cmd, answer.get("stdout") or "", answer.get("stderr") or "", answer.get("exit_code"),
-                               answer.get("limit_hit") == "timeout")
-    result, duration_ms = _run(cmd, timeout, where)
+                               answer.get("limit_hit") == "timeout", answer.get("truncated") is True)
+    result, duration_ms, sizes = _run(cmd, timeout, where, cap=MAX_OUTPUT)
     call.update(stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code, duration_ms=duration_ms)
     if result.timed_out:
         call["limit_hit"] = "timeout"
+    if result.truncated:
+        call.update(truncated=True, stdout_size=sizes[0], stderr_size=sizes[1])
     _post(TOOL_ROUTE, call)
     return result
 
 
-def _run(cmd: str, timeout: float | None, cwd: str) -> tuple[ShellResult, float]:
+def _run(cmd: str, timeout: float | None, cwd: str, cap: int | None = None
+         ) -> tuple[ShellResult, float, tuple[int, int]]:
     """`bash -c CMD` in a process group of its own: at the timeout the whole group is killed
-    (a `sleep` it started, a server it left in the background), not only bash."""
+    (a `sleep` it started, a server it left in the background), not only bash. With `cap`,
+    each output keeps its first `cap` bytes. The result, milliseconds, the outputs' whole sizes."""
     import signal
     import subprocess
 
@@ -226,14 +238,14 @@ def _run(cmd: str, timeout: float | None, cwd: str) -> tuple[ShellResult, float]
                             stderr=subprocess.PIPE, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
-        result = ShellResult(cmd, _text(out), _text(err), proc.returncode)
+        code, timed_out = proc.returncode, False
     except subprocess.TimeoutExpired:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except OSError:  # already gone
             pass
         out, err = proc.communicate()
-        result = ShellResult(cmd, _text(out), _text(err), None, timed_out=True)
+        code, timed_out = None, True
     except BaseException:  # Ctrl-C in the program: the command goes with it
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -241,7 +253,13 @@ def _run(cmd: str, timeout: float | None, cwd: str) -> tuple[ShellResult, float]
             pass
         proc.wait()
         raise
-    return result, round((time.perf_counter() - t0) * 1000, 3)
+    out, err = out or b"", err or b""
+    sizes = (len(out), len(err))
+    cut = cap is not None and (len(out) > cap or len(err) > cap)
+    if cut:
+        out, err = out[:cap], err[:cap]
+    ms = round((time.perf_counter() - t0) * 1000, 3)
+    return ShellResult(cmd, _text(out), _text(err), code, timed_out, cut), ms, sizes
 
 
 def _text(data: bytes | None) -> str:

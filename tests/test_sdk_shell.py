@@ -54,6 +54,40 @@ def test_outside_a_recording_the_timeout_stops_the_command_and_what_it_started(t
     assert not marker.exists()  # the background job died with the command's process group
 
 
+def test_a_large_output_is_cut_alike_for_program_and_recording_and_stored_as_a_blob(tmp_path, monkeypatch):
+    """A real server (its model never loads: the SDK's routes do not need it) and store."""
+    from tttr.app.server import create_app
+    from tttr.engine.serve.recorder import CallRecorder
+    from tttr.engine.serve.service import Service
+    from serve_helpers import Running
+
+    service = Service()
+    recorder = CallRecorder(tmp_path / "sdk.db", service)
+    running = Running(create_app(service, recorder), lifespan="off")
+    try:
+        monkeypatch.setenv(sdk.URL_ENV, running.url)
+        monkeypatch.setenv(sdk.RUN_ENV, "big")
+        cmd = "head -c 1500000 /dev/zero | tr '\\0' y; echo err >&2"
+        out = sdk.shell(cmd, timeout=30, cwd=str(tmp_path))
+        assert out.truncated and out.stdout == "y" * sdk.MAX_OUTPUT and out.stderr == "err\n"
+        recorder.flush()
+        store = recorder.store
+        run = next(r for r in store.runs() if r.task == "big")
+        value = next(e.value for e in store.events(run.id) if e.kind == "tool")
+        assert value["truncated"] is True and (value["stdout_size"], value["stderr_size"]) == (1_500_000, 4)
+        assert value["stdout"]["size"] == sdk.MAX_OUTPUT and value["stderr"] == "err\n"  # a blob, and inline text
+
+        # Answered from that recording (the replay hook), the program gets the same cut text back.
+        recorded = {k: value[k] for k in ("stdout", "stderr", "exit_code", "truncated")}
+        running.app.state.server.answer_from_recording = lambda name, kind, asked: recorded
+        monkeypatch.setenv(sdk.REPLAY_ENV, "1")
+        again = sdk.shell(cmd, timeout=30, cwd=str(tmp_path))
+        assert (again.stdout, again.stderr, again.exit_code, again.truncated) == (out.stdout, "err\n", 0, True)
+    finally:
+        running.stop()
+        recorder.close()
+
+
 @pytest.mark.slow
 @needs_sandbox
 def test_shell_records_the_tree_replays_as_a_cassette_and_forks(tmp_path, capsys):

@@ -224,7 +224,13 @@ class CallRecorder:
             meta={"source": "tttr serve", "name": event.name, "endpoint": "sdk"},
         ))
         self._sdk_steps[event.name] = self._sdk_steps.get(event.name, 0) + 1
-        self.store.append(run_id, step, KIND_LAYER[event.kind], event.kind, site(step, event.kind), event.value)
+        value = event.value
+        if event.kind == "tool":  # a large output is a blob, as the built-in agent's commands store it
+            from tttr.engine.replay.events import stored_text
+
+            value = {**value, **{k: stored_text(self.store, value[k]) for k in ("stdout", "stderr")
+                                 if isinstance(value.get(k), str)}}
+        self.store.append(run_id, step, KIND_LAYER[event.kind], event.kind, site(step, event.kind), value)
         self.store.commit_step(run_id)
 
     def _write_copy(self, item: CopiedStep) -> None:

@@ -3,7 +3,8 @@ trace-layer values the recorder writes.
 
 `POST /tttr/v1/tool` carries either a function call (`function`, `args`, `kwargs`, then
 `result` or `error`) or a command (`cmd`, `cwd`, `timeout_s`, then `stdout`, `stderr`,
-`exit_code`, `limit_hit`), with `duration_ms`. A post without its outcome is a *query*: the
+`exit_code`, `limit_hit`, and `truncated`, `stdout_size`, `stderr_size` for an output the SDK
+cut), with `duration_ms`. A post without its outcome is a *query*: the
 SDK asks, before running, whether the call is answered from a recording (replay); it records
 nothing. `POST /tttr/v1/clock` takes an empty object. Unknown fields are ignored, as on the
 OpenAI routes; every value is also checked against the store's rule for its kind."""
@@ -82,6 +83,12 @@ def _command(body: dict) -> dict:
         if body.get(key) is not None:
             _need(type(body[key]) is str, f"{key!r} must be text, not {type(body[key]).__name__}", key)
             value[key] = body[key]
+    for key in ("stdout_size", "stderr_size"):  # an output the SDK cut (`truncated`): its whole size
+        if body.get(key) is not None:
+            _need(type(body[key]) is int and body[key] >= 0, f"{key!r} must be a byte count >= 0, not {body[key]!r}", key)
+            value[key] = body[key]
+    if body.get("truncated") is True:
+        value["truncated"] = True
     timeout = body.get("timeout_s")
     if timeout is not None:
         _need(_number(timeout) and timeout > 0, f"'timeout_s' must be seconds > 0 or null, not {timeout!r}", "timeout_s")
