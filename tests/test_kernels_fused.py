@@ -35,12 +35,14 @@ def counted(monkeypatch):
     class Counter:
         ran = 0
         off = False
+        outs = []  # what each compiled pass returned (the final norm's output)
 
     def decode_layers(*args):
         if Counter.off:
             return None
         out = real(*args)
         Counter.ran += out is not None
+        Counter.outs.append(out)
         return out
 
     monkeypatch.setattr(ops, "decode_layers", decode_layers)
@@ -89,6 +91,64 @@ def test_the_compiled_step_gives_the_per_op_logits(model, counted, mode, lengths
     for a, b in zip(fused, per_op):
         assert a.shape == (len(lengths), model.config.vocab_size)
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("lengths", [[5], [5, 9, 1, 30, 12, 7, 2, 20]])
+def test_the_compiled_step_has_the_same_bits_at_any_thread_count(model, counted, lengths):
+    """The step's one parallel region shares each product's output groups, the attention's
+    (query, head) pairs and the rows among its threads: its outputs are the same bits at 1, 2
+    and 3 threads, and at 5 and 16, more threads than the tiny model has output groups in a
+    product (4) or heads (4), and the logits equal the per-op path's at one thread. (The
+    tiny model's head is a dense product, 266 rows: torch's, whose bits at 16 threads are not
+    those at one, so at 16 the step's outputs are compared, not the logits.)"""
+    before = torch.get_num_threads()
+    runs, steps = {}, {}
+    try:
+        with kernel_mode("invariant"):
+            for threads in (1, 2, 3, 5, 16):
+                torch.set_num_threads(threads)
+                counted.outs.clear()
+                runs[threads] = _decode(model, lengths, seed=5)
+                steps[threads] = list(counted.outs)
+            assert counted.ran == 5 * (3 + lengths.count(1))
+            counted.off = True
+            torch.set_num_threads(1)
+            per_op = _decode(model, lengths, seed=5)
+    finally:
+        torch.set_num_threads(before)
+    for threads in runs:
+        assert len(steps[threads]) == len(steps[1]) == 3 + lengths.count(1)
+        assert all(torch.equal(a, b) for a, b in zip(steps[threads], steps[1])), f"{threads} threads"
+        if threads < 16:
+            assert all(torch.equal(a, b) for a, b in zip(runs[threads], per_op)), f"{threads} threads"
+
+
+def test_a_failed_size_check_inside_the_parallel_region_returns_its_status(model):
+    """A kernel that refuses (here a product whose inputs are not whole blocks) makes every
+    thread of the step's region leave at the same point: the call returns the status, at 1
+    and 2 threads, instead of hanging at a barrier."""
+    import ctypes
+
+    from tttr.engine.inference.kv_cache import KVCache
+
+    plan = cdecode._plan(model)
+    cfg = model.config
+    bad = cdecode._Model.from_buffer_copy(plan.model)
+    layers = (cdecode._Layer * cfg.n_layers).from_buffer_copy(
+        (cdecode._Layer * cfg.n_layers).from_address(plan.model.layers))
+    layers[cfg.n_layers - 1].gate_up.k = 33  # not a multiple of 32: tttr_qlinear_parts returns 1
+    bad.layers = ctypes.addressof(layers)
+    cache = KVCache(cfg.n_layers, 8, cfg.n_kv_heads, cfg.head_dim)
+    k, v = cache.k, cache.v
+    for threads in (1, 2):
+        x = torch.randn(1, cfg.d_model)
+        h = torch.empty_like(x)
+        pos = torch.zeros(1, dtype=torch.int64)
+        status = cdecode._library.load().tttr_decode(
+            ctypes.addressof(bad), x.data_ptr(), h.data_ptr(), 1, pos.data_ptr(), pos.data_ptr(), pos.data_ptr(),
+            k.data_ptr(), v.data_ptr(), k.stride(0), 0, k.stride(1), 1, k.shape[1], model._cos.data_ptr(),
+            model._sin.data_ptr(), model._cos.shape[0], threads)
+        assert status == 1
 
 
 def test_a_lone_sequence_in_its_own_cache_runs_compiled_with_the_per_op_bits(model, counted):
