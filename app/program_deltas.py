@@ -31,6 +31,7 @@ _FUNCTION_REQUEST = ("function", "args", "kwargs")
 _SHELL_REQUEST = ("cmd", "cwd", "timeout_s")
 _FUNCTION_RESULT = ("result", "error")
 _SHELL_RESULT = ("stdout", "stderr", "exit_code", "limit_hit")
+_EFFECTS = ("tree_after", "snapshot")  # a tool's effects on the files, which a replay puts back
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,13 +144,16 @@ def _tool(base, other, mine, theirs) -> list[Delta]:
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return []
     request, result = (_FUNCTION_REQUEST, _FUNCTION_RESULT) if "function" in a else (_SHELL_REQUEST, _SHELL_RESULT)
+    if "tree_before" in a and "tree_before" in b:  # sdk.shell's cassette: the same command on the same files
+        request += ("tree_before",)
     if any(a.get(k) != b.get(k) for k in request):
         return []  # another request: its result differs as a consequence
-    if all(a.get(k) == b.get(k) for k in result):
+    if all(a.get(k) == b.get(k) for k in result) and a.get("tree_after") == b.get("tree_after"):
         return []
     value = {k: b[k] for k in result if k in b}
     if "function" in a:
         value = {"error": b["error"]} if b.get("error") else {"result": b.get("result")}
+    value |= {k: b[k] for k in _EFFECTS if b.get(k)}  # the other's effects on the files come with its result
     at = Site(mine.step, "tool")
     return [Delta(str(at), "trace", _shown(a), _shown(b),
                   Change(at, value, f"run {other.run.id}'s result", request={k: b.get(k) for k in request}))]

@@ -389,7 +389,7 @@ class ForkReplayer(Replayer):
             return answer
         if kind == "tool" and (change := self._change_for("tool", value)) is not None:
             self._take_change(change)  # a live tool call that asks what the change's did: its value
-            new = _new_tool({k: value.get(k) for k in _TOOL_REQUEST if k in value}, change.value)
+            new = _new_tool({k: value.get(k) for k in _TOOL_REQUEST + ("tree_before",) if k in value}, change.value)
             self.recorder.record_copy(self.name, [("tool", None, {**new, "source": "sdk"})])
             return _tool_answer(value, new)
         live_shift = self.moved if self.plan.setup_change is None else timedelta(0)
@@ -417,6 +417,8 @@ def _same_request(kind: str, recorded: dict, live: dict) -> bool:
 
         return _first_difference(recorded, live) is None
     keys = ("function", "args", "kwargs") if "function" in recorded else ("cmd", "cwd", "timeout_s")
+    if "tree_before" in recorded and "tree_before" in live:  # sdk.shell's cassette: the same files too
+        keys += ("tree_before",)
     return all(recorded.get(k) == live.get(k) for k in keys)
 
 
@@ -432,10 +434,12 @@ def _new_tool(recorded: dict, value: dict) -> dict:
 
 
 def _tool_answer(asked: dict, new: dict) -> dict:
-    """What the SDK gets for a tool whose value is `new`."""
+    """What the SDK gets for a tool whose value is `new`, with the effects on the files (if
+    recorded) that the server puts back."""
+    effects = {k: new[k] for k in ("tree_after", "snapshot") if new.get(k)}
     if "function" in asked:
-        return {"error": new["error"]} if new.get("error") else {"result": new.get("result")}
-    return {k: new.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}
+        return {**effects, **({"error": new["error"]} if new.get("error") else {"result": new.get("result")})}
+    return {**effects, **{k: new.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}}
 
 
 def recorded_check(store, run) -> str | None:

@@ -22,7 +22,7 @@ ARGV = ["python3", "prog.py"]
 
 def program_run(store: Store, *, argv=ARGV, clock: str = "2026-03-02T10:01:00", result: str = "sunny",
                 args: tuple = ("Paris",), tokens: tuple = (10, 11, 12), call_seed: int = 5, seed: int = 7,
-                check: str | None = "grep -q picnic plan.txt", passed: bool | None = True) -> int:
+                check: str | None = "grep -q picnic plan.txt", passed: bool | None = True, tool: dict | None = None) -> int:
     """A complete program run as `tttr record` writes one: a clock read (0), a model call (1),
     an @sdk.tool call (2), the program's end (3). No snapshot behind it: for the checks that
     come before any replay."""
@@ -44,8 +44,8 @@ def program_run(store: Store, *, argv=ARGV, clock: str = "2026-03-02T10:01:00", 
         store.append(rid, 1, "token", "token", f"1:token:{pos}", {"id": tid, "text": f"t{tid}", "forced": False})
     store.append(rid, 1, "agent", "message", "1:message", {"text": "".join(f"t{t}" for t in tokens)})
     store.commit_step(rid)
-    store.append(rid, 2, "trace", "tool", "2:tool", {"function": "forecast", "args": list(args), "kwargs": {},
-                                                     "result": result, "source": "sdk"})
+    store.append(rid, 2, "trace", "tool", "2:tool", tool or {"function": "forecast", "args": list(args), "kwargs": {},
+                                                             "result": result, "source": "sdk"})
     store.commit_step(rid)
     store.append(rid, 3, "trace", "tool", "3:tool", {"cmd": " ".join(argv), "stdout": "", "exit_code": 0,
                                                      "tree_before": "t0", "tree_after": f"end-{result}",
@@ -85,6 +85,22 @@ def test_a_result_for_another_request_is_a_consequence_not_a_delta(tmp_path):
         good = program_run(store)
         bad = program_run(store, result="rain", args=("Oslo",))
         assert _deltas(store, good, bad) == []
+
+
+def test_a_shell_commands_delta_needs_the_same_files_before_and_carries_its_effects(tmp_path):
+    def shell(before: str, after: str, stdout: str) -> dict:
+        return {"cmd": "make", "cwd": "/work", "timeout_s": 60, "tree_before": before, "stdout": stdout,
+                "stderr": "", "exit_code": 0, "tree_after": after, "snapshot": after, "source": "sdk"}
+
+    with Store.open(tmp_path / "s.db") as store:
+        good = program_run(store, tool=shell("t1", "t2", "built\n"))
+        same_output = program_run(store, tool=shell("t1", "t3", "built\n"))  # other files written
+        other_files = program_run(store, tool=shell("t9", "t3", "failed\n"))  # run on other files: a consequence
+        found = _deltas(store, good, same_output)
+        assert [d.site for d in found] == ["2:tool"]
+        assert found[0].mutation.value["tree_after"] == "t3" and found[0].mutation.value["snapshot"] == "t3"
+        assert found[0].mutation.request["tree_before"] == "t1"
+        assert _deltas(store, good, other_files) == []
 
 
 def test_pairs_that_cannot_be_compared_are_refused_in_one_line(tmp_path):
