@@ -103,6 +103,15 @@ def test_a_shell_commands_delta_needs_the_same_files_before_and_carries_its_effe
         assert _deltas(store, good, other_files) == []
 
 
+def test_a_programs_actions_are_its_sdk_tool_calls_then_its_end_tree(tmp_path):
+    from tttr.app.program_triage import program_actions
+
+    with Store.open(tmp_path / "s.db") as store:
+        sunny, rain = program_run(store), program_run(store, result="rain")
+        assert program_actions(store, sunny) == ['forecast(["Paris"], {})', "end tree end-sunny"]
+        assert program_actions(store, rain)[0] == program_actions(store, sunny)[0]  # the same call, other files
+
+
 def test_pairs_that_cannot_be_compared_are_refused_in_one_line(tmp_path):
     from tttr.app.program_deltas import ProgramPair, differing
     from tttr.engine.replay.deltas import DeltaError
