@@ -7,8 +7,9 @@ round, in this process:
 - `record`: `tttr record --check 'sh check.sh' -- python3 openai_agent.py`, end to end as a
   user runs it (the model loads, the program runs in the sandbox, the check runs);
 - `unrecorded`: the same program in the same sandbox against `tttr serve`'s app without a
-  database (its model loaded once, before the rounds; the program's SDK calls do their own
-  work, as outside TTTR), timed from the program's start to its end; before the recording
+  database (its model loaded once, before the rounds, its prefix cache emptied before each
+  run, as cold as the recording's new server; the program's SDK calls do their own work, as
+  outside TTTR), timed from the program's start to its end; before the recording
   in even rounds, after it in odd ones;
 - `faithful replay` of the first round's recording (`tttr replay RUN`);
 - `fork` of it at its last model call (`tttr fork RUN --at STEP:token:0 --set` the recorded
@@ -132,6 +133,7 @@ class _Unrecorded:
         self.unsafe_no_sandbox = unsafe_no_sandbox
         service = Service(model, kernel_mode="invariant")
         service.load()
+        self.service = service
         self.app = create_app(service, None)
         self.endpoint: _Endpoint | None = None
 
@@ -142,6 +144,8 @@ class _Unrecorded:
         from tttr.recorders.shell import ShellState
 
         host = self.host
+        if self.service.engine.prefixes is not None:  # as cold as each recording's new server: no earlier round's prompts
+            self.service.engine.prefixes.clear()
         executor = Executor(tree, seed=SEED, unsafe_no_sandbox=self.unsafe_no_sandbox,
                             limits=Limits(timeout_s=TIMEOUT_S, tree_mb=1024), binds=host.binds(self.sock_dir))
         try:

@@ -46,6 +46,7 @@ class SDKTree:
         self.since_ns = _ns(recorded_since)
         self._lock = threading.Lock()
         self._before: dict[tuple[str, str], str] = {}  # (run, cmd) -> digest when the SDK asked
+        self._seen: dict[str, str] = {}  # run -> the tree's digest at its last SDK tool event
         self.moved = 0  # pinned calls whose recorded effects were put back
 
     def digest(self) -> str:
@@ -56,6 +57,7 @@ class SDKTree:
         before = self.digest()
         with self._lock:
             self._before[(run, value["cmd"])] = before
+            self._seen[run] = before
         return {**value, "tree_before": before}
 
     def outcome(self, run: str, value: dict) -> dict:
@@ -63,12 +65,13 @@ class SDKTree:
         query), `tree_after` and `snapshot` (the manifest when the tree changed, else None)."""
         after = self.digest()
         out = dict(value)
-        if "cmd" in value:
-            with self._lock:
-                before = self._before.pop((run, value["cmd"]), None)
-            if before is not None:
-                out["tree_before"] = before
-        changed = out.get("tree_before") != after  # a function has no before: kept whenever it ran
+        with self._lock:
+            before = self._before.pop((run, value["cmd"]), None) if "cmd" in value else None
+            seen, self._seen[run] = self._seen.get(run), after
+        if before is not None:
+            out["tree_before"] = before
+        # A function has no before: its snapshot is kept unless the tree is as the last event left it.
+        changed = after != (before if before is not None else seen)
         out["tree_after"] = after
         out["snapshot"] = snapshot(self.tree, self.store) if changed else None
         return out
