@@ -83,13 +83,10 @@ def load(path: Path) -> LiteModel | None:
     if tables is None or tables[0].shape != (rows, cfg.head_dim):
         return None
 
-    blocks = BlockCache(path, g.quantized).weight
-
-    def norm(name: str) -> np.ndarray | None:
-        return arrays.get(name)
-
+    cache = BlockCache(path, g.quantized)  # the packed blocks, mapped when an earlier start kept them
+    blocks, norm = cache.weight, arrays.get
     embed = blocks(["model.embed_tokens.weight"])
-    tied = cfg.tied_embeddings or "lm_head.weight" not in g.quantized
+    tied = cfg.tied_embeddings or ("lm_head.weight" not in g.quantized and "lm_head.weight" not in arrays)
     lm_head = embed if tied else blocks(["lm_head.weight"])
     final_norm = norm("model.norm.weight")
     if embed is None or lm_head is None or final_norm is None or embed.shape != (cfg.vocab_size, cfg.d_model):
@@ -118,7 +115,7 @@ def load(path: Path) -> LiteModel | None:
         layers.append(layer)
     if layers[0].qkv.shape != ((cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim, cfg.d_model):
         return None
-    blocks.__self__.save()
+    cache.save()
     return LiteModel(cfg, g.tokenizer, embed, lm_head, final_norm, layers, 1.0 / math.sqrt(cfg.head_dim), *tables)
 
 
