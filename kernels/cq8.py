@@ -28,6 +28,12 @@ the same bits. A row's result depends on that row's activations and the weight o
 how many rows share the call, the row's place among them, or the thread count (each group of
 16 outputs is one thread's). So the mode is batch-invariant as `invariant` is.
 
+The compiled entry `tttr_q8_linear_parts` takes cquant's `tttr_qlinear_parts` arguments, each
+part's layout carrying its activation kind (`formats`: layout | kind << 4), and like it may be
+called by every thread of an open OpenMP region: the compiled decode step (kernels.cdecode)
+can call either through one function pointer. It does not yet, so `invariant-q8` decodes op by
+op (kernels.ops.decode_layers declines it).
+
 It differs from the fp32 products by the activations' rounding (about 1/254 of each block's
 largest input), which is what llama.cpp's logits carry too."""
 
@@ -47,6 +53,7 @@ KIND_OF = {"Q4_1": 1, "Q8_0": 0, "Q5_0": 0, "Q4_K": 2, "Q5_K": 2, "Q6_K": 2}
 
 SOURCE = r"""
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,57 +251,92 @@ int tttr_q8_quantize(int kind, const float *x, int64_t M, int64_t K, int8_t *q, 
     return 0;
 }
 
-/* out[M, N] = x[M, K] @ w^T with x quantized per part as kinds[i] (Q8_0, Q8_1, Q8_K), for a
-   weight stacked from nparts parts: part i of ns[i] rows (a multiple of 16) in layout
-   layouts[i] at ws[i]; K a multiple of 32 (of 256 for a Q8_K part). Each group of 16 outputs
-   is one thread's. Returns nonzero on bad sizes. */
-int tttr_q8_linear_parts(int nparts, const int *layouts, const int *kinds, const uint8_t *const *ws, const int64_t *ns,
-                         int64_t K, const float *x, int64_t M, float *out, int threads) {
+/* The activations one call needs: per kind (Q8_0, Q8_1, Q8_K) that a part asks for, all M rows
+   quantized (quants [M, K], scales and sums [M, K/32]), in one allocation. */
+typedef struct { int8_t *q[3]; float *d[3], *s[3]; void *mem; } acts;
+
+static int acts_alloc(acts *a, const int need[3], int64_t M, int64_t K) {
+    const int64_t nb = K / 32;
+    size_t bytes = 0;
+    for (int k = 0; k < 3; k++) if (need[k]) bytes += (size_t)(M * K) + 2 * sizeof(float) * (size_t)(M * nb);
+    a->mem = malloc(bytes ? bytes : 1);
+    if (!a->mem) return 1;
+    float *f = (float *)a->mem;
+    for (int k = 0; k < 3; k++) {
+        if (!need[k]) { a->q[k] = 0; a->d[k] = a->s[k] = 0; continue; }
+        a->d[k] = f; a->s[k] = f + M * nb; f += 2 * M * nb;
+    }
+    int8_t *q = (int8_t *)f;
+    for (int k = 0; k < 3; k++) if (need[k]) { a->q[k] = q; q += M * K; }
+    return 0;
+}
+
+static inline void one_group(int64_t g, int nparts, const int64_t *first, const int *formats, const uint8_t *const *ws,
+                             int64_t nb, int64_t K, const acts *a, int64_t M, float *out, int64_t N) {
+    int i = 0;
+    while (i + 1 < nparts && g >= first[i + 1]) i++;
+    const int L = formats[i] & 15, k = formats[i] >> 4;
+    const uint8_t *gw = ws[i] + (g - first[i]) * nb * BLOCK_BYTES(L);
+    const group_fn *fns = group_fns[L];
+    for (int64_t r0 = 0; r0 < M; r0 += MAXR) {
+        const int R = M - r0 < MAXR ? (int)(M - r0) : MAXR;
+        fns[R](gw, nb, a->q[k] + r0 * K, a->d[k] + r0 * nb, a->s[k] + r0 * nb, K, nb, out + r0 * N + g * G, N);
+    }
+}
+
+/* out[M, N] = x[M, K] @ w^T with the rows of x quantized for each part as it asks, for a weight
+   stacked from nparts parts: part i of ns[i] rows (a multiple of 16) at ws[i], formats[i] =
+   its layout | activation kind << 4 (kinds: 0 Q8_0, 1 Q8_1, 2 Q8_K); K a multiple of 32 (of
+   256 for a Q8_K part). The same arguments as kernels.cquant's tttr_qlinear_parts, so the
+   compiled decode step can call either through one pointer type: from inside an active OpenMP
+   region, called by every thread of the team with the same arguments, each thread quantizes
+   the rows for itself (the same bits; M * K is small beside the product), the team shares the
+   groups and all return after the last (the loop's barrier); otherwise the call opens a region
+   of `threads` threads. Each group of 16 outputs is one thread's. Returns nonzero on bad sizes
+   (2: out of memory). */
+int tttr_q8_linear_parts(int nparts, const int *formats, const uint8_t *const *ws, const int64_t *ns, int64_t K,
+                         const float *x, int64_t M, float *out, int threads) {
     if (K % 32 || M < 0 || nparts < 1 || nparts > MAXPARTS) return 1;
     int64_t first[MAXPARTS + 1];
     int need[3] = {0, 0, 0};
     first[0] = 0;
     for (int i = 0; i < nparts; i++) {
-        if (ns[i] % G || layouts[i] < 0 || layouts[i] > 3 || kinds[i] < 0 || kinds[i] > 2) return 1;
-        if (kinds[i] == 2 && K % 256) return 1;
+        const int L = formats[i] & 15, k = formats[i] >> 4;
+        if (ns[i] % G || L > 3 || k < 0 || k > 2 || (k == 2 && K % 256)) return 1;
         first[i + 1] = first[i] + ns[i] / G;
-        need[kinds[i]] = 1;
+        need[k] = 1;
     }
     if (M == 0) return 0;
     const int64_t nb = K / 32, groups = first[nparts], N = groups * G;
-    int8_t *q[3] = {0, 0, 0};
-    float *d[3] = {0, 0, 0}, *s[3] = {0, 0, 0};
-    for (int k = 0; k < 3; k++) {
-        if (!need[k]) continue;
-        q[k] = malloc((size_t)(M * K));
-        d[k] = malloc(sizeof(float) * (size_t)(M * nb));
-        s[k] = malloc(sizeof(float) * (size_t)(M * nb));
-        if (!q[k] || !d[k] || !s[k]) {
-            for (int j = 0; j <= k; j++) { free(q[j]); free(d[j]); free(s[j]); }
-            return 2;
-        }
+    acts a;
+    if (omp_in_parallel()) {
+        const int failed = acts_alloc(&a, need, M, K);
+        if (!failed)
+            for (int k = 0; k < 3; k++)
+                if (need[k])
+                    for (int64_t r = 0; r < M; r++)
+                        quantize_row(k, x + r * K, K, a.q[k] + r * K, a.d[k] + r * nb, a.s[k] + r * nb);
+        /* every thread reaches the loop (and its barrier), a failed one taking no groups */
+        #pragma omp for schedule(static)
+        for (int64_t g = 0; g < groups; g++)
+            if (!failed) one_group(g, nparts, first, formats, ws, nb, K, &a, M, out, N);
+        if (failed) return 2;
+        free(a.mem);
+        return 0;
     }
+    if (acts_alloc(&a, need, M, K)) return 2;
     #pragma omp parallel num_threads(threads)
     {
         for (int k = 0; k < 3; k++) {
             if (!need[k]) continue;
             #pragma omp for schedule(static)
-            for (int64_t r = 0; r < M; r++) quantize_row(k, x + r * K, K, q[k] + r * K, d[k] + r * nb, s[k] + r * nb);
+            for (int64_t r = 0; r < M; r++)
+                quantize_row(k, x + r * K, K, a.q[k] + r * K, a.d[k] + r * nb, a.s[k] + r * nb);
         }
         #pragma omp for schedule(static)
-        for (int64_t g = 0; g < groups; g++) {
-            int i = 0;
-            while (g >= first[i + 1]) i++;
-            const int L = layouts[i], k = kinds[i];
-            const uint8_t *gw = ws[i] + (g - first[i]) * nb * BLOCK_BYTES(L);
-            const group_fn *fns = group_fns[L];
-            for (int64_t r0 = 0; r0 < M; r0 += MAXR) {
-                const int R = M - r0 < MAXR ? (int)(M - r0) : MAXR;
-                fns[R](gw, nb, q[k] + r0 * K, d[k] + r0 * nb, s[k] + r0 * nb, K, nb, out + r0 * N + g * G, N);
-            }
-        }
+        for (int64_t g = 0; g < groups; g++) one_group(g, nparts, first, formats, ws, nb, K, &a, M, out, N);
     }
-    for (int k = 0; k < 3; k++) { free(q[k]); free(d[k]); free(s[k]); }
+    free(a.mem);
     return 0;
 }
 """
@@ -305,7 +347,7 @@ _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-fast-math", "-ffp-contract=o
 def _declare(lib) -> None:
     p, i = ctypes.c_void_p, ctypes.c_int64
     ints = ctypes.POINTER(ctypes.c_int)
-    lib.tttr_q8_linear_parts.argtypes = [ctypes.c_int, ints, ints, ctypes.POINTER(ctypes.c_void_p),
+    lib.tttr_q8_linear_parts.argtypes = [ctypes.c_int, ints, ctypes.POINTER(ctypes.c_void_p),
                                          ctypes.POINTER(ctypes.c_int64), i, p, i, p, ctypes.c_int]
     lib.tttr_q8_linear_parts.restype = ctypes.c_int
     lib.tttr_q8_quantize.argtypes = [ctypes.c_int, p, i, i, p, p, p]
@@ -343,12 +385,17 @@ def quantize(x: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
 _calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def formats(qw) -> list[int]:
+    """The compiled entry's per-part codes for block weight `qw`: layout | activation kind << 4
+    (what the compiled decode step would pass in place of cquant's layouts)."""
+    return [p.layout | KIND_OF[p.fmt] << 4 for p in qw.parts]
+
+
 def _call(qw):
     call = _calls.get(qw)
     if call is None:
         n = len(qw.parts)
-        call = (n, (ctypes.c_int * n)(*(p.layout for p in qw.parts)),
-                (ctypes.c_int * n)(*(KIND_OF[p.fmt] for p in qw.parts)),
+        call = (n, (ctypes.c_int * n)(*(formats(qw))),
                 (ctypes.c_void_p * n)(*(p.data.ctypes.data for p in qw.parts)),
                 (ctypes.c_int64 * n)(*(p.n for p in qw.parts)))
         _calls[qw] = call
@@ -374,8 +421,8 @@ def linear(x, qw):
         raise ValueError(f"linear: input {tuple(x.shape)} does not match a {n}x{k} weight")
     x = x.to(torch.float32).contiguous()
     out = torch.empty(x.shape[0], n, dtype=torch.float32)
-    nparts, layouts, kinds, ptrs, ns = _call(qw)
-    status = lib.tttr_q8_linear_parts(nparts, layouts, kinds, ptrs, ns, k, x.data_ptr(), x.shape[0], out.data_ptr(),
+    nparts, codes, ptrs, ns = _call(qw)
+    status = lib.tttr_q8_linear_parts(nparts, codes, ptrs, ns, k, x.data_ptr(), x.shape[0], out.data_ptr(),
                                       torch.get_num_threads())  # any thread count, same bits
     if status:
         raise ValueError(f"linear: the 8-bit-activation kernel refused a {qw.fmt} weight of shape {n}x{k}")

@@ -249,3 +249,32 @@ def test_default_model_greedy_matches_llama_cpp_where_fp32_parts_from_it(model):
         ours[mode] = s.output_ids
     assert ours[Q8] == theirs
     assert ours["invariant"][0] != theirs[0]  # the near-tie this test is about is still there
+
+
+def test_called_by_every_thread_of_an_open_region_it_gives_the_same_bits():
+    """What the compiled decode step would do (it calls cquant's products the same way, with the
+    same arguments): the team shares the groups, each thread quantizing the rows for itself."""
+    wrapper = r"""
+int test_in_region(int nparts, const int *formats, const uint8_t *const *ws, const int64_t *ns, int64_t K,
+                   const float *x, int64_t M, float *out, int threads) {
+    int rc = 0;
+    #pragma omp parallel num_threads(threads)
+    {
+        const int r = tttr_q8_linear_parts(nparts, formats, ws, ns, K, x, M, out, 1);
+        #pragma omp critical
+        rc |= r;
+    }
+    return rc;
+}
+"""
+    path, why = build_shared("q8linear-test-region", cq8.SOURCE + wrapper, cq8._FLAGS, "a test build", subdir="kernels")
+    assert path is not None, why
+    lib = ctypes.CDLL(str(path))
+    lib.test_in_region.argtypes = cq8.load().tttr_q8_linear_parts.argtypes
+    qw = cquant.stack([_weight(fmt, 48, 512, seed)[1].parts[0] for fmt, seed in (("Q4_1", 6), ("Q6_K", 7))])
+    x = torch.randn(5, 512)
+    want = cq8.linear(x, qw)
+    for threads in (1, 2, 3):
+        out = torch.full_like(want, float("nan"))
+        assert lib.test_in_region(*cq8._call(qw), 512, x.data_ptr(), 5, out.data_ptr(), threads) == 0
+        assert torch.equal(out, want)
