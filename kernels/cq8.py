@@ -44,7 +44,7 @@ import weakref
 
 import numpy as np
 
-from tttr.kernels.kquants import BLOCK, GROUP
+from tttr.kernels.kquants import BLOCK
 from tttr.sessions.cache import CLibrary
 
 # the activation quantization llama.cpp pairs with each weight type (ggml's vec_dot_type)
