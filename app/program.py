@@ -177,9 +177,8 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
 
 def _record(recorder, service, executor, host, program, argv, name, tree_dir, clock, seed, check, sock_dir,
             say) -> ProgramResult:
-    from tttr.app.program_replay import _script
     from tttr.app.server import create_app
-    from tttr.engine.serve.sdk_tree import SDKTree
+    from tttr.engine.serve.sdk_tree import SDKTree, program_file
     from tttr.recorders.clock import iso
     from tttr.recorders.shell import ShellState
     from tttr.recorders.snapshot import snapshot, tree_digest
@@ -187,7 +186,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
     store = recorder.store
     app = create_app(service, recorder)
     server = app.state.server
-    server.sdk_tree = SDKTree(tree_dir, store, program=_script(argv))  # SDK tool events carry the tree's digests
+    server.sdk_tree = SDKTree(tree_dir, store, program=program_file(argv))  # SDK tool events carry the tree's digests
     endpoint = None
     run_id = None
     try:

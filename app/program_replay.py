@@ -38,7 +38,8 @@ from pathlib import Path
 from tttr.app.program import ProgramRunError, _Endpoint, running_clock
 from tttr.engine.replay.events import stored_text
 from tttr.engine.replay.diff import Divergence
-from tttr.recorders.program import PYTHON, SOCKET_NAME, HostPython, api_dir, check_program, endpoint_env, sandboxed_command
+from tttr.engine.serve.sdk_tree import program_file
+from tttr.recorders.program import SOCKET_NAME, HostPython, api_dir, check_program, endpoint_env, sandboxed_command
 from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, site, site_parts
 
 RECORDED_BY = "tttr record"
@@ -280,13 +281,7 @@ class Replayer:
 
 
 # ---------------------------------------------------------------------------- the run
-def _script(argv: list[str]) -> str | None:
-    """The program's own file, relative to its tree: `python3 X.py`'s X.py, or ./prog."""
-    if len(argv) > 1 and PYTHON.fullmatch(Path(argv[0]).name) and not argv[1].startswith(("-", "/")):
-        return argv[1]
-    if "/" in argv[0] and not argv[0].startswith("/"):
-        return argv[0]
-    return None
+_script = program_file  # the program's own file, relative to its tree
 
 
 def _take_program(argv: list[str], recorded_tree: str | None, tree_dir: Path) -> None:

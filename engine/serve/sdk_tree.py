@@ -32,6 +32,17 @@ from pathlib import Path
 from tttr.recorders.snapshot import read_manifest, restore, scan, snapshot
 
 
+def program_file(argv: list[str]) -> str | None:
+    """The program's own file, relative to its tree: `python3 X.py`'s X.py, or ./prog."""
+    from tttr.recorders.program import PYTHON
+
+    if len(argv) > 1 and PYTHON.fullmatch(Path(argv[0]).name) and not argv[1].startswith(("-", "/")):
+        return argv[1]
+    if "/" in argv[0] and not argv[0].startswith("/"):
+        return argv[0]
+    return None
+
+
 class SDKTree:
     """The program's tree (a host directory) and the store its snapshots go to."""
 
