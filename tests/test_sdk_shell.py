@@ -53,6 +53,44 @@ def test_outside_a_recording_the_timeout_stops_the_command_and_what_it_started(t
     assert not marker.exists()  # the background job died with the command's process group
 
 
+def test_a_tree_is_synced_in_place_to_a_snapshot(tmp_path):
+    """What a pinned tool left is put back: extra entries go, missing and changed ones come,
+    the same ones keep their times, the program's own file is never touched."""
+    import os
+
+    from tttr.engine.serve.sdk_tree import content_digest, sync_tree
+    from tttr.recorders.snapshot import snapshot
+
+    src = tmp_path / "recorded"
+    (src / "sub").mkdir(parents=True)
+    (src / "same.txt").write_text("same\n")
+    (src / "changed.txt").write_text("after\n")
+    (src / "sub" / "new.txt").write_text("new\n")
+    (src / "run.sh").write_text("echo\n")
+    os.chmod(src / "run.sh", 0o755)
+    os.symlink("same.txt", src / "link")
+    (src / "prog.py").write_text("recorded program\n")
+    with Store.open(tmp_path / "s.db", create=True) as store:
+        manifest = snapshot(src, store)
+
+        tree = tmp_path / "live"
+        tree.mkdir()
+        (tree / "same.txt").write_text("same\n")
+        os.utime(tree / "same.txt", ns=(10**18, 10**18))
+        (tree / "changed.txt").write_text("before\n")
+        (tree / "gone.txt").write_text("x\n")
+        (tree / "gone-dir").mkdir()
+        (tree / "run.sh").write_text("echo\n")
+        (tree / "prog.py").write_text("edited program\n")
+        sync_tree(tree, manifest, store, keep="prog.py")
+    assert content_digest(tree, skip="prog.py") == content_digest(src, skip="prog.py")
+    assert sorted(p.name for p in tree.iterdir()) == ["changed.txt", "link", "prog.py", "run.sh", "same.txt", "sub"]
+    assert (tree / "changed.txt").read_text() == "after\n" and os.readlink(tree / "link") == "same.txt"
+    assert os.stat(tree / "run.sh").st_mode & 0o777 == 0o755
+    assert os.stat(tree / "same.txt").st_mtime_ns == 10**18  # left alone
+    assert (tree / "prog.py").read_text() == "edited program\n"
+
+
 def test_a_large_output_is_cut_alike_for_program_and_recording_and_stored_as_a_blob(tmp_path, monkeypatch):
     """A real server (its model never loads: the SDK's routes do not need it) and store."""
     from tttr.app.server import create_app
