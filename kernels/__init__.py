@@ -2,8 +2,8 @@
 quantized-block GEMV; GPU: Triton) and the kernel-mode switch.
 
 The engine reaches them through `ops` (the operations the model, sampler and scheduler
-call; each picks its compiled or PyTorch path) and `mode` (fast | invariant); the rest
-(`crow`, `cquant`, `cattention`, `invariant`, `triton_kernels`, `packing`) are behind them.
+call; each picks its compiled or PyTorch path) and `mode` (fast | invariant | invariant-q8); the
+rest (`crow`, `cquant`, `cq8`, `cattention`, `invariant`, `triton_kernels`, `packing`) are behind them.
 """
 
 # Bumped whenever TTTR's own compiled kernels change the bits they produce, so a run's

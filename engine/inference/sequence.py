@@ -29,7 +29,7 @@ class TokenRecord:
     batch_rows: int  # rows in the forward pass that produced these logits
     rows: tuple[int, ...]  # this sequence's rows in that pass
     row: int  # the row whose logits produced this position
-    kernel_mode: str  # "fast" | "invariant"
+    kernel_mode: str  # "fast" | "invariant" | "invariant-q8" (kernels.mode.MODES)
     rng: tuple[int, int, int]  # (seed, rng_step, position): the coordinates of the draw
     text: str = ""  # the token's text
     logits: torch.Tensor | None = field(default=None, repr=False, compare=False)  # when keep_logits
