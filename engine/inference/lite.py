@@ -34,14 +34,12 @@ from tttr.engine.inference.digest import logits_digests
 from tttr.engine.inference.gguf_file import is_gguf, read_gguf
 from tttr.engine.inference.layer_weights import LayerWeights
 from tttr.engine.inference.sampling import SamplingParams, uniform
-from tttr.engine.inference.sequence import TokenRecord
+from tttr.engine.inference.sequence import TOPK, TokenRecord
 from tttr.engine.inference.tokenizer import Tokenizer
 from tttr.kernels import array_ops
 from tttr.kernels.array_ops import QuantWeight
 
 MODE = "invariant"
-TOPK = 5  # the scheduler's TOPK
-ROPE_ROWS = 4096  # the table the model makes at load: min(context, ROPE_ROWS) rows
 
 
 def threads() -> int:
@@ -78,7 +76,7 @@ def load(path: Path) -> LiteModel | None:
         return None
     g = read_gguf(path)
     cfg, arrays = g.config, g.arrays
-    rows = min(cfg.context_length, ROPE_ROWS)
+    rows = min(cfg.context_length, rope_cache.TABLE_ROWS)
     tables = rope_cache.load_tables(rope_cache.table_key(cfg, arrays.get("rope_freqs"), rows))
     if tables is None or tables[0].shape != (rows, cfg.head_dim):
         return None

@@ -141,7 +141,7 @@ class Model:
             raise EngineError(f"attention weights {tuple(self.layers[0].qkv.shape)} do not match the config's heads")
         self._inv_freq = _inv_freq(cfg, checkpoint.tensors.get("rope_freqs"))
         self._cos = self._sin = torch.empty(0)
-        self._rope_table(min(cfg.context_length, 4096))
+        self._rope_table(min(cfg.context_length, rope_cache.TABLE_ROWS))
         if dtype == torch.float32:  # kept for the torch-free path, which cannot compute these bits (rope_cache.py)
             freqs = checkpoint.tensors.get("rope_freqs")
             rope_cache.store_tables(rope_cache.table_key(cfg, None if freqs is None else freqs.numpy(), self._cos.shape[0]),

@@ -18,6 +18,8 @@ import numpy as np
 
 from tttr.sessions.cache import _cpu_flags, cache_dir
 
+TABLE_ROWS = 4096  # the table a model makes at load: min(context, TABLE_ROWS) rows (grown when a pass needs more)
+
 
 def _torch_build() -> bytes:
     """torch's version file, found without importing torch ("" when torch is not installed)."""

@@ -31,11 +31,10 @@ from tttr.engine.errors import EngineError
 from tttr.engine.inference.kv_cache import KVCache, KVPool
 from tttr.engine.inference.model import Model, Segment
 from tttr.engine.inference.sampler import sample_rows
-from tttr.engine.inference.sequence import Sequence, TokenRecord
+from tttr.engine.inference.sequence import TOPK, Sequence, TokenRecord
 from tttr.kernels import ops
 from tttr.kernels.mode import check_mode, get_mode, is_invariant, kernel_mode
 
-TOPK = 5
 
 _ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 

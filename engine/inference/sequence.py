@@ -17,6 +17,8 @@ from tttr.engine.inference.sampling import SamplingParams
 if TYPE_CHECKING:
     import torch
 
+TOPK = 5  # alternatives a record keeps (TokenRecord.topk)
+
 
 @dataclass(frozen=True, slots=True)
 class TokenRecord:
