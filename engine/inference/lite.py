@@ -44,7 +44,7 @@ MODE = "invariant"
 
 def threads() -> int:
     """The thread count the compiled kernels get (any count gives the same bits): $OMP_NUM_THREADS,
-    else the CPUs this process may run on, as torch's default."""
+    else the CPUs this process may run on."""
     try:
         return max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
     except ValueError:
