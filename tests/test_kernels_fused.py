@@ -250,3 +250,36 @@ def test_replacing_a_models_layers_makes_a_new_plan(model, counted):
         assert again is not None and again is not first
     finally:
         model.layers = old
+
+
+@pytest.mark.slow
+def test_the_default_model_gives_the_same_tokens_and_digests_at_1_and_2_threads():
+    """End to end on the default model (real engine, invariant kernels): a greedy stream and
+    two sampled sequences decoded together give the same token ids and logits digests with
+    the compiled step's one parallel region of 2 threads as with 1."""
+    from tttr.engine.inference.loader import default_model_path
+    from tttr.engine.inference.model import load_model
+    from tttr.engine.inference.sampler import SamplingParams
+    from tttr.engine.inference.scheduler import Engine
+    from tttr.engine.inference.sequence import Sequence
+
+    model = load_model(default_model_path())
+    assert cdecode._plan(model) is not None  # its decode passes run the compiled step
+    tok = model.tokenizer
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": "Write a haiku about debugging."}]))
+    before = torch.get_num_threads()
+    runs = {}
+    try:
+        with kernel_mode("invariant"):
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                engine = Engine(model)
+                greedy = Sequence(ids, SamplingParams(temperature=0.0), 20, stop_token_ids=())
+                engine.generate([greedy])
+                sampled = [Sequence(ids, SamplingParams(temperature=0.8, seed=i), 10, stop_token_ids=()) for i in (1, 2)]
+                engine.generate(sampled)
+                runs[threads] = [[(r.token_id, r.digest) for r in s.records] for s in [greedy] + sampled]
+    finally:
+        torch.set_num_threads(before)
+    assert [len(r) for r in runs[1]] == [20, 10, 10]
+    assert runs[2] == runs[1]
