@@ -20,9 +20,14 @@ not import torch (the wrappers do, when called)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import ctypes
 
 from tttr.sessions.cache import CLibrary
+
+if TYPE_CHECKING:  # the wrappers import torch when called: the torch-free path never does
+    import torch
 
 EXP_NEG = r"""
 /* exp(x) for x <= 0 by Cephes' single-precision polynomial: plain float arithmetic, branch

@@ -29,11 +29,16 @@ itself; `_plan` and `decode` import torch when called."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import ctypes
 import weakref
 
 from tttr.kernels import cattention, cquant, crow
 from tttr.sessions.cache import CLibrary
+
+if TYPE_CHECKING:  # the wrappers import torch when called: the torch-free path never does
+    import torch
 
 SOURCE = r"""
 #include <omp.h>

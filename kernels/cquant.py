@@ -31,6 +31,8 @@ products (the fingerprint's `linear_kernel` says which ran)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import ctypes
 from dataclasses import dataclass
 
@@ -38,6 +40,9 @@ import numpy as np
 
 from tttr.kernels.kquants import BLOCK, FORMATS as _FORMATS, GROUP, LAYOUT_BYTES, PACK_SOURCE
 from tttr.sessions.cache import CLibrary
+
+if TYPE_CHECKING:  # the wrappers import torch when called: the torch-free path never does
+    import torch
 
 FORMATS = tuple(_FORMATS)  # the GGUF types whose blocks the products take (kquants.FORMATS)
 

@@ -25,10 +25,15 @@ wrappers below import it when called."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import ctypes
 
 from tttr.kernels.cattention import EXP_NEG
 from tttr.sessions.cache import CLibrary
+
+if TYPE_CHECKING:  # the wrappers import torch when called: the torch-free path never does
+    import torch
 
 SOURCE = r"""
 #include <math.h>
@@ -262,7 +267,6 @@ def rope_(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor, pos
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """gate_up [R, 2F] (gate then up) -> silu(gate) * up [R, F]."""
-    import torch
 
     gate_up = _rows(gate_up)
     r, f2 = gate_up.shape
