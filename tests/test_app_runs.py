@@ -250,7 +250,7 @@ def test_quitting_mid_fork_asks_and_the_fork_is_listed_as_cancelled(demo_db, mon
     is held at its first progress report until the flow has quit, so a fast machine cannot
     finish it between the key presses."""
     from tttr.app import forking
-    from tttr.app.screens import timeline as timeline_module
+    from tttr.app.screens import timeline_fork as timeline_module
     from tttr.app.screens.edit import EditScreen
 
     db, run_id = demo_db
