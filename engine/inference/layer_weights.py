@@ -4,7 +4,7 @@ generation path (lite.py, numpy arrays) hold them, and as the compiled decode st
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,3 +28,27 @@ class LayerWeights(NamedTuple):
     down: Tensor  # [d, ffn]
     q_norm: Tensor | None = None  # [hd] (Qwen3: RMSNorm of each query head before rotary), else None
     k_norm: Tensor | None = None  # [hd] (the same for each key head)
+
+
+def from_checkpoint(p: str, cfg, *, norm: Callable[[str], Any], product: Callable[[list[str]], Any],
+                    bias: Callable[[str], Any], concat: Callable[[list], Any]) -> LayerWeights:
+    """Layer `p` (`model.layers.{i}.`) from a checkpoint's Hugging Face names, for the model
+    (torch tensors) and the torch-free path (numpy arrays) alike: `norm(name)` reads a
+    vector, `product(names)` one product of those weights stacked (q/k/v, gate/up),
+    `bias(name)` an optional bias (None when absent), `concat(parts)` joins the q/k/v biases.
+    What each returns for a missing tensor is the caller's to decide (raise, or None)."""
+    qkv_bias = None
+    if cfg.attn_bias:
+        parts = [bias(p + f"self_attn.{n}_proj.bias") for n in "qkv"]
+        if all(b is not None for b in parts):
+            qkv_bias = concat(parts)
+    return LayerWeights(
+        input_norm=norm(p + "input_layernorm.weight"),
+        qkv=product([p + f"self_attn.{n}_proj.weight" for n in "qkv"]), qkv_bias=qkv_bias,
+        o=product([p + "self_attn.o_proj.weight"]),
+        post_attention_norm=norm(p + "post_attention_layernorm.weight"),
+        gate_up=product([p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
+        down=product([p + "mlp.down_proj.weight"]),
+        q_norm=norm(p + "self_attn.q_norm.weight") if cfg.qk_norm else None,
+        k_norm=norm(p + "self_attn.k_norm.weight") if cfg.qk_norm else None,
+    )

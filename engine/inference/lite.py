@@ -32,6 +32,7 @@ from tttr.engine.inference.block_cache import BlockCache
 from tttr.engine.inference.config import ModelConfig
 from tttr.engine.inference.digest import logits_digests
 from tttr.engine.inference.gguf_file import is_gguf, read_gguf
+from tttr.engine.inference import layer_weights
 from tttr.engine.inference.layer_weights import LayerWeights
 from tttr.engine.inference.sampling import SamplingParams, uniform
 from tttr.engine.inference.sequence import TOPK, TokenRecord
@@ -91,22 +92,8 @@ def load(path: Path) -> LiteModel | None:
         return None
     layers = []
     for i in range(cfg.n_layers):
-        p = f"model.layers.{i}."
-        bias = None
-        if cfg.attn_bias:
-            parts = [arrays.get(p + f"self_attn.{n}_proj.bias") for n in "qkv"]
-            if all(b is not None for b in parts):
-                bias = np.concatenate(parts)
-        layer = LayerWeights(
-            input_norm=norm(p + "input_layernorm.weight"),
-            qkv=blocks([p + f"self_attn.{n}_proj.weight" for n in "qkv"]), qkv_bias=bias,
-            o=blocks([p + "self_attn.o_proj.weight"]),
-            post_attention_norm=norm(p + "post_attention_layernorm.weight"),
-            gate_up=blocks([p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
-            down=blocks([p + "mlp.down_proj.weight"]),
-            q_norm=norm(p + "self_attn.q_norm.weight") if cfg.qk_norm else None,
-            k_norm=norm(p + "self_attn.k_norm.weight") if cfg.qk_norm else None,
-        )
+        layer = layer_weights.from_checkpoint(f"model.layers.{i}.", cfg, norm=norm, product=blocks,
+                                              bias=arrays.get, concat=np.concatenate)
         if any(getattr(layer, f) is None for f in ("input_norm", "qkv", "o", "post_attention_norm", "gate_up", "down")) \
                 or cfg.qk_norm and (layer.q_norm is None or layer.k_norm is None):
             return None  # a tensor missing or stored dense: the torch path says which, or runs it

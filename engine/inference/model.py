@@ -11,6 +11,7 @@ Q/K/V and gate/up are fused into one linear each so a layer is four matrix produ
 from __future__ import annotations
 
 import math
+from functools import partial
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from tttr.engine.inference.config import ModelConfig
 from tttr.engine.errors import EngineError
 from tttr.engine.inference.fingerprint import fingerprint
 from tttr.engine.inference.kv_cache import KV_ALIGN, KVCache
+from tttr.engine.inference import layer_weights
 from tttr.engine.inference.layer_weights import LayerWeights
 from tttr.engine.inference import rope_cache
 from tttr.engine.inference.loader import load_checkpoint
@@ -120,22 +122,9 @@ class Model:
         self.norm = take("model.norm.weight")
         self.layers: list[LayerWeights] = []
         for i in range(cfg.n_layers):
-            p = f"model.layers.{i}."
-            bqkv = None
-            if cfg.attn_bias:
-                parts = [take(p + f"self_attn.{n}_proj.bias", optional=True) for n in "qkv"]
-                if all(b is not None for b in parts):
-                    bqkv = torch.cat(parts).contiguous()
-            self.layers.append(LayerWeights(
-                input_norm=take(p + "input_layernorm.weight"),
-                qkv=weight([p + f"self_attn.{n}_proj.weight" for n in "qkv"]), qkv_bias=bqkv,
-                o=weight([p + "self_attn.o_proj.weight"]),
-                post_attention_norm=take(p + "post_attention_layernorm.weight"),
-                gate_up=weight([p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
-                down=weight([p + "mlp.down_proj.weight"]),
-                q_norm=take(p + "self_attn.q_norm.weight") if cfg.qk_norm else None,
-                k_norm=take(p + "self_attn.k_norm.weight") if cfg.qk_norm else None,
-            ))
+            self.layers.append(layer_weights.from_checkpoint(
+                f"model.layers.{i}.", cfg, norm=take, product=weight, bias=partial(take, optional=True),
+                concat=lambda parts: torch.cat(parts).contiguous()))
         expect = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
         if tuple(self.layers[0].qkv.shape) != (expect, cfg.d_model):
             raise EngineError(f"attention weights {tuple(self.layers[0].qkv.shape)} do not match the config's heads")
