@@ -19,8 +19,8 @@ round, in this process:
 a fork saves), best round of each side. `record_overhead` compares the program's run inside
 `tttr record` (its start and end snapshots and its events included, the model's load not)
 with the unrecorded run: best and median rounds of wall time, and the median of CPU time
-(this process's threads and the program's), steadier than wall time on a shared machine. `sdk_import_ms` is `python3 -c 'from
-tttr.recorders import sdk'` minus `python3 -c pass`, medians of several fresh interpreters.
+(this process's threads and the program's), steadier than wall time on a shared machine. `sdk_import_ms` is
+the time `from tttr.recorders import sdk` takes inside a fresh interpreter, the median of several.
 """
 
 from __future__ import annotations
@@ -173,17 +173,13 @@ class _Unrecorded:
 
 
 def sdk_import_ms(samples: int = IMPORT_SAMPLES) -> float:
-    """`from tttr.recorders import sdk` in a fresh interpreter minus the bare interpreter (medians)."""
-    def once(code: str) -> float:
-        began = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True)
-        return time.perf_counter() - began
-
-    bare, sdk = [], []
-    for _ in range(samples):  # interleaved, so that the machine's load falls on both alike
-        bare.append(once("pass"))
-        sdk.append(once("from tttr.recorders import sdk"))
-    return (statistics.median(sdk) - statistics.median(bare)) * 1000
+    """`from tttr.recorders import sdk` timed inside fresh interpreters (median), so that the
+    interpreter's own start, which varies more than the import costs, is not part of it."""
+    code = ("import time; began = time.perf_counter(); from tttr.recorders import sdk; "
+            "print(time.perf_counter() - began)")
+    times = [float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
+             for _ in range(samples)]
+    return statistics.median(times) * 1000
 
 
 def _fork_site(db: str, run_id: int) -> tuple[str, str]:
