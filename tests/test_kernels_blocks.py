@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from tttr.kernels import cquant, crow, ops
 from tttr.sessions.cache import build_shared, _cpu_flags
 from tests.engine_tiny import tiny_config, tiny_weights, write_gguf
+from tests.kernel_helpers import assert_rows_invariant, compiled_bodies, dense_copy
 
 FORMATS = ("Q4_1", "Q8_0")  # the types gguf can quantize; the K-quants and Q5_0: test_kernels_kquants.py
 
@@ -45,36 +46,13 @@ def test_block_product_is_the_dense_product_of_the_same_values(fmt, rows):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_block_product_rows_do_not_depend_on_the_batch_or_threads(fmt):
     qw, _ = _quantized(fmt, 64, 128, seed=1)
-    x = torch.randn(17, 128)
-    full = cquant.linear(x, qw)
-    for rows in (1, 2, 7, 8, 9, 16):
-        for start in (0, 17 - rows):
-            assert torch.equal(cquant.linear(x[start:start + rows], qw), full[start:start + rows])
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        assert torch.equal(cquant.linear(x, qw), full)
-    finally:
-        torch.set_num_threads(threads)
+    assert_rows_invariant(lambda x: cquant.linear(x, qw), torch.randn(17, 128))
 
 
 def each_body(qw: cquant.QuantWeight, x: torch.Tensor) -> dict[str, torch.Tensor]:
-    """x @ qw^T from each instruction-set body this CPU can run (the plain C one, AVX2, AVX-512),
-    each built from cquant.SOURCE with the others switched off."""
-    flags = _cpu_flags().split()
-    variants = {"c": ["-mno-avx512f", "-mno-avx2"]}
-    if "avx2" in flags and "fma" in flags:
-        variants["avx2"] = ["-mno-avx512f"]
-    if "avx512f" in flags:
-        variants["avx512"] = []
+    """x @ qw^T from each instruction-set body of cquant.SOURCE this CPU can run."""
     outs = {}
-    for name, extra in variants.items():
-        path, why = build_shared(f"qlinear-test-{name}", cquant.SOURCE, cquant._FLAGS + extra, "a test build",
-                                 subdir="kernels")
-        assert path is not None, why
-        lib = ctypes.CDLL(str(path))
-        cquant._declare(lib)
-        assert lib.tttr_qlinear_kernel().decode() == name
+    for name, lib in compiled_bodies(cquant, "qlinear", "tttr_qlinear_kernel").items():
         out = torch.empty(x.shape[0], qw.shape[0])
         assert lib.tttr_qlinear_parts(*qw._call, qw.shape[1], x.data_ptr(), x.shape[0], out.data_ptr(), 2) == 0
         outs[name] = out
@@ -117,17 +95,6 @@ def test_a_block_weight_expands_to_ggufs_dequantization(fmt):
     assert ops.block_weight(fmt, raw[:40]) is None  # 40 rows do not fill groups of 16: the caller stays dense
 
 
-def _dense_copy(model):
-    """The same model with every block weight expanded to fp32 (ops.dense): the dense path."""
-    import copy
-
-    dense = copy.copy(model)
-    dense.layers = [layer._replace(**{f: ops.dense(getattr(layer, f)) for f in ("qkv", "o", "gate_up", "down")})
-                    for layer in model.layers]
-    dense.embed, dense.lm_head = ops.dense(model.embed), ops.dense(model.lm_head)
-    return dense
-
-
 def _fp32_bytes(model) -> int:
     """Bytes of the fp32 tensors the model holds as weights."""
     held = [model.embed, model.norm] + ([] if model.lm_head is model.embed else [model.lm_head])
@@ -150,7 +117,7 @@ def test_a_quantized_gguf_runs_from_its_blocks_with_the_dense_logits(tmp_path):
         cache = m.new_cache(32)
         return m.forward(tokens, torch.arange(5), [Segment(0, 5, cache)])
 
-    blocks, dense = logits(model), logits(_dense_copy(model))
+    blocks, dense = logits(model), logits(dense_copy(model))
     assert not torch.equal(blocks, dense)  # a different summation order did run
     assert (blocks - dense).abs().max() < 1e-4
 

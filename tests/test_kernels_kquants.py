@@ -12,17 +12,17 @@ import pytest
 import torch
 
 from tttr.kernels import cquant, ops
-from tests.engine_tiny import random_blocks, tiny_config, tiny_weights, write_gguf
-from tests.test_kernels_blocks import _dense_copy, each_body
+from tests.engine_tiny import tiny_config, tiny_weights, write_gguf
+from tests.kernel_helpers import assert_rows_invariant, dense_copy, random_weight
+from tests.test_kernels_blocks import each_body
 
 NEW = ("Q4_K", "Q5_K", "Q6_K", "Q5_0")
 
 
 def _weight(fmt: str, n: int, k: int, seed: int) -> tuple[np.ndarray, torch.Tensor]:
     """Random valid GGUF rows of `fmt` and gguf's fp32 values for them."""
-    raw = random_blocks(fmt, n, k, np.random.default_rng(seed))
-    values = np.asarray(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[fmt]), dtype=np.float32)
-    return raw, torch.from_numpy(values.copy())
+    raw, values = random_weight(fmt, n, k, seed)
+    return raw, torch.from_numpy(values)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -61,20 +61,7 @@ def test_the_product_is_the_dense_product_of_the_same_values(fmt):
 def test_rows_do_not_depend_on_the_batch_their_place_or_threads(fmt):
     raw, _ = _weight(fmt, 64, 512, seed=12)
     qw = ops.block_weight(fmt, raw)
-    x = torch.randn(17, 512)
-    full = ops.linear(x, qw)
-    for rows in range(1, 18):
-        for start in sorted({0, (17 - rows) // 2, 17 - rows}):
-            assert torch.equal(ops.linear(x[start:start + rows], qw), full[start:start + rows])
-    shuffled = torch.randperm(17)
-    assert torch.equal(ops.linear(x[shuffled], qw), full[shuffled])
-    threads = torch.get_num_threads()
-    try:
-        for n in (1, 2, 3):
-            torch.set_num_threads(n)
-            assert torch.equal(ops.linear(x, qw), full)
-    finally:
-        torch.set_num_threads(threads)
+    assert_rows_invariant(lambda x: ops.linear(x, qw), torch.randn(17, 512))
 
 
 def _mixed(k: int = 256, seed: int = 20):
@@ -156,7 +143,7 @@ def _greedy(model, prompt: list[int], n: int) -> tuple[list[int], torch.Tensor]:
 def _runs_like_dense(model, cfg) -> None:
     prompt = [5, 9, 13, 2, 7, 40, 100]
     tokens, logits = _greedy(model, prompt, 8)
-    dense_tokens, dense_logits = _greedy(_dense_copy(model), prompt, 8)
+    dense_tokens, dense_logits = _greedy(dense_copy(model), prompt, 8)
     assert not torch.equal(logits, dense_logits)  # a different summation order did run
     assert (logits - dense_logits).abs().max() < 1e-4 * max(1.0, dense_logits.abs().max().item())
     assert tokens == dense_tokens

@@ -9,24 +9,22 @@ from __future__ import annotations
 import ctypes
 import random
 
-import gguf
 import numpy as np
 import pytest
 import torch
 
 from tttr.kernels import cq8, cquant, ops
 from tttr.kernels.mode import MODES, Q8, is_invariant, kernel_mode
-from tttr.sessions.cache import _cpu_flags, build_shared
-from tests.engine_tiny import random_blocks
+from tttr.sessions.cache import build_shared
+from tests.kernel_helpers import assert_rows_invariant, compiled_bodies, random_weight
 
 FORMATS = cquant.FORMATS  # Q4_1, Q8_0, Q4_K, Q5_0, Q5_K, Q6_K: one per layout and activation kind at least
 
 
 def _weight(fmt: str, n: int, k: int, seed: int) -> tuple[np.ndarray, cquant.QuantWeight, np.ndarray]:
     """Random valid GGUF rows of `fmt`, packed, and gguf's values for them (float64)."""
-    raw = random_blocks(fmt, n, k, np.random.default_rng(seed))
-    values = np.asarray(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[fmt]), dtype=np.float64)
-    return raw, cquant.pack(fmt, raw, n, k), values
+    raw, values = random_weight(fmt, n, k, seed)
+    return raw, cquant.pack(fmt, raw, n, k), values.astype(np.float64)
 
 
 def _kind(fmt: str) -> str:
@@ -112,25 +110,8 @@ def test_parts_of_different_types_each_get_their_own_activations():
     assert torch.equal(out, torch.cat([cq8.linear(x, p) for _, p, _ in parts], dim=1))
 
 
-def _bodies() -> dict[str, ctypes.CDLL]:
-    """cq8.SOURCE built as its plain C body and, where the CPU has it, its AVX2 body."""
-    variants = {"c": ["-mno-avx512f", "-mno-avx2"]}
-    if {"avx2", "fma"} <= set(_cpu_flags().split()):
-        variants["avx2"] = []
-    libs = {}
-    for name, extra in variants.items():
-        path, why = build_shared(f"q8linear-test-{name}", cq8.SOURCE, cq8._FLAGS + extra, "a test build",
-                                 subdir="kernels")
-        assert path is not None, why
-        lib = ctypes.CDLL(str(path))
-        cq8._declare(lib)
-        assert lib.tttr_q8_kernel().decode() == name
-        libs[name] = lib
-    return libs
-
-
 def test_the_plain_c_and_avx2_bodies_give_the_same_bits():
-    libs = _bodies()
+    libs = compiled_bodies(cq8, "q8linear", "tttr_q8_kernel", avx512=False)
     assert len(libs) == 2, "this machine has AVX2: both bodies must be built and compared"
     for fmt in FORMATS:
         _, qw, _ = _weight(fmt, 64, 512, seed=2)
@@ -146,20 +127,7 @@ def test_the_plain_c_and_avx2_bodies_give_the_same_bits():
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_rows_do_not_depend_on_the_batch_their_place_or_threads(fmt):
     _, qw, _ = _weight(fmt, 64, 512, seed=12)
-    x = torch.randn(17, 512)
-    full = cq8.linear(x, qw)
-    for rows in range(1, 18):
-        for start in sorted({0, (17 - rows) // 2, 17 - rows}):
-            assert torch.equal(cq8.linear(x[start:start + rows], qw), full[start:start + rows])
-    shuffled = torch.randperm(17)
-    assert torch.equal(cq8.linear(x[shuffled], qw), full[shuffled])
-    threads = torch.get_num_threads()
-    try:
-        for n in (1, 2, 3):
-            torch.set_num_threads(n)
-            assert torch.equal(cq8.linear(x, qw), full)
-    finally:
-        torch.set_num_threads(threads)
+    assert_rows_invariant(lambda x: cq8.linear(x, qw), torch.randn(17, 512))
 
 
 def test_the_mode_routes_block_products_only_and_counts_as_invariant():
@@ -252,7 +220,7 @@ def test_default_model_greedy_matches_llama_cpp_where_fp32_parts_from_it(model):
 
 
 def test_called_by_every_thread_of_an_open_region_it_gives_the_same_bits():
-    """What the compiled decode step would do (it calls cquant's products the same way, with the
+    """What the compiled decode step does under `invariant-q8` (it calls cquant's products the same way, with the
     same arguments): the team shares the groups, each thread quantizing the rows for itself."""
     wrapper = r"""
 int test_in_region(int nparts, const int *formats, const uint8_t *const *ws, const int64_t *ns, int64_t K,
