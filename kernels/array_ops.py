@@ -13,7 +13,7 @@ import hashlib
 
 import numpy as np
 
-from tttr.kernels import cdecode, cquant, crow
+from tttr.kernels import cdecode, cq8, cquant, crow
 from tttr.kernels.kquants import LAYOUT_BYTES, PACK_SOURCE
 
 QUANT_FORMATS = cquant.FORMATS  # the GGUF block formats the products take
@@ -48,9 +48,16 @@ def embedding(qw: QuantWeight, ids) -> np.ndarray:
     return np.ascontiguousarray(qw.rows_array(ids), dtype=np.float32)
 
 
-def linear(x: np.ndarray, qw: QuantWeight, threads: int) -> np.ndarray:
-    """x [M, K] @ the weight's [N, K] transposed -> [M, N] (ops.linear of a block weight)."""
-    return cquant.linear_array(x, qw, threads)
+def linear(x: np.ndarray, qw: QuantWeight, threads: int, q8: bool = False) -> np.ndarray:
+    """x [M, K] @ the weight's [N, K] transposed -> [M, N] (ops.linear of a block weight; `q8`:
+    as under `invariant-q8`, each row quantized to 8 bits first, kernels.cq8)."""
+    return (cq8.linear_array if q8 else cquant.linear_array)(x, qw, threads)
+
+
+def q8_applies(layers, head: QuantWeight) -> bool:
+    """Whether kernels.cq8 is built and takes every product of a model's `layers` and its
+    `head`: what the torch-free path needs to run `invariant-q8`."""
+    return cdecode.q8_applies(layers) and cq8.supports(head)
 
 
 def _rows(fn, x: np.ndarray, threads: int) -> np.ndarray:
@@ -90,10 +97,11 @@ def draw(probs: np.ndarray, u: np.ndarray, threads: int) -> list[int]:
     return out.tolist()
 
 
-def decode_plan(model):
+def decode_plan(model, q8: bool = False):
     """kernels.cdecode's plan of a model whose layers are LayerWeights of numpy arrays and block
-    weights (with `config`, `norm`, `scale`, as `Model` has them); kept by the caller."""
-    return cdecode._Plan(model)
+    weights (with `config`, `norm`, `scale`, as `Model` has them; `q8`: kernels.cq8's products,
+    where `q8_applies`); kept by the caller."""
+    return cdecode._Plan(model, q8)
 
 
 def decode(plan, x: np.ndarray, positions: np.ndarray, k: np.ndarray, v: np.ndarray, cos: np.ndarray,

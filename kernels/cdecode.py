@@ -8,9 +8,11 @@ in one call instead: C code that calls the very same compiled functions the per-
 calls (kernels.crow's norms, rotary and SwiGLU, kernels.cquant's block products,
 kernels.cattention's attention, reached through their function pointers) on the same
 inputs in the same order, and does the rest itself (copies, and the bias add, one
-rounding as in PyTorch). So its results are the per-op path's bits, in either kernel
-mode (on this path both modes run those same compiled kernels), and it is batch-invariant
-exactly as they are.
+rounding as in PyTorch). So its results are the per-op path's bits, in every kernel
+mode (on this path `fast` and `invariant` run those same compiled kernels, and
+`invariant-q8` the same with kernels.cq8's 8-bit-activation products in place of
+cquant's: one function pointer, the same arguments, the parts' layouts carrying their
+activation kinds), and it is batch-invariant exactly as they are.
 
 Per layer: qkv product (+ bias) (-> Qwen3's RMSNorm of each query and key head) -> rotary on the query and key heads -> the new key and
 value written to the cache -> attention -> o product -> residual add + norm -> gate/up
@@ -18,7 +20,8 @@ product -> SwiGLU -> down product -> residual add + the next norm. The embedding
 the head after stay in `Model.forward`.
 
 It applies (`decode` returns None otherwise and the model runs its ops one by one) to fp32
-models whose layer products are all block weights and whose layers hold nothing else the
+models whose layer products are all block weights (under `invariant-q8`, all of types
+kernels.cq8 takes, when it is built) and whose layers hold nothing else the
 per-op path would use, when the compiled kernels are there, and to passes
 whose rows each decode one token, in caches that are slots of one KV pool or in one
 sequence's own cache.
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING
 import ctypes
 import weakref
 
-from tttr.kernels import cattention, cquant, crow
+from tttr.kernels import cattention, cq8, cquant, crow
 from tttr.sessions.cache import CLibrary
 
 if TYPE_CHECKING:  # the wrappers import torch when called: the torch-free path never does
@@ -127,7 +130,7 @@ typedef struct {
 } Layer;
 
 typedef struct {
-    qparts_fn qparts;  /* kernels.cquant's product of stacked parts, or NULL: then qone, one part */
+    qparts_fn qparts;  /* kernels.cquant's (or kernels.cq8's) product of stacked parts, or NULL: then qone, one part */
     qone_fn qone;
     rms_fn rms;
     add_rms_fn add_rms;
@@ -274,10 +277,12 @@ def _fn(lib, name: str) -> int | None:
 
 
 class _Plan:
-    """The model as the compiled step reads it, made once per model: the structures and
-    every array they point into (kept alive here)."""
+    """The model as the compiled step reads it, made once per model and product kind: the
+    structures and every array they point into (kept alive here). `q8`: the products are
+    kernels.cq8's (8-bit activations, `invariant-q8`), each part's layout code carrying its
+    activation kind; else kernels.cquant's."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, q8: bool = False) -> None:
         cfg = model.config
         keep = self._keep = []
 
@@ -291,7 +296,8 @@ class _Plan:
             if parts is None:  # one part (kernels.cquant before stacked parts)
                 layouts, blocks, rows = [cquant.FORMATS.index(qw.fmt)], [qw.data.ctypes.data], [qw.shape[0]]
             else:
-                layouts, blocks, rows = [p.layout for p in parts], [p.data.ctypes.data for p in parts], [p.n for p in parts]
+                layouts = cq8.formats(qw) if q8 else [p.layout for p in parts]
+                blocks, rows = [p.data.ctypes.data for p in parts], [p.n for p in parts]
             keep.append(qw)
             return _Product(len(layouts), arr(ctypes.c_int, layouts), arr(ctypes.c_void_p, blocks),
                             arr(ctypes.c_int64, rows), qw.shape[0], qw.shape[1])
@@ -310,25 +316,41 @@ class _Plan:
             dst.qkv, dst.o, dst.gate_up, dst.down = product(w.qkv), product(w.o), product(w.gate_up), product(w.down)
         keep.append(layers)
         ql, rl, al = cquant.load(), crow.load(), cattention.load()
+        qparts, qone = ((_fn(cq8.load(), "tttr_q8_linear_parts"), None) if q8
+                        else (_fn(ql, "tttr_qlinear_parts"), _fn(ql, "tttr_qlinear")))
         self.model = _Model(
-            _fn(ql, "tttr_qlinear_parts"), _fn(ql, "tttr_qlinear"), _fn(rl, "tttr_rms_norm"),
+            qparts, qone, _fn(rl, "tttr_rms_norm"),
             _fn(rl, "tttr_add_rms_norm"), _fn(rl, "tttr_rope"), _fn(rl, "tttr_silu_mul"), _fn(al, "tttr_attention"),
             cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, model.layers[0].down.shape[1],
             cfg.rms_eps, model.scale, ctypes.addressof(layers), tensor(model.norm))
 
 
-# model -> ((its layers list, its final norm) when the plan was made, the plan or None)
-_plans: "weakref.WeakKeyDictionary[object, tuple[tuple, _Plan | None]]" = weakref.WeakKeyDictionary()
+def q8_applies(layers) -> bool:
+    """Whether kernels.cq8 is built and takes every product of `layers` (block weights): then
+    the `invariant-q8` plan multiplies with 8-bit activations, as that mode's ops do one by one."""
+    return cq8.available() and all(getattr(getattr(w, f), "parts", None) is not None and cq8.supports(getattr(w, f))
+                                   for w in layers for f in _PRODUCTS)
 
 
-def _plan(model) -> _Plan | None:
-    """The model's plan, or None when the compiled step cannot run it (decided once per model,
-    again if its layers or final norm are replaced)."""
+# model -> ((its layers list, its final norm) when the plans were made, {q8: the plan or None})
+_plans: "weakref.WeakKeyDictionary[object, tuple[tuple, dict[bool, _Plan | None]]]" = weakref.WeakKeyDictionary()
+
+
+def _plan(model, q8: bool = False) -> _Plan | None:
+    """The model's plan (`q8`: with kernels.cq8's products), or None when the compiled step
+    cannot run it (decided once per model and kind, again if its layers or final norm are
+    replaced)."""
+    made = _plans.get(model)
+    if made is None or made[0][0] is not model.layers or made[0][1] is not model.norm:
+        made = _plans[model] = ((model.layers, model.norm), {})
+    if q8 not in made[1]:
+        made[1][q8] = _make_plan(model, q8)
+    return made[1][q8]
+
+
+def _make_plan(model, q8: bool) -> _Plan | None:
     import torch
 
-    made = _plans.get(model)
-    if made is not None and made[0][0] is model.layers and made[0][1] is model.norm:
-        return made[1]
     plan = None
     layers = model.layers
     if model.dtype == torch.float32 and model.device.type == "cpu" and available() and layers \
@@ -340,9 +362,9 @@ def _plan(model) -> _Plan | None:
                               getattr(w, "k_norm", None)) if t is not None) \
             and model.norm.dtype == torch.float32 and model.norm.is_contiguous() \
             and (_fn(cquant.load(), "tttr_qlinear_parts") is not None
-                 or all(len(getattr(getattr(w, f), "parts", (0,))) == 1 for w in layers for f in _PRODUCTS)):
-        plan = _Plan(model)
-    _plans[model] = ((model.layers, model.norm), plan)
+                 or all(len(getattr(getattr(w, f), "parts", (0,))) == 1 for w in layers for f in _PRODUCTS)) \
+            and (not q8 or q8_applies(layers)):
+        plan = _Plan(model, q8)
     return plan
 
 
@@ -353,19 +375,19 @@ def _kv(t: torch.Tensor) -> bool:
     return t is not None and t.dtype == torch.float32 and t.stride(-1) == 1 and t.stride(-2) == t.shape[-1]
 
 
-def decode(model, x: torch.Tensor, positions: torch.Tensor, segments) -> torch.Tensor | None:
+def decode(model, x: torch.Tensor, positions: torch.Tensor, segments, q8: bool = False) -> torch.Tensor | None:
     """The layers of a pass whose rows each decode one token, compiled: x [R, d] is the
     embedded tokens (a fresh tensor: the residual stream is updated in it); returns the final
-    norm's output [R, d] (what the head multiplies), the per-op path's bits. None when this
-    pass or model is not one the compiled step runs (see the module docstring): the caller
-    runs the ops one by one."""
+    norm's output [R, d] (what the head multiplies), the per-op path's bits (`q8`: those of
+    `invariant-q8`, kernels.cq8's products). None when this pass or model is not one the
+    compiled step runs (see the module docstring): the caller runs the ops one by one."""
     import torch
 
     R = x.shape[0]
     if not segments or len(segments) != R or any(s.end - s.start != 1 for s in segments) \
             or x.dtype != torch.float32 or not x.is_contiguous() or tuple(x.shape) != (R, model.config.d_model):
         return None
-    plan = _plan(model)
+    plan = _plan(model, q8)
     if plan is None:
         return None
     caches = [s.cache for s in segments]

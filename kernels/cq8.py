@@ -31,8 +31,8 @@ how many rows share the call, the row's place among them, or the thread count (e
 The compiled entry `tttr_q8_linear_parts` takes cquant's `tttr_qlinear_parts` arguments, each
 part's layout carrying its activation kind (`formats`: layout | kind << 4), and like it may be
 called by every thread of an open OpenMP region: the compiled decode step (kernels.cdecode)
-can call either through one function pointer. It does not yet, so `invariant-q8` decodes op by
-op (kernels.ops.decode_layers declines it).
+calls either through one function pointer, so `invariant-q8` decodes all layers in one call
+as `invariant` does (its `invariant-q8` plan passes `formats` in place of the layouts).
 
 It differs from the fp32 products by the activations' rounding (about 1/254 of each block's
 largest input), which is what llama.cpp's logits carry too."""
@@ -413,17 +413,31 @@ def linear(x, qw):
     quantized to 8 bits as llama.cpp does for the weight's type, times `qw`'s blocks."""
     import torch
 
-    lib = load()
-    if lib is None:
-        raise RuntimeError(why_unavailable())
     n, k = qw.shape
     if x.dim() != 2 or x.shape[1] != k:
         raise ValueError(f"linear: input {tuple(x.shape)} does not match a {n}x{k} weight")
     x = x.to(torch.float32).contiguous()
     out = torch.empty(x.shape[0], n, dtype=torch.float32)
-    nparts, codes, ptrs, ns = _call(qw)
-    status = lib.tttr_q8_linear_parts(nparts, codes, ptrs, ns, k, x.data_ptr(), x.shape[0], out.data_ptr(),
-                                      torch.get_num_threads())  # any thread count, same bits
-    if status:
-        raise ValueError(f"linear: the 8-bit-activation kernel refused a {qw.fmt} weight of shape {n}x{k}")
+    _product(qw, x.data_ptr(), x.shape[0], out.data_ptr(), torch.get_num_threads())  # any thread count, same bits
     return out
+
+
+def linear_array(x: np.ndarray, qw, threads: int) -> np.ndarray:
+    """`linear` on numpy arrays (the torch-free path): x [M, K] -> [M, N] fp32, the same bits."""
+    n, k = qw.shape
+    if x.ndim != 2 or x.shape[1] != k:
+        raise ValueError(f"linear: input {tuple(x.shape)} does not match a {n}x{k} weight")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty((x.shape[0], n), np.float32)
+    _product(qw, x.ctypes.data, x.shape[0], out.ctypes.data, threads)
+    return out
+
+
+def _product(qw, x: int, m: int, out: int, threads: int) -> None:
+    lib = load()
+    if lib is None:
+        raise RuntimeError(why_unavailable())
+    nparts, codes, ptrs, ns = _call(qw)
+    if lib.tttr_q8_linear_parts(nparts, codes, ptrs, ns, qw.shape[1], x, m, out, threads):
+        raise ValueError(f"linear: the 8-bit-activation kernel refused a {qw.fmt} weight of shape "
+                         f"{qw.shape[0]}x{qw.shape[1]}")

@@ -279,11 +279,9 @@ def dense(weight: torch.Tensor | QuantWeight) -> torch.Tensor:
 def decode_layers(model, x: torch.Tensor, positions: torch.Tensor, segments) -> torch.Tensor | None:
     """The layers of a pass whose rows each decode one token, in one compiled call: x [R, d]
     the embedded tokens (updated in place), returns the final norm's output [R, d], the bits
-    the per-op path gives; None when the model or pass is not one it runs (kernels.cdecode;
-    not yet `invariant-q8`, whose products it does not call: that mode runs the ops one by one)."""
-    if get_mode() == Q8:
-        return None
-    return cdecode.decode(model, x, positions, segments)
+    the per-op path gives (under `invariant-q8`, with kernels.cq8's products as `linear` takes
+    them); None when the model or pass is not one it runs (kernels.cdecode)."""
+    return cdecode.decode(model, x, positions, segments, q8=get_mode() == Q8 and cq8.available())
 
 
 def describe() -> dict:

@@ -1,6 +1,7 @@
 """The torch-free generation path (engine/inference/lite.py): the torch path's bits (tokens,
 logprobs, top-k, logits digests: every field `tttr generate --json` prints) without loading
-torch, on the default model, greedy and sampled, at 1 and 2 threads."""
+torch, on the default model, greedy and sampled, at 1 and 2 threads, under `invariant` and
+`invariant-q8`."""
 
 import json
 import os
@@ -21,7 +22,7 @@ from tttr.engine.inference.sampling import SamplingParams
 from tttr.engine.inference.scheduler import Engine
 from tttr.engine.inference.sequence import Sequence
 from tttr.kernels import array_ops, ops
-from tttr.kernels.mode import kernel_mode
+from tttr.kernels.mode import Q8, kernel_mode
 
 pytestmark = pytest.mark.slow  # the default model
 
@@ -39,15 +40,25 @@ def models():
     return model, small
 
 
-def _engine(model, ids, sampling, n):
-    with kernel_mode("invariant"):
+@pytest.fixture(scope="module")
+def q8_small(models):
+    small = lite.load(default_model_path(), Q8)
+    assert small is not None and small.mode == Q8, "the torch-free path does not run the default model under q8"
+    return small
+
+
+def _engine(model, ids, sampling, n, mode="invariant"):
+    with kernel_mode(mode):
         with Engine(model) as engine:
             return [r.to_json() for r in engine.generate([Sequence(ids, sampling, n)])[0]]
 
 
+@pytest.mark.parametrize("mode", ["invariant", Q8])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_the_same_records_as_the_engine(models, threads, monkeypatch):
+def test_the_same_records_as_the_engine(models, threads, mode, monkeypatch, request):
     model, small = models
+    if mode == Q8:
+        small = request.getfixturevalue("q8_small")
     monkeypatch.setenv("OMP_NUM_THREADS", str(threads))
     torch.set_num_threads(threads)
     tok = small.tokenizer
@@ -57,7 +68,8 @@ def test_the_same_records_as_the_engine(models, threads, monkeypatch):
     for ids in prompts:
         for sampling in SAMPLINGS:
             ours = [r.to_json() for r in lite.generate(small, ids, sampling, 8)]
-            assert ours == _engine(model, ids, sampling, 8), (ids, sampling)
+            assert ours == _engine(model, ids, sampling, 8, mode), (ids, sampling)
+            assert {r["mode"] for r in ours} == {mode}
             lengths.append(len(ours))
     assert max(lengths) == 8 and min(lengths) >= 1  # prefills of 1 to ~30 rows, then decode steps
 
@@ -79,8 +91,16 @@ def test_the_command_prints_the_engines_records_without_loading_torch(models):
     assert printed and all(r["mode"] == "invariant" for r in printed)
 
 
+def test_q8_differs_from_invariant_where_its_products_round_the_activations(models, q8_small):
+    _, small = models
+    ids = small.tokenizer.encode("The capital of France is")
+    fp32, q8 = (lite.generate(m, ids, SamplingParams(), 8) for m in (small, q8_small))
+    assert [r.digest for r in fp32] != [r.digest for r in q8]
+
+
 def test_what_needs_torch_is_left_to_it(models):
     _, small = models
+    assert lite.load(default_model_path(), "fast") is None
     ids = small.tokenizer.encode("Hello")
     assert lite.generate(small, ids, SamplingParams(temperature=0.8, top_k=5), 4) is None
     assert lite.generate(small, ids, SamplingParams(temperature=0.8, top_p=0.9), 4) is None

@@ -1,6 +1,6 @@
 """The compiled decode step (kernels.cdecode): a pass whose rows each decode one token runs all
-its layers in one call, and gives the per-op path's logits bit for bit (for 1, 2 and 8
-sequences at different lengths, both kernel modes, 1 and 2 threads), a row's bits whatever
+its layers in one call, and gives the per-op path's logits bit for bit (for 1, 2, 3 and 8
+sequences at different lengths, every kernel mode, 1 and 2 threads), a row's bits whatever
 shares its pass; and models or passes it does not run take the per-op path."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tttr.kernels import cdecode, ops
-from tttr.kernels.mode import kernel_mode
+from tttr.kernels.mode import MODES, Q8, kernel_mode
 from tests.engine_tiny import tiny_config, tiny_weights, write_gguf
 
 
@@ -73,8 +73,8 @@ def _decode(model, lengths, steps=3, pooled=True, seed=0):
     return out
 
 
-@pytest.mark.parametrize("mode", ["invariant", "fast"])
-@pytest.mark.parametrize("lengths", [[5], [3, 17], [5, 9, 1, 30, 12, 7, 2, 20]])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("lengths", [[5], [3, 17], [4, 11, 2], [5, 9, 1, 30, 12, 7, 2, 20]])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_compiled_step_gives_the_per_op_logits(model, counted, mode, lengths, threads):
     before = torch.get_num_threads()
@@ -93,8 +93,9 @@ def test_the_compiled_step_gives_the_per_op_logits(model, counted, mode, lengths
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("mode", ["invariant", Q8])
 @pytest.mark.parametrize("lengths", [[5], [5, 9, 1, 30, 12, 7, 2, 20]])
-def test_the_compiled_step_has_the_same_bits_at_any_thread_count(model, counted, lengths):
+def test_the_compiled_step_has_the_same_bits_at_any_thread_count(model, counted, lengths, mode):
     """The step's one parallel region shares each product's output groups, the attention's
     (query, head) pairs and the rows among its threads: its outputs are the same bits at 1, 2
     and 3 threads, and at 5 and 16, more threads than the tiny model has output groups in a
@@ -104,7 +105,7 @@ def test_the_compiled_step_has_the_same_bits_at_any_thread_count(model, counted,
     before = torch.get_num_threads()
     runs, steps = {}, {}
     try:
-        with kernel_mode("invariant"):
+        with kernel_mode(mode):
             for threads in (1, 2, 3, 5, 16):
                 torch.set_num_threads(threads)
                 counted.outs.clear()
@@ -149,6 +150,20 @@ def test_a_failed_size_check_inside_the_parallel_region_returns_its_status(model
             k.data_ptr(), v.data_ptr(), k.stride(0), 0, k.stride(1), 1, k.shape[1], model._cos.data_ptr(),
             model._sin.data_ptr(), model._cos.shape[0], threads)
         assert status == 1
+
+
+def test_under_q8_the_compiled_step_multiplies_with_8_bit_activations(model, counted):
+    """`invariant-q8`'s compiled passes run kernels.cq8's products (one plan per product kind):
+    close to `invariant`'s logits, not the same bits."""
+    with kernel_mode("invariant"):
+        fp32 = _decode(model, [4, 11, 2])
+    with kernel_mode(Q8):
+        q8 = _decode(model, [4, 11, 2])
+    assert counted.ran == 2 * 3
+    assert cdecode._plan(model, q8=True) is not cdecode._plan(model) is not None
+    for a, b in zip(q8, fp32):
+        assert not torch.equal(a, b)
+        assert torch.allclose(a, b, atol=0.1 * float(b.abs().max()))
 
 
 def test_a_lone_sequence_in_its_own_cache_runs_compiled_with_the_per_op_bits(model, counted):

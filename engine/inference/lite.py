@@ -1,7 +1,8 @@
 """Generation without torch: what `tttr generate` runs when it can, for a start in well under a
 second (`import torch` alone is ~1.8 s and ~220 MiB here).
 
-It applies to one sequence under the `invariant` kernels, on a GGUF model every product of
+It applies to one sequence under the `invariant` kernels (or `invariant-q8`, where kernels.cq8
+takes every product), on a GGUF model every product of
 which runs from its blocks (kernels.cquant) with the compiled kernels built, greedy or
 sampled at a temperature without top-k/top-p, when the model has loaded once through torch
 on this machine (its rotary tables are read from that load, rope_cache.py). Elsewhere
@@ -15,7 +16,8 @@ row's own position, so rows of one sequence at consecutive positions are a causa
 the per-op path's arithmetic (block products, crow's norms, rotary and SwiGLU, cattention).
 Each later token is a one-row call, as in the engine. The head is the block product, then
 crow's log-softmax and top-k, numpy's argmax (greedy) or crow's softmax and draw (sampled):
-what the scheduler and sampler call under `invariant`."""
+what the scheduler and sampler call under `invariant`. Under `invariant-q8` the decode step's
+plan and the head multiply with 8-bit activations (kernels.cq8), as that mode's ops do."""
 
 from __future__ import annotations
 
@@ -39,8 +41,9 @@ from tttr.engine.inference.sequence import TOPK, TokenRecord
 from tttr.engine.inference.tokenizer import Tokenizer
 from tttr.kernels import array_ops
 from tttr.kernels.array_ops import QuantWeight
+from tttr.kernels.mode import Q8
 
-MODE = "invariant"
+MODES = ("invariant", Q8)  # the kernel modes this path runs (kernels.mode)
 
 
 def threads() -> int:
@@ -65,15 +68,17 @@ class LiteModel:
     scale: float
     cos: np.ndarray  # [rows, head_dim]: Model._cos
     sin: np.ndarray
+    mode: str = "invariant"  # the kernel mode it runs (one of MODES)
     plan: object = None  # the compiled decode step's plan of this model (array_ops.decode_plan)
 
     def __post_init__(self) -> None:
-        self.plan = array_ops.decode_plan(self)
+        self.plan = array_ops.decode_plan(self, q8=self.mode == Q8)
 
 
-def load(path: Path) -> LiteModel | None:
-    """The model at `path` for the torch-free path, or None where that path does not apply."""
-    if not (path.is_file() and is_gguf(path) and array_ops.available()):
+def load(path: Path, mode: str = "invariant") -> LiteModel | None:
+    """The model at `path` for the torch-free path under kernel mode `mode`, or None where that
+    path does not apply."""
+    if not (mode in MODES and path.is_file() and is_gguf(path) and array_ops.available()):
         return None
     g = read_gguf(path)
     cfg, arrays = g.config, g.arrays
@@ -101,7 +106,10 @@ def load(path: Path) -> LiteModel | None:
     if layers[0].qkv.shape != ((cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim, cfg.d_model):
         return None
     cache.save()
-    return LiteModel(cfg, g.tokenizer, embed, lm_head, final_norm, layers, 1.0 / math.sqrt(cfg.head_dim), *tables)
+    if mode == Q8 and not array_ops.q8_applies(layers, lm_head):
+        return None  # a product cq8 does not take: the torch path multiplies it as the mode says
+    return LiteModel(cfg, g.tokenizer, embed, lm_head, final_norm, layers, 1.0 / math.sqrt(cfg.head_dim), *tables,
+                     mode=mode)
 
 
 class _Cache:
@@ -121,7 +129,7 @@ def _pass(model: LiteModel, cache: _Cache, tokens: list[int], n_threads: int) ->
     h = array_ops.decode(model.plan, array_ops.embedding(model.embed, tokens), pos, cache.k, cache.v, model.cos,
                          model.sin, n_threads)
     cache.length += R
-    return array_ops.linear(h[R - 1:], model.lm_head, n_threads)
+    return array_ops.linear(h[R - 1:], model.lm_head, n_threads, q8=model.mode == Q8)
 
 
 def _draw(logits: np.ndarray, params: SamplingParams, step: int, position: int, n_threads: int) -> int:
@@ -136,7 +144,7 @@ def _draw(logits: np.ndarray, params: SamplingParams, step: int, position: int, 
 def generate(model: LiteModel, prompt_ids: list[int], sampling: SamplingParams, max_tokens: int,
              on_token: Callable[[TokenRecord], None] | None = None) -> list[TokenRecord] | None:
     """The records `Engine.generate` gives for Sequence(prompt_ids, sampling, max_tokens) under
-    the invariant kernels, on_token called with each; None (before any work) where this path
+    the model's kernel mode, on_token called with each; None (before any work) where this path
     does not apply: top-k/top-p sampling, an empty prompt, or a prompt and max_tokens past the
     context or the rotary table (the engine then finishes or refuses it)."""
     cfg = model.config
@@ -160,7 +168,7 @@ def generate(model: LiteModel, prompt_ids: list[int], sampling: SamplingParams, 
         rec = TokenRecord(
             position=p, token_id=token, forced=False, logprob=float(logprobs[0, token]),
             topk=tuple(zip(top_i[0].tolist(), top_v[0].tolist())), digest=logits_digests(logits)[0], batch_rows=R,
-            rows=tuple(range(R)), row=R - 1, kernel_mode=MODE, rng=(sampling.seed, 0, p),
+            rows=tuple(range(R)), row=R - 1, kernel_mode=model.mode, rng=(sampling.seed, 0, p),
             text=model.tokenizer.token_text(token),
         )
         records.append(rec)
