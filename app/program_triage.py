@@ -14,9 +14,13 @@ program diverged, where its request comes again. It is stored as a child run, an
 triage replays BAD once per layer with that layer's deltas from GOOD (trace: the clock
 reads and tool results; token: the sampled tokens where the prompt matches, with their
 call's seed, and the run's seed; tensor: never differs, every call is served under
-invariant kernels); bisect runs ddmin over BAD's deltas applied to GOOD. Tests run one at a
-time: each is a program running in its own sandbox (batching several tests through one
-engine pass applies to the built-in agent's runs).
+invariant kernels); bisect runs ddmin over BAD's deltas applied to GOOD, with the built-in
+agent's round driver (engine/replay/bisect.py's `run_rounds`). A round's independent tests
+run side by side, each program in a sandbox of its own, and every model call they generate
+goes to one engine (`SharedModel`), so the calls of programs running at once share its
+forward passes: sound because the kernels are batch-invariant (a test's tokens and logits
+are those it gets alone); under other kernels, or with `batch=False`, one at a time.
+triage's three replays run one at a time.
 
 Before anything is written: the pair is checked (one program, one start tree, one model,
 deltas between them), BAD fails the judge, and GOOD passes it on a faithful replay made in
@@ -31,19 +35,21 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 from tttr.app.program_deltas import ProgramPair, differing
 from tttr.app.program_live import LiveCalls
-from tttr.engine.replay.bisect import Bisect, ddmin
+from tttr.engine.replay.bisect import Bisect, choose_batching, run_rounds
 from tttr.engine.replay.deltas import SEED, Delta, by_layer
 from tttr.engine.replay.result import ReplayError
 from tttr.engine.replay.triage import LayerResult, Triage
 from tttr.engine.replay.trial import Judge, Trial
 from tttr.sessions.vocabulary import RECORDED_LAYERS, site_order
 
-ONE_AT_A_TIME = ("tests run one at a time: each replays the program in a sandbox of its own (batching "
-                 "several tests in one engine pass applies to the built-in agent's runs)")
+ONE_AT_A_TIME = "tests run one at a time, each program in a sandbox of its own"
+BATCHED = ("independent tests of a round run side by side, each program in a sandbox of its own, their model calls "
+           "batched through one engine (sound: the kernels are batch-invariant)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,27 +63,57 @@ class Setup:
     check: str | None
 
 
-class SharedLive(LiveCalls):
-    """The model calls an experiment's tests generate, on one model: loaded by the first test
-    that needs it, kept until the experiment ends (`release`), each test's calls recorded
-    into its own run."""
+class SharedModel:
+    """The model an experiment's tests generate their calls on: loaded once, by the first test
+    that needs it, kept until the experiment ends (`release`). Tests may run at once (a
+    batched bisect round), so each test binds a view of its own (`bind(recorder)`, from
+    app/program_fork.py's replayer) that records its calls into its own run, while every call
+    goes to the one engine, where the calls of tests running at once share forward passes."""
 
-    def bind(self, recorder) -> "SharedLive":
-        self.recorder = recorder
-        self.logits_computed = self.calls_generated = 0
-        if self.service is not None:
-            recorder.service = self.service
-        return self
+    def __init__(self, model: str | None, model_id: str | None):
+        from tttr.app.program import own_torch_threads
+
+        own_torch_threads()  # from this lasting thread, before a test's thread (which ends) loads the model
+        self.model, self.model_id = model, model_id
+        self._lock = threading.Lock()
+        # the load itself; it records nothing (a test's calls are recorded by its own view)
+        self._loader = LiveCalls(model, SimpleNamespace(service=None), model_id)
+
+    def bind(self, recorder) -> "_TestCalls":
+        return _TestCalls(self, recorder)
 
     def start_loading(self) -> None:
-        if self._loading is None and self.service is None:
-            super().start_loading()
+        with self._lock:
+            if self._loader._loading is None and self._loader.service is None:
+                self._loader.start_loading()
+
+    def service(self):
+        """The loaded Service (loading it, or waiting for its load, if need be); raises what the load raised."""
+        with self._lock:
+            return self._loader._service()
+
+    def release(self) -> None:
+        self._loader.close()
+
+
+class _TestCalls(LiveCalls):
+    """One test's model calls, on its experiment's `SharedModel`, recorded into its run."""
+
+    def __init__(self, shared: SharedModel, recorder):
+        super().__init__(shared.model, recorder, shared.model_id)
+        self.shared = shared
+
+    def _service(self):
+        if self.service is None:
+            self.service = self.shared.service()
+            self.recorder.service = self.service
+        return self.service
+
+    def start_loading(self) -> None:
+        self.shared.start_loading()
 
     def close(self) -> None:
         """A test ends: the model stays."""
-
-    def release(self) -> None:
-        super().close()
 
 
 def program_actions(store, run_id: int) -> list[str]:
@@ -153,7 +189,7 @@ def _check_good(db: str, good: int, setup: Setup, *, model, unsafe_no_sandbox: b
 
 
 def apply(db: str, base: int, subset: list[Delta], setup: Setup, *, model: str | None = None,
-          unsafe_no_sandbox: bool = False, cancel: threading.Event | None = None, live: SharedLive | None = None
+          unsafe_no_sandbox: bool = False, cancel: threading.Event | None = None, live: SharedModel | None = None
           ) -> Trial:
     """Replay program run `base` of `db` with `subset` (deltas against it) in place, as a child run."""
     from tttr.app.program_fork import ForkPlan, _shared
@@ -193,7 +229,7 @@ def triage(db: str, good: int, bad: int, *, judge: str = "outcome", model: str |
     setup = setup or prepare(db, bad, good, good, judge, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
     out = Triage(good, bad, judge)
     layers = by_layer(setup.deltas)
-    live = SharedLive(model, None, setup.pair.base.run.model_id)
+    live = SharedModel(model, setup.pair.base.run.model_id)
     try:
         for layer in RECORDED_LAYERS:
             subset = layers[layer]
@@ -209,36 +245,29 @@ def triage(db: str, good: int, bad: int, *, judge: str = "outcome", model: str |
 
 
 def bisect(db: str, good: int, bad: int, *, judge: str = "outcome", max_replays: int = 50, model: str | None = None,
-           unsafe_no_sandbox: bool = False, on_round: Callable | None = None,
+           batch: bool = True, unsafe_no_sandbox: bool = False, on_round: Callable | None = None,
            on_trial: Callable[[Trial], None] | None = None, cancel: threading.Event | None = None,
            setup: Setup | None = None) -> Bisect:
-    """ddmin over BAD's deltas applied to GOOD, one test at a time. The whole set is tested
-    first: if it does not reproduce the failure, ReplayError (that replay stays stored).
-    Ctrl-C or the budget ends it with the best set so far. `setup`: the caller's
-    `prepare(db, good, bad, good, judge)`, if it checked the input already."""
+    """ddmin over BAD's deltas applied to GOOD; a round's independent tests side by side with
+    `batch` under invariant kernels. The whole set is tested first: if it does not reproduce
+    the failure, ReplayError (that replay stays stored). Ctrl-C or the budget ends it with the
+    best set so far. `setup`: the caller's `prepare(db, good, bad, good, judge)`, if it
+    checked the input already."""
     if max_replays < 1:
         raise ReplayError(f"--max-replays {max_replays}: give at least 1")
     setup = setup or prepare(db, good, bad, good, judge, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
-    found = setup.deltas
-    out = Bisect(good, bad, judge, found, batch_note=ONE_AT_A_TIME)
-    live = SharedLive(model, None, setup.pair.base.run.model_id)
+    out = Bisect(good, bad, judge, setup.deltas, batch_note=ONE_AT_A_TIME)
+    choose_batching(out, {setup.pair.base.run.kernel_mode, setup.pair.other.run.kernel_mode}, batch, BATCHED)
+    stop = cancel or threading.Event()
+    live = SharedModel(model, setup.pair.base.run.model_id)
 
-    def fails(subset: list[Delta]) -> bool:
-        trial = apply(db, good, subset, setup, model=model, unsafe_no_sandbox=unsafe_no_sandbox, cancel=cancel,
-                      live=live)
-        out.trials.append(trial)
-        if on_trial is not None:
-            on_trial(trial)
-        return trial.failed
+    def test(subset: list[Delta]) -> Trial:  # opens its own connections: it may run in any thread
+        return apply(db, good, subset, setup, model=model, unsafe_no_sandbox=unsafe_no_sandbox, cancel=stop, live=live)
 
     try:
-        if not fails(found):
-            raise ReplayError(f"BAD's {len(found)} deltas applied to GOOD do not reproduce the failure "
-                              f"(replay {out.trials[-1].run_id}): the difference is not in the recorded values")
-        out.result = ddmin(found, fails, max_tests=max_replays - 1, on_round=on_round)
+        return run_rounds(out, test, max_replays=max_replays, stop=stop, on_round=on_round, on_trial=on_trial)
     finally:
         live.release()
-    return out
 
 
-__all__ = ["ONE_AT_A_TIME", "bisect", "prepare", "program_actions", "triage"]
+__all__ = ["BATCHED", "ONE_AT_A_TIME", "SharedModel", "bisect", "prepare", "program_actions", "triage"]

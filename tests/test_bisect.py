@@ -80,6 +80,63 @@ def test_ddmin_stops_at_the_budget_with_the_best_failing_set_so_far():
     assert 11 in res.items and len(res.items) < 16
 
 
+# ---------------------------------------------------------------------------- the round driver
+def _rounds(needed, *, batched: bool, interrupt=None):
+    """`run_rounds` (shared by the agent's and a program's bisect) with a fake test whose
+    trials fail when every item of `needed` is in the subset; `interrupt`: the subset whose
+    test is stopped by Ctrl-C. Batched, the first round's three tests (the whole set and its
+    halves) wait for each other: they must run at once. Returns the Bisect, the subsets tested,
+    and the threads used."""
+    import threading
+
+    from tttr.engine.replay.bisect import Bisect, run_rounds
+    from tttr.engine.replay.deltas import Delta
+    from tttr.engine.replay.trial import Trial
+
+    found = [Delta(f"{i}:clock", "trace", "a", "b") for i in range(8)]
+    out = Bisect(1, 2, "outcome", found, batched=batched)
+    threads, tested, seen = set(), [], []
+    first_round = threading.Barrier(3, timeout=60)  # a deadlock guard, not a time limit
+
+    def test(subset):
+        threads.add(threading.get_ident())
+        tested.append([found.index(d) for d in subset])
+        if batched and len(tested) <= 3:
+            first_round.wait()
+        if interrupt is not None and [found.index(d) for d in subset] == list(interrupt):
+            raise KeyboardInterrupt
+        failed = set(needed) <= {found.index(d) for d in subset}
+        return Trial(len(tested), list(subset), [], not failed, [], failed, {"status": "complete"})
+
+    run_rounds(out, test, max_replays=50, stop=threading.Event(), on_trial=seen.append)
+    assert seen == out.trials or interrupt is not None
+    return out, tested, threads
+
+
+@pytest.mark.parametrize("needed", [(5,), (2, 6)])
+def test_the_round_driver_batched_runs_tests_in_threads_and_finds_the_one_at_a_time_set(needed):
+    import threading
+
+    batched, tested, threads = _rounds(needed, batched=True)
+    alone, tested_alone, threads_alone = _rounds(needed, batched=False)
+    assert [d.site for d in batched.result.items] == [d.site for d in alone.result.items]
+    assert sorted(batched.result.items[i].site for i in range(len(needed))) == sorted(f"{n}:clock" for n in needed)
+    assert batched.result.minimal and alone.result.minimal
+    assert tested[0] == list(range(8)) and tested_alone[0] == list(range(8))  # the whole set first
+    assert threading.get_ident() not in threads and threads_alone == {threading.get_ident()}
+    verdicts = {tuple(d.site for d in t.deltas): t.failed for t in batched.trials}
+    for t in alone.trials:  # every test both ran has the same outcome
+        assert verdicts[tuple(d.site for d in t.deltas)] == t.failed
+
+
+def test_ctrl_c_in_a_batched_round_keeps_the_finished_tests_and_the_best_set_so_far():
+    out, tested, _ = _rounds((5,), batched=True, interrupt=(0, 1, 2, 3))  # Ctrl-C while a half is tested
+    assert out.result.stopped == "interrupted" and not out.result.minimal
+    assert len(out.result.items) == 8  # the whole set failed: the best so far
+    assert [len(t.deltas) for t in out.trials] == [8, 4]  # the whole set and the other half: listed
+
+
+
 def test_ddmin_keeps_the_best_set_when_interrupted():
     counter = itertools.count()
 

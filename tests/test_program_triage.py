@@ -2,7 +2,7 @@
 (unit, on runs written through the store), a program fork with several changes at once, and
 end to end with the default model and the real sandbox: a GOOD run, a BAD one made from it by
 two forks (an innocent token, a planted tool result), triage naming the trace layer and bisect
-finding the tool result's site."""
+finding the tool result's site, batched or one test at a time alike."""
 
 from __future__ import annotations
 
@@ -140,6 +140,47 @@ def test_a_fork_plan_takes_one_change_per_site():
         ForkPlan(1, (one, Change(Site(2, "tool"), {"result": "y"}, "y")), 5)
 
 
+
+@pytest.mark.parametrize("early", [False, True])
+def test_an_experiments_tests_share_one_model_and_record_into_their_own_runs(monkeypatch, early):
+    """A batched bisect round's programs generate calls at once: the model loads once (in the
+    background from a token test's start, or on the first call) and every test's view gets it,
+    while each records into its own run; a test's end leaves the model, the experiment's frees it."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from types import SimpleNamespace
+
+    from tttr.app import program_live
+    from tttr.app.program_triage import SharedModel
+
+    loads = []
+
+    class Service:
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    def load(self):
+        loads.append(threading.get_ident())
+        self._loaded.append(Service())
+
+    monkeypatch.setattr(program_live.LiveCalls, "_load", load)
+    shared = SharedModel(None, "m")
+    recorders = [SimpleNamespace(service=None) for _ in range(4)]
+    views = [shared.bind(r) for r in recorders]
+    with ThreadPoolExecutor(4) as pool:
+        if early:
+            list(pool.map(lambda v: v.start_loading(), views))
+        services = list(pool.map(lambda v: v._service(), views))
+    assert len(loads) == 1 and all(s is services[0] for s in services)
+    assert [r.service for r in recorders] == services and [v.recorder for v in views] == recorders
+    views[0].close()
+    assert not services[0].closed
+    shared.release()
+    assert services[0].closed
+
+
 # ------------------------------------------------------------------------------ end to end
 PROGRAM = textwrap.dedent("""\
     from openai import OpenAI
@@ -194,7 +235,10 @@ def record_pair(capsys, tmp_path: Path) -> tuple[Path, int, int]:
 
 @pytest.mark.slow
 @needs_sandbox
-def test_triage_names_the_planted_layer_and_bisect_finds_the_planted_site(tmp_path, capsys):
+def test_triage_names_the_planted_layer_and_bisect_finds_the_planted_site(tmp_path, capsys, monkeypatch):
+    """bisect twice: batched (the default) and --one-at-a-time, with the same results."""
+    from tttr.app.program_triage import SharedModel
+
     db, good, bad = record_pair(capsys, tmp_path)
     with Store.open(db, readonly=True) as store:
         before = {r.id for r in store.runs()}
@@ -206,22 +250,52 @@ def test_triage_names_the_planted_layer_and_bisect_finds_the_planted_site(tmp_pa
     assert [d["site"] for d in layers["token"]["deltas"]] == ["1:token:1"] and layers["token"]["fixed"] is False
     assert layers["tensor"]["replay"] is None  # every call served under invariant kernels: nothing differs
 
+    passes = []  # the shared engine's forward passes: (rows, the sequences in it) each
+    release = SharedModel.release
+
+    def keep_passes(self):
+        if self._loader.service is not None:
+            passes.extend(self._loader.service.engine.history)
+        release(self)
+
+    monkeypatch.setattr(SharedModel, "release", keep_passes)
     res = _json(capsys, ["bisect", str(good), str(bad), "--db", str(db), "--json"])
-    assert [d["site"] for d in res["minimal"]] == ["2:tool"] and res["layers"] == ["trace"] and res["is_minimal"]
-    assert res["batched"] is False and "one at a time" in res["batch_note"]
-    assert res["replays"] == len(res["tests"]) >= 3
+    batched_passes, passes[:] = list(passes), []
+    alone = _json(capsys, ["bisect", str(good), str(bad), "--db", str(db), "--one-at-a-time", "--json"])
+    for r in (res, alone):
+        assert [d["site"] for d in r["minimal"]] == ["2:tool"] and r["layers"] == ["trace"] and r["is_minimal"]
+        assert r["replays"] == len(r["tests"]) >= 3
+    assert res["batched"] is True and "batched through one engine" in res["batch_note"]
+    assert alone["batched"] is False and "one at a time" in alone["batch_note"]
+    # The whole set and its token half, run at once, each generate call 1: on one engine (after its
+    # warm-up pass), whose passes they share when the calls overlap; one at a time, they never do.
+    assert len({i for _, ids in batched_passes[1:] for i in ids}) >= 2, batched_passes
+    assert not any(len(ids) > 1 for _, ids in passes)
 
     with Store.open(db, readonly=True) as store:  # each tested replay is a stored run, a child of the one replayed
         tested = [r for r in store.runs() if r.id not in before]
-        assert len(tested) == 2 + res["replays"]  # triage's two layers, bisect's tests; GOOD's check wrote nothing
+        assert len(tested) == 2 + res["replays"] + alone["replays"]  # triage's two layers, the bisects' tests
         assert all(r.status == "complete" and r.parent in (good, bad) for r in tested)
         whole = store.run(res["tests"][0]["run_id"])  # BAD's two deltas on GOOD: its token and its tool result
         assert whole.parent == good and whole.outcome["passed"] is False
         assert whole.outcome["applied"] == ["1:token:1", "2:tool"]
-        _, events = store.load_run(whole.id)
         _, bad_events = store.load_run(bad)
-        tokens = [e.value["id"] for e in events if e.kind == "token"]
-        assert tokens == [e.value["id"] for e in bad_events if e.kind == "token"]
+        assert stored(store, whole.id)[0] == [(e.site, e.value["id"]) for e in bad_events if e.kind == "token"]
+        # Batched or one at a time, each subset tested gets the same verdict, tokens and logits digests.
+        by_subset = {tuple(t["deltas"]): t for t in res["tests"]}
+        assert set(by_subset) == {tuple(t["deltas"]) for t in alone["tests"]}
+        for t in alone["tests"]:
+            twin = by_subset[tuple(t["deltas"])]
+            assert (twin["failed"], twin["passed"]) == (t["failed"], t["passed"])
+            assert stored(store, twin["run_id"]) == stored(store, t["run_id"])
+        assert any(stored(store, t["run_id"])[1] for t in alone["tests"])  # live calls' logits were stored
+
+
+def stored(store, run_id: int) -> tuple[list, list]:
+    """A run's sampled tokens and logits digests, by site."""
+    _, events = store.load_run(run_id)
+    return ([(e.site, e.value["id"]) for e in events if e.kind == "token"],
+            [(e.site, e.value["digest"]) for e in events if e.kind == "logits"])
 
 
 @pytest.mark.slow

@@ -31,8 +31,9 @@ def register(sub, bench_sub) -> None:
                     "the minimal failure-inducing set with layers and sites, the replays used, and each "
                     "tested subset's stored run. Progress per round on stderr; Ctrl-C keeps the tested "
                     "runs and prints the best set so far. The independent tests of a round run batched "
-                    "(side by side through the engine) under invariant kernels, one at a time under fast ones "
-                    "and for recorded programs (each test a fork of the program with several values changed).",
+                    "(side by side through the engine) under invariant kernels, one at a time under fast ones; "
+                    "for recorded programs each test is a fork of the program with several values changed, in a "
+                    "sandbox of its own, and the programs of a round run at once, their model calls batched.",
     )
     _pair_args(p)
     p.add_argument("--max-replays", type=argtypes.positive, default=50,
@@ -200,11 +201,12 @@ def cmd_bisect(args) -> int:
 
         setup = prepare_programs(args.db, args.good, args.bad, args.good, args.judge, model=args.model,
                                  unsafe_no_sandbox=args.unsafe_no_sandbox)  # refused input: one line, nothing written
-        _err(args, f"bisect: program run {args.good} with subsets of run {args.bad}'s differences, one replay at "
-                   "a time …")
+        _err(args, f"bisect: program run {args.good} with subsets of run {args.bad}'s differences"
+                   + (", one replay at a time …" if args.one_at_a_time else " …"))
         return _print_bisect(args, bisect_programs(
             args.db, args.good, args.bad, judge=args.judge, max_replays=args.max_replays, model=args.model,
-            unsafe_no_sandbox=args.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial, setup=setup))
+            batch=not args.one_at_a_time, unsafe_no_sandbox=args.unsafe_no_sandbox, on_round=on_round,
+            on_trial=on_trial, setup=setup))
     runtime = _checked(args, prepare)
     _err(args, f"bisect: GOOD run {args.good} with subsets of BAD run {args.bad}'s differences …")
     store = _open_store(args.db, create=False)

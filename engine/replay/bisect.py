@@ -165,13 +165,48 @@ def bisect(store, good: int, bad: int, *, judge: str = "outcome", max_replays: i
     pair, the_judge, found = prepare(store, good, bad, judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
     out = Bisect(good, bad, judge, found)
     stop = cancel or threading.Event()
-    modes = {pair.base.run.kernel_mode, pair.other.run.kernel_mode}
-    if batch and not all(is_invariant(m) for m in modes):
-        out.batch_note = (f"tests run one at a time: {' and '.join(sorted(m for m in modes if not is_invariant(m)))} kernels are "
-                          "not batch-invariant, so tests batched together could change each other's results")
+    choose_batching(out, {pair.base.run.kernel_mode, pair.other.run.kernel_mode}, batch,
+                    "independent tests of a round run batched (sound: the kernels are batch-invariant)")
+
+    def test(subset: list[Delta]) -> Trial:
+        return apply(store, pair, subset, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox,
+                     cancel=stop)
+
+    def test_aside(subset: list[Delta]) -> Trial:
+        from tttr.sessions.store import Store
+
+        with Store.open(store.path, create=False) as own:  # a connection per thread
+            return apply(own, Pair.load(own, good, bad), subset, the_judge, runtime=runtime,
+                         unsafe_no_sandbox=unsafe_no_sandbox, cancel=stop)
+
+    with runtime.reusing_prefixes():  # the tests replay one recording: their live steps share prefixes
+        return run_rounds(out, test, test_aside=test_aside, max_replays=max_replays, stop=stop, on_round=on_round,
+                          on_trial=on_trial)
+
+
+def choose_batching(out: Bisect, modes: set[str], batch: bool, batched_note: str) -> None:
+    """Batch a round's tests (`out.batched`, with `batched_note`) only if asked and every
+    kernel mode in play is batch-invariant; `out.batch_note` says why not otherwise."""
+    variant = sorted(m for m in modes if not is_invariant(m))
+    if batch and variant:
+        out.batch_note = (f"tests run one at a time: {' and '.join(variant)} kernels are not batch-invariant, "
+                          "so tests batched together could change each other's results")
     elif batch:
-        out.batched = True
-        out.batch_note = "independent tests of a round run batched (sound: the kernels are batch-invariant)"
+        out.batched, out.batch_note = True, batched_note
+
+
+def run_rounds(out: Bisect, test: Callable[[list[Delta]], Trial], *, max_replays: int, stop: threading.Event,
+               test_aside: Callable[[list[Delta]], Trial] | None = None, on_round: Callable | None = None,
+               on_trial: Callable[[Trial], None] | None = None) -> Bisect:
+    """The bisect's rounds, for any kind of run (the built-in agent's here, a recorded
+    program's in app/program_triage.py): the whole set `out.deltas`, then ddmin. `test(subset)`
+    runs one test in this thread; with `out.batched`, a round's independent tests run side by
+    side, each `test_aside(subset)` (default `test`) in a thread of its own. Each trial goes to
+    `out.trials` and `on_trial`; ddmin's verdict to `out.result`. ReplayError if the whole set
+    does not fail. Ctrl-C sets `stop` (the tests in flight end early, as incomplete runs, and
+    stay listed) and ends with the best set so far."""
+    found = out.deltas
+    aside = test_aside or test
 
     def done(trial: Trial) -> bool:
         out.trials.append(trial)
@@ -180,50 +215,46 @@ def bisect(store, good: int, bad: int, *, judge: str = "outcome", max_replays: i
         return trial.failed
 
     def fails(subset: list[Delta]) -> bool:
-        return done(apply(store, pair, subset, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox,
-                          cancel=stop))
-
-    def one_of_many(subset: list[Delta]) -> Trial:
-        from tttr.sessions.store import Store
-
-        with Store.open(store.path, create=False) as own:  # a connection per thread
-            return apply(own, Pair.load(own, good, bad), subset, the_judge, runtime=runtime,
-                         unsafe_no_sandbox=unsafe_no_sandbox, cancel=stop)
+        return done(test(subset))
 
     def fails_many(subsets: list[list[Delta]]) -> list[bool]:
+        pool = ThreadPoolExecutor(max_workers=len(subsets))
+        futures = [pool.submit(aside, s) for s in subsets]
         try:
-            with ThreadPoolExecutor(max_workers=len(subsets)) as pool:
-                trials = list(pool.map(one_of_many, subsets))
+            trials = [f.result() for f in futures]
         except KeyboardInterrupt:
             stop.set()  # the batch's runs in flight end as incomplete runs; ddmin keeps its best set
+            pool.shutdown(wait=True)
+            out.trials.extend(f.result() for f in futures if not f.cancelled() and f.exception() is None)
             raise
+        finally:
+            pool.shutdown(wait=True)
         return [done(t) for t in trials]
 
-    with runtime.reusing_prefixes():  # the tests replay one recording: their live steps share prefixes
-        # Batched, the whole set is tested beside the first round's parts (which do not depend
-        # on its result): one batch instead of two in a row. Its failure is still required.
-        first = _split(found, 2) if out.batched and len(found) >= 2 and max_replays - 1 >= 2 else []
-        if first:
-            if on_round is not None:
-                on_round(1, 2, list(found), 0)
-            before = len(out.trials)
-            try:
-                whole, *parts = fails_many([found] + first)
-            except KeyboardInterrupt:
-                tried = out.trials[before:]
-                if tried and tried[0].failed and tried[0].extra.get("status") == "complete":
-                    out.result = DDResult(list(found), len(tried) - 1, False, "interrupted")  # the best so far
-                    return out
-                raise
-            whole_run = out.trials[before].run_id
-        else:
-            whole = fails(found)
-            whole_run = out.trials[-1].run_id
-        if not whole:
-            raise ReplayError(f"BAD's {len(found)} deltas applied to GOOD do not reproduce the failure "
-                              f"(replay {whole_run}): the difference is not in the recorded values")
-        out.result = ddmin(found, fails, max_tests=max_replays - 1, on_round=_after_first(on_round, bool(first)),
-                           fails_many=fails_many if out.batched else None, known=list(zip(first, parts)) if first else ())
+    # Batched, the whole set is tested beside the first round's parts (which do not depend
+    # on its result): one batch instead of two in a row. Its failure is still required.
+    first = _split(found, 2) if out.batched and len(found) >= 2 and max_replays - 1 >= 2 else []
+    if first:
+        if on_round is not None:
+            on_round(1, 2, list(found), 0)
+        before = len(out.trials)
+        try:
+            whole, *parts = fails_many([found] + first)
+        except KeyboardInterrupt:
+            tried = out.trials[before:]
+            if tried and tried[0].deltas == found and tried[0].failed and tried[0].extra.get("status") == "complete":
+                out.result = DDResult(list(found), len(tried) - 1, False, "interrupted")  # the best so far
+                return out
+            raise
+        whole_run = out.trials[before].run_id
+    else:
+        whole = fails(found)
+        whole_run = out.trials[-1].run_id
+    if not whole:
+        raise ReplayError(f"BAD's {len(found)} deltas applied to GOOD do not reproduce the failure "
+                          f"(replay {whole_run}): the difference is not in the recorded values")
+    out.result = ddmin(found, fails, max_tests=max_replays - 1, on_round=_after_first(on_round, bool(first)),
+                       fails_many=fails_many if out.batched else None, known=list(zip(first, parts)) if first else ())
     return out
 
 
