@@ -189,9 +189,18 @@ def write_gguf(path: Path, cfg: dict, weights: dict[str, torch.Tensor], arch: st
     w.add_eos_token_id(cfg["eos_token_id"])
     w.add_add_bos_token(False)
     w.add_chat_template(TEMPLATE)
-    h, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    write_tensors(w, weights, arch, cfg["num_attention_heads"], cfg["num_key_value_heads"], quant)
+    return path
+
+
+def write_tensors(w, weights: dict[str, torch.Tensor], arch: str, heads: int, kv_heads: int, quant=None,
+                  layer_names: dict = _GGUF_LAYER) -> None:
+    """Add `weights` to the GGUFWriter `w` as llama.cpp's converter writes them (gguf_tensor;
+    `quant` as write_gguf takes it) and write the file."""
+    import gguf
+
     for name, t in weights.items():
-        gname, a = gguf_tensor(name, t, arch, h, kv)
+        gname, a = gguf_tensor(name, t, arch, heads, kv_heads, layer_names)
         if quant and a.ndim == 2:
             fmt = "Q8_0" if gname == "token_embd.weight" else quant(gname) if callable(quant) else quant
             qtype = gguf.GGMLQuantizationType[fmt]
@@ -207,4 +216,3 @@ def write_gguf(path: Path, cfg: dict, weights: dict[str, torch.Tensor], arch: st
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return path

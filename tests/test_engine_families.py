@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.engine_tiny import _GGUF_LAYER, MERGES, byte_alphabet, gguf_tensor, tiny_weights
+from tests.engine_tiny import _GGUF_LAYER, MERGES, byte_alphabet, tiny_weights, write_tensors
 from tttr.engine.errors import EngineError
 from tttr.engine.inference.loader import load_checkpoint
 from tttr.engine.inference.model import Segment, load_model
@@ -387,17 +387,7 @@ def write_family(path: Path, fam: Family, weights: dict[str, torch.Tensor], *, r
     w.add_token_merges([" ".join(m) for m in MERGES])
     if fam.rope and rope_freqs:
         w.add_tensor("rope_freqs.weight", llama3_rope_freqs(fam))
-    for name, t in weights.items():
-        gname, a = gguf_tensor(name, t, arch, 4, 2, _NAMES)
-        if quant and a.ndim == 2:
-            qtype = gguf.GGMLQuantizationType[quant]
-            w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(a), qtype), raw_dtype=qtype)
-        else:
-            w.add_tensor(gname, np.ascontiguousarray(a))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_tensors(w, weights, arch, 4, 2, quant, _NAMES)
     return path
 
 
