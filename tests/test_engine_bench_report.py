@@ -83,8 +83,29 @@ def test_cold_start_runs_generate_on_the_bench_model():
     from tttr.engine.inference.bench import generate_command
 
     assert generate_command("/m.gguf") == [sys.executable, "-m", "tttr.app", "generate", "Hello", "--max-tokens", "1",
-                                           "--model", "/m.gguf"]
-    assert generate_command(None)[-1] == "1"
+                                           "--kernels", "invariant", "--model", "/m.gguf"]
+    assert generate_command(None, "invariant-q8")[-2:] == ["--kernels", "invariant-q8"]
+
+
+def test_cold_start_processes_get_the_benchs_threads_and_kernels(monkeypatch):
+    """`tttr bench engine --threads N` sets torch's count; the cold-start processes (ours and
+    llama.cpp's) run with that many too, ours under the bench's kernel mode."""
+    import torch
+
+    from tttr.engine.inference import bench
+
+    seen = []
+    monkeypatch.setattr(bench, "measure_process", lambda cmd, env=None: seen.append((cmd, env)) or (1.0, 100.0))
+    monkeypatch.setattr(bench.lcpp, "cold_command", lambda path, threads: ["llama", str(threads)])
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        bench.cold_start("/m.gguf", runs=1, llama_cpp_path="/m.gguf", kernels="invariant-q8")
+    finally:
+        torch.set_num_threads(before)
+    ours = [(cmd, env) for cmd, env in seen if cmd[0] != "llama"]
+    assert len(ours) == bench.WARM_RUNS + 1 and ["llama", "3"] in [cmd for cmd, _ in seen]
+    assert all(env["OMP_NUM_THREADS"] == "3" and cmd[cmd.index("--kernels") + 1] == "invariant-q8" for cmd, env in ours)
 
 
 def test_a_process_peak_is_its_own_not_the_benchs():

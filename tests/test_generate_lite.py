@@ -74,11 +74,12 @@ def test_the_same_records_as_the_engine(models, threads, mode, monkeypatch, requ
     assert max(lengths) == 8 and min(lengths) >= 1  # prefills of 1 to ~30 rows, then decode steps
 
 
-def test_the_command_prints_the_engines_records_without_loading_torch(models):
+@pytest.mark.parametrize("mode", ["invariant", Q8])
+def test_the_command_prints_the_engines_records_without_loading_torch(models, mode):
     model, small = models
     code = ("import sys\nfrom tttr.app.cli import main\n"
             "rc = main(['generate', 'List three colours.', '--chat', '--json', '--temperature', '0.8', '--seed', '5',"
-            " '--max-tokens', '6'])\n"
+            f" '--max-tokens', '6', '--kernels', '{mode}'])\n"
             "sys.stdout.flush()\nprint('torch loaded:', 'torch' in sys.modules, file=sys.stderr)\nsys.exit(rc)\n")
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
@@ -87,8 +88,8 @@ def test_the_command_prints_the_engines_records_without_loading_torch(models):
     printed = [json.loads(line) for line in out.stdout.splitlines()]
     tok = small.tokenizer
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": "List three colours."}]))
-    assert printed == _engine(model, ids, SamplingParams(temperature=0.8, seed=5), 6)
-    assert printed and all(r["mode"] == "invariant" for r in printed)
+    assert printed == _engine(model, ids, SamplingParams(temperature=0.8, seed=5), 6, mode)
+    assert printed and all(r["mode"] == mode for r in printed)
 
 
 def test_q8_differs_from_invariant_where_its_products_round_the_activations(models, q8_small):

@@ -11,7 +11,7 @@ from tttr.engine.inference.prefix_cache import PrefixCache, common_prefix
 from tttr.engine.inference.sampler import SamplingParams
 from tttr.engine.inference.sequence import Sequence
 from tttr.engine.replay.runtime import Runtime
-from tttr.kernels.mode import kernel_mode
+from tttr.kernels.mode import Q8, kernel_mode
 
 
 def _cache(n: int, capacity: int = 64, fill: float = 1.0) -> KVCache:
@@ -63,8 +63,25 @@ def test_the_kept_bytes_stay_under_the_bound_oldest_out_first():
     assert len(cache) == 2  # shorter than min_tokens: not kept
 
 
-def test_the_engine_gives_the_same_tokens_and_digests_from_a_reused_prefix():
-    runtime = Runtime(kernel_mode="invariant")
+def test_a_prefix_serves_its_own_kernel_mode_only():
+    """`invariant` and `invariant-q8` keys and values are different bits: each kept prefix
+    serves sequences of the mode it was computed in; `fast` never keeps or takes one."""
+    cache = PrefixCache(min_tokens=4)
+    cache.keep(list(range(30)), _cache(30, fill=1.0), "invariant")
+    cache.keep(list(range(30)), _cache(20, fill=2.0), Q8)
+    cache.keep(list(range(30)), _cache(30, fill=3.0), "fast")
+    assert len(cache) == 2  # the q8 one is not "covered" by the longer invariant one
+    q8 = KVCache(2, 50, 1, 4, allocate=False)
+    assert cache.fill(list(range(40)), q8, mode=Q8) == 20 and bool((q8.k[:, :20] == 2).all())
+    fp32 = KVCache(2, 50, 1, 4, allocate=False)
+    assert cache.fill(list(range(40)), fp32) == 30 and bool((fp32.k[:, :30] == 1).all())
+    fast = KVCache(2, 50, 1, 4, allocate=False)
+    assert cache.fill(list(range(40)), fast, [(list(range(40)), _cache(30))], mode="fast") == 0 and fast.k is None
+
+
+@pytest.mark.parametrize("mode", ["invariant", Q8])
+def test_the_engine_gives_the_same_tokens_and_digests_from_a_reused_prefix(mode):
+    runtime = Runtime(kernel_mode=mode)
     try:
         engine, tok = runtime.engine, runtime.tokenizer
         prompt = tok.encode(tok.apply_chat_template(
@@ -73,7 +90,7 @@ def test_the_engine_gives_the_same_tokens_and_digests_from_a_reused_prefix():
             add_generation_prompt=True))
 
         def run() -> list:
-            with kernel_mode("invariant"):
+            with kernel_mode(mode):
                 first = engine.submit(Sequence(prompt, SamplingParams(temperature=0.7, seed=3), 12)).result()
                 longer = prompt + [r.token_id for r in first] + tok.encode("\nexit code 0")
                 a = engine.submit(Sequence(longer + [11], SamplingParams(temperature=0.7, seed=5), 8))

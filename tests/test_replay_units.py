@@ -199,3 +199,16 @@ def test_diff_of_program_runs_aligns_every_step_and_names_a_tool_fork_at_its_sit
             "2026-03-02T10:00:05", "2026-03-02T11:00:00")
         compared = build_comparison(store, a, b)
         assert [r.same for r in compared.rows] == [True, True, False, True, False, True]  # the setup row first
+
+
+def test_a_served_runs_calls_regenerate_under_its_own_local_kernel_mode():
+    """Every local mode (kernels.mode.MODES, invariant-q8 included) is kept; an upstream's
+    label is not a local mode, so its calls regenerate under `invariant`."""
+    from types import SimpleNamespace
+
+    from tttr.engine.replay.calls import local_kernel_mode
+    from tttr.kernels.mode import MODES
+
+    for mode in MODES:
+        assert local_kernel_mode(SimpleNamespace(kernel_mode=mode)) == mode
+    assert local_kernel_mode(SimpleNamespace(kernel_mode="upstream")) == "invariant"

@@ -38,6 +38,7 @@ def test_the_cache_size_comes_from_the_argument_the_environment_or_the_default(m
     assert Service().prefix_cache_mb == 32
     assert Service(kernel_mode="fast", prefix_cache_mb=32).prefix_cache_mb == 0  # not prefix-invariant
     assert Service(kernel_mode="fast").prefix_stats() == {"enabled": False, "why": "fast kernels"}
+    assert Service(kernel_mode="invariant-q8", prefix_cache_mb=32).prefix_cache_mb == 32  # invariant too
 
 
 def test_a_bad_size_stops_tttr_serve_in_one_line(monkeypatch, capsys):

@@ -6,6 +6,7 @@ import json
 import sys
 
 from tttr.app.commands import args as argtypes
+from tttr.kernels.mode import MODES, is_invariant
 
 
 def register(sub, bench_sub) -> None:
@@ -14,9 +15,9 @@ def register(sub, bench_sub) -> None:
         description="Generate a continuation of PROMPT with the embedded default model (or --model), "
                     "streaming the text. --json prints one JSON record per token: id, text, forced, "
                     "logprob, rng coordinates, logits digest, top-k alternatives, batch composition, "
-                    "kernel mode. Under the invariant kernels (the default) a GGUF model whose products all "
-                    "run from its blocks generates without loading torch (greedy, or a temperature without "
-                    "--top-k/--top-p), with the same bits.",
+                    "kernel mode. Under the invariant kernels (the default, or invariant-q8) a GGUF model "
+                    "whose products all run from its blocks generates without loading torch (greedy, or a "
+                    "temperature without --top-k/--top-p), with the same bits.",
     )
     p.add_argument("prompt", help="the prompt text (with --chat: the user message)")
     p.add_argument("--model", default=None,
@@ -28,8 +29,9 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--top-k", type=argtypes.count, default=0, help="keep the k most likely tokens (default 0 = all)")
     p.add_argument("--seed", type=argtypes.seed, default=0, help="sampling seed in [0, 2^63) (default 0)")
     p.add_argument("--max-tokens", type=argtypes.positive, default=128, help="tokens to generate at most (default 128)")
-    p.add_argument("--kernels", choices=("fast", "invariant"), default="invariant",
-                   help="kernel mode (default invariant, as record and serve)")
+    p.add_argument("--kernels", choices=MODES, default="invariant",
+                   help="kernel mode (default invariant, as record and serve; invariant-q8: 8-bit activations "
+                        "in block products, as llama.cpp)")
     p.add_argument("--json", action="store_true", help="one JSON record per token instead of text")
     p.set_defaults(func=cmd_generate)
 
@@ -41,9 +43,10 @@ def register(sub, bench_sub) -> None:
     )
     b.add_argument("--model", default=None, help="a .gguf file (default: the embedded default)")
     b.add_argument("--tokens", type=argtypes.positive, default=100, help="tokens per sequence (default 100)")
-    b.add_argument("--kernels", choices=("fast", "invariant"), default="fast", help="kernel mode (default fast)")
+    b.add_argument("--kernels", choices=MODES, default="fast", help="kernel mode (default fast)")
     b.add_argument("--threads", type=argtypes.threads, default=None,
-                   help="torch intra-op threads for both sides (default: torch's default, the core count)")
+                   help="threads for every side: torch's intra-op threads, the compiled kernels', the "
+                        "cold-start processes' and llama.cpp's (default: torch's default, the core count)")
     b.add_argument("--rounds", type=argtypes.positive, default=3, help="measurement rounds, alternating ours and the reference; the best of each counts (default 3)")
     b.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
     b.add_argument("--json", action="store_true", help="print one JSON object")
@@ -81,10 +84,10 @@ def cmd_generate(args) -> int:
         return tok.encode(text)
 
     done = None
-    if args.kernels == "invariant" and not sampling.top_k and sampling.top_p >= 1.0:
+    if is_invariant(args.kernels) and not sampling.top_k and sampling.top_p >= 1.0:
         from tttr.engine.inference import lite  # no torch: the same bits where it applies (lite.py)
 
-        small = lite.load(model_path)
+        small = lite.load(model_path, args.kernels)
         if small is not None:
             tok = small.tokenizer
             done = lite.generate(small, prompt_ids(), sampling, args.max_tokens, on_token)

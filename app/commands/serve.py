@@ -7,6 +7,7 @@ import socket
 import sys
 
 from tttr.app.commands import args as argtypes
+from tttr.kernels.mode import MODES
 from tttr.sessions.errors import TTTRError
 
 port_number = argtypes.bounded_int(0, 65535, "a port")
@@ -31,8 +32,9 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--db", default=None, help="record every call into this session database (created if missing)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=port_number, default=8000, help="port to listen on (default 8000)")
-    p.add_argument("--kernels", choices=("invariant", "fast"), default="invariant",
-                   help="kernel mode (default invariant: answers do not depend on what else is running)")
+    p.add_argument("--kernels", choices=MODES, default="invariant",
+                   help="kernel mode (default invariant: answers do not depend on what else is running; "
+                        "invariant-q8 too, with 8-bit activations in block products as llama.cpp)")
     p.add_argument("--upstream", default=None, metavar="URL",
                    help="proxy mode: forward every call to this OpenAI-compatible server (e.g. "
                         "http://127.0.0.1:8001/v1, vLLM, SGLang, llama.cpp, a hosted API) and record it at the "

@@ -10,7 +10,8 @@
   and beside our 8-way aggregate; and greedy agreement: the token ids of both on three prompts;
 - cold start: a whole `tttr generate "Hello" --max-tokens 1` process (interpreter, imports,
   model load, one token: the torch-free path, engine/inference/lite.py, on the default
-  model), its wall time (median of 3) and peak resident memory, after two unmeasured runs
+  model; under the bench's kernel mode where that is an invariant one, else `invariant`; with
+  the bench's threads, OMP_NUM_THREADS), its wall time (median of 3) and peak resident memory, after two unmeasured runs
   that leave what a first start makes once (compiled kernels, the GGUF header, rotary tables,
   packed blocks) in the cache, as any later start finds it; and the same for llama.cpp
   (`llama_cpp_reference cold`: import, load, one chat reply token).
@@ -19,6 +20,7 @@ Stop tokens are ignored so every sequence produces exactly N tokens."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -32,7 +34,7 @@ from tttr.engine.inference.model import load_model
 from tttr.engine.inference.sampler import SamplingParams
 from tttr.engine.inference.scheduler import Engine
 from tttr.engine.inference.sequence import Sequence
-from tttr.kernels.mode import kernel_mode
+from tttr.kernels.mode import is_invariant, kernel_mode
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 # greedy agreement with llama.cpp: each chat-templated as `tttr generate` does, AGREE_TOKENS each
@@ -68,9 +70,11 @@ print(time.perf_counter() - t, usage.ru_maxrss, os.waitstatus_to_exitcode(status
 """
 
 
-def measure_process(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MiB) of one whole process running `cmd` (stdout discarded)."""
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", _LAUNCHER, *cmd], capture_output=True, text=True)
+def measure_process(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of one whole process running `cmd` (stdout discarded;
+    `env`: its environment, else this one's)."""
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", _LAUNCHER, *cmd], capture_output=True, text=True,
+                          env=env)
     try:
         seconds, peak_kib, rc = done.stdout.split()
     except ValueError:
@@ -80,8 +84,8 @@ def measure_process(cmd: list[str]) -> tuple[float, float]:
     return float(seconds), int(peak_kib) / 1024
 
 
-def generate_command(model_path=None) -> list[str]:
-    cmd = [sys.executable, "-m", "tttr.app", "generate", "Hello", "--max-tokens", "1"]
+def generate_command(model_path=None, kernels: str = "invariant") -> list[str]:
+    cmd = [sys.executable, "-m", "tttr.app", "generate", "Hello", "--max-tokens", "1", "--kernels", kernels]
     return cmd if model_path is None else [*cmd, "--model", str(model_path)]
 
 
@@ -89,20 +93,25 @@ def _summary(measured: list[tuple[float, float]]) -> tuple[float, float]:
     return statistics.median(t for t, _ in measured), max(m for _, m in measured)
 
 
-def cold_start(model_path=None, runs: int = COLD_START_RUNS, llama_cpp_path=None) -> tuple:
-    """(seconds, peak RSS in MiB) of whole `tttr generate "Hello" --max-tokens 1` processes:
-    the median wall time of `runs`, and the largest peak resident set; with `llama_cpp_path`,
-    the same of llama.cpp's cold-start process on that file after them, the two alternating."""
+def cold_start(model_path=None, runs: int = COLD_START_RUNS, llama_cpp_path=None, kernels: str = "invariant",
+               threads: int | None = None) -> tuple:
+    """(seconds, peak RSS in MiB) of whole `tttr generate "Hello" --max-tokens 1 --kernels
+    KERNELS` processes: the median wall time of `runs`, and the largest peak resident set; with
+    `llama_cpp_path`, the same of llama.cpp's cold-start process on that file after them, the two
+    alternating. Each process gets `threads` threads (default: torch's count here)."""
+    threads = threads or torch.get_num_threads()
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}  # the compiled kernels' and torch's count
+    cmd = generate_command(model_path, kernels)
     ours, theirs = [], []
     for _ in range(WARM_RUNS):  # a first start fills the caches: torch once, then the blocks packed once
-        measure_process(generate_command(model_path))
+        measure_process(cmd, env)
     for _ in range(runs):
-        ours.append(measure_process(generate_command(model_path)))
+        ours.append(measure_process(cmd, env))
         if llama_cpp_path is not None:
             # the bench's threads: llama.cpp's threads wait for each other at every operation, and
             # with as many as there are cores, a busy machine stalls them (3 s here, 0.9 s on one)
             try:
-                theirs.append(measure_process(lcpp.cold_command(llama_cpp_path, torch.get_num_threads())))
+                theirs.append(measure_process(lcpp.cold_command(llama_cpp_path, threads)))
             except RuntimeError:  # the reference's own start says why (run_bench's llama_cpp status)
                 llama_cpp_path, theirs = None, []
     return (*_summary(ours), *(_summary(theirs) if theirs else (None, None)))
@@ -130,7 +139,9 @@ def run_bench(model_path=None, tokens: int = 100, kernels: str = "fast", referen
     gguf = resolve_model_path(model_path)
     llama_status = llama_cpp_status(gguf)
     llama_file = gguf if llama_status == "measured" else None
-    cold_s, peak_mib, lcold_s, lpeak_mib = cold_start(model_path, llama_cpp_path=llama_file) if cold else (None,) * 4
+    cold_kernels = kernels if is_invariant(kernels) else "invariant"  # the torch-free path runs those
+    cold_s, peak_mib, lcold_s, lpeak_mib = (cold_start(model_path, llama_cpp_path=llama_file, kernels=cold_kernels)
+                                            if cold else (None,) * 4)
     model = load_model(model_path)
     tok = model.tokenizer
 

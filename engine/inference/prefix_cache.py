@@ -5,11 +5,13 @@ An agent's step k prompt is its step k-1 prompt plus that step's message and the
 output, and every step of every run of a task starts with the same system prompt and
 examples; the experiments (triage, bisect) replay one recording many times with a few
 values changed, so their live steps share long prefixes with each other. Reusing them is
-sound only under the `invariant` kernels, where the keys and values of a position do not
-depend on the rows they were computed with (a whole prompt in one pass, or a few rows on
-top of a cache), so the engine consults the cache for `invariant` sequences only, and a
-run's tokens and logits digests are the same with or without it; what changes is the
-`batch` a position's logits record (fewer rows in its pass).
+sound only under the invariant kernels (`invariant`, `invariant-q8`: kernels.mode.is_invariant),
+where the keys and values of a position do not depend on the rows they were computed with (a
+whole prompt in one pass, or a few rows on top of a cache), so the engine consults the cache
+for those sequences only, and a run's tokens and logits digests are the same with or without
+it; what changes is the `batch` a position's logits record (fewer rows in its pass). The two
+modes' keys and values are different bits, so each entry is kept under its mode and serves
+sequences of that mode only.
 
 Sources are the caches of sequences that finished (kept here, least recently used first
 out, up to `max_bytes`) and of the sequences running beside the new one (read in place).
@@ -23,6 +25,7 @@ from typing import Iterable
 import torch
 
 from tttr.engine.inference.kv_cache import KVCache
+from tttr.kernels.mode import is_invariant
 
 MIN_TOKENS = 16  # a shorter common prefix is not worth a copy
 
@@ -39,7 +42,8 @@ class PrefixCache:
     def __init__(self, max_bytes: int = 256 << 20, min_tokens: int = MIN_TOKENS):
         self.max_bytes = max_bytes
         self.min_tokens = min_tokens
-        self._entries: collections.OrderedDict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = (
+        # (kernel mode, token ids) -> keys and values of those positions
+        self._entries: collections.OrderedDict[tuple[str, tuple[int, ...]], tuple[torch.Tensor, torch.Tensor]] = (
             collections.OrderedDict())
         self.bytes = 0
         self.hits = 0  # sequences that started from a reused prefix
@@ -48,32 +52,39 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def keep(self, ids: list[int], cache: KVCache) -> None:
-        """Keep the first `cache.length` positions of a finished sequence whose tokens are `ids`."""
+    def keep(self, ids: list[int], cache: KVCache, mode: str = "invariant") -> None:
+        """Keep the first `cache.length` positions of a finished sequence whose tokens are `ids`,
+        computed under kernel mode `mode` (nothing is kept for a mode that is not invariant)."""
         n = cache.length
-        if n < self.min_tokens or cache.k is None:
+        if n < self.min_tokens or cache.k is None or not is_invariant(mode):
             return
         key = tuple(ids[:n])
-        for other in self._entries:
-            if len(other) >= n and other[:n] == key:  # already covered
-                self._entries.move_to_end(other)
+        for m, other in self._entries:
+            if m == mode and len(other) >= n and other[:n] == key:  # already covered
+                self._entries.move_to_end((m, other))
                 return
-        for other in [o for o in self._entries if key[:len(o)] == o]:  # covered by the new one
-            self._drop(other)
+        for m, other in [e for e in self._entries if e[0] == mode and key[:len(e[1])] == e[1]]:  # covered by the new one
+            self._drop((m, other))
         k, v = cache.k[:, :n].clone(), cache.v[:, :n].clone()
-        self._entries[key] = (k, v)
+        self._entries[(mode, key)] = (k, v)
         self.bytes += _nbytes(k, v)
         while self.bytes > self.max_bytes and self._entries:
             self._drop(next(iter(self._entries)))
 
-    def fill(self, prompt_ids: list[int], cache: KVCache, running: Iterable[tuple[list[int], KVCache]] = ()
-             ) -> int:
+    def fill(self, prompt_ids: list[int], cache: KVCache, running: Iterable[tuple[list[int], KVCache]] = (),
+             mode: str = "invariant") -> int:
         """Copy the longest known prefix of `prompt_ids` (leaving its last token to compute,
-        whose logits the sequence needs) into the new, empty `cache`; the positions copied."""
+        whose logits the sequence needs) kept under kernel mode `mode`, or held by a `running`
+        sequence (of that mode, the caller's to ensure), into the new, empty `cache`; the
+        positions copied (none for a mode that is not invariant)."""
+        if not is_invariant(mode):
+            return 0
         limit = len(prompt_ids) - 1
         best, src = 0, None
         for key, (k, v) in self._entries.items():
-            n = min(common_prefix(key, prompt_ids), limit)
+            if key[0] != mode:
+                continue
+            n = min(common_prefix(key[1], prompt_ids), limit)
             if n > best:
                 best, src = n, (key, k, v)
         for ids, other in running:
@@ -101,7 +112,7 @@ class PrefixCache:
         self._entries.clear()
         self.bytes = 0
 
-    def _drop(self, key: tuple[int, ...]) -> None:
+    def _drop(self, key: tuple[str, tuple[int, ...]]) -> None:
         k, v = self._entries.pop(key)
         self.bytes -= _nbytes(k, v)
 

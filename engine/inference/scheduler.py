@@ -211,10 +211,10 @@ class Engine:
             cfg = self.model.config
             seq.cache = KVCache(cfg.n_layers, capacity, cfg.n_kv_heads, cfg.head_dim, allocate=False)
             prefixes = self.prefixes
-            # `invariant` only: the kept prefixes are keyed by tokens alone, and `invariant-q8`'s
-            # keys and values are other bits
-            if prefixes is not None and seq.kernel_mode == "invariant":
-                prefixes.fill(seq.prompt_ids, seq.cache, ((s.ids, s.cache) for s, _ in self._running))
+            # invariant modes only; kept prefixes serve their own mode (prefix_cache.py)
+            if prefixes is not None and is_invariant(seq.kernel_mode):
+                prefixes.fill(seq.prompt_ids, seq.cache, ((s.ids, s.cache) for s, _ in self._running
+                                                          if s.kernel_mode == seq.kernel_mode), seq.kernel_mode)
             self._running.append((seq, fut))
             mode = seq.kernel_mode
             rows += need
@@ -329,8 +329,8 @@ class Engine:
                     self._pool.release()  # nothing left to keep: free the memory now
             prefixes = self.prefixes
             for seq, fut in finished:
-                if prefixes is not None and seq.kernel_mode == "invariant" and seq.finish_reason != "error":
-                    prefixes.keep(seq.ids, seq.cache)
+                if prefixes is not None and is_invariant(seq.kernel_mode) and seq.finish_reason != "error":
+                    prefixes.keep(seq.ids, seq.cache, seq.kernel_mode)
                 seq.cache = None  # free the memory now; the records are what callers keep
                 seq.done.set()
                 if not fut.done():

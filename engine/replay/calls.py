@@ -35,10 +35,10 @@ from tttr.engine.replay.policy import Policy
 from tttr.engine.replay.result import ReplayError, RunResult, kernels_note
 from tttr.engine.replay.source import Source
 from tttr.engine.replay.tokens import Draws
+from tttr.kernels.mode import MODES
 from tttr.sessions.vocabulary import Site, site
 
 SERVED_BY = "tttr serve"  # the recorder's meta.source; a proxy's starts with it too
-LOCAL_MODES = ("fast", "invariant")
 
 
 def is_call_run(run) -> bool:
@@ -65,7 +65,7 @@ def upstream_of(run) -> str | None:
 
 def local_kernel_mode(run) -> str:
     """The kernel mode to generate a run's calls in: its own where it is a local one."""
-    return run.kernel_mode if run.kernel_mode in LOCAL_MODES else "invariant"
+    return run.kernel_mode if run.kernel_mode in MODES else "invariant"
 
 
 def call_steps(source: Source) -> list[int]:

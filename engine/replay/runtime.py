@@ -77,7 +77,7 @@ class Runtime:
 
     @contextlib.contextmanager
     def reusing_prefixes(self):
-        """While inside, the engine starts each `invariant` sequence from the longest token
+        """While inside, the engine starts each sequence under invariant kernels from the longest token
         prefix it has already computed (engine/inference/prefix_cache.py): an experiment's
         replays of one recording share long prefixes. Tokens and logits digests are the same
         as without; the kept keys and values are dropped on the way out. Inside an outer

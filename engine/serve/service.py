@@ -33,7 +33,7 @@ from tttr.engine.inference.model_id import model_id as compute_model_id
 from tttr.engine.serve.errors import APIError
 from tttr.engine.serve.requests import SEED_LIMIT, CallRequest
 from tttr.engine.serve.tools import call_format, supports_tools
-from tttr.kernels.mode import check_mode
+from tttr.kernels.mode import check_mode, is_invariant
 
 TOP_LOGPROBS = 20  # the engine keeps this many alternatives per position (OpenAI's maximum)
 PREFIX_CACHE_ENV = "TTTR_PREFIX_CACHE_MB"
@@ -99,7 +99,7 @@ class Service:
         self.path = resolve_model_path(model)
         self.kernel_mode = check_mode(kernel_mode)
         # `fast` kernels are not prefix-invariant: a reused prefix would change the answers
-        self.prefix_cache_mb = prefix_cache_size(prefix_cache_mb) if self.kernel_mode == "invariant" else 0
+        self.prefix_cache_mb = prefix_cache_size(prefix_cache_mb) if is_invariant(self.kernel_mode) else 0
         self.model_id = compute_model_id(self.path, self.path.stem)
         self.created = int(time.time())
         self.model = None
@@ -141,7 +141,7 @@ class Service:
         """The prefix cache as /health shows it: its bound, what it holds, what it saved."""
         cache = self.engine.prefixes if self.engine is not None else None
         if cache is None:
-            why = "fast kernels" if self.kernel_mode != "invariant" else f"{PREFIX_CACHE_ENV}=0"
+            why = "fast kernels" if not is_invariant(self.kernel_mode) else f"{PREFIX_CACHE_ENV}=0"
             return {"enabled": False, "why": why}
         return {"enabled": True, "max_mb": self.prefix_cache_mb, "entries": len(cache),
                 "mb": round(cache.bytes / (1 << 20), 1), "hits": cache.hits, "reused_tokens": cache.reused_tokens}
