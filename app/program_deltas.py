@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from tttr.engine.replay.deltas import SEED, Delta, DeltaError
+from tttr.engine.replay.deltas import Delta, DeltaError, nonempty, with_run_level
 from tttr.sessions.vocabulary import SETUP_STEP, Site, site_order
 
 _FUNCTION_REQUEST = ("function", "args", "kwargs")
@@ -96,20 +96,12 @@ def deltas(pair: ProgramPair) -> list[Delta]:
         if step is None or step.kind != mine.kind:
             continue
         out += {"clock": _clock, "tool": _tool, "call": _token}[mine.kind](base, other, mine, step)
-    if base.run.seed != other.run.seed:
-        out.append(Delta(SEED, "token", base.run.seed, other.run.seed))
-    out.sort(key=lambda d: site_order(d.site))
-    return out
+    return with_run_level(out, base.run, other.run)  # the seed (the kernel modes are equal: `check`)
 
 
 def differing(pair: ProgramPair) -> list[Delta]:
     """`deltas(pair)`, refusing a pair with none."""
-    found = deltas(pair)
-    if not found:
-        a, b = pair.ids
-        raise DeltaError(f"runs {a} and {b} do not differ at any clock read, comparable SDK tool result, sampled "
-                         "token or seed: there is nothing to locate")
-    return found
+    return nonempty(deltas(pair), *pair.ids, "clock read, comparable SDK tool result, sampled token or seed")
 
 
 def _value(step, kind: str):

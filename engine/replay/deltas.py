@@ -94,22 +94,33 @@ def deltas(pair: Pair) -> list[Delta]:
     steps = sorted({e.step for e in base.events} & {e.step for e in other.events})
     for step in steps:
         out += _clock(base, other, step) + _tool(base, other, step) + _token(base, other, step)
-    if base.run.seed != other.run.seed:
-        out.append(Delta(SEED, "token", base.run.seed, other.run.seed))
-    if base.run.kernel_mode != other.run.kernel_mode:
-        out.append(Delta(KERNELS, "tensor", base.run.kernel_mode, other.run.kernel_mode))
-    out.sort(key=lambda d: site_order(d.site))
-    return out
+    return with_run_level(out, base.run, other.run)
+
+
+def with_run_level(found: list[Delta], base, other) -> list[Delta]:
+    """A pair's step deltas `found` with its run-level ones (`base` and `other` are the runs:
+    their seed, their kernel mode), in site order (run-level last). For any kind of run: the
+    built-in agent's here, a recorded program's in app/program_deltas.py."""
+    out = list(found)
+    if base.seed != other.seed:
+        out.append(Delta(SEED, "token", base.seed, other.seed))
+    if base.kernel_mode != other.kernel_mode:
+        out.append(Delta(KERNELS, "tensor", base.kernel_mode, other.kernel_mode))
+    return sorted(out, key=lambda d: site_order(d.site))
+
+
+def nonempty(found: list[Delta], a: int, b: int, where: str) -> list[Delta]:
+    """`found`, the deltas between runs `a` and `b`; DeltaError (one line) if there are none,
+    naming `where` they were looked for."""
+    if not found:
+        raise DeltaError(f"runs {a} and {b} do not differ at any {where}: there is nothing to locate")
+    return found
 
 
 def differing(pair: Pair) -> list[Delta]:
     """`deltas(pair)`, refusing a pair with none."""
-    found = deltas(pair)
-    if not found:
-        a, b = pair.base.run.id, pair.other.run.id
-        raise DeltaError(f"runs {a} and {b} do not differ at any clock, comparable tool result, token, "
-                         "seed or kernel mode: there is nothing to locate")
-    return found
+    return nonempty(deltas(pair), pair.base.run.id, pair.other.run.id,
+                "clock, comparable tool result, token, seed or kernel mode")
 
 
 def by_layer(found: list[Delta]) -> dict[str, list[Delta]]:
