@@ -430,7 +430,37 @@ def _new_tool(recorded: dict, value: dict) -> dict:
             new.pop("error", None)
         if "error" in value and "result" not in value:
             new.pop("result", None)
+    elif "stdout" in value or "stderr" in value:
+        _cut_outputs(new, recorded, value)
     return new
+
+
+def _cut_outputs(new: dict, recorded: dict, value: dict) -> None:
+    """A command's new outputs, kept as the SDK keeps a recorded command's (recorders/sdk.py):
+    each past MAX_OUTPUT bytes keeps its first MAX_OUTPUT, and `truncated` with both whole
+    sizes says that one was cut. An output the change leaves keeps its recorded size, so a
+    new stdout beside a cut stderr stays truncated, and a new stdout in place of a cut one
+    is whole."""
+    from tttr.recorders.sdk import MAX_OUTPUT
+
+    sizes = {}
+    for key in ("stdout", "stderr"):
+        if key in value:
+            data = value[key].encode("utf-8", "surrogateescape")
+            sizes[key] = len(data)
+            if len(data) > MAX_OUTPUT:
+                new[key] = data[:MAX_OUTPUT].decode("utf-8", "replace")
+        else:
+            old = recorded.get(key)
+            size = recorded.get(f"{key}_size")
+            if type(size) is not int:  # recorded whole: its text's size (a blob's is in its reference)
+                size = old.get("size", 0) if isinstance(old, dict) else len((old or "").encode("utf-8", "surrogateescape"))
+            sizes[key] = size
+    if any(size > MAX_OUTPUT for size in sizes.values()):
+        new.update(truncated=True, stdout_size=sizes["stdout"], stderr_size=sizes["stderr"])
+    else:
+        for key in ("truncated", "stdout_size", "stderr_size"):
+            new.pop(key, None)
 
 
 def _tool_answer(asked: dict, new: dict) -> dict:
@@ -439,7 +469,7 @@ def _tool_answer(asked: dict, new: dict) -> dict:
     effects = {k: new[k] for k in ("tree_after", "snapshot") if new.get(k)}
     if "function" in asked:
         return {**effects, **({"error": new["error"]} if new.get("error") else {"result": new.get("result")})}
-    return {**effects, **{k: new.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit")}}
+    return {**effects, **{k: new.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit", "truncated")}}
 
 
 def recorded_check(store, run) -> str | None:

@@ -163,3 +163,57 @@ def test_shell_records_the_tree_replays_as_a_cassette_and_forks(tmp_path, capsys
     res = _json(capsys, code)
     assert res["forked"] is True and res["exit_code"] == 0, res
     assert res["stdout"].startswith("'forked\\n' 'made\\n' 'made\\n' 0"), res
+
+
+BIG = textwrap.dedent("""\
+    from tttr.recorders import sdk
+
+    out = sdk.shell("head -c 1500000 /dev/zero | tr '\\\\0' y; echo err >&2", timeout=30)
+    print(len(out.stdout), out.stdout[:3], repr(out.stderr), out.exit_code, out.truncated)
+""")
+
+
+def test_a_fork_value_at_a_cut_output_keeps_the_truncated_flag_true_to_its_outputs():
+    """What a fork gives the SDK and records for a command whose output was cut: the flag and
+    both whole sizes follow the outputs it ends up with (recorders/sdk.py's rule)."""
+    from tttr.app.program_fork import _new_tool, _tool_answer
+
+    cut = {"cmd": "big", "cwd": "/work", "timeout_s": 30, "stdout": {"$blob": "ab", "size": sdk.MAX_OUTPUT},
+           "stderr": "err\n", "exit_code": 0, "truncated": True, "stdout_size": 1_500_000, "stderr_size": 4}
+    kept = _new_tool(cut, {"exit_code": 3})  # the cut stdout stays: still truncated, for the program too
+    assert (kept["truncated"], kept["stdout_size"], kept["stderr_size"]) == (True, 1_500_000, 4)
+    assert _tool_answer({"cmd": "big"}, kept)["truncated"] is True
+    short = _new_tool(cut, {"stdout": "short\n"})  # a new whole stdout in place of the cut one
+    assert "truncated" not in short and "stdout_size" not in short and "stderr_size" not in short
+    assert not _tool_answer({"cmd": "big"}, short).get("truncated")
+    huge = _new_tool({**cut, "truncated": None, "stdout": "x", "stdout_size": None, "stderr_size": None},
+                     {"stdout": "é" * sdk.MAX_OUTPUT})  # past MAX_OUTPUT bytes: cut as the SDK cuts
+    assert huge["truncated"] is True and (huge["stdout_size"], huge["stderr_size"]) == (2 * sdk.MAX_OUTPUT, 4)
+    assert len(huge["stdout"].encode()) == sdk.MAX_OUTPUT
+    both = _new_tool({**cut, "stderr_size": 2_000_000}, {"stdout": "short\n"})  # stderr stays cut
+    assert (both["truncated"], both["stdout_size"], both["stderr_size"]) == (True, 6, 2_000_000)
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_a_fork_at_a_truncated_shell_output_passes_the_flag_on(tmp_path, capsys):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "prog.py").write_text(BIG)
+    db = tmp_path / "s.db"
+    rec = _json(capsys, main(["record", "--db", str(db), "--tree", str(tree), "--json", "--", "python3", "prog.py"]))
+    assert rec["stdout"] == f"{sdk.MAX_OUTPUT} yyy 'err\\n' 0 True\n", rec
+    res = _json(capsys, main(["replay", str(rec["run_id"]), "--db", str(db), "--json"]))
+    assert res["identical"] is True and res["tools_run"] == 0 and res["stdout"] == rec["stdout"], res
+
+    # Another exit code: the program still gets the cut stdout, and is told so.
+    res = _json(capsys, main(["fork", str(rec["run_id"]), "--db", str(db), "--at", "0:tool", "--set", "exit=3",
+                              "--json"]))
+    assert res["stdout"] == f"{sdk.MAX_OUTPUT} yyy 'err\\n' 3 True\n", res
+    # A new, short stdout: whole, so neither the program nor the fork's event says truncated.
+    res = _json(capsys, main(["fork", str(rec["run_id"]), "--db", str(db), "--at", "0:tool", "--set",
+                              '{"stdout": "short"}', "--json"]))
+    assert res["stdout"] == "5 sho 'err\\n' 0 False\n", res
+    with Store.open(db, readonly=True) as store:
+        (forked,) = _tools(store, res["run_id"])
+        assert forked["stdout"] == "short" and "truncated" not in forked and "stdout_size" not in forked, forked
