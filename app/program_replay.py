@@ -18,7 +18,10 @@ index and both values. From there on SDK tools run live, the clock is live, and 
 are generated live by the recorded model (app/program_live.py; loaded then, not before), so
 the program runs on as it would have. At the end the program's stdout, exit code and end tree are compared
 with the recorded ones (an SDK tool answered from the recording has its recorded effects on the
-files put back by the server: engine/serve/sdk_tree.py).
+files put back by the server: engine/serve/sdk_tree.py). The trees are compared by content:
+paths, kinds, modes and bytes, not times (the start tree is restored, and the program's own
+file comes with its time on disk now), and without the program's own file, as the SDK tools'
+cassettes leave it out.
 
 The program's code is taken from where it was recorded (the recorded --tree, if that
 directory still exists), the rest of the tree from the snapshot: an edited program replays
@@ -284,6 +287,25 @@ class Replayer:
 _script = program_file  # the program's own file, relative to its tree
 
 
+def same_files(store, recorded: str | None, manifest: str, program: str | None) -> bool:
+    """Whether tree manifests `recorded` and `manifest` hold the same files: paths, kinds,
+    modes, sizes and content, without times and without the program's own file `program`."""
+    from tttr.recorders.errors import SnapshotError
+    from tttr.recorders.snapshot import read_manifest
+
+    if not recorded:
+        return False
+    try:
+        a, b = read_manifest(recorded, store), read_manifest(manifest, store)
+    except SnapshotError:
+        return False
+
+    def files(entries) -> list:
+        return [(e.path, e.kind, e.mode, e.size, e.ref) for e in entries if e.path != program]
+
+    return files(a) == files(b)
+
+
 def _take_program(argv: list[str], recorded_tree: str | None, tree_dir: Path) -> None:
     """Put the program's current code (from the recorded --tree) over the restored tree."""
     rel = _script(argv)
@@ -342,7 +364,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
     from tttr.engine.serve.sdk_tree import SDKTree
     from tttr.recorders.clock import iso
     from tttr.recorders.shell import ShellState
-    from tttr.recorders.snapshot import snapshot, tree_digest
+    from tttr.recorders.snapshot import snapshot
 
     run = rec.run
     name = run.task
@@ -381,7 +403,8 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         recorder.flush()
         replayer.finish()
         last = store.steps(child)
-        end, end_digest = snapshot(tree_dir, store), tree_digest(tree_dir)
+        end = snapshot(tree_dir, store)
+        end_digest = end  # the manifest's digest is the tree's (recorders/snapshot.py)
         store.append(child, last, KIND_LAYER["tool"], "tool", site(last, "tool"), {
             "cmd": program, "cwd": res.cwd, "exports": dict(env), "env": res.env,
             "stdout": stored_text(store, res.stdout), "stderr": stored_text(store, res.stderr),
@@ -393,7 +416,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         tools_run = recorder.posted.get("tool", 0)
         same_stdout = res.stdout == recorded_stdout
         same_exit = res.exit_code == rec.final.get("exit_code")
-        same_tree = end_digest == rec.final.get("tree_after")
+        same_tree = same_files(store, rec.final.get("snapshot"), end, _script(argv))
         identical = replayer.divergence is None and same_stdout and same_exit
         logits = replayer.logits_computed
         outcome = {"exit_code": res.exit_code, "calls": replayer.calls, "tree": end_digest, "clock": iso(clock),
