@@ -13,7 +13,7 @@ import hashlib
 
 import numpy as np
 
-from tttr.kernels import cdecode, cq8, cquant, crow
+from tttr.kernels import REVISION, cattention, cdecode, cq8, cquant, crow
 from tttr.kernels.kquants import LAYOUT_BYTES, PACK_SOURCE
 
 QUANT_FORMATS = cquant.FORMATS  # the GGUF block formats the products take
@@ -124,3 +124,22 @@ def decode(plan, x: np.ndarray, positions: np.ndarray, k: np.ndarray, v: np.ndar
     if status:
         raise ValueError(f"compiled decode step failed (status {status}): a size or position out of range")
     return h
+
+
+def describe() -> dict:
+    """Which of TTTR's own kernels run here (each builds with the C compiler on first use),
+    as the run fingerprint records them (kernels.ops.describe is this)."""
+    return {
+        # the CPU invariant attention: "compiled" or "blocked" (different bits, each invariant;
+        # kernels.invariant.attention_kernel)
+        "attention_kernel": "compiled" if cattention.available() else "blocked",
+        # products by Q4_1/Q8_0/Q4_K/Q5_0/Q5_K/Q6_K weights of a GGUF file run from its blocks ("blocks:avx512",
+        # ":avx2", ":c", the same bits from each), or all products are dense fp32 ("dense")
+        "linear_kernel": f"blocks:{cquant.kernel_name()}" if cquant.available() else "dense",
+        "row_kernels": "compiled" if crow.available() else "torch",
+        # the `invariant-q8` mode's block products (8-bit activations: "q8:avx2" or "q8:c", the
+        # same bits from each), or "none": that mode then multiplies as `invariant` does; which
+        # mode a run used is its kernel_mode
+        "q8_kernel": f"q8:{cq8.kernel_name()}" if cq8.available() else "none",
+        "kernels_revision": REVISION,
+    }

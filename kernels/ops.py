@@ -53,7 +53,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tttr.kernels import REVISION, cattention, cdecode, cq8, cquant, crow, invariant
+from tttr.kernels import array_ops, cattention, cdecode, cq8, cquant, crow, invariant
 from tttr.kernels.cquant import QuantWeight  # noqa: F401 - the engine names block weights as ops.QuantWeight
 from tttr.kernels.cquant import linear as block_linear
 from tttr.kernels.mode import INVARIANT_MODES, Q8, get_mode
@@ -285,18 +285,6 @@ def decode_layers(model, x: torch.Tensor, positions: torch.Tensor, segments) -> 
 
 
 def describe() -> dict:
-    """Which of TTTR's own kernels run here (each builds with the C compiler on first use),
-    as the run fingerprint records them."""
-    return {
-        # the CPU invariant attention: "compiled" or "blocked" (different bits, each invariant)
-        "attention_kernel": invariant.attention_kernel(),
-        # products by Q4_1/Q8_0/Q4_K/Q5_0/Q5_K/Q6_K weights of a GGUF file run from its blocks ("blocks:avx512",
-        # ":avx2", ":c", the same bits from each), or all products are dense fp32 ("dense")
-        "linear_kernel": f"blocks:{cquant.kernel_name()}" if cquant.available() else "dense",
-        "row_kernels": "compiled" if crow.available() else "torch",
-        # the `invariant-q8` mode's block products (8-bit activations: "q8:avx2" or "q8:c", the
-        # same bits from each), or "none": that mode then multiplies as `invariant` does; which
-        # mode a run used is its kernel_mode
-        "q8_kernel": f"q8:{cq8.kernel_name()}" if cq8.available() else "none",
-        "kernels_revision": REVISION,
-    }
+    """Which of TTTR's own kernels run here, as the run fingerprint records them (one
+    definition, torch-free: kernels.array_ops.describe)."""
+    return array_ops.describe()

@@ -99,6 +99,33 @@ def test_q8_differs_from_invariant_where_its_products_round_the_activations(mode
     assert [r.digest for r in fp32] != [r.digest for r in q8]
 
 
+def test_the_fingerprint_is_the_engines_but_torchs_own_fields(models, q8_small, monkeypatch):
+    """The torch-free path names the kernels it runs (q8's included) as the engine's run
+    fingerprint does, with the same values; torch's own fields are None, and computing it
+    loads no torch."""
+    from tttr.engine.inference.fingerprint import TORCH_ONLY
+
+    model, _ = models
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        engine_fp, lite_fp = model.fingerprint(), q8_small.fingerprint()
+    finally:
+        torch.set_num_threads(before)
+    assert list(lite_fp) == list(engine_fp)
+    assert {k: v for k, v in lite_fp.items() if k not in TORCH_ONLY} == \
+           {k: v for k, v in engine_fp.items() if k not in TORCH_ONLY}
+    assert all(lite_fp[k] is None for k in TORCH_ONLY) and engine_fp["torch"] == torch.__version__
+    assert lite_fp["q8_kernel"].startswith("q8:") and lite_fp["threads"] == 2
+    code = ("import sys\nfrom tttr.engine.inference import lite\nfrom pathlib import Path\n"
+            f"m = lite.load(Path({str(default_model_path())!r}), 'invariant-q8')\n"
+            "fp = m.fingerprint()\nprint(fp['q8_kernel'], 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [lite_fp["q8_kernel"], "False"]
+
+
 def test_what_needs_torch_is_left_to_it(models):
     _, small = models
     assert lite.load(default_model_path(), "fast") is None

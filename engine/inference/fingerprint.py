@@ -1,15 +1,24 @@
 """What the arithmetic ran on, recorded once per run: library versions, device, CPU model
-and the instruction-set flags that pick kernels, thread count, dtype."""
+and the instruction-set flags that pick kernels, thread count, dtype, TTTR's own kernels.
+
+`fingerprint` is the engine's (torch); `fingerprint_without_torch` the torch-free generation
+path's (engine/inference/lite.py): the same fields with the same values where the arithmetic
+is the same, and None for torch's own (its version, triton, BLAS, oneDNN), which that path
+never runs. Importing this module does not import torch."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import platform
-
-import torch
+from typing import TYPE_CHECKING
 
 from tttr.engine.inference.digest import LOGITS_DIGEST
-from tttr.kernels import ops
+from tttr.kernels import array_ops
+
+if TYPE_CHECKING:
+    import torch
+
+TORCH_ONLY = ("torch", "triton", "blas", "mkldnn")  # None in the torch-free path's fingerprint
 
 # CPU flags that change which kernels MKL/oneDNN pick (and so the rounding of reductions).
 _FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512bw", "avx512vl",
@@ -39,26 +48,36 @@ def _cpu() -> tuple[str, list[str]]:
     return model, [f for f in _FLAGS if f in flags]
 
 
-def fingerprint(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> dict:
-    device = torch.device(device)
+def fingerprint_without_torch(threads: int) -> dict:
+    """The torch-free path's fingerprint (CPU, fp32; `threads`: the count its kernels get)."""
     cpu_model, flags = _cpu()
-    fp = {
-        "torch": torch.__version__,
-        "triton": _version("triton"),
+    return {
+        "torch": None,
+        "triton": None,
         "python": platform.python_version(),
         "numpy": _version("numpy"),
         "platform": f"{platform.system()} {platform.machine()}",
-        "device": device.type,
+        "device": "cpu",
         "device_name": cpu_model,
         "cpu_model": cpu_model,
         "cpu_flags": flags,
-        "threads": torch.get_num_threads(),
-        "blas": "mkl" if torch.backends.mkl.is_available() else "other",
-        "mkldnn": torch.backends.mkldnn.is_available(),
-        "dtype": str(dtype).replace("torch.", ""),
-        **ops.describe(),  # attention_kernel, linear_kernel, row_kernels, kernels_revision
+        "threads": threads,
+        "blas": None,
+        "mkldnn": None,
+        "dtype": "float32",
+        **array_ops.describe(),  # attention_kernel, linear_kernel, row_kernels, q8_kernel, kernels_revision
         "logits_digest": LOGITS_DIGEST,
     }
+
+
+def fingerprint(device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> dict:
+    import torch
+
+    device = torch.device(device)
+    fp = fingerprint_without_torch(torch.get_num_threads())
+    fp.update(torch=torch.__version__, triton=_version("triton"), device=device.type,
+              blas="mkl" if torch.backends.mkl.is_available() else "other", mkldnn=torch.backends.mkldnn.is_available(),
+              dtype=str(torch.float32 if dtype is None else dtype).replace("torch.", ""))
     if device.type == "cuda" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(device)
         fp.update(device_name=props.name, sm_count=props.multi_processor_count,

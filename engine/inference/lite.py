@@ -33,6 +33,7 @@ from tttr.engine.inference import rope_cache
 from tttr.engine.inference.block_cache import BlockCache
 from tttr.engine.inference.config import ModelConfig
 from tttr.engine.inference.digest import logits_digests
+from tttr.engine.inference.fingerprint import fingerprint_without_torch
 from tttr.engine.inference.gguf_file import is_gguf, read_gguf
 from tttr.engine.inference import layer_weights
 from tttr.engine.inference.layer_weights import LayerWeights
@@ -73,6 +74,11 @@ class LiteModel:
 
     def __post_init__(self) -> None:
         self.plan = array_ops.decode_plan(self, q8=self.mode == Q8)
+
+    def fingerprint(self) -> dict:
+        """What its arithmetic runs on, as `Model.fingerprint` says it for the engine (the
+        same fields and values but torch's own, None here: fingerprint.py)."""
+        return fingerprint_without_torch(threads())
 
 
 def load(path: Path, mode: str = "invariant") -> LiteModel | None:
