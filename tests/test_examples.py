@@ -12,19 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tttr.app.cli import main
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
+from tests.program_helpers import cli_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "assets" / "tasks" / "write-line"
-
-
-def _json(capsys, argv: list[str]) -> dict:
-    code = main(argv)
-    out = capsys.readouterr().out
-    assert code == 0, out
-    return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.mark.slow
@@ -38,8 +31,8 @@ def test_example_solves_write_line_replays_faithfully_and_forks(tmp_path, capsys
     shutil.copy(TASK / "check.sh", tree)
     db = tmp_path / "agent.db"
     clock = json.loads((TASK / "task.json").read_text())["clock"]
-    rec = _json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--seed", "1", "--clock", clock,
-                         "--check", "sh check.sh", "--json", "--", "python3", example])
+    rec = cli_json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--seed", "1", "--clock", clock,
+                            "--check", "sh check.sh", "--json", "--", "python3", example])
     assert rec["exit_code"] == 0 and rec["passed"] is True and rec["calls"] == 2, rec["stderr"]
     assert "greeting.txt: 'hello world' (exit 0)" in rec["stdout"] and "[2026-03-02 09:05]" in rec["stdout"]
     assert (tree / "greeting.txt").read_text() == "hello world\n"
@@ -47,17 +40,17 @@ def test_example_solves_write_line_replays_faithfully_and_forks(tmp_path, capsys
         kinds = [e.kind for e in store.load_run(rec["run_id"])[1]]
     assert kinds.count("message") == 2 and kinds.count("clock") == 2 and kinds.count("tool") == 4, kinds  # setup:clock
 
-    res = _json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
     assert res["identical"] is True and res["divergence"] is None, res
     assert res["stdout"] == rec["stdout"] and res["exit_code"] == 0
     assert res["logits_computed"] == 0 and res["tools_run"] == 0 and res["calls_answered"] == 6
 
-    fork = _json(capsys, ["fork", str(rec["run_id"]), "--db", str(db), "--at", "1:tool",
-                          "--set", '["README", "greeting.txt"]', "--json"])
+    fork = cli_json(capsys, ["fork", str(rec["run_id"]), "--db", str(db), "--at", "1:tool",
+                             "--set", '["README", "greeting.txt"]', "--json"])
     assert fork["fork_site"] == "1:tool" and fork["exit_code"] == 1, fork
     assert "greeting.txt exists already: not overwriting it" in fork["stdout"]
     assert fork["calls_generated"] == 0 and fork["logits_computed"] == 0 and fork["tools_run"] == 0
-    diff = _json(capsys, ["diff", str(rec["run_id"]), str(fork["run_id"]), "--db", str(db), "--json"])
+    diff = cli_json(capsys, ["diff", str(rec["run_id"]), str(fork["run_id"]), "--db", str(db), "--json"])
     rows = diff["rows"]  # one per step: the first call's message, then the list_files call with its result
     assert diff["identical"] is False and rows[0]["same"] and not rows[1]["same"], diff
     assert rows[1]["a_action"].startswith("list_files(") and "greeting.txt" in rows[1]["b_action"], rows[1]

@@ -4,7 +4,6 @@ call generated live), answered from the recording while requests match, live aft
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 from tttr.app.cli import main
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
+from tests.program_helpers import cli_json, program_tree, record_program
 
 PROGRAM = textwrap.dedent("""\
     from openai import OpenAI
@@ -37,26 +37,15 @@ PROGRAM = textwrap.dedent("""\
 """)
 
 
-def _run(capsys, argv: list[str]) -> dict:
-    code = main(argv)
-    out = capsys.readouterr().out
-    assert code == 0, out
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def _record(capsys, tmp_path: Path, program: str = PROGRAM) -> tuple[Path, dict]:
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    (tree / "prog.py").write_text(program)
     db = tmp_path / "s.db"
-    res = _run(capsys, ["record", "--db", str(db), "--tree", str(tree), "--seed", "7", "--clock",
-                        "2026-03-02T10:00:00", "--json", "--", "python3", "prog.py"])
+    res = record_program(capsys, db, program_tree(tmp_path, "tree", program))
     assert res["exit_code"] == 0 and res["calls"] == 1, res["stderr"]
     return db, res
 
 
 def _fork(capsys, db: Path, run_id: int, at: str, value: str) -> dict:
-    return _run(capsys, ["fork", str(run_id), "--db", str(db), "--at", at, "--set", value, "--json"])
+    return cli_json(capsys, ["fork", str(run_id), "--db", str(db), "--at", at, "--set", value, "--json"])
 
 
 def _tokens(store, run_id: int, step: int) -> list[int]:

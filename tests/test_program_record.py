@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from tttr.app.cli import main
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
+from tests.program_helpers import program_tree, record_program
 
 PROGRAM = textwrap.dedent("""\
     import datetime, random
@@ -30,27 +30,12 @@ PROGRAM = textwrap.dedent("""\
 """)
 
 
-def _tree(tmp_path: Path, name: str, source: str) -> Path:
-    tree = tmp_path / name
-    tree.mkdir()
-    (tree / "prog.py").write_text(source)
-    return tree
-
-
-def _record(capsys, db: Path, tree: Path, *extra: str, program=("python3", "prog.py")) -> dict:
-    code = main(["record", "--db", str(db), "--tree", str(tree), "--seed", "7", "--clock", "2026-03-02T10:00:00",
-                 "--json", *extra, "--", *program])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    return json.loads(out.strip().splitlines()[-1])
-
-
 @pytest.mark.slow
 @needs_sandbox
 def test_program_records_one_run_and_repeats_clock_and_randomness(tmp_path, capsys):
     db = tmp_path / "s.db"
-    first = _record(capsys, db, _tree(tmp_path, "a", PROGRAM))
-    second = _record(capsys, db, _tree(tmp_path, "b", PROGRAM))
+    first = record_program(capsys, db, program_tree(tmp_path, "a", PROGRAM))
+    second = record_program(capsys, db, program_tree(tmp_path, "b", PROGRAM))
     assert first["exit_code"] == 0 and first["calls"] == 1, first
     lines = first["stdout"].splitlines()
     assert lines[0] == "2026-03-02 10:00:00"
@@ -77,15 +62,16 @@ def test_program_records_one_run_and_repeats_clock_and_randomness(tmp_path, caps
 def test_exit_code_and_check_are_recorded(tmp_path, capsys):
     db = tmp_path / "s.db"
     noisy = "import sys\nsys.stdout.write('x' * 3_000_000)\nraise SystemExit(3)\n"  # megabytes, no model call
-    fails = _record(capsys, db, _tree(tmp_path, "a", noisy), "--check", "test -f done")
+    fails = record_program(capsys, db, program_tree(tmp_path, "a", noisy), "--check", "test -f done")
     assert fails["exit_code"] == 3 and fails["passed"] is False and fails["calls"] == 0
     assert "output truncated: 3000000 bytes" in fails["stdout"]
-    ok = _record(capsys, db, _tree(tmp_path, "b", "open('done', 'w').write('x')\n"), "--check", "test -f done")
+    ok = record_program(capsys, db, program_tree(tmp_path, "b", "open('done', 'w').write('x')\n"),
+                        "--check", "test -f done")
     assert ok["exit_code"] == 0 and ok["passed"] is True
-    hangs = _record(capsys, db, _tree(tmp_path, "c", "import time\ntime.sleep(60)\n"), "--timeout", "2")
+    hangs = record_program(capsys, db, program_tree(tmp_path, "c", "import time\ntime.sleep(60)\n"), "--timeout", "2")
     assert hangs["exit_code"] == 124 and hangs["limit_hit"] == "timeout"
     crash = "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGSEGV)\n"
-    crashes = _record(capsys, db, _tree(tmp_path, "d", crash))
+    crashes = record_program(capsys, db, program_tree(tmp_path, "d", crash))
     assert crashes["exit_code"] == 128 + 11 and crashes["stdout"] == "before\n", crashes  # recorded, not raised
     with Store.open(db, readonly=True) as store:
         run, events = store.load_run(fails["run_id"])
@@ -154,7 +140,7 @@ def test_unsafe_mode_reaches_the_model_over_the_hosts_loopback(tmp_path, capsys,
     db = tmp_path / "s.db"
     assert main(["record", "--db", str(db), "--", "true"]) == 2  # refused without the flag, nothing written
     assert "--unsafe-no-sandbox" in capsys.readouterr().err and not db.exists()
-    res = _record(capsys, db, _tree(tmp_path, "a", PROGRAM), "--unsafe-no-sandbox")
+    res = record_program(capsys, db, program_tree(tmp_path, "a", PROGRAM), "--unsafe-no-sandbox")
     assert res["exit_code"] == 0 and res["calls"] == 1, res
     assert (tmp_path / "a" / "answer.txt").exists()
 
@@ -174,7 +160,7 @@ SDK_PROGRAM = textwrap.dedent("""\
 @needs_sandbox
 def test_the_sdk_inside_a_recorded_program_lands_in_its_run(tmp_path, capsys):
     db = tmp_path / "s.db"
-    res = _record(capsys, db, _tree(tmp_path, "a", SDK_PROGRAM))
+    res = record_program(capsys, db, program_tree(tmp_path, "a", SDK_PROGRAM))
     assert res["exit_code"] == 0, res["stderr"]
     assert res["stdout"].split() == ["5", "2026-03-02"]  # the run's clock
     with Store.open(db, readonly=True) as store:

@@ -14,6 +14,7 @@ from tttr.app.cli import main
 from tttr.recorders.snapshot import read_manifest
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
+from tests.program_helpers import cli_json, program_tree, record_program
 
 PROGRAM = textwrap.dedent("""\
     from openai import OpenAI
@@ -34,24 +35,14 @@ PROGRAM = textwrap.dedent("""\
 
 
 def _record(capsys, tmp_path: Path) -> tuple[Path, Path, dict]:
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    (tree / "prog.py").write_text(PROGRAM)
-    db = tmp_path / "s.db"
-    code = main(["record", "--db", str(db), "--tree", str(tree), "--seed", "7", "--clock", "2026-03-02T10:00:00",
-                 "--json", "--", "python3", "prog.py"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    res = json.loads(out.strip().splitlines()[-1])
+    tree, db = program_tree(tmp_path, "tree", PROGRAM), tmp_path / "s.db"
+    res = record_program(capsys, db, tree)
     assert res["exit_code"] == 0 and res["calls"] == 1, res["stderr"]
     return db, tree, res
 
 
 def _replay(capsys, db: Path, run_id: int) -> dict:
-    code = main(["replay", str(run_id), "--db", str(db), "--json"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    return json.loads(out.strip().splitlines()[-1])
+    return cli_json(capsys, ["replay", str(run_id), "--db", str(db), "--json"])
 
 
 @pytest.mark.slow

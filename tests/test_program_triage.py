@@ -6,7 +6,6 @@ finding the tool result's site, batched or one test at a time alike."""
 
 from __future__ import annotations
 
-import json
 import textwrap
 from datetime import timedelta
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from tttr.app.cli import main
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
+from tests.program_helpers import cli_json, program_tree, record_program
 
 ARGV = ["python3", "prog.py"]
 
@@ -203,30 +203,19 @@ PROGRAM = textwrap.dedent("""\
 CHECK = "grep -q picnic plan.txt"
 
 
-def _json(capsys, argv: list[str]) -> dict:
-    code = main(argv)
-    out = capsys.readouterr().out
-    assert code == 0, out
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def record_pair(capsys, tmp_path: Path) -> tuple[Path, int, int]:
     """GOOD (recorded, passes its check) and BAD: GOOD forked at a token of its model call
     (innocent: the plan does not depend on it), that forked at the tool's result (planted)."""
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    (tree / "prog.py").write_text(PROGRAM)
     db = tmp_path / "p.db"
-    good = _json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--seed", "7", "--clock",
-                          "2026-03-02T10:00:00", "--check", CHECK, "--json", "--", *ARGV])
+    good = record_program(capsys, db, program_tree(tmp_path, "tree", PROGRAM), "--check", CHECK, program=ARGV)
     assert good["passed"] is True and good["calls"] == 1, good
     with Store.open(db, readonly=True) as store:
         _, events = store.load_run(good["run_id"])
         first = next(e.value["id"] for e in events if e.site == "1:token:1")
-    innocent = _json(capsys, ["fork", str(good["run_id"]), "--db", str(db), "--at", "1:token:1",
-                              "--set", str(5 if first != 5 else 6), "--json"])
-    bad = _json(capsys, ["fork", str(innocent["run_id"]), "--db", str(db), "--at", "2:tool", "--set", "rain",
-                         "--json"])
+    innocent = cli_json(capsys, ["fork", str(good["run_id"]), "--db", str(db), "--at", "1:token:1",
+                                 "--set", str(5 if first != 5 else 6), "--json"])
+    bad = cli_json(capsys, ["fork", str(innocent["run_id"]), "--db", str(db), "--at", "2:tool", "--set", "rain",
+                            "--json"])
     with Store.open(db, readonly=True) as store:
         assert store.run(innocent["run_id"]).outcome["passed"] is True  # the fork re-ran the recorded check
         assert store.run(bad["run_id"]).outcome["passed"] is False
@@ -243,7 +232,7 @@ def test_triage_names_the_planted_layer_and_bisect_finds_the_planted_site(tmp_pa
     with Store.open(db, readonly=True) as store:
         before = {r.id for r in store.runs()}
 
-    res = _json(capsys, ["triage", str(good), str(bad), "--db", str(db), "--json"])
+    res = cli_json(capsys, ["triage", str(good), str(bad), "--db", str(db), "--json"])
     layers = {r["layer"]: r for r in res["layers"]}
     assert res["culprits"] == ["trace"], res["verdict"]
     assert [d["site"] for d in layers["trace"]["deltas"]] == ["2:tool"]
@@ -259,9 +248,9 @@ def test_triage_names_the_planted_layer_and_bisect_finds_the_planted_site(tmp_pa
         release(self)
 
     monkeypatch.setattr(SharedModel, "release", keep_passes)
-    res = _json(capsys, ["bisect", str(good), str(bad), "--db", str(db), "--json"])
+    res = cli_json(capsys, ["bisect", str(good), str(bad), "--db", str(db), "--json"])
     batched_passes, passes[:] = list(passes), []
-    alone = _json(capsys, ["bisect", str(good), str(bad), "--db", str(db), "--one-at-a-time", "--json"])
+    alone = cli_json(capsys, ["bisect", str(good), str(bad), "--db", str(db), "--one-at-a-time", "--json"])
     for r in (res, alone):
         assert [d["site"] for d in r["minimal"]] == ["2:tool"] and r["layers"] == ["trace"] and r["is_minimal"]
         assert r["replays"] == len(r["tests"]) >= 3
@@ -310,9 +299,9 @@ def test_a_good_run_that_fails_its_check_when_replayed_is_refused_and_nothing_is
         open("out.txt", "w").write("replayed" if os.environ.get("TTTR_REPLAY") else f"ok {day.date()}")
     """))
     db = tmp_path / "f.db"
-    good = _json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--clock", "2026-03-02T10:00:00",
-                          "--check", "grep -q ok out.txt", "--json", "--", *ARGV])["run_id"]
-    bad = _json(capsys, ["fork", str(good), "--db", str(db), "--at", "0:clock", "--set", "+1d", "--json"])["run_id"]
+    good = cli_json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--clock", "2026-03-02T10:00:00",
+                             "--check", "grep -q ok out.txt", "--json", "--", *ARGV])["run_id"]
+    bad = cli_json(capsys, ["fork", str(good), "--db", str(db), "--at", "0:clock", "--set", "+1d", "--json"])["run_id"]
     with Store.open(db, readonly=True) as store:
         runs = len(store.runs())
     for command in ("triage", "bisect"):
