@@ -73,3 +73,34 @@ def dense_copy(model):
                     for layer in model.layers]
     dense.embed, dense.lm_head = ops.dense(model.embed), ops.dense(model.lm_head)
     return dense
+
+
+def greedy_among_others(model, mode: str, target: list[int], compositions, seed: int) -> tuple[set, set]:
+    """`target`'s 6 greedy tokens from one engine in kernel `mode`, generated once per composition
+    (how many random other sequences share the batch, `target`'s place among them, the thread
+    count): the distinct (token id, logits digest) sequences it got, and the distinct batch
+    layouts (rows in the pass, its row) of its first pass, so a test can see they differed."""
+    import random
+
+    from tttr.engine.inference.sampler import SamplingParams
+    from tttr.engine.inference.scheduler import Engine
+    from tttr.engine.inference.sequence import Sequence
+
+    rng = random.Random(seed)
+    results, layouts = set(), set()
+    before = torch.get_num_threads()
+    try:
+        with Engine(model, kernel_mode=mode, max_running=16) as eng:
+            for n_others, at, threads in compositions:
+                torch.set_num_threads(threads)
+                seqs = [Sequence([rng.randrange(100, 40000) for _ in range(rng.randint(2, 20))], SamplingParams(),
+                                 rng.randint(1, 6), stop_token_ids=()) for _ in range(n_others)]
+                me = Sequence(target, SamplingParams(), 6, stop_token_ids=())
+                seqs.insert(at, me)
+                eng.generate(seqs)
+                results.add(tuple((r.token_id, r.digest) for r in me.records))
+                layouts.add((me.records[0].batch_rows, me.records[0].row))
+                assert all(r.kernel_mode == mode for r in me.records)
+    finally:
+        torch.set_num_threads(before)
+    return results, layouts

@@ -1,8 +1,6 @@
 """End to end on the default model: in invariant mode the greedy output and the logits
 digests of a prompt do not depend on the batch it shares, nor on how its prompt is fed."""
 
-import random
-
 import pytest
 
 from tttr.kernels.mode import kernel_mode
@@ -35,24 +33,10 @@ def _target(model):
 
 
 def test_greedy_output_and_digests_identical_across_batch_compositions(model):
-    from tttr.engine.inference.sampler import SamplingParams
-    from tttr.engine.inference.scheduler import Engine
-    from tttr.engine.inference.sequence import Sequence
+    from tests.kernel_helpers import greedy_among_others
 
-    target = _target(model)
-    rng = random.Random(7)
-    results = set()
-    layouts = set()
-    with Engine(model, kernel_mode="invariant", max_running=16) as eng:
-        for n_others, at in ((0, 0), (3, 0), (5, 5), (9, 4), (14, 11)):
-            seqs = [Sequence([rng.randrange(100, 40000) for _ in range(rng.randint(2, 20))], SamplingParams(),
-                             rng.randint(1, 6), stop_token_ids=()) for _ in range(n_others)]
-            me = Sequence(target, SamplingParams(), 6, stop_token_ids=())
-            seqs.insert(at, me)
-            eng.generate(seqs)
-            results.add(tuple((r.token_id, r.digest) for r in me.records))
-            layouts.add((me.records[0].batch_rows, me.records[0].row))
-            assert all(r.kernel_mode == "invariant" for r in me.records)
+    results, layouts = greedy_among_others(model, "invariant", _target(model),
+                                           ((0, 0, 1), (3, 0, 1), (5, 5, 1), (9, 4, 1), (14, 11, 1)), seed=7)
     assert len(layouts) == 5  # the compositions really differed
     assert len(results) == 1
 

@@ -7,7 +7,6 @@ default model deterministic under the mode whatever shares its passes."""
 from __future__ import annotations
 
 import ctypes
-import random
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ import torch
 from tttr.kernels import cq8, cquant, ops
 from tttr.kernels.mode import MODES, Q8, is_invariant, kernel_mode
 from tttr.sessions.cache import build_shared
-from tests.kernel_helpers import assert_rows_invariant, compiled_bodies, random_weight
+from tests.kernel_helpers import assert_rows_invariant, compiled_bodies, greedy_among_others, random_weight
 
 FORMATS = cquant.FORMATS  # Q4_1, Q8_0, Q4_K, Q5_0, Q5_K, Q6_K: one per layout and activation kind at least
 
@@ -166,20 +165,7 @@ def test_default_model_greedy_is_the_same_in_any_batch(model):
 
     tok = model.tokenizer
     target = tok.encode(tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}]))
-    rng = random.Random(3)
-    results, layouts = set(), set()
-    with Engine(model, kernel_mode=Q8, max_running=16) as eng:
-        for n_others, at, threads in ((0, 0, 1), (3, 0, 1), (5, 5, 2), (9, 4, 1)):
-            torch.set_num_threads(threads)
-            seqs = [Sequence([rng.randrange(100, 40000) for _ in range(rng.randint(2, 20))], SamplingParams(),
-                             rng.randint(1, 6), stop_token_ids=()) for _ in range(n_others)]
-            me = Sequence(target, SamplingParams(), 6, stop_token_ids=())
-            seqs.insert(at, me)
-            eng.generate(seqs)
-            results.add(tuple((r.token_id, r.digest) for r in me.records))
-            layouts.add((me.records[0].batch_rows, me.records[0].row))
-            assert all(r.kernel_mode == Q8 for r in me.records)
-    torch.set_num_threads(1)
+    results, layouts = greedy_among_others(model, Q8, target, ((0, 0, 1), (3, 0, 1), (5, 5, 2), (9, 4, 1)), seed=3)
     fp32 = Sequence(target, SamplingParams(), 6, stop_token_ids=())
     with Engine(model, kernel_mode="invariant") as eng:
         eng.generate([fp32])
