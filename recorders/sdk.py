@@ -47,7 +47,8 @@ If the server cannot be reached or refuses a post, the SDK says so on stderr in 
 and the program goes on with the value it computed (the recording lacks that event).
 
 This module imports only the standard library, and the slow parts of it (HTTP, subprocess)
-only when first used: a program pays a few milliseconds to import it.
+only when first used: a program pays a few milliseconds to import it. Its posts go over one
+kept-alive connection per thread.
 """
 
 from __future__ import annotations
@@ -113,25 +114,84 @@ def _base_url() -> str:
 
 def _post(route: str, body: dict) -> dict | None:
     """POST to the recorder; the answer, or None (said on stderr) if it failed."""
-    import urllib.error
-    import urllib.request
+    import http.client
 
     url = _base_url() + route
     data = json.dumps(body, ensure_ascii=False).encode()  # UTF-8: a command's output stays its size
-    req = urllib.request.Request(url, data=data, method="POST", headers={
-        "Content-Type": "application/json", RUN_HEADER: os.environ.get(RUN_ENV) or DEFAULT_RUN})
+    headers = {"Content-Type": "application/json", RUN_HEADER: os.environ.get(RUN_ENV) or DEFAULT_RUN}
     try:
-        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        try:
-            why = json.loads(exc.read())["error"]["message"]
-        except Exception:  # noqa: BLE001 - not an OpenAI error body
-            why = f"HTTP {exc.code}"
-        _warn(f"the recorder at {url} refused the event ({why}); it is not recorded")
-    except (OSError, ValueError) as exc:
+        status, answer = _send(url, data, headers)
+    except (OSError, http.client.HTTPException, ValueError) as exc:
         _warn(f"the recorder at {url} is unreachable ({exc}); the event is not recorded")
-    return None
+        return None
+    try:
+        parsed = json.loads(answer)
+    except ValueError:
+        parsed = None
+    if status >= 400:
+        try:
+            why = parsed["error"]["message"]
+        except Exception:  # noqa: BLE001 - not an OpenAI error body
+            why = f"HTTP {status}"
+        _warn(f"the recorder at {url} refused the event ({why}); it is not recorded")
+        return None
+    if parsed is None:
+        _warn(f"the recorder at {url} answered {answer[:80]!r}, not JSON; the event is not recorded")
+    return parsed
+
+
+# One kept-alive connection to the recorder per thread (and per process: a forked child opens
+# its own). A new connection per post costs a connect, and in the sandbox a relay's start,
+# for each of a program's events.
+_conns = None  # a threading.local, made on the first post
+
+
+def _connection(url: str, fresh: bool):
+    import http.client
+    import threading
+    import urllib.parse
+
+    global _conns
+    if _conns is None:
+        _conns = threading.local()
+    parts = urllib.parse.urlsplit(url)
+    key = (os.getpid(), parts.scheme, parts.netloc)
+    held = getattr(_conns, "held", None)
+    if held is not None and (fresh or held[0] != key):
+        held[1].close()
+        held = None
+    if held is None:
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        held = (key, kind(parts.hostname, parts.port, timeout=HTTP_TIMEOUT))
+        _conns.held = held
+    return held[1], parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+def _send(url: str, data: bytes, headers: dict) -> tuple[int, bytes]:
+    """The post's status and body, on this thread's kept-alive connection. A kept connection
+    that the server closed while it sat idle fails before the server reads anything: the post
+    then goes once more, on a new one."""
+    import http.client
+
+    conn, path = _connection(url, fresh=False)
+    reused = conn.sock is not None
+    try:
+        return _exchange(conn, path, data, headers)
+    except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+        if not reused:
+            raise
+    conn, path = _connection(url, fresh=True)
+    return _exchange(conn, path, data, headers)
+
+
+def _exchange(conn, path: str, data: bytes, headers: dict) -> tuple[int, bytes]:
+    try:
+        conn.request("POST", path, body=data, headers=headers)
+        r = conn.getresponse()
+        return r.status, r.read()
+    except BaseException:
+        conn.close()  # in an unknown state: the next post opens a new one
+        raise
 
 
 def _warn(text: str) -> None:

@@ -225,6 +225,67 @@ def test_an_unreachable_recorder_is_said_once_and_the_program_goes_on(monkeypatc
     assert "tttr sdk: the recorder at" in err and "unreachable" in err
 
 
+def test_posts_share_one_kept_alive_connection_and_a_refusal_is_said(unloaded, monkeypatch, capsys):
+    """A program's posts go over one connection (a connect each, through the sandbox's relay,
+    cost more than the post); a post the server refuses is said in one line, as before."""
+    monkeypatch.setenv(sdk.URL_ENV, unloaded.url)
+    monkeypatch.setenv(sdk.RUN_ENV, "kept")
+    sdk.now()
+    conn = sdk._conns.held[1]
+    sock = conn.sock
+    for _ in range(3):
+        sdk.now()
+    assert sock is not None and conn.sock is sock and sdk._conns.held[1] is conn
+    assert sdk._post(sdk.TOOL_ROUTE, {"function": "f", "result": 1, "error": {"type": "E", "message": "m"}}) is None
+    err = capsys.readouterr().err
+    assert "refused the event" in err and "not both" in err and len(err.strip().splitlines()) == 1, err
+    unloaded.recorder.flush()
+    assert unloaded.recorder.steps("kept") == 4  # the four clock reads, each once
+
+
+def test_a_kept_connection_the_server_closed_is_opened_again_and_the_post_sent_once(monkeypatch):
+    """A server that closes each connection after one answer (as one does with a connection
+    left idle past its keep-alive): the next post fails on the old connection before the
+    server reads it, and goes once over a new one."""
+    import socket
+    import threading
+
+    lsn = socket.socket()
+    lsn.bind(("127.0.0.1", 0))
+    lsn.listen(4)
+    requests: list[bytes] = []
+
+    def serve() -> None:
+        for _ in range(2):
+            conn, _ = lsn.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                size = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                if line.lower().startswith(b"content-length")))
+                while len(body) < size:
+                    body += conn.recv(65536)
+                requests.append(body)
+                answer = json.dumps({"t": f"2026-03-02T10:00:0{len(requests)}+00:00"}).encode()
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(answer), answer))
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    monkeypatch.setenv(sdk.URL_ENV, f"http://127.0.0.1:{lsn.getsockname()[1]}")
+    try:
+        first = sdk.now()
+        second = sdk.now()
+    finally:
+        server.join(timeout=30)
+        lsn.close()
+    local = [datetime.fromisoformat(f"2026-03-02T10:00:0{i}+00:00").astimezone().replace(tzinfo=None) for i in (1, 2)]
+    assert [first, second] == local  # both answered by the server
+    assert requests == [b"{}", b"{}"]  # each post reached the server once
+
+
 # ---------------------------------------------------------------------------- with the model
 @pytest.mark.slow
 def test_model_calls_and_sdk_events_share_one_run(tmp_path, monkeypatch, capsys):
