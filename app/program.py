@@ -35,6 +35,9 @@ from tttr.sessions.errors import TTTRError
 from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, site
 
 CHECK_TIMEOUT_S = 60.0
+# How long the server keeps an idle connection: the SDK keeps one open for all of a program's
+# posts (recorders/sdk.py), and a program may think or wait on the model for a while between two.
+KEEP_ALIVE_S = 300
 READY_TIMEOUT_S = 600.0
 
 
@@ -110,13 +113,15 @@ class _Endpoint:
         import uvicorn
 
         if sock is not None:
-            config = uvicorn.Config(app, uds=sock, log_level="warning", lifespan="off")
+            config = uvicorn.Config(app, uds=sock, log_level="warning", lifespan="off",
+                                    timeout_keep_alive=KEEP_ALIVE_S)
             self.base = f"http://127.0.0.1:{PORT}"
         else:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
-            config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+            config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+                                    timeout_keep_alive=KEEP_ALIVE_S)
             self.base = f"http://127.0.0.1:{port}"
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="tttr-record-serve", daemon=True)
@@ -129,8 +134,13 @@ class _Endpoint:
         if sock is not None:
             os.chmod(sock, 0o666)  # the sandbox's unprivileged uid connects to it
 
-    def stop(self) -> None:
+    def begin_stop(self) -> None:
+        """Ask the server to stop (it notices within its 0.1 s tick) without waiting: called
+        when the program has ended, so that the end tree's snapshot and the check overlap it."""
         self.server.should_exit = True
+
+    def stop(self) -> None:
+        self.begin_stop()
         self.thread.join(timeout=10)
 
 
@@ -219,6 +229,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         say(f"running {program} …")
         watch.start()
         res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
+        endpoint.begin_stop()  # the program and what it started are gone: nothing asks any more
         recorder.flush()
         calls = len(store.events(run_id, kind="prompt"))
         last = store.steps(run_id)  # after the model calls and whatever else the program's SDK recorded

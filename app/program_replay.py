@@ -400,6 +400,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         server.clock = running_clock(clock)  # live reads, after a divergence: as when recording
         say(f"{'forking' if fork is not None else 'replaying'} {program} …")
         res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
+        endpoint.begin_stop()  # the program and what it started are gone: nothing asks any more
         recorder.flush()
         replayer.finish()
         last = store.steps(child)
