@@ -84,7 +84,7 @@ class ForkPlan:
     check: str | None = None  # the recorded --check, run on the end tree
     meta: dict | None = None  # the child run's meta
     mutation: dict | None = None  # the child run's mutation column (default: the one change's)
-    live: object = None  # an experiment's model calls (app/program_triage.py's SharedLive), shared by its tests
+    live: object = None  # an experiment's model (app/program_triage.py's SharedModel): each test binds its own view
     # From the app's worker: progress(done, total, text) after each step, and an Event that,
     # once set, refuses the program's next model calls so that it ends early.
     progress: object = None
