@@ -72,6 +72,9 @@ def pipe(src, dst):
             pass
 
 def serve(conn):
+    # each chunk relayed at once: Nagle's wait for the client's delayed ACK held every second
+    # chunk of an answer (uvicorn writes head and body apart) 40 ms
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         up.connect(path)
