@@ -120,7 +120,7 @@ def _call_settings(source: Source, step: int) -> tuple[dict, dict, int, tuple[st
 
 
 def _sampling(recorded: dict, seed: int):
-    from tttr.engine.inference.sampler import SamplingParams  # lazy: torch, which a faithful replay never loads
+    from tttr.engine.inference.sampling import SamplingParams  # not sampler's: that imports torch (~2 s)
 
     return SamplingParams(temperature=recorded.get("temperature", 1.0), top_p=recorded.get("top_p", 1.0),
                           top_k=recorded.get("top_k", 0), seed=seed)
