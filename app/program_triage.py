@@ -71,12 +71,10 @@ class SharedModel:
     goes to the one engine, where the calls of tests running at once share forward passes."""
 
     def __init__(self, model: str | None, model_id: str | None):
-        from tttr.app.program import own_torch_threads
-
-        own_torch_threads()  # from this lasting thread, before a test's thread (which ends) loads the model
         self.model, self.model_id = model, model_id
         self._lock = threading.Lock()
-        # the load itself; it records nothing (a test's calls are recorded by its own view)
+        # The load, in a thread that lasts until `release` (app/program_live.py); it records
+        # nothing: a test's calls are recorded by its own view.
         self._loader = LiveCalls(model, SimpleNamespace(service=None), model_id)
 
     def bind(self, recorder) -> "_TestCalls":
@@ -84,8 +82,7 @@ class SharedModel:
 
     def start_loading(self) -> None:
         with self._lock:
-            if self._loader._loading is None and self._loader.service is None:
-                self._loader.start_loading()
+            self._loader.start_loading()
 
     def service(self):
         """The loaded Service (loading it, or waiting for its load, if need be); raises what the load raised."""
