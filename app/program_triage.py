@@ -81,13 +81,13 @@ class SharedModel:
         return _TestCalls(self, recorder)
 
     def start_loading(self) -> None:
-        with self._lock:
+        with self._lock:  # one load, whichever tests ask at once
             self._loader.start_loading()
 
     def service(self):
         """The loaded Service (loading it, or waiting for its load, if need be); raises what the load raised."""
-        with self._lock:
-            return self._loader._service()
+        self.start_loading()
+        return self._loader._service()  # waits for the load; not under the lock, which a test's start takes
 
     def release(self) -> None:
         self._loader.close()

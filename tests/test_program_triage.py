@@ -153,7 +153,7 @@ def test_an_experiments_tests_share_one_model_and_record_into_their_own_runs(mon
     from tttr.app import program_live
     from tttr.app.program_triage import SharedModel
 
-    loads = []
+    loads, go = [], threading.Event()
 
     class Service:
         closed = False
@@ -163,6 +163,7 @@ def test_an_experiments_tests_share_one_model_and_record_into_their_own_runs(mon
 
     def load(self):
         loads.append(threading.get_ident())
+        go.wait()
         self._loaded.append(Service())
 
     monkeypatch.setattr(program_live.LiveCalls, "_load", load)
@@ -172,7 +173,14 @@ def test_an_experiments_tests_share_one_model_and_record_into_their_own_runs(mon
     with ThreadPoolExecutor(4) as pool:
         if early:
             list(pool.map(lambda v: v.start_loading(), views))
-        services = list(pool.map(lambda v: v._service(), views))
+        waiting = [pool.submit(v._service) for v in views[:3]]
+        try:
+            starts = pool.submit(views[3].start_loading)  # a test starting while others wait for the load
+            starts.result(timeout=60)  # a deadlock guard: it must not wait for the load
+            assert not any(w.done() for w in waiting)
+        finally:
+            go.set()
+        services = [w.result() for w in waiting] + [views[3]._service()]
     assert len(loads) == 1 and all(s is services[0] for s in services)
     assert [r.service for r in recorders] == services and [v.recorder for v in views] == recorders
     views[0].close()
