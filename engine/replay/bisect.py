@@ -3,8 +3,9 @@ Each test replays GOOD with a subset of the deltas applied and asks the judge wh
 fails; the result is a minimal failure-inducing set — removing any one of its deltas makes
 the failure disappear — with the replays used and each tested subset as a stored run.
 
-`ddmin` is the algorithm alone, over any items and any test; `bisect` runs it on two
-recordings. With `batch`, the independent tests of a round (its parts, then its complements)
+`ddmin` is the algorithm alone, over any items and any test; `run_rounds` drives a bisect's
+tests (the whole set, then ddmin's rounds, batched or not) for any kind of run; `bisect` runs
+it on two recordings of the built-in agent (app/program_triage.py on two recorded programs). With `batch`, the independent tests of a round (its parts, then its complements)
 run side by side, each in its own thread and store connection, so their forward passes share
 the engine's batches and their commands run at once; the whole set's test runs beside the
 first round's. That is sound only because the kernels are batch-invariant: under `fast`
