@@ -287,14 +287,12 @@ class Replayer:
 _script = program_file  # the program's own file, relative to its tree
 
 
-def same_files(store, recorded: str | None, manifest: str, program: str | None) -> bool:
+def same_files(store, recorded: str, manifest: str, program: str | None) -> bool:
     """Whether tree manifests `recorded` and `manifest` hold the same files: paths, kinds,
     modes, sizes and content, without times and without the program's own file `program`."""
     from tttr.recorders.errors import SnapshotError
     from tttr.recorders.snapshot import read_manifest
 
-    if not recorded:
-        return False
     try:
         a, b = read_manifest(recorded, store), read_manifest(manifest, store)
     except SnapshotError:
@@ -417,7 +415,8 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         tools_run = recorder.posted.get("tool", 0)
         same_stdout = res.stdout == recorded_stdout
         same_exit = res.exit_code == rec.final.get("exit_code")
-        same_tree = same_files(store, rec.final.get("snapshot"), end, _script(argv))
+        same_tree = (same_files(store, rec.final["snapshot"], end, _script(argv)) if rec.final.get("snapshot")
+                     else end_digest == rec.final.get("tree_after"))  # a recording without its end manifest
         identical = replayer.divergence is None and same_stdout and same_exit
         logits = replayer.logits_computed
         outcome = {"exit_code": res.exit_code, "calls": replayer.calls, "tree": end_digest, "clock": iso(clock),

@@ -55,7 +55,7 @@ def test_same_files_ignores_times_and_the_program_but_not_content_or_modes(tmp_p
         os.chmod(tree / "a.txt", 0o644)
         (tree / "a.txt").write_text("b\n")
         assert not same_files(store, first, snapshot(tree, store), "prog.py")
-        assert not same_files(store, None, first, "prog.py")  # no recorded end tree: not the same
+        assert not same_files(store, "0" * 64, first, "prog.py")  # a recorded end tree the store lacks: not the same
 
 
 @pytest.mark.slow
