@@ -214,7 +214,7 @@ class ExperimentScreen(Screen):
 
         self._say(f"replaying GOOD run {self.good} with subsets of BAD run {self.bad}'s differences …")
         try:
-            if runtime is None:  # two recorded programs: one test at a time
+            if runtime is None:  # two recorded programs: a round's tests run at once, one engine for their calls
                 from tttr.app.program_triage import bisect as bisect_programs
 
                 res = bisect_programs(str(self.app.db_path), self.good, self.bad, judge=self.judge,
