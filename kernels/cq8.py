@@ -291,7 +291,8 @@ static inline void one_group(int64_t g, int nparts, const int64_t *first, const 
    compiled decode step can call either through one pointer type: from inside an active OpenMP
    region, called by every thread of the team with the same arguments, each thread quantizes
    the rows for itself (the same bits; M * K is small beside the product), the team shares the
-   groups and all return after the last (the loop's barrier); otherwise the call opens a region
+   groups and each thread returns after its share (the caller synchronises before reading out);
+   otherwise the call opens a region
    of `threads` threads. Each group of 16 outputs is one thread's. Returns nonzero on bad sizes
    (2: out of memory). */
 int tttr_q8_linear_parts(int nparts, const int *formats, const uint8_t *const *ws, const int64_t *ns, int64_t K,
@@ -316,8 +317,11 @@ int tttr_q8_linear_parts(int nparts, const int *formats, const uint8_t *const *w
                 if (need[k])
                     for (int64_t r = 0; r < M; r++)
                         quantize_row(k, x + r * K, K, a.q[k] + r * K, a.d[k] + r * nb, a.s[k] + r * nb);
-        /* every thread reaches the loop (and its barrier), a failed one taking no groups */
-        #pragma omp for schedule(static)
+        /* every thread reaches the loop, a failed one taking no groups; each frees its own
+           activations and returns without waiting for the others, as cquant's products do: the
+           caller synchronises before reading out (libgomp's barrier would spin ~300,000 pauses
+           before it sleeps, on a loaded machine milliseconds, four times a layer) */
+        #pragma omp for schedule(static) nowait
         for (int64_t g = 0; g < groups; g++)
             if (!failed) one_group(g, nparts, first, formats, ws, nb, K, &a, M, out, N);
         if (failed) return 2;
