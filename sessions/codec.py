@@ -35,12 +35,14 @@ TOKEN_TAG = 1
 LOGITS_TAG = 2
 TOKEN_KEYS = ("id", "text", "forced", "logprob", "rng")
 LOGITS_KEYS = ("digest", "topk", "batch", "mode")
-MODES = ("fast", "invariant")
+MODES = ("fast", "invariant", "invariant-q8")  # kernels.mode.MODES (sessions imports nothing above it)
 
 _F_FORCED = 1  # token: sampled or forced
 _F_F64 = 2  # logprob(s) need 8 bytes
 _F_RNG = 4  # token: rng stored, not derived
 _F_INVARIANT = 8  # logits: mode
+_F_Q8 = 16  # logits: mode invariant-q8 (alone: a reader that predates it decodes the record as "fast", never as "invariant")
+_MODE_FLAGS = {"fast": 0, "invariant": _F_INVARIANT, "invariant-q8": _F_Q8}
 
 _TOKEN32 = struct.Struct("<BBIf")
 _TOKEN64 = struct.Struct("<BBId")
@@ -194,7 +196,7 @@ def _encode_logits(v: dict) -> bytes | None:
     if len(rows) >= 1 << 16 or not all(type(r) is int and 0 <= r < 1 << 16 for r in rows):
         return None
     wide = not all(_f32_exact(x) for x in flat[1::2])
-    flags = (_F_F64 if wide else 0) | (_F_INVARIANT if mode == "invariant" else 0)
+    flags = (_F_F64 if wide else 0) | _MODE_FLAGS[mode]
     pairs = struct.pack("<" + ("Id" if wide else "If") * len(topk), *flat)
     tail = _U16x2.pack(rows_in_pass, len(rows)) + struct.pack(f"<{len(rows)}H", *rows)
     return _HEAD.pack(LOGITS_TAG, flags, len(raw)) + raw + bytes((len(topk),)) + pairs + tail
@@ -217,5 +219,5 @@ def _decode_logits(b: bytes) -> dict:
         "digest": digest,
         "topk": [[flat[i], flat[i + 1]] for i in range(0, len(flat), 2)],
         "batch": [rows_in_pass, rows],
-        "mode": "invariant" if flags & _F_INVARIANT else "fast",
+        "mode": "invariant-q8" if flags & _F_Q8 else "invariant" if flags & _F_INVARIANT else "fast",
     }

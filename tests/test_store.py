@@ -75,7 +75,7 @@ logits_values = st.fixed_dictionaries({
     "digest": st.binary(max_size=40).map(bytes.hex) | st.text(max_size=6),
     "topk": st.lists(st.tuples(st.integers(0, 2**33), st.floats(width=32, allow_nan=False) | st.floats(allow_nan=False)).map(list), max_size=6),
     "batch": st.tuples(st.integers(0, 70000), st.lists(st.integers(0, 70000), max_size=3)).map(list),
-    "mode": st.sampled_from(["fast", "invariant", "other"]),
+    "mode": st.sampled_from(["fast", "invariant", "invariant-q8", "other"]),
 })
 
 
@@ -94,6 +94,9 @@ def test_token_and_logits_values_are_stored_as_small_records():
     other_seed = codec.encode("token", token(3, 17, seed=5), SEED, 3, 17)
     assert len(other_seed) == len(t) + 24 and codec.decode(other_seed, SEED, 3, 17)["rng"] == [5, 3, 17]
     assert isinstance(codec.encode("logits", logits(2), SEED, 3, 2), bytes)
+    for mode in ("fast", "invariant", "invariant-q8"):  # each kernel mode's records are compact and keep their mode
+        compact = codec.encode("logits", {**logits(2), "mode": mode}, SEED, 3, 2)
+        assert isinstance(compact, bytes) and codec.decode(compact, SEED, 3, 2)["mode"] == mode
     reordered = {"text": " a", "id": 1, "forced": False, "logprob": -1.0, "rng": [SEED, 3, 2]}
     assert isinstance(codec.encode("token", reordered, SEED, 3, 2), str)  # JSON keeps its key order
 
