@@ -36,19 +36,22 @@ def register(sub, bench_sub) -> None:
     p.set_defaults(func=cmd_generate)
 
     b = bench_sub.add_parser(
-        "engine", help="engine decode speed: single stream, 8-way batch, transformers reference",
+        "engine", help="engine decode speed: single stream, 8-way batch, cold start, against transformers and llama.cpp",
         description="On the default model (or --model), side by side in one run: single-stream "
-                    "decode tokens/s, aggregate tokens/s with 8 concurrent sequences, and transformers' "
-                    "generate on the same model and prompt as the reference (when installed).",
+                    "decode tokens/s, aggregate tokens/s with 8 concurrent sequences, the cold start "
+                    "of `tttr generate` (time and peak memory), and as references transformers' generate "
+                    "and llama.cpp (llama-cpp-python) on the same file, prompt ids and threads, each "
+                    "when installed, with greedy agreement against llama.cpp.",
     )
     b.add_argument("--model", default=None, help="a .gguf file (default: the embedded default)")
     b.add_argument("--tokens", type=argtypes.positive, default=100, help="tokens per sequence (default 100)")
-    b.add_argument("--kernels", choices=MODES, default="fast", help="kernel mode (default fast)")
+    b.add_argument("--kernels", choices=MODES, default="invariant",
+                   help="kernel mode (default invariant, as generate, record and serve)")
     b.add_argument("--threads", type=argtypes.threads, default=None,
                    help="threads for every side: torch's intra-op threads, the compiled kernels', the "
                         "cold-start processes' and llama.cpp's (default: torch's default, the core count)")
     b.add_argument("--rounds", type=argtypes.positive, default=3, help="measurement rounds, alternating ours and the reference; the best of each counts (default 3)")
-    b.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
+    b.add_argument("--no-reference", action="store_true", help="skip the transformers reference (llama.cpp still runs when installed)")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=cmd_bench)
 
