@@ -20,7 +20,8 @@ run side by side, each program in a sandbox of its own, and every model call the
 goes to one engine (`SharedModel`), so the calls of programs running at once share its
 forward passes: sound because the kernels are batch-invariant (a test's tokens and logits
 are those it gets alone); under other kernels, or with `batch=False`, one at a time.
-triage's three replays run one at a time.
+triage's (up to three) replays run at once the same way (engine/replay/triage.py's
+`replay_layers`).
 
 Before anything is written: the pair is checked (one program, one start tree, one model,
 deltas between them), BAD fails the judge, and GOOD passes it on a faithful replay made in
@@ -41,15 +42,17 @@ from typing import Callable
 from tttr.app.program_deltas import ProgramPair, differing
 from tttr.app.program_live import LiveCalls
 from tttr.engine.replay.bisect import Bisect, choose_batching, run_rounds
-from tttr.engine.replay.deltas import SEED, Delta, by_layer
+from tttr.engine.replay.deltas import SEED, Delta
 from tttr.engine.replay.result import ReplayError
-from tttr.engine.replay.triage import LayerResult, Triage
+from tttr.engine.replay.triage import LayerResult, Triage, replay_layers
 from tttr.engine.replay.trial import Judge, Trial
-from tttr.sessions.vocabulary import RECORDED_LAYERS, site_order
+from tttr.sessions.vocabulary import site_order
 
 ONE_AT_A_TIME = "tests run one at a time, each program in a sandbox of its own"
 BATCHED = ("independent tests of a round run side by side, each program in a sandbox of its own, their model calls "
            "batched through one engine (sound: the kernels are batch-invariant)")
+TRIAGE_BATCHED = ("the layers' replays ran side by side, each program in a sandbox of its own, their model calls "
+                  "batched through one engine (sound: the kernels are batch-invariant)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,27 +221,25 @@ def apply(db: str, base: int, subset: list[Delta], setup: Setup, *, model: str |
                  {"status": status, "divergence": res.divergence.to_json() if res.divergence else None})
 
 
-def triage(db: str, good: int, bad: int, *, judge: str = "outcome", model: str | None = None,
+def triage(db: str, good: int, bad: int, *, judge: str = "outcome", model: str | None = None, batch: bool = True,
            unsafe_no_sandbox: bool = False, on_layer: Callable[[LayerResult], None] | None = None,
            cancel: threading.Event | None = None, setup: Setup | None = None) -> Triage:
-    """Replay BAD once per layer with GOOD's values of that layer in place. `setup`: the
-    caller's `prepare(db, bad, good, good, judge)`, if it checked the input already."""
+    """Replay BAD once per layer with GOOD's values of that layer in place; the replays side
+    by side with `batch` under invariant kernels. `setup`: the caller's
+    `prepare(db, bad, good, good, judge)`, if it checked the input already."""
     setup = setup or prepare(db, bad, good, good, judge, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
-    out = Triage(good, bad, judge)
-    layers = by_layer(setup.deltas)
+    out = Triage(good, bad, judge, batch_note=ONE_AT_A_TIME)
+    choose_batching(out, {setup.pair.base.run.kernel_mode, setup.pair.other.run.kernel_mode}, batch, TRIAGE_BATCHED)
+    stop = cancel or threading.Event()
     live = SharedModel(model, setup.pair.base.run.model_id)
+
+    def replay(subset: list[Delta]) -> Trial:  # opens its own connections: it may run in any thread
+        return apply(db, bad, subset, setup, model=model, unsafe_no_sandbox=unsafe_no_sandbox, cancel=stop, live=live)
+
     try:
-        for layer in RECORDED_LAYERS:
-            subset = layers[layer]
-            trial = apply(db, bad, subset, setup, model=model, unsafe_no_sandbox=unsafe_no_sandbox,
-                          cancel=cancel, live=live) if subset else None
-            result = LayerResult(layer, subset, trial)
-            out.layers.append(result)
-            if on_layer is not None:
-                on_layer(result)
+        return replay_layers(out, setup.deltas, replay, stop=stop, on_layer=on_layer)
     finally:
         live.release()
-    return out
 
 
 def bisect(db: str, good: int, bad: int, *, judge: str = "outcome", max_replays: int = 50, model: str | None = None,
@@ -267,4 +268,4 @@ def bisect(db: str, good: int, bad: int, *, judge: str = "outcome", max_replays:
         live.release()
 
 
-__all__ = ["BATCHED", "ONE_AT_A_TIME", "SharedModel", "bisect", "prepare", "program_actions", "triage"]
+__all__ = ["BATCHED", "ONE_AT_A_TIME", "TRIAGE_BATCHED", "SharedModel", "bisect", "prepare", "program_actions", "triage"]

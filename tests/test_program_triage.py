@@ -240,12 +240,17 @@ def test_triage_names_the_planted_layer_and_bisect_finds_the_planted_site(tmp_pa
     with Store.open(db, readonly=True) as store:
         before = {r.id for r in store.runs()}
 
-    res = cli_json(capsys, ["triage", str(good), str(bad), "--db", str(db), "--json"])
-    layers = {r["layer"]: r for r in res["layers"]}
-    assert res["culprits"] == ["trace"], res["verdict"]
-    assert [d["site"] for d in layers["trace"]["deltas"]] == ["2:tool"]
-    assert [d["site"] for d in layers["token"]["deltas"]] == ["1:token:1"] and layers["token"]["fixed"] is False
-    assert layers["tensor"]["replay"] is None  # every call served under invariant kernels: nothing differs
+    triaged = cli_json(capsys, ["triage", str(good), str(bad), "--db", str(db), "--json"])
+    triaged_alone = cli_json(capsys, ["triage", str(good), str(bad), "--db", str(db), "--one-at-a-time", "--json"])
+    for res in (triaged, triaged_alone):
+        layers = {r["layer"]: r for r in res["layers"]}
+        assert res["culprits"] == ["trace"], res["verdict"]
+        assert [r["layer"] for r in res["layers"]] == ["tensor", "token", "trace"]
+        assert [d["site"] for d in layers["trace"]["deltas"]] == ["2:tool"]
+        assert [d["site"] for d in layers["token"]["deltas"]] == ["1:token:1"] and layers["token"]["fixed"] is False
+        assert layers["tensor"]["replay"] is None  # every call served under invariant kernels: nothing differs
+    assert triaged["batched"] is True and "side by side" in triaged["batch_note"]
+    assert triaged_alone["batched"] is False and "one at a time" in triaged_alone["batch_note"]
 
     passes = []  # the shared engine's forward passes: (rows, the sequences in it) each
     release = SharedModel.release
@@ -271,7 +276,7 @@ def test_triage_names_the_planted_layer_and_bisect_finds_the_planted_site(tmp_pa
 
     with Store.open(db, readonly=True) as store:  # each tested replay is a stored run, a child of the one replayed
         tested = [r for r in store.runs() if r.id not in before]
-        assert len(tested) == 2 + res["replays"] + alone["replays"]  # triage's two layers, the bisects' tests
+        assert len(tested) == 4 + res["replays"] + alone["replays"]  # the triages' two layers each, the bisects' tests
         assert all(r.status == "complete" and r.parent in (good, bad) for r in tested)
         whole = store.run(res["tests"][0]["run_id"])  # BAD's two deltas on GOOD: its token and its tool result
         assert whole.parent == good and whole.outcome["passed"] is False
@@ -286,6 +291,11 @@ def test_triage_names_the_planted_layer_and_bisect_finds_the_planted_site(tmp_pa
             assert (twin["failed"], twin["passed"]) == (t["failed"], t["passed"])
             assert stored(store, twin["run_id"]) == stored(store, t["run_id"])
         assert any(stored(store, t["run_id"])[1] for t in alone["tests"])  # live calls' logits were stored
+        # Likewise each layer's replay, side by side or one at a time (the token layer's call is live).
+        for a, b in zip(triaged["layers"][1:], triaged_alone["layers"][1:]):
+            assert (a["fixed"], a["replay"]["passed"]) == (b["fixed"], b["replay"]["passed"])
+            assert stored(store, a["replay"]["run_id"]) == stored(store, b["replay"]["run_id"])
+        assert stored(store, triaged["layers"][1]["replay"]["run_id"])[1]  # the token layer's live logits
 
 
 def stored(store, run_id: int) -> tuple[list, list]:

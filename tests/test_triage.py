@@ -5,20 +5,109 @@ The default model fails every date task on its own, so the cause is planted the 
 round: BAD is a recorded run of `today-report` (which never creates today's report), GOOD is
 BAD forked at its first step's clock (+1h, harmless: a second, innocent delta) and then at its
 last step's clock (-1d: the checker runs on the day before, whose report the setup made, so
-GOOD passes). Triage must name the trace layer, and bisect the last step's clock alone."""
+GOOD passes). Triage must name the trace layer, and bisect the last step's clock alone.
+
+First, without a model: the layers' replays side by side (`replay_layers`) against one at a time."""
 
 import json
+import threading
 
 import pytest
 
 from tttr.app.cli import main
 from tttr.engine.replay.agent import AgentLimits
 from tttr.engine.replay.runs import fork, record
+from tttr.engine.replay.bisect import choose_batching
+from tttr.engine.replay.deltas import Delta
 from tttr.engine.replay.runtime import Runtime
+from tttr.engine.replay.triage import BATCHED, ONE_LAYER, Triage, replay_layers
+from tttr.engine.replay.trial import Trial
 from tttr.sessions.store import Store
 
-pytestmark = pytest.mark.slow  # records and forks real runs of the default model
+# ------------------------------------------------------------------------ the layers at once, no model
+FOUND = [Delta("0:token:1", "token", 5, 6), Delta("seed", "token", 1, 2), Delta("1:clock", "trace", "a", "b"),
+         Delta("2:tool", "trace", "x", "y")]  # no tensor delta: that layer is not replayed
 
+
+def _triage(modes: set[str], *, finish_first: str = "trace", cancel_at: str | None = None):
+    """`replay_layers` with a replay that fails unless GOOD's token values are in. Side by side,
+    the replays wait for each other (they must run at once) and the layer `finish_first`
+    finishes before the other. `cancel_at`: `on_layer` raises when that layer is reported, and
+    the other replay runs until it is told to stop. Returns the Triage (None if it raised),
+    the layers in the order `on_layer` heard of them, the replaying threads and the stop event."""
+    out = Triage(2, 1, "outcome")
+    choose_batching(out, modes, True, BATCHED)
+    heard, threads, stop = [], set(), threading.Event()
+    reported = {layer: threading.Event() for layer in ("token", "trace")}
+    both = threading.Barrier(2, timeout=60)  # a deadlock guard, not a time limit
+
+    def replay(subset):
+        layer = subset[0].layer
+        threads.add(threading.get_ident())
+        if out.batched:
+            both.wait()
+            other = "trace" if layer == "token" else "token"
+            if layer != finish_first and cancel_at is None:
+                assert reported[other].wait(60)
+            if cancel_at is not None and layer != cancel_at:
+                assert stop.wait(60)  # runs until the raise stops it
+        fixed = layer == "token" and not stop.is_set()
+        status = "incomplete" if stop.is_set() else "complete"
+        return Trial(10 + len(subset), list(subset), [d.site for d in subset], fixed, [], not fixed, {"status": status})
+
+    def on_layer(r):
+        heard.append(r.layer)
+        if r.layer in reported:
+            reported[r.layer].set()
+        if r.layer == cancel_at:
+            raise KeyboardInterrupt
+
+    try:
+        res = replay_layers(out, FOUND, replay, stop=stop, on_layer=on_layer)
+    except KeyboardInterrupt:
+        res = None
+    return res, heard, threads, stop
+
+
+@pytest.mark.parametrize("finish_first", ["trace", "token"])
+def test_the_layers_replayed_side_by_side_give_the_one_at_a_time_triage_in_the_layers_order(finish_first):
+    batched, heard, threads, _ = _triage({"invariant"}, finish_first=finish_first)
+    alone, heard_alone, threads_alone, _ = _triage({"invariant", "fast"})
+    assert batched.batched and batched.batch_note == BATCHED
+    assert not alone.batched and "fast kernels are not batch-invariant" in alone.batch_note
+    strip = {"batched", "batch_note"}
+    assert {k: v for k, v in batched.to_json().items() if k not in strip} == \
+        {k: v for k, v in alone.to_json().items() if k not in strip}
+    assert [r.layer for r in batched.layers] == ["tensor", "token", "trace"]
+    assert batched.culprits == ["token"] and batched.layers[0].trial is None
+    assert [r.trial.run_id for r in batched.layers[1:]] == [12, 12] and batched.verdict() == alone.verdict()
+    # Heard as each finished: the layer without deltas first; one at a time, in the layers' order.
+    assert heard == ["tensor", finish_first, "token" if finish_first == "trace" else "trace"]
+    assert heard_alone == ["tensor", "token", "trace"]
+    assert len(threads) == 2 and threading.get_ident() not in threads and threads_alone == {threading.get_ident()}
+
+
+def test_a_single_layer_to_replay_is_replayed_alone():
+    out = Triage(2, 1, "outcome")
+    choose_batching(out, {"invariant"}, True, BATCHED)
+    threads = []
+
+    def replay(subset):
+        threads.append(threading.get_ident())
+        return Trial(9, list(subset), [], True, [], False, {"status": "complete"})
+
+    res = replay_layers(out, FOUND[2:], replay, stop=threading.Event())
+    assert not res.batched and res.batch_note == ONE_LAYER and res.culprits == ["trace"]
+    assert threads == [threading.get_ident()]
+
+
+def test_a_stop_while_the_layers_run_side_by_side_reports_the_replay_in_flight_and_raises():
+    res, heard, _, stop = _triage({"invariant"}, cancel_at="trace")
+    assert res is None and stop.is_set()  # the raise went on, once the other replay had stopped
+    assert heard == ["tensor", "trace", "token"]  # the stopped replay (an incomplete run) is still reported
+
+
+# ------------------------------------------------------------------------ end to end, the default model
 TASK = "today-report"
 SEED = 2  # its three steps never create reports/TODAY.txt
 
@@ -45,6 +134,7 @@ def _cli(capsys, *argv):
     return code, out.out, out.err
 
 
+@pytest.mark.slow  # records and forks real runs of the default model
 def test_triage_names_the_trace_layer_and_bisect_the_clock_the_checker_read(pair, capsys):
     db, good, bad, first, last = pair
     code, out, err = _cli(capsys, "triage", str(good), str(bad), "--db", str(db), "--json")
@@ -53,6 +143,7 @@ def test_triage_names_the_trace_layer_and_bisect_the_clock_the_checker_read(pair
     assert t["culprits"] == ["trace"] and t["verdict"].startswith("the trace layer")
     layers = {r["layer"]: r for r in t["layers"]}
     assert layers["token"]["fixed"] is None and layers["tensor"]["fixed"] is None  # no delta: not replayed
+    assert t["batched"] is False and t["batch_note"] == ONE_LAYER  # one replay: nothing to run beside it
     trace = layers["trace"]
     assert [d["site"] for d in trace["deltas"]] == [f"{first}:clock", f"{last}:clock"]
     assert trace["replay"]["passed"] is True and set(trace["replay"]["applied"]) == {f"{first}:clock", f"{last}:clock"}
@@ -75,6 +166,7 @@ def test_triage_names_the_trace_layer_and_bisect_the_clock_the_checker_read(pair
     assert "round 1" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv,message", [
     (lambda g, b: ["triage", str(b), str(g)], "fails its own check on a faithful replay"),
     (lambda g, b: ["bisect", str(g), str(b), "--judge", "actions"], "took the same actions as GOOD"),

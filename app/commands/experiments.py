@@ -18,9 +18,13 @@ def register(sub, bench_sub) -> None:
                     "values taken from GOOD — tensor: its kernel mode; token: its seed and tokens where "
                     "the context matches; trace: its clock readings and tool results where the request "
                     "matches — and reports per layer whether the failure disappears, the verdict, and the "
-                    "replays (stored runs).",
+                    "replays (stored runs). The layers' replays run side by side, batched through the engine, "
+                    "under invariant kernels (each gets the tokens and logits it gets alone), one at a time under "
+                    "fast ones; for recorded programs each replay is a program in a sandbox of its own.",
     )
     _pair_args(p)
+    p.add_argument("--one-at-a-time", action="store_true",
+                   help="replay the layers one after another instead of side by side")
     p.set_defaults(func=cmd_triage)
 
     p = sub.add_parser(
@@ -146,7 +150,7 @@ def cmd_triage(args) -> int:
     _err(args, f"triage: replaying run {args.bad} with each layer taken from run {args.good} …")
     store = _open_store(args.db, create=False)
     try:
-        res = triage(store, args.good, args.bad, judge=args.judge, runtime=runtime,
+        res = triage(store, args.good, args.bad, judge=args.judge, runtime=runtime, batch=not args.one_at_a_time,
                      unsafe_no_sandbox=args.unsafe_no_sandbox, on_layer=on_layer)
     finally:
         store.close()
@@ -161,14 +165,14 @@ def _on_layer(args):
 
 
 def _triage_programs(args):
-    """Triage of two recorded programs: app/program_triage.py (tests one at a time)."""
+    """Triage of two recorded programs: app/program_triage.py."""
     from tttr.app.program_triage import prepare, triage
 
     setup = prepare(args.db, args.bad, args.good, args.good, args.judge, model=args.model,
                     unsafe_no_sandbox=args.unsafe_no_sandbox)  # refused input: one line, nothing written
-    _err(args, f"triage: replaying program run {args.bad} with each layer taken from run {args.good} "
-               "(one replay at a time) …")
-    return triage(args.db, args.good, args.bad, judge=args.judge, model=args.model,
+    _err(args, f"triage: replaying program run {args.bad} with each layer taken from run {args.good}"
+               + (", one replay at a time …" if args.one_at_a_time else " …"))
+    return triage(args.db, args.good, args.bad, judge=args.judge, model=args.model, batch=not args.one_at_a_time,
                   unsafe_no_sandbox=args.unsafe_no_sandbox, on_layer=_on_layer(args), setup=setup)
 
 
@@ -187,7 +191,8 @@ def _print_triage(args, res) -> int:
     _say(f"verdict: {res.verdict()}")
     runs = [str(r.trial.run_id) for r in res.layers if r.trial is not None]
     if runs:
-        _say(f"replays: runs {', '.join(runs)} (tttr diff {args.bad} RUN --db {args.db}; tttr open {args.db})")
+        _say(f"replays: runs {', '.join(runs)} ({res.batch_note}); tttr diff {args.bad} RUN --db {args.db} "
+             f"compares one, tttr open {args.db} shows them")
     return 0
 
 

@@ -169,7 +169,11 @@ class ExperimentScreen(Screen):
 
     def _triage(self, store, runtime, cancel):
         from tttr.engine.replay.triage import triage
+        from tttr.sessions.vocabulary import RECORDED_LAYERS
 
+        # The replays may run side by side and finish in any order: the progress lines come as
+        # they finish, each naming its layer; the table lists them in the layers' order.
+        rows: dict[str, Tested] = {}
         tested: list[Tested] = []
 
         def on_layer(r) -> None:
@@ -179,10 +183,13 @@ class ExperimentScreen(Screen):
                 fixed = "the failure disappears" if r.fixed else "still fails"
                 self._say(f"{r.layer}: {len(r.deltas)} delta(s) from GOOD → run {r.trial.run_id} "
                           f"({_outcome(r.trial)}): {fixed}")
-                tested.append(Tested(r.trial.run_id, self.bad, f"GOOD's {r.layer}: {_sites(r.deltas)}",
-                                     _outcome(r.trial), "fixed" if r.fixed else "still fails"))
-            if cancel.is_set():  # the replay in flight stopped at its next step; no other layer starts
-                raise _Cancelled(["cancelled: the layers not replayed are unknown"], tested)
+                rows[r.layer] = Tested(r.trial.run_id, self.bad, f"GOOD's {r.layer}: {_sites(r.deltas)}",
+                                       _outcome(r.trial), "fixed" if r.fixed else "still fails")
+                tested[:] = [rows[layer] for layer in RECORDED_LAYERS if layer in rows]
+            if cancel.is_set():
+                # The replays in flight stop at their next step (each still reported here, into
+                # `tested`); no other layer starts.
+                raise _Cancelled(["cancelled: a layer whose replay did not finish is unknown"], tested)
 
         self._say(f"replaying BAD run {self.bad} with each layer taken from GOOD run {self.good} …")
         if runtime is None:  # two recorded programs
@@ -190,10 +197,10 @@ class ExperimentScreen(Screen):
 
             res = triage_programs(str(self.app.db_path), self.good, self.bad, judge=self.judge, model=self.app.model,
                                   on_layer=on_layer, unsafe_no_sandbox=self.app.unsafe_no_sandbox, cancel=cancel)
-            return [f"verdict: {res.verdict()}"], tested
-        res = triage(store, self.good, self.bad, judge=self.judge, runtime=runtime, on_layer=on_layer,
-                     unsafe_no_sandbox=self.app.unsafe_no_sandbox, cancel=cancel)
-        return [f"verdict: {res.verdict()}"], tested
+        else:
+            res = triage(store, self.good, self.bad, judge=self.judge, runtime=runtime, on_layer=on_layer,
+                         unsafe_no_sandbox=self.app.unsafe_no_sandbox, cancel=cancel)
+        return [f"verdict: {res.verdict()}", f"replays: {len(tested)} ({res.batch_note})"], tested
 
     def _bisect(self, store, runtime, cancel):
         from tttr.engine.replay.bisect import bisect

@@ -4,11 +4,13 @@ fails; the result is a minimal failure-inducing set — removing any one of its 
 the failure disappear — with the replays used and each tested subset as a stored run.
 
 `ddmin` is the algorithm alone, over any items and any test; `run_rounds` drives a bisect's
-tests (the whole set, then ddmin's rounds, batched or not) for any kind of run; `bisect` runs
-it on two recordings of the built-in agent (app/program_triage.py on two recorded programs). With `batch`, the independent tests of a round (its parts, then its complements)
-run side by side, each in its own thread and store connection, so their forward passes share
-the engine's batches and their commands run at once; the whole set's test runs beside the
-first round's. That is sound only because the kernels are batch-invariant: under `fast`
+tests (the whole set, then ddmin's rounds, batched or not) for any kind of run, `at_once`
+running a batch side by side (triage's layer replays too); `bisect` runs it on two
+recordings of the built-in agent (app/program_triage.py on two recorded programs). With
+`batch`, the independent tests of a round (its parts, then its complements) run side by
+side, each in its own thread and store connection, so their forward passes share the
+engine's batches and their commands run at once; the whole set's test runs beside the first
+round's. That is sound only because the kernels are batch-invariant: under `fast`
 kernels the tests run one at a time. Batching may test a part that one-at-a-time ddmin would
 have skipped (it stops at the first failing part), or a part of a whole set that turns out
 not to fail (then the bisect is refused as before, its replays stored).
@@ -23,8 +25,9 @@ without it batching could not save the time a test spends there).
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Generic, Sequence, TypeVar
 
 from tttr.engine.replay.deltas import Delta, Pair, differing
@@ -33,6 +36,7 @@ from tttr.engine.replay.trial import Judge, Trial, apply, check_ends, recorded_a
 from tttr.kernels.mode import is_invariant
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Budget(Exception):
@@ -185,9 +189,10 @@ def bisect(store, good: int, bad: int, *, judge: str = "outcome", max_replays: i
                           on_trial=on_trial)
 
 
-def choose_batching(out: Bisect, modes: set[str], batch: bool, batched_note: str) -> None:
-    """Batch a round's tests (`out.batched`, with `batched_note`) only if asked and every
-    kernel mode in play is batch-invariant; `out.batch_note` says why not otherwise."""
+def choose_batching(out, modes: set[str], batch: bool, batched_note: str) -> None:
+    """Batch an experiment's tests (`out.batched`, with `batched_note`; `out` a Bisect or a
+    Triage) only if asked and every kernel mode in play is batch-invariant; `out.batch_note`
+    says why not otherwise."""
     variant = sorted(m for m in modes if not is_invariant(m))
     if batch and variant:
         out.batch_note = (f"tests run one at a time: {' and '.join(variant)} kernels are not batch-invariant, "
@@ -219,17 +224,16 @@ def run_rounds(out: Bisect, test: Callable[[list[Delta]], Trial], *, max_replays
         return done(test(subset))
 
     def fails_many(subsets: list[list[Delta]]) -> list[bool]:
-        pool = ThreadPoolExecutor(max_workers=len(subsets))
-        futures = [pool.submit(aside, s) for s in subsets]
+        trials: list[Trial | None] = [None] * len(subsets)
+
+        def keep(i: int, trial: Trial) -> None:
+            trials[i] = trial
+
         try:
-            trials = [f.result() for f in futures]
-        except KeyboardInterrupt:
-            stop.set()  # the batch's runs in flight end as incomplete runs; ddmin keeps its best set
-            pool.shutdown(wait=True)
-            out.trials.extend(f.result() for f in futures if not f.cancelled() and f.exception() is None)
+            at_once([partial(aside, s) for s in subsets], stop=stop, on_done=keep)
+        except KeyboardInterrupt:  # the batch's runs in flight ended as incomplete runs; ddmin keeps its best set
+            out.trials.extend(t for t in trials if t is not None)
             raise
-        finally:
-            pool.shutdown(wait=True)
         return [done(t) for t in trials]
 
     # Batched, the whole set is tested beside the first round's parts (which do not depend
@@ -264,3 +268,36 @@ def _after_first(on_round: Callable | None, shown: bool) -> Callable | None:
     if on_round is None or not shown:
         return on_round
     return lambda rnd, *rest: None if rnd == 1 else on_round(rnd, *rest)
+
+
+def at_once(jobs: Sequence[Callable[[], R]], *, stop: threading.Event,
+            on_done: Callable[[int, R], None] | None = None) -> list[R]:
+    """Run `jobs` side by side, each in a thread of its own, and return their results in the
+    jobs' order; `on_done(i, result)` runs in this thread as job i finishes (in the order they
+    finish). If a job raises, `on_done` raises (a caller's way to stop), or Ctrl-C comes while
+    waiting, `stop` is set, so that the jobs in flight end early (as incomplete runs, stored);
+    they are still waited for and each is still passed to `on_done`, then the first raise goes on."""
+    results: list = [None] * len(jobs)
+    first: BaseException | None = None
+    with ThreadPoolExecutor(max_workers=max(len(jobs), 1)) as pool:
+        index = {pool.submit(job): i for i, job in enumerate(jobs)}
+        pending = set(index)
+        while pending:
+            try:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            except KeyboardInterrupt as exc:
+                first = first or exc
+                stop.set()
+                continue
+            for future in sorted(finished, key=index.__getitem__):
+                i = index[future]
+                try:
+                    results[i] = future.result()
+                    if on_done is not None:
+                        on_done(i, results[i])
+                except BaseException as exc:  # noqa: BLE001 - raised again once every job has ended
+                    first = first or exc
+                    stop.set()
+    if first is not None:
+        raise first
+    return results

@@ -8,17 +8,29 @@ the failure disappears.
 
 A layer with no delta is not replayed (it cannot be the cause on its own). The verdict
 names the layer(s) whose values alone fix BAD, or says the difference needs more than one.
+
+The (up to three) replays are independent, so with `batch` they run side by side, each in a
+thread and store connection of its own, their forward passes sharing the engine's batches
+(bisect.py's `at_once`, as a bisect round's tests do). Sound only because the kernels are
+batch-invariant (a replay gets the tokens and logits it gets alone): under `fast` kernels in
+play they run one at a time. Either way the result lists the layers in RECORDED_LAYERS order.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
+from tttr.engine.replay.bisect import at_once, choose_batching
 from tttr.engine.replay.deltas import Delta, Pair, by_layer, differing
 from tttr.engine.replay.trial import Judge, Trial, apply, check_ends, recorded_actions
 from tttr.sessions.vocabulary import RECORDED_LAYERS
+
+ONE_AT_A_TIME = "replays run one at a time"
+BATCHED = "the layers' replays ran side by side, batched through the engine (sound: the kernels are batch-invariant)"
+ONE_LAYER = "one layer to replay: nothing to batch"
 
 
 @dataclass(slots=True)
@@ -41,7 +53,9 @@ class Triage:
     good: int
     bad: int
     judge: str
-    layers: list[LayerResult] = field(default_factory=list)
+    layers: list[LayerResult] = field(default_factory=list)  # in RECORDED_LAYERS order
+    batched: bool = False
+    batch_note: str = ONE_AT_A_TIME
 
     @property
     def culprits(self) -> list[str]:
@@ -57,7 +71,8 @@ class Triage:
 
     def to_json(self) -> dict:
         return {"good": self.good, "bad": self.bad, "judge": self.judge, "culprits": self.culprits,
-                "verdict": self.verdict(), "layers": [r.to_json() for r in self.layers]}
+                "verdict": self.verdict(), "layers": [r.to_json() for r in self.layers],
+                "batched": self.batched, "batch_note": self.batch_note}
 
 
 def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbox: bool = False
@@ -71,19 +86,61 @@ def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbo
     return pair, the_judge, found
 
 
-def triage(store, good: int, bad: int, *, judge: str = "outcome", runtime, unsafe_no_sandbox: bool = False,
-           on_layer: Callable[[LayerResult], None] | None = None,
+def triage(store, good: int, bad: int, *, judge: str = "outcome", runtime, batch: bool = True,
+           unsafe_no_sandbox: bool = False, on_layer: Callable[[LayerResult], None] | None = None,
            cancel: threading.Event | None = None) -> Triage:
     pair, the_judge, found = prepare(store, good, bad, judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
     out = Triage(good, bad, judge)
-    layers = by_layer(found)
+    choose_batching(out, {pair.base.run.kernel_mode, pair.other.run.kernel_mode}, batch, BATCHED)
+    stop = cancel or threading.Event()
+
+    def replay(subset: list[Delta]) -> Trial:
+        return apply(store, pair, subset, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox,
+                     cancel=stop)
+
+    def replay_aside(subset: list[Delta]) -> Trial:
+        from tttr.sessions.store import Store
+
+        with Store.open(store.path, create=False) as own:  # a connection (and a Pair: apply adds to it) per thread
+            return apply(own, Pair.load(own, bad, good), subset, the_judge, runtime=runtime,
+                         unsafe_no_sandbox=unsafe_no_sandbox, cancel=stop)
+
     with runtime.reusing_prefixes():  # the replays of BAD share their live steps' prefixes
-        for layer in RECORDED_LAYERS:
-            subset = layers[layer]
-            trial = apply(store, pair, subset, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox,
-                          cancel=cancel) if subset else None
-            result = LayerResult(layer, subset, trial)
-            out.layers.append(result)
+        return replay_layers(out, found, replay, replay_aside=replay_aside, stop=stop, on_layer=on_layer)
+
+
+def replay_layers(out: Triage, found: list[Delta], replay: Callable[[list[Delta]], Trial], *,
+                  stop: threading.Event, replay_aside: Callable[[list[Delta]], Trial] | None = None,
+                  on_layer: Callable[[LayerResult], None] | None = None) -> Triage:
+    """A triage's replays, for any kind of run (the built-in agent's here, a recorded
+    program's in app/program_triage.py): `replay(subset)` once per layer with deltas in
+    `found`, in this thread; with `out.batched` and two layers or more, all at once, each
+    `replay_aside(subset)` (default `replay`) in a thread of its own. `on_layer` hears of each
+    layer as it is done: one at a time in RECORDED_LAYERS order; batched, the layers without
+    deltas first, then each replay as it finishes. `out.layers` keeps RECORDED_LAYERS order.
+    Ctrl-C, or `on_layer` raising, sets `stop`: the replays in flight end as incomplete runs
+    (stored, each still passed to `on_layer`), then the raise goes on."""
+    layers = by_layer(found)
+    results = {layer: LayerResult(layer, layers[layer], None) for layer in RECORDED_LAYERS}
+    todo = [r for r in results.values() if r.deltas]
+    if out.batched and len(todo) < 2:
+        out.batched, out.batch_note = False, ONE_LAYER
+    if out.batched:
+        for r in results.values():
+            if not r.deltas and on_layer is not None:
+                on_layer(r)
+
+        def done(i: int, trial: Trial) -> None:
+            todo[i].trial = trial
             if on_layer is not None:
-                on_layer(result)
+                on_layer(todo[i])
+
+        at_once([partial(replay_aside or replay, r.deltas) for r in todo], stop=stop, on_done=done)
+    else:
+        for r in results.values():
+            if r.deltas:
+                r.trial = replay(r.deltas)
+            if on_layer is not None:
+                on_layer(r)
+    out.layers = list(results.values())
     return out
