@@ -25,8 +25,25 @@ from tttr.app.commands import args as argtypes
 from tttr.sessions.errors import TTTRError
 from tttr.sessions.safe_text import visible
 
-# Order here is the order in `tttr --help`.
-COMMAND_MODULES = ("store", "files", "generate", "kernels", "sandbox", "agent", "experiments", "suite", "serve", "ui")
+# The command modules and the top-level commands each adds; order here is the order in
+# `tttr --help`. `tttr COMMAND ...` imports and registers only COMMAND's module (its --help,
+# errors and defaults are the same: a module registers its commands whatever else is there);
+# `tttr`, `tttr --help` and `tttr bench ...` register them all. tests/test_import_hygiene.py
+# checks this table against what each module registers.
+COMMANDS = {
+    "store": ("info", "runs", "events", "prompt", "rename", "delete", "gc"),
+    "files": ("files",),
+    "generate": ("generate",),
+    "kernels": (),
+    "sandbox": ("sandbox", "tasks", "task"),
+    "agent": ("record", "replay", "fork", "diff"),
+    "experiments": ("triage", "bisect"),
+    "suite": ("suite", "stats"),
+    "serve": ("serve",),
+    "ui": ("open", "demo"),
+}
+COMMAND_MODULES = tuple(COMMANDS)
+OWNER = {command: module for module, commands in COMMANDS.items() for command in commands}
 
 DESCRIPTION = """\
 TTTR (Tensor-Token-Trace Replay) records every value an agent run could not have
@@ -34,7 +51,9 @@ predicted, at the tensor, token and trace layers; replays it to the same decisio
 frees one layer to find the culprit; and forks a run at one edited value."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; given a top-level `command`, only the parsers of the
+    module that owns it (what `tttr COMMAND ...` parses with)."""
     parser = argparse.ArgumentParser(
         prog="tttr",
         description=DESCRIPTION,
@@ -49,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
     bench.set_defaults(func=lambda args: _missing(bench))
-    for name in COMMAND_MODULES:
+    for name in (OWNER[command],) if command is not None else COMMAND_MODULES:
         importlib.import_module(f"tttr.app.commands.{name}").register(sub, bench_sub)
     return parser
 
@@ -83,8 +102,10 @@ def _glue_dash_values(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(_glue_dash_values(sys.argv[1:] if argv is None else list(argv)))
+    argv = _glue_dash_values(sys.argv[1:] if argv is None else list(argv))
+    # the first word is the command: `tttr` takes no option before it
+    parser = build_parser(argv[0]) if argv and argv[0] in OWNER else build_parser()
+    args = parser.parse_args(argv)
     argtypes.resolve_database(parser, args)
     func = getattr(args, "func", None)
     if func is None:

@@ -18,21 +18,23 @@ import threading
 import time
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
-from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tttr.engine.serve import responses as shape
-from tttr.engine.serve import proxy
 from tttr.engine.serve.errors import APIError
 from tttr.engine.serve.requests import parse_chat, parse_completion
 from tttr.engine.serve.sdk_events import parse_clock, parse_tool
 from tttr.engine.serve.service import Call, Cancelled, Service
+
+if TYPE_CHECKING:
+    from tttr.engine.serve import proxy
 
 MAX_BODY = 16 << 20  # bytes; a larger body is refused with 413
 RUN_HEADER = "x-tttr-run"
@@ -57,6 +59,14 @@ async def _body(request: Request) -> object:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise APIError(f"the request body is not valid JSON ({exc}); send a JSON object", code="invalid_json") from None
+
+
+def _events(stream) -> Response:
+    """A stream of server-sent events. sse-starlette is imported here, by the first streamed
+    answer: a `tttr replay` of a program that never streams does not pay for it."""
+    from sse_starlette.sse import EventSourceResponse
+
+    return EventSourceResponse(stream, ping=15, send_timeout=30)
 
 
 def _run_name(request: Request) -> str | None:
@@ -265,12 +275,13 @@ class Server:
             return _error(exc)
         if body.get("stream") is True:
             usage = isinstance(body.get("stream_options"), dict) and body["stream_options"].get("include_usage") is True
-            return EventSourceResponse(_replayed_stream(answer, endpoint, usage), ping=15, send_timeout=30)
+            return _events(_replayed_stream(answer, endpoint, usage))
         return JSONResponse(answer)
 
     # -- proxy mode ------------------------------------------------------------------------
     async def _proxy(self, request: Request, endpoint: str):
         """Forward the call upstream; record it (token layer only) once answered."""
+        from tttr.engine.serve import proxy  # loaded already where there is an upstream; its HTTP client is not cheap
         try:
             name = _run_name(request)
             plan = self.upstream.plan(endpoint, await _body(request))
@@ -282,7 +293,7 @@ class Server:
             return _error(exc)
         call = proxy.ProxiedCall(plan, name, self.upstream)
         if plan.stream:
-            return EventSourceResponse(self._relay(call, response), ping=15, send_timeout=30)
+            return _events(self._relay(call, response))
         call.add_response(answer)
         if self.recorder is not None:
             self.recorder.record_proxied(call)
@@ -291,6 +302,8 @@ class Server:
     async def _relay(self, call: proxy.ProxiedCall, response):
         """The upstream's chunks, passed on as they come; recorded when the stream ends
         (cut off: finish_reason "cancelled")."""
+        from tttr.engine.serve import proxy
+
         done = False
         chunks = self.upstream.chunks(response)
         try:
@@ -336,8 +349,7 @@ class Server:
         if self.recorder is not None:
             self.recorder.record(call, name=name, response_id=response_id)
         if req.stream:
-            return EventSourceResponse(self._stream(call, tokens, response_id, endpoint), ping=15,
-                                       send_timeout=30)
+            return _events(self._stream(call, tokens, response_id, endpoint))
         try:
             finished = await self._wait(request, call)
         finally:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbox_helpers import needs_sandbox
+
 ROOT = Path(__file__).resolve().parent.parent
 DOMAIN = ("engine", "kernels", "recorders", "sessions")
 
@@ -108,3 +110,128 @@ def test_the_layers_are_spelled_once():
     offenders = [str(path.relative_to(ROOT)) for folder in PACKAGES for path in (ROOT / folder).rglob("*.py")
                  if spelled.search(path.read_text()) and path != ROOT / "sessions" / "vocabulary.py"]
     assert not offenders, f"the layers spelled again in {offenders}"
+
+
+# ------------------------------------------------------------------ what `tttr` pays before it works
+def _registered(module: str) -> tuple[list[str], list[str]]:
+    """The top-level commands and `tttr bench` entries `tttr.app.commands.MODULE` adds."""
+    import argparse
+    import importlib
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    bench_sub = argparse.ArgumentParser().add_subparsers()
+    importlib.import_module(f"tttr.app.commands.{module}").register(sub, bench_sub)
+    return list(sub.choices), list(bench_sub.choices)
+
+
+def test_the_command_table_names_what_each_module_registers():
+    """`tttr COMMAND` builds only the parsers of the module cli.COMMANDS says owns COMMAND."""
+    from tttr.app.cli import COMMANDS
+
+    for module, commands in COMMANDS.items():
+        assert tuple(_registered(module)[0]) == commands, f"cli.COMMANDS[{module!r}] is not what it registers"
+
+
+def _parsers(parser, path=()):
+    """Every parser under `parser`, by its command path."""
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _parsers(child, (*path, name))
+
+
+def _shown(defaults: dict) -> dict:
+    """Defaults comparable across two builds: a handler by its name (a lambda is made anew by each)."""
+    return {k: f"{v.__module__}.{v.__qualname__}" if callable(v) else v for k, v in defaults.items()}
+
+
+def test_a_command_parses_alone_as_among_all():
+    """The parser `tttr COMMAND ...` uses (its module's alone) has the same help, usage and
+    defaults as that command's parser among all of them."""
+    from tttr.app.cli import OWNER, build_parser
+
+    full = dict(_parsers(build_parser()))
+    for command in OWNER:
+        alone = {path: p for path, p in _parsers(build_parser(command)) if path[:1] == (command,)}
+        assert alone, command
+        for path, parser in alone.items():
+            assert parser.format_help() == full[path].format_help(), " ".join(path)
+            assert _shown(parser._defaults) == _shown(full[path]._defaults), " ".join(path)
+
+
+# Parsing is the standard library and the command modules: nothing of the domain, no
+# third-party package. These are what cost start-up most (each measured at 0.05-0.3 s).
+HEAVY = ("torch", "numpy", "textual", "rich", "starlette", "sse_starlette", "uvicorn", "httpx", "httpx2", "openai",
+         "tokenizers", "rapidfuzz", "tttr.app.server", "tttr.engine.replay.runs", "tttr.sessions.store",
+         "tttr.recorders.treestate")
+
+
+def test_parsing_any_command_loads_only_the_standard_library_and_the_commands():
+    code = (
+        "import contextlib, io, sys\n"
+        "start = set(sys.modules)\n"
+        "from tttr.app import cli\n"
+        "def run(argv):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+        "        try:\n"
+        "            cli.main(argv)\n"
+        "        except SystemExit:\n"
+        "            pass\n"
+        "run(['--help'])\n"
+        "for command in cli.OWNER:\n"
+        "    run([command, '--help'])\n"
+        "    run([command, '--no-such-option'])\n"  # a usage error, found by parsing: nothing runs
+        "bench = dict(cli.build_parser()._subparsers._group_actions[0].choices)['bench']\n"
+        "for name in bench._subparsers._group_actions[0].choices:\n"
+        "    run(['bench', name, '--help'])\n"
+        "new = set(sys.modules) - start\n"
+        "third = sorted({m.split('.')[0] for m in new} - set(sys.stdlib_module_names) - {'tttr'})\n"
+        "light = ('tttr.app', 'tttr.app.cli', 'tttr.kernels', 'tttr.kernels.mode', 'tttr.sessions')\n"
+        "domain = sorted(m for m in new if m.startswith('tttr.') and m not in light\n"
+        "                and not m.startswith(('tttr.app.commands', 'tttr.sessions.')) or m == 'tttr.sessions.store')\n"
+        f"print(third, domain, sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[] [] []", f"parsing loaded (third-party, tttr, heavy): {out.stdout}"
+
+
+def test_a_program_replay_needs_neither_the_agent_replay_nor_the_event_stream():
+    """What `tttr replay` of a program imports (its command module, the server that answers
+    from the recording) leaves out the agent's replay and sse-starlette (a stream's, loaded
+    by the first streamed answer)."""
+    modules = (*REPLAY_ONLY, "tttr.app.commands.agent", "tttr.app.commands.experiments")
+    code = (f"import importlib, sys\nfor name in {modules!r}: importlib.import_module(name)\n"
+            "print(sorted(m for m in ('tttr.engine.replay.runs', 'sse_starlette', 'httpx2', 'httpx') "
+            "if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_replaying_a_recorded_program_loads_neither(tmp_path, capsys):
+    """`tttr replay RUN` of a program that never streams, end to end: the agent's replay and
+    sse-starlette stay unloaded (and torch: no call is generated)."""
+    from tests.program_helpers import program_tree, record_program
+
+    program = ("from openai import OpenAI\n"
+               "client = OpenAI()\n"
+               "r = client.chat.completions.create(model=client.models.list().data[0].id, max_tokens=2, seed=1,\n"
+               "                                   messages=[{'role': 'user', 'content': 'Hi'}])\n"
+               "print(r.choices[0].message.content)\n")
+    db = tmp_path / "s.db"
+    rec = record_program(capsys, db, program_tree(tmp_path, "tree", program))
+    assert rec["exit_code"] == 0 and rec["calls"] == 1, rec["stderr"]
+    code = ("import sys\nfrom tttr.app.cli import main\n"
+            f"code = main(['replay', '{rec['run_id']}', '--db', {str(db)!r}, '--json'])\n"
+            "print(code, sorted(m for m in ('tttr.engine.replay.runs', 'sse_starlette', 'torch') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert '"identical": true' in lines[-2], lines[-2]
+    assert lines[-1] == "0 []", lines[-1]

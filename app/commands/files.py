@@ -12,8 +12,6 @@ from datetime import datetime, timezone
 
 from tttr.app.commands import args as argtypes
 from tttr.sessions.vocabulary import SETUP, SETUP_STEP
-from tttr.recorders.treestate import (RunTrees, TreeStateError, change_text, diff_trees, file_text, mode_text,
-                                      text_diff)  # the standard library only beneath: `tttr --help` stays fast
 
 def _step(text: str) -> int:
     """An agent step, or the setup step as `setup` (or -1)."""
@@ -50,6 +48,8 @@ def register(sub, bench_sub) -> None:
 
 def files(args: argparse.Namespace) -> int:
     from tttr.app.commands.store import _open
+    from tttr.recorders.treestate import RunTrees, diff_trees  # imported when the command runs: parsing stays fast
+
     with _open(args.db) as store:
         trees = RunTrees(store, args.run)
         if args.diff is None and args.against is None:
@@ -81,6 +81,8 @@ def _time(ns) -> str:
 
 
 def _entry_json(entry) -> dict:
+    from tttr.recorders.treestate import mode_text
+
     return {"path": entry.path, "kind": entry.kind, "mode": mode_text(entry), "size": entry.size,
             "mtime": _time(entry.mtime_ns), "ref": entry.ref}
 
@@ -90,11 +92,14 @@ def _where(tree) -> dict:
 
 
 def _refuse_missing(tree, wanted: str) -> None:
+    from tttr.recorders.treestate import TreeStateError
+
     raise TreeStateError(f"no file or directory {wanted!r} in run {tree.run} after step {tree.step}")
 
 
 def _show_tree(store, tree, args) -> None:
     from tttr.app.commands.store import _console, safe_json, shown
+    from tttr.recorders.treestate import TreeStateError, file_text, mode_text
     from tttr.sessions.safe_text import visible
 
     if tree.note is not None:
@@ -133,6 +138,8 @@ MARK = {"added": "+", "removed": "-", "changed": "~"}
 
 def _show_diff(store, diff, args) -> None:
     from tttr.app.commands.store import _console, safe_json, shown
+    from tttr.recorders.treestate import TreeStateError, change_text, text_diff
+
     if diff.note is not None:
         raise TreeStateError(f"the files cannot be compared: {diff.note}")
     changes = [c for c in diff.changes if _in_path(c.path, args.path)]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import socket
 import sys
 
 from tttr.app.commands import args as argtypes
@@ -61,6 +59,8 @@ def register(sub, bench_sub) -> None:
 
 
 def _check_port(host: str, port: int) -> None:
+    import socket
+
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
@@ -105,6 +105,8 @@ def _passive_openmp() -> None:
 
 
 def cmd_serve(args) -> int:
+    import logging
+
     from tttr.engine.serve.service import Service
 
     _passive_openmp()
