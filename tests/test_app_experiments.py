@@ -154,6 +154,49 @@ def test_a_refused_pair_is_one_line_and_nothing_else(plain_pair, key, runs, refu
     assert db.read_bytes() == before  # a refusal writes nothing
 
 
+def test_triage_replays_finishing_out_of_order_are_said_as_they_finish_and_listed_in_the_layers_order(
+        tmp_path, monkeypatch):
+    """Side by side, the trace layer's replay can finish before the token layer's: the progress
+    says each as it comes, the table lists them tensor, token, trace. The experiment itself is
+    stood in for (its replays are tested in tests/test_triage.py); the screen is what is tested."""
+    from tests.test_program_triage import program_run
+    from tttr.app import program_triage
+    from tttr.engine.replay.deltas import Delta
+    from tttr.engine.replay.triage import BATCHED, LayerResult, Triage
+    from tttr.engine.replay.trial import Trial
+
+    db = tmp_path / "programs.db"
+    with Store.open(db) as store:
+        good, bad = program_run(store), program_run(store, result="rain", tokens=(10, 13, 14), passed=False)
+
+    def side_by_side(db, good, bad, *, on_layer, **_):
+        token = LayerResult("token", [Delta("1:token:1", "token", 13, 11)],
+                            Trial(8, [], [], False, [], True, {"status": "complete"}))
+        trace = LayerResult("trace", [Delta("2:tool", "trace", "rain", "sunny")],
+                            Trial(7, [], [], True, [], False, {"status": "complete"}))
+        tensor = LayerResult("tensor", [], None)
+        for r in (tensor, trace, token):  # as they finished
+            on_layer(r)
+        return Triage(good, bad, "outcome", [tensor, token, trace], batched=True, batch_note=BATCHED)
+
+    monkeypatch.setattr(program_triage, "triage", side_by_side)
+
+    async def flow(app, pilot):
+        await mark(app, pilot, good, bad)
+        await pilot.press("T")
+        screen = app.screen
+        await wait_for(pilot, lambda: isinstance(screen, ExperimentScreen) and (screen.verdict or screen.error))
+        assert screen.error is None, screen.error
+        said = [line.split(":")[0] for line in screen.lines[1:]]
+        assert said == ["tensor", "trace", "token"]
+        assert [t.run_id for t in screen.tested] == [8, 7]  # token, then trace
+        assert [row[0] for row in cells(screen.query_one(DataTable))] == ["#8", "#7"]
+        assert screen.verdict == ["verdict: the trace layer: BAD with GOOD's trace values no longer fails",
+                                  f"replays: 2 ({BATCHED})"]
+
+    run_app(db, flow, load_tokenizer=False)
+
+
 # ---------------------------------------------------------------------------- triage, for real
 
 @pytest.mark.slow
