@@ -114,14 +114,14 @@ class _Endpoint:
 
         if sock is not None:
             config = uvicorn.Config(app, uds=sock, log_level="warning", lifespan="off",
-                                    timeout_keep_alive=KEEP_ALIVE_S, log_config=None)
+                                    timeout_keep_alive=KEEP_ALIVE_S, log_config=None, ws="none")
             self.base = f"http://127.0.0.1:{PORT}"
         else:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
             config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
-                                    timeout_keep_alive=KEEP_ALIVE_S, log_config=None)
+                                    timeout_keep_alive=KEEP_ALIVE_S, log_config=None, ws="none")
             self.base = f"http://127.0.0.1:{port}"
         # log_config=None: no logging.config.dictConfig per endpoint (a bisect starts several at
         # once, and concurrent dictConfig calls raced: uvicorn's INFO lines reached stderr)
