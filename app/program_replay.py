@@ -425,14 +425,18 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
                    "divergence": replayer.divergence.to_json() if replayer.divergence else None}
         outcome.update(replayer.report())
         check = fork.check if fork is not None else (run.meta or {}).get("check")
-        if check:  # the recording's --check, on this run's end tree
+        # An experiment cancelled while this program ran (its model calls refused since): no verdict.
+        cancelled = fork is not None and fork.cancel is not None and fork.cancel.is_set()
+        if cancelled:
+            outcome["reason"] = "cancelled while the program ran: its later model calls were refused"
+        elif check:  # the recording's --check, on this run's end tree
             checker = executor.run(check, clock=clock, step=1)
             outcome |= {"passed": checker.exit_code == 0, "checker_exit": checker.exit_code,
                         "checker_output": (checker.stdout + checker.stderr)[-2000:]}
         if isinstance(rec.outcome, dict) and "passed" in rec.outcome:
             outcome["recorded_passed"] = rec.outcome["passed"]
         store.append(child, last, KIND_LAYER["outcome"], "outcome", site(last, "outcome"), outcome)
-        store.finish_run(child, status="complete", outcome=outcome)
+        store.finish_run(child, status="incomplete" if cancelled else "complete", outcome=outcome)
         done, child = child, None
         return ReplayResult(done, run.id, identical, replayer.divergence, res.exit_code, rec.final.get("exit_code"),
                             res.stdout, same_stdout, same_tree, replayer.answered, logits, tools_run,

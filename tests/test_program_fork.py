@@ -175,3 +175,24 @@ def test_fork_at_a_clock_read_moves_it_and_later_reads_and_the_setup_clock_moves
         assert len(err.strip().splitlines()) == 1, err
     with Store.open(db, readonly=True) as store:
         assert len(store.runs()) == runs
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_a_fork_cancelled_while_its_program_runs_is_stored_incomplete_without_a_verdict(tmp_path, capsys):
+    import threading
+
+    from tttr.app.program_fork import check_program_fork
+    from tttr.app.program_replay import replay_program
+
+    db, rec = _record(capsys, tmp_path)
+    with Store.open(db, readonly=True) as store:
+        plan = check_program_fork(store, rec["run_id"], "1:tool", "again")
+    plan.cancel = threading.Event()
+    plan.cancel.set()  # an experiment's Ctrl-C before the program asked anything: every model call is refused
+    res = replay_program(str(db), rec["run_id"], fork=plan)
+    assert res.exit_code != 0  # the openai client raised on the refused call
+    with Store.open(db, readonly=True) as store:
+        run = store.run(res.run_id)
+        assert run.status == "incomplete" and "cancelled" in run.outcome["reason"], run.outcome
+        assert "passed" not in run.outcome  # no check ran on a cut program's tree
