@@ -107,6 +107,19 @@ def test_a_stop_while_the_layers_run_side_by_side_reports_the_replay_in_flight_a
     assert heard == ["tensor", "trace", "token"]  # the stopped replay (an incomplete run) is still reported
 
 
+def test_a_layer_whose_replay_was_cut_has_no_verdict_and_is_no_culprit(capsys):
+    from tttr.app.commands.experiments import _fixed
+    from tttr.engine.replay.triage import LayerResult
+
+    token, trace = FOUND[1:2], FOUND[2:]
+    cut = LayerResult("token", token, Trial(5, token, [], None, [], True, {"status": "incomplete"}))
+    done = LayerResult("trace", trace, Trial(6, trace, [], True, [], False, {"status": "complete"}))
+    assert cut.cut and cut.fixed is None and not done.cut and done.fixed is True
+    out = Triage(2, 1, "outcome", [LayerResult("tensor", [], None), cut, done])
+    assert out.culprits == ["trace"] and out.to_json()["layers"][1]["fixed"] is None
+    assert "no verdict" in _fixed(type("Args", (), {"judge": "outcome"}), cut.fixed)  # not "still fails"
+
+
 # ------------------------------------------------------------------------ end to end, the default model
 TASK = "today-report"
 SEED = 2  # its three steps never create reports/TODAY.txt

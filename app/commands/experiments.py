@@ -125,7 +125,9 @@ def _outcome(trial) -> str:
     return f"run {trial.run_id} (checker {verdict})"
 
 
-def _fixed(args, fixed: bool) -> str:
+def _fixed(args, fixed: bool | None) -> str:
+    if fixed is None:
+        return "stopped before its end: no verdict"
     if args.judge == "actions":
         return "its actions now match GOOD's" if fixed else "its actions still differ from GOOD's"
     return "the failure disappears" if fixed else "still fails"

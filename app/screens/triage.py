@@ -180,11 +180,11 @@ class ExperimentScreen(Screen):
             if r.trial is None:
                 self._say(f"{r.layer}: no differences, not replayed")
             else:
-                fixed = "the failure disappears" if r.fixed else "still fails"
+                fixed = {True: "the failure disappears", False: "still fails", None: "stopped: no verdict"}[r.fixed]
                 self._say(f"{r.layer}: {len(r.deltas)} delta(s) from GOOD → run {r.trial.run_id} "
                           f"({_outcome(r.trial)}): {fixed}")
                 rows[r.layer] = Tested(r.trial.run_id, self.bad, f"GOOD's {r.layer}: {_sites(r.deltas)}",
-                                       _outcome(r.trial), "fixed" if r.fixed else "still fails")
+                                       _outcome(r.trial), {True: "fixed", False: "still fails", None: "stopped"}[r.fixed])
                 tested[:] = [rows[layer] for layer in RECORDED_LAYERS if layer in rows]
             if cancel.is_set():
                 # The replays in flight stop at their next step (each still reported here, into

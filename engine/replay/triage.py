@@ -40,8 +40,14 @@ class LayerResult:
     trial: Trial | None  # None: no delta in this layer, not replayed
 
     @property
+    def cut(self) -> bool:
+        """Its replay stopped before the end (cancelled): it says nothing of the layer."""
+        return self.trial is not None and self.trial.extra.get("status", "complete") != "complete"
+
+    @property
     def fixed(self) -> bool | None:
-        return None if self.trial is None else not self.trial.failed
+        """Whether GOOD's values of this layer fix BAD; None when not replayed, or cut."""
+        return None if self.trial is None or self.cut else not self.trial.failed
 
     def to_json(self) -> dict:
         return {"layer": self.layer, "deltas": [d.to_json() for d in self.deltas], "fixed": self.fixed,
