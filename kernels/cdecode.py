@@ -176,19 +176,23 @@ int tttr_decode(const Model *m, float *x, float *h, int64_t R, const int64_t *ro
     if (!buf) return 4;
     float *qkv = buf, *q = qkv + R * wq, *att = q + R * H * D, *o = att + R * H * D, *gu = o + R * d,
           *s = gu + R * 2 * F;
-    int st = 0;
+    int st = 0, fail = 0;
     Barrier bar = {0, 0, 0};
+    /* A stage's kernel may fail in one thread only (cq8's activations, allocated per thread):
+       its status is shared before the stage's barrier and read by all after it, so every
+       thread leaves at the same point, none left waiting at the next barrier. */
+#define STAGE(call) do { const int e_ = (call); if (e_) __atomic_store_n(&fail, e_, __ATOMIC_RELAXED); \
+                         barrier_wait(&bar, n); if ((my = __atomic_load_n(&fail, __ATOMIC_RELAXED))) goto left; } while (0)
     #pragma omp parallel num_threads(threads > 0 ? threads : 1) if (threads > 1)
     {
         const int n = omp_get_num_threads();
-        int my = 0;  /* every thread meets the same status at the same point, so all leave together */
+        int my = 0;
         #pragma omp for schedule(static) nowait
         for (int64_t r = 0; r < R; r++) m->rms(x + r * d, m->layers[0].input_norm, h + r * d, 1, d, m->eps);
         barrier_wait(&bar, n);
         for (int64_t li = 0; li < m->n_layers; li++) {
             const Layer *L = m->layers + li;
-            if ((my = product(m, &L->qkv, h, R, qkv, threads))) break;
-            barrier_wait(&bar, n);
+            STAGE(product(m, &L->qkv, h, R, qkv, threads));
             float *kl = kbase + li * layer_stride, *vl = vbase + li * layer_stride;
             #pragma omp for schedule(static) nowait
             for (int64_t r = 0; r < R; r++) {
@@ -206,28 +210,26 @@ int tttr_decode(const Model *m, float *x, float *h, int64_t R, const int64_t *ro
                 memcpy(vl + at, row + nqk * D, sizeof(float) * KVH * D);
             }
             barrier_wait(&bar, n);
-            if ((my = m->attn(q, kl, vl, seq_stride, row_stride, seq_stride, row_stride, seq, kv_pos, R, n_seq,
-                              n_keys, H, KVH, D, m->scale, att, threads) ? 6 : 0)) break;
-            barrier_wait(&bar, n);
-            if ((my = product(m, &L->o, att, R, o, threads))) break;
-            barrier_wait(&bar, n);
+            STAGE(m->attn(q, kl, vl, seq_stride, row_stride, seq_stride, row_stride, seq, kv_pos, R, n_seq,
+                          n_keys, H, KVH, D, m->scale, att, threads) ? 6 : 0);
+            STAGE(product(m, &L->o, att, R, o, threads));
             #pragma omp for schedule(static) nowait
             for (int64_t r = 0; r < R; r++) m->add_rms(x + r * d, o + r * d, L->post_norm, h + r * d, 1, d, m->eps);
             barrier_wait(&bar, n);
-            if ((my = product(m, &L->gate_up, h, R, gu, threads))) break;
-            barrier_wait(&bar, n);
+            STAGE(product(m, &L->gate_up, h, R, gu, threads));
             #pragma omp for schedule(static) nowait
             for (int64_t r = 0; r < R; r++) m->silu(gu + r * 2 * F, s + r * F, 1, F);
             barrier_wait(&bar, n);
-            if ((my = product(m, &L->down, s, R, o, threads))) break;
-            barrier_wait(&bar, n);
+            STAGE(product(m, &L->down, s, R, o, threads));
             const float *next = li + 1 < m->n_layers ? L[1].input_norm : m->final_norm;
             #pragma omp for schedule(static) nowait
             for (int64_t r = 0; r < R; r++) m->add_rms(x + r * d, o + r * d, next, h + r * d, 1, d, m->eps);
             barrier_wait(&bar, n);
         }
+    left:
         if (omp_get_thread_num() == 0) st = my;
     }
+#undef STAGE
     free(buf);
     return st;
 }
