@@ -256,6 +256,11 @@ def block_weight(fmt: str, raw) -> QuantWeight | None:
     return block_weights([(fmt, raw)])
 
 
+def blocks_available() -> bool:
+    """Whether the compiled block products are built here (without them `block_weights` is None)."""
+    return cquant.available()
+
+
 def block_weights(parts) -> QuantWeight | None:
     """One weight whose rows are the parts' rows one after another, each part (fmt, raw) as
     for `block_weight` and its own type (a fused q/k/v stored as Q4_K, Q4_K and Q6_K): the

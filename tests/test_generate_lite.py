@@ -149,6 +149,22 @@ def test_mapped_blocks_are_the_packed_blocks(models):
     assert not array_ops.weight_parts(mapped)[0][1].flags.writeable  # a mapping, not a copy
 
 
+def test_the_torch_model_maps_the_kept_blocks_and_computes_what_packed_ones_do(models, monkeypatch):
+    """load_model takes the default model's blocks from the cache the torch-free path keeps;
+    its logits are those of a model that packed them itself."""
+    mapped = models[0]
+    assert mapped.block_weights == 121
+    assert not array_ops.weight_parts(mapped.layers[5].gate_up)[0][1].flags.writeable  # a mapping
+    monkeypatch.setattr(BlockCache, "for_file", classmethod(lambda cls, path, quantized: None))
+    packed = load_model(default_model_path())
+    assert packed.block_weights == 121 and array_ops.weight_parts(packed.layers[5].gate_up)[0][1].flags.writeable
+    ids = packed.tokenizer.encode("The capital of France is")
+    with kernel_mode("invariant"):
+        a = _engine(mapped, ids, SAMPLINGS[1], 6)
+        b = _engine(packed, ids, SAMPLINGS[1], 6)
+    assert a == b and len(a) == 6  # tokens, logprobs, top-k and logits digests
+
+
 def test_compiled_softmaxes_are_row_invariant_and_close_to_torch():
     x = torch.randn(5, 49152, generator=torch.Generator().manual_seed(1)) * 6
     with kernel_mode("invariant"):

@@ -1,8 +1,8 @@
 """A GGUF file's weights in the kernel's layout (kernels.cquant), packed once and mapped after.
 
 Packing the default model's blocks reads 105 MB from the file and rearranges them (0.2-0.4 s
-of a cold start); the torch-free path (lite.py) instead maps the packed bytes it kept the
-first time: one file of every weight's parts and a JSON index of where each one lies, under
+of a cold start); the torch-free path (lite.py) and the torch path's load (model.py, for files
+of MIN_FILE_BYTES or more) instead map the packed bytes kept the first time: one file of every weight's parts and a JSON index of where each one lies, under
 the cache directory, keyed by the GGUF file (path, size, mtime) and the packing code. The
 mapped pages are the page cache's: a start reads none of them until a product does."""
 
@@ -23,6 +23,7 @@ from tttr.sessions.cache import cache_dir
 
 _FORMAT = 1  # bump when what is stored changes
 _ALIGN = 4096
+MIN_FILE_BYTES = 8 << 20  # smaller files pack in milliseconds: not worth a folder in the cache
 
 
 def _folder(path: Path) -> Path:
@@ -49,6 +50,18 @@ class BlockCache:
             self.index = index
         except (OSError, ValueError):
             self.index = None
+
+    @classmethod
+    def for_file(cls, path: Path, quantized) -> BlockCache | None:
+        """The cache of GGUF file `path` for a model loaded from it (engine/inference/model.py),
+        or None for what is not such a file or is too small to be worth keeping."""
+        path = Path(path)
+        try:
+            if not path.is_file() or path.suffix.lower() != ".gguf" or path.stat().st_size < MIN_FILE_BYTES:
+                return None
+        except OSError:
+            return None
+        return cls(path, quantized)
 
     def weight(self, names: list[str]) -> QuantWeight | None:
         key = "+".join(names)

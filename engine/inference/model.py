@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import torch
 
+from tttr.engine.inference.block_cache import BlockCache
 from tttr.engine.inference.checkpoint import Checkpoint
 from tttr.engine.inference.config import ModelConfig
 from tttr.engine.errors import EngineError
@@ -94,6 +95,9 @@ class Model:
         # the bytes, and no fp32 copy); the rest, and all of them without the kernel, are dense.
         blocks = checkpoint.quantized if dtype == torch.float32 else {}
         self.block_weights = 0  # products that run from blocks
+        # The packed blocks of a GGUF file as the torch-free path keeps them (block_cache.py):
+        # mapped when an earlier start packed them, packed now and kept otherwise (same values).
+        cache = BlockCache.for_file(checkpoint.path, blocks) if blocks and ops.blocks_available() else None
 
         def take(name: str, optional: bool = False) -> torch.Tensor | None:
             if name not in checkpoint:
@@ -107,7 +111,7 @@ class Model:
             kernel, each part in its own type (a q/k/v of Q4_K, Q4_K and Q6_K is one product)."""
             parts = [blocks.get(n) for n in names]
             if all(p is not None for p in parts):
-                qw = ops.block_weights(parts)
+                qw = cache.weight(names) if cache is not None else ops.block_weights(parts)
                 if qw is not None:
                     self.block_weights += product
                     return qw
@@ -128,6 +132,8 @@ class Model:
         expect = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
         if tuple(self.layers[0].qkv.shape) != (expect, cfg.d_model):
             raise EngineError(f"attention weights {tuple(self.layers[0].qkv.shape)} do not match the config's heads")
+        if cache is not None:
+            cache.save()
         self._inv_freq = _inv_freq(cfg, checkpoint.tensors.get("rope_freqs"))
         self._cos = self._sin = torch.empty(0)
         self._rope_table(min(cfg.context_length, rope_cache.TABLE_ROWS))
