@@ -108,8 +108,25 @@ def test_edit_a_token_and_fork_shows_the_fork_beside_its_parent(demo_db):
         store.close()
 
 
-def test_a_fork_can_be_cancelled(demo_db):
+def test_a_fork_can_be_cancelled(demo_db, monkeypatch):
+    """The real fork, held at its first progress report until `x` was pressed, so that a fast
+    machine cannot finish it first."""
+    import threading
+
+    from tttr.app import forking
+    from tttr.app.screens import timeline_fork
+
     db, run_id = demo_db
+    held = threading.Event()
+
+    def held_fork(*args, progress, **kwargs):
+        def slow_progress(*report):
+            progress(*report)
+            held.wait(timeout=60)
+
+        return forking.run_fork(*args, progress=slow_progress, **kwargs)
+
+    monkeypatch.setattr(timeline_fork, "run_fork", held_fork)
 
     async def flow(app, pilot):
         timeline = app.screen.query_one(Timeline)
@@ -120,13 +137,17 @@ def test_a_fork_can_be_cancelled(demo_db):
         assert isinstance(app.screen, EditScreen)
         await pilot.press("down", "enter")
         screen = app.screen
+        assert isinstance(screen, TimelineScreen)
         await until(pilot, lambda: screen.fork_cancel is not None)
-        # step 0 is generated live from position 0, so the fork is still in it
         await pilot.press("x")
+        held.set()
         await until(pilot, lambda: screen.fork_cancel is None)
         assert app.screen is screen  # no side-by-side for a cancelled fork
         assert not screen.query_one(ForkProgress).display
         new = [r for r in app.store.runs() if r.id not in before]
         assert len(new) == 1 and new[0].status == "incomplete" and new[0].parent == run_id
 
-    run_app(db, flow, run_id=run_id)
+    try:
+        run_app(db, flow, run_id=run_id)
+    finally:
+        held.set()
