@@ -44,6 +44,7 @@ import weakref
 
 import numpy as np
 
+from tttr.kernels import cquant
 from tttr.kernels.kquants import BLOCK
 from tttr.sessions.cache import CLibrary
 
@@ -415,26 +416,12 @@ def supports(qw) -> bool:
 def linear(x, qw):
     """x [M, K] (torch, any float dtype; made contiguous fp32) -> [M, N] fp32: each row
     quantized to 8 bits as llama.cpp does for the weight's type, times `qw`'s blocks."""
-    import torch
-
-    n, k = qw.shape
-    if x.dim() != 2 or x.shape[1] != k:
-        raise ValueError(f"linear: input {tuple(x.shape)} does not match a {n}x{k} weight")
-    x = x.to(torch.float32).contiguous()
-    out = torch.empty(x.shape[0], n, dtype=torch.float32)
-    _product(qw, x.data_ptr(), x.shape[0], out.data_ptr(), torch.get_num_threads())  # any thread count, same bits
-    return out
+    return cquant.apply_torch(_product, x, qw)
 
 
 def linear_array(x: np.ndarray, qw, threads: int) -> np.ndarray:
     """`linear` on numpy arrays (the torch-free path): x [M, K] -> [M, N] fp32, the same bits."""
-    n, k = qw.shape
-    if x.ndim != 2 or x.shape[1] != k:
-        raise ValueError(f"linear: input {tuple(x.shape)} does not match a {n}x{k} weight")
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    out = np.empty((x.shape[0], n), np.float32)
-    _product(qw, x.ctypes.data, x.shape[0], out.ctypes.data, threads)
-    return out
+    return cquant.apply_array(_product, x, qw, threads)
 
 
 def _product(qw, x: int, m: int, out: int, threads: int) -> None:

@@ -457,6 +457,17 @@ def block_weights(parts) -> QuantWeight | None:
 
 def linear(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
     """x [M, K] (any float dtype; made contiguous fp32) -> [M, N] fp32."""
+    return apply_torch(_product, x, qw)
+
+
+def linear_array(x: np.ndarray, qw: QuantWeight, threads: int) -> np.ndarray:
+    """`linear` on numpy arrays (the torch-free path): x [M, K] -> [M, N] fp32, the same bits."""
+    return apply_array(_product, x, qw, threads)
+
+
+def apply_torch(product, x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
+    """`product(qw, x, m, out, threads)` (this module's, or kernels.cq8's) on torch tensors:
+    x [M, K] checked against the weight and made contiguous fp32, out [M, N] fp32 allocated."""
     import torch
 
     n, k = qw.shape
@@ -464,18 +475,18 @@ def linear(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
         raise ValueError(f"linear: input {tuple(x.shape)} does not match a {n}x{k} weight")
     x = x.to(torch.float32).contiguous()
     out = torch.empty(x.shape[0], n, dtype=torch.float32)
-    _product(qw, x.data_ptr(), x.shape[0], out.data_ptr(), torch.get_num_threads())  # any thread count, same bits
+    product(qw, x.data_ptr(), x.shape[0], out.data_ptr(), torch.get_num_threads())  # any thread count, same bits
     return out
 
 
-def linear_array(x: np.ndarray, qw: QuantWeight, threads: int) -> np.ndarray:
-    """`linear` on numpy arrays (the torch-free path): x [M, K] -> [M, N] fp32, the same bits."""
+def apply_array(product, x: np.ndarray, qw: QuantWeight, threads: int) -> np.ndarray:
+    """`apply_torch` on numpy arrays (the torch-free path)."""
     n, k = qw.shape
     if x.ndim != 2 or x.shape[1] != k:
         raise ValueError(f"linear: input {tuple(x.shape)} does not match a {n}x{k} weight")
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((x.shape[0], n), np.float32)
-    _product(qw, x.ctypes.data, x.shape[0], out.ctypes.data, threads)
+    product(qw, x.ctypes.data, x.shape[0], out.ctypes.data, threads)
     return out
 
 
