@@ -4,6 +4,7 @@ pilot flow, wait for a state."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from tttr.app.bench import COMMANDS, generate
@@ -20,6 +21,26 @@ def two_runs(path, steps: int, tokens: int):
     generate(path, steps * per_step + 3, seed=1, tokens_per_step=tokens)
     generate(path, steps * per_step + 3, seed=2, tokens_per_step=tokens, commands=OTHER)
     return path
+
+
+def hold_forks(monkeypatch) -> threading.Event:
+    """Make the app's real forks wait at their first progress report until the returned event
+    is set (so a fast machine cannot finish one between a flow's key presses); set it in a
+    `finally` too."""
+    from tttr.app import forking
+    from tttr.app.screens import timeline_fork
+
+    held = threading.Event()
+
+    def held_fork(*args, progress, **kwargs):
+        def slow_progress(*report):
+            progress(*report)
+            held.wait(timeout=60)
+
+        return forking.run_fork(*args, progress=slow_progress, **kwargs)
+
+    monkeypatch.setattr(timeline_fork, "run_fork", held_fork)
+    return held
 
 
 def open_store(path):

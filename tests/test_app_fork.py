@@ -14,7 +14,7 @@ import pytest
 from tttr.app.screens.compare import CompareScreen
 from tttr.app.screens.edit import EditScreen
 from tttr.app.screens.timeline import TimelineScreen
-from tests.app_helpers import open_store, run_app, wait_for
+from tests.app_helpers import hold_forks, open_store, run_app, wait_for
 from tttr.app.widgets.fork_progress import ForkProgress
 from tttr.app.widgets.side_by_side import SideBySide
 from tttr.app.widgets.timeline import Timeline
@@ -111,22 +111,8 @@ def test_edit_a_token_and_fork_shows_the_fork_beside_its_parent(demo_db):
 def test_a_fork_can_be_cancelled(demo_db, monkeypatch):
     """The real fork, held at its first progress report until `x` was pressed, so that a fast
     machine cannot finish it first."""
-    import threading
-
-    from tttr.app import forking
-    from tttr.app.screens import timeline_fork
-
     db, run_id = demo_db
-    held = threading.Event()
-
-    def held_fork(*args, progress, **kwargs):
-        def slow_progress(*report):
-            progress(*report)
-            held.wait(timeout=60)
-
-        return forking.run_fork(*args, progress=slow_progress, **kwargs)
-
-    monkeypatch.setattr(timeline_fork, "run_fork", held_fork)
+    held = hold_forks(monkeypatch)
 
     async def flow(app, pilot):
         timeline = app.screen.query_one(Timeline)

@@ -19,7 +19,7 @@ from tttr.app.widgets.fork_progress import ForkProgress
 from tttr.app.widgets.timeline import Timeline
 from tttr.sessions.store import Store
 
-from tests.app_helpers import open_store, run_app, wait_for
+from tests.app_helpers import hold_forks, open_store, run_app, wait_for
 from test_app_fork import demo_db  # noqa: F401 - a fixture: `tttr demo` records a real run
 from test_store import SEED, record, record_step, token
 
@@ -249,21 +249,10 @@ def test_quitting_mid_fork_asks_and_the_fork_is_listed_as_cancelled(demo_db, mon
     runs; after yes, the fork stops at its step and the runs list says `cancelled`. The fork
     is held at its first progress report until the flow has quit, so a fast machine cannot
     finish it between the key presses."""
-    from tttr.app import forking
-    from tttr.app.screens import timeline_fork as timeline_module
     from tttr.app.screens.edit import EditScreen
 
     db, run_id = demo_db
-    held = threading.Event()
-
-    def held_fork(*args, progress, **kwargs):
-        def slow_progress(*report):
-            progress(*report)
-            held.wait(timeout=60)
-
-        return forking.run_fork(*args, progress=slow_progress, **kwargs)
-
-    monkeypatch.setattr(timeline_module, "run_fork", held_fork)
+    held = hold_forks(monkeypatch)
 
     async def fork_then_quit(app, pilot):
         timeline = app.screen.query_one(Timeline)
