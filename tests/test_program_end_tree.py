@@ -5,17 +5,16 @@ modes is not. Real sandbox and store; the program makes no model call."""
 
 from __future__ import annotations
 
-import json
 import os
 import textwrap
 
 import pytest
 
-from tttr.app.cli import main
 from tttr.app.program_replay import same_files
 from tttr.recorders.snapshot import snapshot
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
+from tests.program_helpers import cli_json, program_tree
 
 PROGRAM = textwrap.dedent("""\
     from tttr.recorders import sdk
@@ -28,13 +27,6 @@ PROGRAM = textwrap.dedent("""\
 
     print(note("hello"))
 """)
-
-
-def _json(capsys, argv: list[str]) -> dict:
-    code = main(argv)
-    out = capsys.readouterr().out
-    assert code == 0, out
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def test_same_files_ignores_times_and_the_program_but_not_content_or_modes(tmp_path):
@@ -61,17 +53,15 @@ def test_same_files_ignores_times_and_the_program_but_not_content_or_modes(tmp_p
 @pytest.mark.slow
 @needs_sandbox
 def test_a_replay_after_the_program_file_was_touched_leaves_the_same_tree(tmp_path, capsys):
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    (tree / "prog.py").write_text(PROGRAM)
+    tree = program_tree(tmp_path, "tree", PROGRAM)
     db = tmp_path / "s.db"
-    rec = _json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--json", "--", "python3", "prog.py"])
+    rec = cli_json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--json", "--", "python3", "prog.py"])
     assert rec["exit_code"] == 0 and rec["stdout"] == "5\n", rec
     os.utime(tree / "prog.py", ns=(10**18, 10**18))  # a checkout, an editor's save: same bytes, another time
-    res = _json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
     assert res["identical"] is True and res["same_tree"] is True and res["tools_run"] == 0, res
 
     # Another file left behind (the program writes it itself, outside the SDK): not the same tree.
     (tree / "prog.py").write_text(PROGRAM + "open('extra.txt', 'w').write('x')\n")
-    res = _json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
     assert res["identical"] is True and res["same_tree"] is False, res

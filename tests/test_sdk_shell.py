@@ -8,17 +8,16 @@ model call)."""
 
 from __future__ import annotations
 
-import json
 import textwrap
 import time
 
 import pytest
 
-from tttr.app.cli import main
 from tttr.recorders import sdk
 from tttr.recorders.snapshot import read_manifest
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
+from tests.program_helpers import cli_json, program_tree
 
 PROGRAM = textwrap.dedent("""\
     from tttr.recorders import sdk
@@ -30,12 +29,6 @@ PROGRAM = textwrap.dedent("""\
     seen = sdk.shell("cat made.txt; echo more >> made.txt", timeout=10)
     print(repr(made.stdout), repr(text), repr(seen.stdout), seen.exit_code)
 """)
-
-
-def _json(capsys, code: int) -> dict:
-    out = capsys.readouterr().out
-    assert code == 0, out
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def _tools(store, run_id: int) -> list[dict]:
@@ -128,12 +121,10 @@ def test_a_large_output_is_cut_alike_for_program_and_recording_and_stored_as_a_b
 @pytest.mark.slow
 @needs_sandbox
 def test_shell_records_the_tree_replays_as_a_cassette_and_forks(tmp_path, capsys):
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    (tree / "prog.py").write_text(PROGRAM)
+    tree = program_tree(tmp_path, "tree", PROGRAM)
     db = tmp_path / "s.db"
-    rec = _json(capsys, main(["record", "--db", str(db), "--tree", str(tree), "--seed", "3", "--json", "--",
-                               "python3", "prog.py"]))
+    rec = cli_json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--seed", "3", "--json", "--",
+                            "python3", "prog.py"])
     assert rec["exit_code"] == 0 and rec["stdout"] == "'made.txt\\nprog.py\\n' 'made\\n' 'made\\n' 0\n", rec
     with Store.open(db, readonly=True) as store:
         first, second = _tools(store, rec["run_id"])
@@ -143,14 +134,14 @@ def test_shell_records_the_tree_replays_as_a_cassette_and_forks(tmp_path, capsys
         assert {"made.txt", "prog.py"} <= {e.path for e in read_manifest(first["snapshot"], store)}
 
     # A faithful replay runs neither command, yet the program reads the file the first one wrote.
-    res = _json(capsys, main(["replay", str(rec["run_id"]), "--db", str(db), "--json"]))
+    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
     assert res["identical"] is True and res["tools_run"] == 0 and res["stdout"] == rec["stdout"], res
     assert res["same_tree"] is True  # the second command's `echo more` is put back too
 
     # An edited program that changes the tree before the second command misses its cassette:
     # the divergence names the tree, and the command runs live on the tree as it now is.
     (tree / "prog.py").write_text(PROGRAM.replace("# EDIT", "open('made.txt', 'a').write('edit\\n')"))
-    res = _json(capsys, main(["replay", str(rec["run_id"]), "--db", str(db), "--json"]))
+    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
     div = res["divergence"]
     assert div["site"] == "step 1, tool cat made.txt; echo more >> made.txt: tree_before", div
     assert div["recorded"] == second["tree_before"] and div["live"] != div["recorded"]
@@ -158,9 +149,8 @@ def test_shell_records_the_tree_replays_as_a_cassette_and_forks(tmp_path, capsys
     (tree / "prog.py").write_text(PROGRAM)
 
     # A fork at the first command: the program gets the new output, and the recorded effects.
-    code = main(["fork", str(rec["run_id"]), "--db", str(db), "--at", "0:tool", "--set",
-                 '{"stdout": "forked\\n"}', "--json"])
-    res = _json(capsys, code)
+    res = cli_json(capsys, ["fork", str(rec["run_id"]), "--db", str(db), "--at", "0:tool", "--set",
+                            '{"stdout": "forked\\n"}', "--json"])
     assert res["forked"] is True and res["exit_code"] == 0, res
     assert res["stdout"].startswith("'forked\\n' 'made\\n' 'made\\n' 0"), res
 
@@ -197,22 +187,20 @@ def test_a_fork_value_at_a_cut_output_keeps_the_truncated_flag_true_to_its_outpu
 @pytest.mark.slow
 @needs_sandbox
 def test_a_fork_at_a_truncated_shell_output_passes_the_flag_on(tmp_path, capsys):
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    (tree / "prog.py").write_text(BIG)
+    tree = program_tree(tmp_path, "tree", BIG)
     db = tmp_path / "s.db"
-    rec = _json(capsys, main(["record", "--db", str(db), "--tree", str(tree), "--json", "--", "python3", "prog.py"]))
+    rec = cli_json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--json", "--", "python3", "prog.py"])
     assert rec["stdout"] == f"{sdk.MAX_OUTPUT} yyy 'err\\n' 0 True\n", rec
-    res = _json(capsys, main(["replay", str(rec["run_id"]), "--db", str(db), "--json"]))
+    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
     assert res["identical"] is True and res["tools_run"] == 0 and res["stdout"] == rec["stdout"], res
 
     # Another exit code: the program still gets the cut stdout, and is told so.
-    res = _json(capsys, main(["fork", str(rec["run_id"]), "--db", str(db), "--at", "0:tool", "--set", "exit=3",
-                              "--json"]))
+    res = cli_json(capsys, ["fork", str(rec["run_id"]), "--db", str(db), "--at", "0:tool", "--set", "exit=3",
+                            "--json"])
     assert res["stdout"] == f"{sdk.MAX_OUTPUT} yyy 'err\\n' 3 True\n", res
     # A new, short stdout: whole, so neither the program nor the fork's event says truncated.
-    res = _json(capsys, main(["fork", str(rec["run_id"]), "--db", str(db), "--at", "0:tool", "--set",
-                              '{"stdout": "short"}', "--json"]))
+    res = cli_json(capsys, ["fork", str(rec["run_id"]), "--db", str(db), "--at", "0:tool", "--set",
+                            '{"stdout": "short"}', "--json"])
     assert res["stdout"] == "5 sho 'err\\n' 0 False\n", res
     with Store.open(db, readonly=True) as store:
         (forked,) = _tools(store, res["run_id"])
