@@ -142,7 +142,7 @@ class _Unrecorded:
         self.host = HostPython.current()
         self.sock_dir = api_dir(work / "api-unrecorded", self.host)
         self.unsafe_no_sandbox = unsafe_no_sandbox
-        service = Service(model, kernel_mode="invariant")
+        service = Service(model, kernel_mode="invariant", any_model=True)  # as the recording's
         service.load()
         self.service = service
         self.app = create_app(service, None)

@@ -35,7 +35,7 @@ class LiveCalls:
         from tttr.engine.serve.service import Service
 
         try:
-            service = Service(self.model, kernel_mode="invariant")
+            service = Service(self.model, kernel_mode="invariant", any_model=True)
             if self.model_id and service.model_id != self.model_id:
                 raise APIError(f"the run was recorded with model {self.model_id}, but the local model is "
                                f"{service.model_id}: pass the recorded one with --model", status=500,

@@ -180,6 +180,29 @@ class Server:
             return await self._proxy(request, "completion")
         return await self._call(request, parse_completion, "completion")
 
+    async def responses(self, request: Request):
+        """OpenAI's Responses API: the chat call its request means (engine/serve/responses_api.py),
+        run, recorded and replayed as one; its answer shaped as a Response (or its stream)."""
+        from tttr.engine.serve import responses_api
+
+        try:
+            body = await _body(request)
+            chat = responses_api.to_chat(body)
+        except APIError as exc:
+            return _error(exc)
+        if self.answer_call is not None:
+            answered = await self._replayed(request, "chat", chat)
+        elif self.upstream is not None:
+            answered = await self._proxy(request, "chat", chat)
+        else:
+            answered = await self._call(request, parse_chat, "chat", chat)
+        if answered.status_code != 200:  # an error, as the chat route would answer it
+            return answered
+        response = responses_api.to_response(body, json.loads(answered.body))
+        if body.get("stream") is True:
+            return _events(_each(responses_api.stream_events(response)))
+        return JSONResponse(response)
+
     # -- the SDK -------------------------------------------------------------------------
     def _sdk_run(self, request: Request) -> str:
         name = _run_name(request)
@@ -259,11 +282,12 @@ class Server:
         return JSONResponse({"recorded": False, "run": name, "t": t, "stored": self.recorder is not None})
 
     # -- replay mode -----------------------------------------------------------------------
-    async def _replayed(self, request: Request, endpoint: str):
-        """A model call answered by the replay hook, from the recording: no model, no compute."""
+    async def _replayed(self, request: Request, endpoint: str, body: object = None):
+        """A model call answered by the replay hook, from the recording: no model, no compute.
+        `body`: the request's, read already (else it is read here), as for `_proxy` and `_call`."""
         try:
             name = _run_name(request)
-            body = await _body(request)
+            body = await _body(request) if body is None else body
             if type(body) is not dict:
                 raise APIError(f"the request body is a JSON object, not {type(body).__name__}")
             if name is None and self.recorder is not None:
@@ -279,12 +303,12 @@ class Server:
         return JSONResponse(answer)
 
     # -- proxy mode ------------------------------------------------------------------------
-    async def _proxy(self, request: Request, endpoint: str):
+    async def _proxy(self, request: Request, endpoint: str, body: object = None):
         """Forward the call upstream; record it (token layer only) once answered."""
         from tttr.engine.serve import proxy  # loaded already where there is an upstream; its HTTP client is not cheap
         try:
             name = _run_name(request)
-            plan = self.upstream.plan(endpoint, await _body(request))
+            plan = self.upstream.plan(endpoint, await _body(request) if body is None else body)
             if plan.stream:
                 response = await self.upstream.open_stream(plan)
             else:
@@ -325,10 +349,10 @@ class Server:
             if self.recorder is not None:
                 self.recorder.record_proxied(call)
 
-    async def _call(self, request: Request, parse, endpoint: str):
+    async def _call(self, request: Request, parse, endpoint: str, body: object = None):
         try:
             name = _run_name(request)
-            req = parse(await _body(request))
+            req = parse(await _body(request) if body is None else body)
             prepared = await run_in_threadpool(self.service.prepare, req)
         except APIError as exc:
             return _error(exc)
@@ -449,6 +473,11 @@ async def _replayed_stream(answer: dict, endpoint: str, usage: bool):
     yield {"data": "[DONE]"}
 
 
+async def _each(events):
+    for event in events:
+        yield event
+
+
 def _chunk(service, call, response_id, chat: bool, delta: str, records: list) -> dict:
     if chat:
         return shape.chat_chunk(service, call, response_id, {"content": delta}, records=records)
@@ -482,7 +511,7 @@ def create_app(service: Service | None, recorder=None, *, announce=None, upstrea
     async def not_found(request: Request, exc: HTTPException) -> JSONResponse:
         if exc.status_code == 404:
             err = APIError(f"no route {request.method} {request.url.path}; the routes are GET /v1/models, "
-                           "POST /v1/chat/completions, POST /v1/completions, GET /health, and the SDK's "
+                           "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET /health, and the SDK's "
                            "POST /tttr/v1/tool and POST /tttr/v1/clock", status=404,
                            code="not_found")
         else:
@@ -499,6 +528,7 @@ def create_app(service: Service | None, recorder=None, *, announce=None, upstrea
         Route("/v1/models", server.models, methods=["GET"]),
         Route("/v1/chat/completions", server.chat, methods=["POST"]),
         Route("/v1/completions", server.completions, methods=["POST"]),
+        Route("/v1/responses", server.responses, methods=["POST"]),
         Route("/tttr/v1/tool", server.sdk_tool, methods=["POST"]),
         Route("/tttr/v1/clock", server.sdk_clock, methods=["POST"]),
     ]

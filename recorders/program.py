@@ -223,7 +223,8 @@ def api_dir(root: Path, host: HostPython) -> Path:
 
 def endpoint_env(base: str, run_name: str) -> dict[str, str]:
     """What the program is told about its model endpoint (`base`: scheme, host and port)."""
-    return {"OPENAI_BASE_URL": f"{base}/v1", "OPENAI_API_KEY": "tttr",
+    # The Agents SDK's trace upload cannot reach OpenAI from the sandbox (the run is TTTR's record).
+    return {"OPENAI_BASE_URL": f"{base}/v1", "OPENAI_API_KEY": "tttr", "OPENAI_AGENTS_DISABLE_TRACING": "1",
             "TTTR_RECORDER_URL": base, "TTTR_RUN": run_name}
 
 

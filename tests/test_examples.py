@@ -22,7 +22,7 @@ TASK = ROOT / "assets" / "tasks" / "write-line"
 
 @pytest.mark.slow
 @needs_sandbox
-@pytest.mark.parametrize("example", ["openai_agent.py", "langgraph_agent.py"])
+@pytest.mark.parametrize("example", ["openai_agent.py", "langgraph_agent.py", "agents_sdk_agent.py"])
 def test_example_solves_write_line_replays_faithfully_and_forks(tmp_path, capsys, example):
     tree = tmp_path / "work"
     tree.mkdir()

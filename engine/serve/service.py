@@ -93,7 +93,9 @@ class Call:
 
 class Service:
     def __init__(self, model: str | None = None, *, kernel_mode: str = "invariant",
-                 prefix_cache_mb: int | None = None):
+                 prefix_cache_mb: int | None = None, any_model: bool = False):
+        """`any_model`: the model answers requests whatever model name they give (a recorded
+        program's own name, such as "gpt-4o-mini", stays in its requests as sent)."""
         from tttr.engine.inference.loader import resolve_model_path
 
         self.path = resolve_model_path(model)
@@ -101,6 +103,7 @@ class Service:
         # `fast` kernels are not prefix-invariant: a reused prefix would change the answers
         self.prefix_cache_mb = prefix_cache_size(prefix_cache_mb) if is_invariant(self.kernel_mode) else 0
         self.model_id = compute_model_id(self.path, self.path.stem)
+        self.any_model = any_model
         self.created = int(time.time())
         self.model = None
         self.engine = None
@@ -163,8 +166,9 @@ class Service:
         return f"tttr:{self.model_id}:{self.fingerprint.get('kernels_revision', '?')}:{self.kernel_mode}"
 
     def names(self) -> set[str]:
-        """The model names a request may use: the model id and the file's name without suffix."""
-        return {self.model_id, self.path.stem, self.path.name}
+        """The model names a request may use, in any case (the Agents SDK lowers its model
+        name): the model id and the file's name with and without its suffix."""
+        return {n.casefold() for n in (self.model_id, self.path.stem, self.path.name)}
 
     def close(self) -> None:
         if self.engine is not None:
@@ -172,7 +176,7 @@ class Service:
 
     # -- requests ------------------------------------------------------------------------
     def check_model(self, name: str | None) -> None:
-        if name is not None and name not in self.names():
+        if name is not None and not self.any_model and name.casefold() not in self.names():
             raise APIError(f"The model {name!r} does not exist: this server serves {self.model_id!r} "
                            "(GET /v1/models lists it)", status=404, param="model", code="model_not_found")
 

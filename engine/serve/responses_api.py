@@ -1,0 +1,250 @@
+"""OpenAI's Responses API (`POST /v1/responses`) over the chat machinery.
+
+A Responses request is translated into the chat completions request it means — `instructions`
+and `input` items into messages, function tools into chat tools, `max_output_tokens` into
+`max_tokens` — and that chat call runs, is recorded and is replayed exactly as a
+`/v1/chat/completions` call (the translation is deterministic, so a replayed program's
+request matches its recording). The chat answer is then shaped as a `Response` object, or, when
+`stream` is true, as the Responses stream's events for the finished answer (the whole text in
+one delta). This is what the OpenAI Agents SDK and other Responses clients send by default.
+
+What has no chat counterpart is refused with one line naming the parameter: responses kept on
+the server (`previous_response_id`, `conversation`, `background`), built-in tools (web search,
+file search, computer use …), images and files in the input, and structured-output formats.
+Fields that steer only OpenAI's own service (`store`, `metadata`, `reasoning`, `include`,
+`truncation`, `text.verbosity` …) are accepted and have no effect."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+from tttr.engine.serve.errors import APIError
+
+INPUT_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
+TEXT_PARTS = ("input_text", "output_text", "text")
+SKIPPED_ITEMS = ("reasoning",)  # a reasoning model's own notes: nothing a chat template reads
+UNKEPT = ("previous_response_id", "conversation", "prompt")  # state kept by OpenAI's service
+
+
+def _bad(param: str | None, message: str, code: str = "invalid_value") -> APIError:
+    return APIError(message, status=400, param=param, code=code)
+
+
+# ---------------------------------------------------------------------------- the request
+def to_chat(body: object) -> dict:
+    """The chat completions body a Responses request means; APIError (400) for what the
+    translation cannot carry. The result never streams: the route shapes its own stream."""
+    if not isinstance(body, dict):
+        raise _bad(None, f"the request body is {type(body).__name__}; send a JSON object")
+    for name in UNKEPT:
+        if body.get(name) is not None:
+            raise _bad(name, f"{name} is not supported: this server keeps no responses or prompts; send the "
+                       "whole conversation in `input` (the Agents SDK does unless told to chain responses)")
+    if body.get("background") is True:
+        raise _bad("background", "background=true is not supported: this server answers while you wait")
+    messages: list[dict] = []
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise _bad("instructions", "instructions must be a string")
+        if instructions:
+            messages.append({"role": "system", "content": instructions})
+    messages += _input_messages(body.get("input"))
+    chat: dict = {"messages": messages}
+    for name in ("model", "temperature", "top_p", "seed", "top_k", "stop"):
+        if body.get(name) is not None:
+            chat[name] = body[name]
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    if body.get("top_logprobs"):
+        chat["logprobs"], chat["top_logprobs"] = True, body["top_logprobs"]
+    _text_format(body.get("text"))
+    tools = body.get("tools")
+    if tools:
+        chat["tools"] = _tools(tools)
+    choice = body.get("tool_choice")
+    if choice is not None:
+        chat["tool_choice"] = choice if isinstance(choice, str) else _forced(choice)
+    return chat
+
+
+def _input_messages(items: object) -> list[dict]:
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        raise _bad("input", "input must be a non-empty string or a list of items",
+                   "missing_required_parameter" if items is None else "invalid_value")
+    out: list[dict] = []
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise _bad(where, f"{where} must be an object, not {type(item).__name__}")
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = INPUT_ROLES.get(item.get("role"))
+            if role is None:
+                raise _bad(f"{where}.role", f"{where}.role={item.get('role')!r}: use one of {', '.join(INPUT_ROLES)}")
+            out.append({"role": role, "content": _content(item.get("content"), f"{where}.content")})
+        elif kind == "function_call":
+            call = {"id": _string(item, "call_id", where), "type": "function",
+                    "function": {"name": _string(item, "name", where), "arguments": _string(item, "arguments", where)}}
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)  # one assistant turn may call several tools
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else _content(output, f"{where}.output")
+            out.append({"role": "tool", "tool_call_id": _string(item, "call_id", where), "content": text})
+        elif kind in SKIPPED_ITEMS:
+            continue
+        else:
+            raise _bad(f"{where}.type", f"{where}.type={kind!r} is not supported: this server reads messages, "
+                       "function_call and function_call_output items")
+    if not out:
+        raise _bad("input", "input holds no message to answer")
+    return out
+
+
+def _string(item: dict, name: str, where: str) -> str:
+    v = item.get(name)
+    if not isinstance(v, str):
+        raise _bad(f"{where}.{name}", f"{where}.{name} must be a string, not {type(v).__name__}",
+                   "missing_required_parameter" if v is None else "invalid_value")
+    return v
+
+
+def _content(content: object, where: str) -> str:
+    """A message's content as text: a string, or text parts joined."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _bad(where, f"{where} must be a string or a list of text parts")
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in TEXT_PARTS and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append(part["refusal"])
+        else:
+            raise _bad(f"{where}[{j}]", f"{where}[{j}] of type {kind!r} is not supported: this server reads "
+                       "text parts (input_text, output_text) only")
+    return "".join(texts)
+
+
+def _text_format(text: object) -> None:
+    if text is None:
+        return
+    if not isinstance(text, dict):
+        raise _bad("text", "text must be an object such as {\"format\": {\"type\": \"text\"}}")
+    fmt = text.get("format")
+    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
+        kind = fmt.get("type") if isinstance(fmt, dict) else fmt
+        raise _bad("text.format", f"text.format of type {kind!r} is not supported: this server returns plain "
+                   "text; ask for the format in the instructions and parse the text")
+
+
+def _tools(tools: object) -> list[dict]:
+    if not isinstance(tools, list):
+        raise _bad("tools", "tools must be a list of {type: function, name, parameters}")
+    out = []
+    for i, tool in enumerate(tools):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind != "function":
+            raise _bad(f"tools[{i}]", f"tools[{i}] of type {kind!r} is not supported: this server offers the "
+                       "model function tools only (no built-in tools)")
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            raise _bad(f"tools[{i}].name", f"tools[{i}] needs a name")
+        function = {"name": name, "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+        if tool.get("description"):
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _forced(choice: object) -> dict:
+    """A tool_choice object in the chat form (the chat check refuses forcing, with its reason)."""
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    return choice  # type: ignore[return-value]  - refused by the chat check, which names it
+
+
+# ---------------------------------------------------------------------------- the answer
+def to_response(body: dict, chat: dict) -> dict:
+    """The `Response` object for a chat completion `chat` answering `body`."""
+    suffix = str(chat.get("id", "")).split("-", 1)[-1] or "0"
+    choice = (chat.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    output: list[dict] = []
+    if message.get("content") or not message.get("tool_calls"):
+        part = {"type": "output_text", "text": message.get("content") or "", "annotations": []}
+        if (choice.get("logprobs") or {}).get("content") is not None:
+            part["logprobs"] = choice["logprobs"]["content"]
+        output.append({"type": "message", "id": f"msg_{suffix}", "status": "completed", "role": "assistant",
+                       "content": [part]})
+    for i, call in enumerate(message.get("tool_calls") or []):
+        fn = call.get("function") or {}
+        output.append({"type": "function_call", "id": f"fc_{suffix}_{i}", "call_id": call.get("id"),
+                       "name": fn.get("name"), "arguments": fn.get("arguments", ""), "status": "completed"})
+    usage = chat.get("usage") or {}
+    cut = choice.get("finish_reason") == "length"
+    response = {
+        "id": f"resp_{suffix}", "object": "response", "created_at": chat.get("created", 0),
+        "status": "incomplete" if cut else "completed", "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+        "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
+        "model": chat.get("model"), "output": output,
+        "parallel_tool_calls": body.get("parallel_tool_calls", True), "previous_response_id": None,
+        "reasoning": {"effort": None, "summary": None}, "store": False,
+        "temperature": body.get("temperature", 1.0), "text": {"format": {"type": "text"}},
+        "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools") or [],
+        "top_p": body.get("top_p", 1.0), "truncation": "disabled", "metadata": body.get("metadata") or {},
+        "usage": {"input_tokens": usage.get("prompt_tokens", 0), "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                  "output_tokens": usage.get("completion_tokens", 0),
+                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": usage.get("total_tokens", 0)},
+    }
+    if "tttr" in chat:
+        response["tttr"] = chat["tttr"]
+    return response
+
+
+def stream_events(response: dict) -> Iterator[dict]:
+    """A finished `response` as the Responses stream's server-sent events (each with its
+    event name and a JSON body carrying `type` and `sequence_number`)."""
+    seq = 0
+
+    def event(kind: str, **fields) -> dict:
+        nonlocal seq
+        seq += 1
+        return {"event": kind, "data": json.dumps({"type": kind, "sequence_number": seq - 1, **fields},
+                                                  ensure_ascii=False)}
+
+    opening = {**response, "status": "in_progress", "output": [], "incomplete_details": None}
+    yield event("response.created", response=opening)
+    yield event("response.in_progress", response=opening)
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "message":
+            yield event("response.output_item.added", output_index=index,
+                        item={**item, "status": "in_progress", "content": []})
+            for c, part in enumerate(item["content"]):
+                where = {"item_id": item["id"], "output_index": index, "content_index": c}
+                yield event("response.content_part.added", **where, part={**part, "text": ""})
+                if part["text"]:
+                    yield event("response.output_text.delta", **where, delta=part["text"], logprobs=[])
+                yield event("response.output_text.done", **where, text=part["text"], logprobs=[])
+                yield event("response.content_part.done", **where, part=part)
+        else:
+            yield event("response.output_item.added", output_index=index,
+                        item={**item, "status": "in_progress", "arguments": ""})
+            where = {"item_id": item["id"], "output_index": index}
+            if item["arguments"]:
+                yield event("response.function_call_arguments.delta", **where, delta=item["arguments"])
+            yield event("response.function_call_arguments.done", **where, arguments=item["arguments"],
+                        name=item["name"])
+        yield event("response.output_item.done", output_index=index, item=item)
+    yield event("response.incomplete" if response["status"] == "incomplete" else "response.completed",
+                response=response)

@@ -1,0 +1,199 @@
+"""`POST /v1/responses`: OpenAI's Responses API over the chat machinery. The translation
+both ways and the stream's events are checked without a model, against the official
+client's own types; the tests marked slow run the default model through a real server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tttr.engine.serve.errors import APIError
+from tttr.engine.serve.responses_api import stream_events, to_chat, to_response
+from serve_helpers import Running
+
+CHAT = {"id": "chatcmpl-abc123", "object": "chat.completion", "created": 1767225600, "model": "smol",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop",
+                     "logprobs": None}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}, "tttr": {"seed": 4}}
+CALLED = {**CHAT, "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+    "role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Paris\"}"}},
+        {"id": "call_2", "type": "function", "function": {"name": "time", "arguments": "{}"}}]}}]}
+
+
+def _refused(body, param: str | None) -> APIError:
+    with pytest.raises(APIError) as info:
+        to_chat(body)
+    assert info.value.status == 400 and info.value.param == param, info.value.to_json()
+    return info.value
+
+
+# ---------------------------------------------------------------------------- no model
+def test_a_string_input_with_instructions_is_a_system_and_a_user_message():
+    chat = to_chat({"model": "gpt-4.1-mini", "input": "Capital of France?", "instructions": "Be brief.",
+                    "max_output_tokens": 20, "temperature": 0, "top_p": 0.5, "store": True, "reasoning": {},
+                    "text": {"format": {"type": "text"}, "verbosity": "low"}, "metadata": {"a": "b"}})
+    assert chat == {"messages": [{"role": "system", "content": "Be brief."},
+                                 {"role": "user", "content": "Capital of France?"}],
+                    "model": "gpt-4.1-mini", "temperature": 0, "top_p": 0.5, "max_tokens": 20}
+    assert "stream" not in to_chat({"input": "hi", "stream": True})  # the route makes its own stream
+
+
+def test_items_become_the_conversation_with_its_tool_calls_and_their_outputs():
+    chat = to_chat({"input": [
+        {"role": "developer", "content": "Use tools."},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather "},
+                                                        {"type": "input_text", "text": "and time?"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{\"city\": \"Paris\"}"},
+        {"type": "function_call", "call_id": "c2", "name": "time", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "09:00"}]},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Sunny, 9 o'clock."}]},
+    ], "tools": [{"type": "function", "name": "weather", "description": "Weather in a city",
+                  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}, "strict": True},
+                 {"type": "function", "name": "time"}], "tool_choice": "auto"})
+    assert chat["messages"] == [
+        {"role": "system", "content": "Use tools."},
+        {"role": "user", "content": "Weather and time?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Paris\"}"}},
+            {"id": "c2", "type": "function", "function": {"name": "time", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "c2", "content": "09:00"},
+        {"role": "assistant", "content": "Sunny, 9 o'clock."},
+    ]
+    assert chat["tools"] == [
+        {"type": "function", "function": {"name": "weather", "description": "Weather in a city", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}}}},
+        {"type": "function", "function": {"name": "time", "parameters": {"type": "object", "properties": {}}}}]
+    assert chat["tool_choice"] == "auto"
+    assert to_chat({"input": "hi", "tools": [{"type": "function", "name": "t"}],
+                    "tool_choice": {"type": "function", "name": "t"}})["tool_choice"] == {
+        "type": "function", "function": {"name": "t"}}  # the chat check refuses forcing, with its reason
+
+
+@pytest.mark.parametrize("body, param, words", [
+    ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id", "keeps no responses"),
+    ({"input": "hi", "conversation": "conv_1"}, "conversation", "whole conversation in `input`"),
+    ({"input": "hi", "background": True}, "background", "answers while you wait"),
+    ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0]", "function tools only"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0]",
+     "text parts"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}}, "text.format",
+     "plain text"),
+    ({"input": [{"role": "critic", "content": "x"}]}, "input[0].role", "use one of"),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type", "function_call_output"),
+    ({"input": [{"type": "function_call", "name": "t", "arguments": "{}"}]}, "input[0].call_id", "must be a string"),
+    ({"input": []}, "input", "non-empty"),
+    ({}, "input", "non-empty"),
+    ({"input": [{"type": "reasoning", "summary": []}]}, "input", "no message"),
+    ({"input": "hi", "instructions": 3}, "instructions", "string"),
+    (["hi"], None, "JSON object"),
+])
+def test_what_has_no_chat_counterpart_is_refused_naming_the_parameter(body, param, words):
+    assert words in str(_refused(body, param))
+
+
+def test_a_chat_answer_is_a_response_the_official_client_reads():
+    from openai.types.responses import Response
+
+    body = {"model": "gpt-4.1-mini", "input": "Capital of France?", "instructions": "Be brief.", "temperature": 0}
+    out = to_response(body, CHAT)
+    r = Response.model_validate(out)
+    assert r.id == "resp_abc123" and r.status == "completed" and r.output_text == "Paris."
+    assert r.created_at == CHAT["created"] and r.model == "smol" and r.instructions == "Be brief."
+    assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.total_tokens) == (12, 3, 15)
+    assert out["tttr"] == {"seed": 4}  # TTTR's own fields ride along, as in chat answers
+
+    cut = Response.model_validate(to_response(body, {**CHAT, "choices": [
+        {**CHAT["choices"][0], "finish_reason": "length"}]}))
+    assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
+
+    called = Response.model_validate(to_response(body, CALLED))
+    assert [(o.type, o.call_id, o.name, o.arguments) for o in called.output] == [
+        ("function_call", "call_1", "weather", "{\"city\": \"Paris\"}"), ("function_call", "call_2", "time", "{}")]
+    assert len({o.id for o in called.output}) == 2 and called.output_text == ""
+
+
+@pytest.mark.parametrize("chat", [CHAT, CALLED], ids=["text", "tool calls"])
+def test_the_stream_is_the_responses_event_sequence_for_the_answer(chat):
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    response = to_response({"input": "x"}, chat)
+    raw = list(stream_events(response))
+    events = [TypeAdapter(ResponseStreamEvent).validate_python(json.loads(e["data"])) for e in raw]
+    assert [e["event"] for e in raw] == [e.type for e in events]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[0].type == "response.created" and events[0].response.status == "in_progress"
+    assert events[-1].type == "response.completed" and events[-1].response.model_dump(exclude_none=True) == \
+        type(events[-1].response).model_validate(response).model_dump(exclude_none=True)
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [i.id for i in done] == [o["id"] for o in response["output"]]
+    if chat is CHAT:
+        assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Paris."
+    else:
+        assert [e.arguments for e in events if e.type == "response.function_call_arguments.done"] == [
+            "{\"city\": \"Paris\"}", "{}"]
+    cut = to_response({"input": "x"}, {**CHAT, "choices": [{**CHAT["choices"][0], "finish_reason": "length"}]})
+    assert json.loads(list(stream_events(cut))[-1]["data"])["type"] == "response.incomplete"
+
+
+def test_model_names_match_in_any_case_and_a_recording_service_answers_any():
+    from tttr.engine.serve.service import Service
+
+    strict = Service(kernel_mode="invariant")
+    strict.check_model(strict.model_id.lower())  # the Agents SDK lowers the name it sends
+    strict.check_model(strict.model_id.upper())
+    with pytest.raises(APIError, match="does not exist") as info:
+        strict.check_model("gpt-4.1-mini")
+    assert info.value.status == 404
+    Service(kernel_mode="invariant", any_model=True).check_model("gpt-4.1-mini")
+
+
+# ---------------------------------------------------------------------------- the model
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from tttr.app.server import create_app
+    from tttr.engine.serve.recorder import CallRecorder
+    from tttr.engine.serve.service import Service
+
+    db = tmp_path_factory.mktemp("responses") / "calls.db"
+    service = Service(kernel_mode="invariant")
+    recorder = CallRecorder(db, service)
+    running = Running(create_app(service, recorder))
+    assert service.wait_ready(300), service.load_error
+    running.db, running.service = db, service
+    yield running
+    running.stop()
+
+
+@pytest.mark.slow
+def test_a_responses_call_is_the_chat_call_it_means_streamed_or_not_and_recorded(served):
+    import openai
+
+    from tttr.sessions.store import Store
+
+    client = openai.OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0)
+    model = served.service.model_id
+    asked = dict(model=model, instructions="Answer in one word.", temperature=0.7, max_output_tokens=8)
+    r = client.responses.create(input="Name a colour.", extra_body={"seed": 5}, **asked)
+    chat = client.chat.completions.create(model=model, seed=5, temperature=0.7, max_tokens=8, messages=[
+        {"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Name a colour."}])
+    assert r.output_text and r.output_text == chat.choices[0].message.content  # same call, same seed, same text
+    assert r.usage.output_tokens == chat.usage.completion_tokens and r.model == model
+    assert r.status == ("incomplete" if chat.choices[0].finish_reason == "length" else "completed")
+
+    events = list(client.responses.create(input="Name a colour.", stream=True, extra_body={"seed": 5}, **asked))
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == r.output_text
+    assert events[-1].response.output_text == r.output_text
+
+    with pytest.raises(openai.BadRequestError, match="previous_response_id"):
+        client.responses.create(input="and then?", previous_response_id=r.id, **asked)
+    with pytest.raises(openai.NotFoundError, match="does not exist"):  # `tttr serve` names its model
+        client.responses.create(input="hi", model="gpt-4.1-mini")
+    with Store.open(served.db, readonly=True) as store:  # the two answered calls and the chat one, as chat calls
+        prompts = [e for run in store.runs() for e in store.events(run.id, kind="prompt")]
+    assert len(prompts) == 3, prompts
