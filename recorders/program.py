@@ -223,9 +223,10 @@ def api_dir(root: Path, host: HostPython) -> Path:
 
 def endpoint_env(base: str, run_name: str) -> dict[str, str]:
     """What the program is told about its model endpoint (`base`: scheme, host and port)."""
-    # The Agents SDK's trace upload cannot reach OpenAI from the sandbox (the run is TTTR's record).
+    # Nothing but the model is reachable from the sandbox: the Agents SDK's trace upload and
+    # LiteLLM's fetch of its model price list (retried for seconds) are turned off.
     return {"OPENAI_BASE_URL": f"{base}/v1", "OPENAI_API_KEY": "tttr", "OPENAI_AGENTS_DISABLE_TRACING": "1",
-            "TTTR_RECORDER_URL": base, "TTTR_RUN": run_name}
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TTTR_RECORDER_URL": base, "TTTR_RUN": run_name}
 
 
 def sandboxed_command(program: str, host: HostPython) -> str:
