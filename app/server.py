@@ -198,10 +198,9 @@ class Server:
             answered = await self._call(request, parse_chat, "chat", chat)
         if answered.status_code != 200:  # an error, as the chat route would answer it
             return answered
-        response = responses_api.to_response(body, json.loads(answered.body))
-        if body.get("stream") is True:
-            return _events(_each(responses_api.stream_events(response)))
-        return JSONResponse(response)
+        if chat.get("stream"):  # the chat call's events, made into the Responses stream as they come
+            return _events(responses_api.from_chat_stream(body, answered.body_iterator))
+        return JSONResponse(responses_api.to_response(body, json.loads(answered.body)))
 
     # -- the SDK -------------------------------------------------------------------------
     def _sdk_run(self, request: Request) -> str:
@@ -471,11 +470,6 @@ async def _replayed_stream(answer: dict, endpoint: str, usage: bool):
     if usage:
         yield _sse({**head, "object": obj, "choices": [], "usage": answer.get("usage")})
     yield {"data": "[DONE]"}
-
-
-async def _each(events):
-    for event in events:
-        yield event
 
 
 def _chunk(service, call, response_id, chat: bool, delta: str, records: list) -> dict:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tttr.engine.serve.errors import APIError
-from tttr.engine.serve.responses_api import stream_events, to_chat, to_response
+from tttr.engine.serve.responses_api import from_chat_stream, to_chat, to_response
 from serve_helpers import Running
 
 CHAT = {"id": "chatcmpl-abc123", "object": "chat.completion", "created": 1767225600, "model": "smol",
@@ -37,7 +37,8 @@ def test_a_string_input_with_instructions_is_a_system_and_a_user_message():
     assert chat == {"messages": [{"role": "system", "content": "Be brief."},
                                  {"role": "user", "content": "Capital of France?"}],
                     "model": "gpt-4.1-mini", "temperature": 0, "top_p": 0.5, "max_tokens": 20}
-    assert "stream" not in to_chat({"input": "hi", "stream": True})  # the route makes its own stream
+    assert "stream" not in to_chat({"input": "hi"})
+    assert to_chat({"input": "hi", "stream": True})["stream_options"] == {"include_usage": True}  # usage for the end
 
 
 def test_items_become_the_conversation_with_its_tool_calls_and_their_outputs():
@@ -117,28 +118,107 @@ def test_a_chat_answer_is_a_response_the_official_client_reads():
     assert len({o.id for o in called.output}) == 2 and called.output_text == ""
 
 
-@pytest.mark.parametrize("chat", [CHAT, CALLED], ids=["text", "tool calls"])
-def test_the_stream_is_the_responses_event_sequence_for_the_answer(chat):
+def _sse(obj) -> dict:
+    return {"data": json.dumps(obj)}
+
+
+def _streamed(body: dict, chunks: list[dict]) -> list:
+    """from_chat_stream over `chunks` (chat stream SSE dicts): its events, read as the official client's types."""
+    import asyncio
+
     from openai.types.responses import ResponseStreamEvent
     from pydantic import TypeAdapter
 
-    response = to_response({"input": "x"}, chat)
-    raw = list(stream_events(response))
+    async def source():
+        for c in chunks:
+            yield c
+
+    async def collect():
+        return [e async for e in from_chat_stream(body, source())]
+
+    raw = asyncio.run(collect())
     events = [TypeAdapter(ResponseStreamEvent).validate_python(json.loads(e["data"])) for e in raw]
     assert [e["event"] for e in raw] == [e.type for e in events]
     assert [e.sequence_number for e in events] == list(range(len(events)))
+    return events
+
+
+def _chunk(delta: dict, finish=None, **extra) -> dict:
+    return _sse({"id": "chatcmpl-abc123", "object": "chat.completion.chunk", "created": 1767225600, "model": "smol",
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
+
+
+@pytest.mark.parametrize("chat", [CHAT, CALLED], ids=["text", "tool calls"])
+def test_a_replayed_chat_stream_becomes_the_responses_event_sequence(chat):
+    import asyncio
+
+    from openai.types.responses import Response
+
+    from tttr.app.server import _replayed_stream
+
+    async def chunks():
+        return [c async for c in _replayed_stream(chat, "chat", True)]
+
+    events = _streamed({"input": "x"}, asyncio.run(chunks()))
     assert events[0].type == "response.created" and events[0].response.status == "in_progress"
-    assert events[-1].type == "response.completed" and events[-1].response.model_dump(exclude_none=True) == \
-        type(events[-1].response).model_validate(response).model_dump(exclude_none=True)
-    done = [e.item for e in events if e.type == "response.output_item.done"]
-    assert [i.id for i in done] == [o["id"] for o in response["output"]]
+    final = events[-1].response
+    plain = Response.model_validate(to_response({"input": "x"}, chat))  # the stream ends with what the plain call answers
+    assert events[-1].type == "response.completed" and final.model_dump(exclude={"tttr"}) == plain.model_dump(
+        exclude={"tttr"})  # (a replayed stream's chunks do not carry the answer's tttr fields)
+    assert [e.item.id for e in events if e.type == "response.output_item.done"] == [o.id for o in final.output]
     if chat is CHAT:
         assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Paris."
+        assert final.usage.output_tokens == 3
     else:
         assert [e.arguments for e in events if e.type == "response.function_call_arguments.done"] == [
             "{\"city\": \"Paris\"}", "{}"]
-    cut = to_response({"input": "x"}, {**CHAT, "choices": [{**CHAT["choices"][0], "finish_reason": "length"}]})
-    assert json.loads(list(stream_events(cut))[-1]["data"])["type"] == "response.incomplete"
+
+
+def test_text_is_sent_as_it_comes_and_a_call_in_pieces_is_put_together():
+    events = _streamed({"input": "x"}, [
+        _chunk({"role": "assistant", "content": ""}), _chunk({"content": "Pa"}), _chunk({"content": "ris"}),
+        _chunk({"tool_calls": [{"index": 0, "id": "call_9", "type": "function",
+                                "function": {"name": "weather", "arguments": ""}}]}),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": "}}]}),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}),
+        _chunk({}, "tool_calls"), _sse({"id": "chatcmpl-abc123", "choices": [], "usage": CHAT["usage"]}),
+        {"data": "[DONE]"}])
+    kinds = [e.type for e in events]
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert deltas == ["Pa", "ris"] and kinds.count("response.output_item.added") == 2
+    assert kinds.index("response.output_text.delta") < kinds.index("response.function_call_arguments.done")
+    final = events[-1].response
+    assert final.output_text == "Paris" and final.output[1].arguments == "{\"city\": \"Paris\"}"
+    assert final.output[1].call_id == "call_9" and final.usage.total_tokens == 15
+
+
+def test_a_cut_answer_is_incomplete_and_a_failure_ends_the_stream_with_an_error():
+    cut = _streamed({"input": "x"}, [_chunk({"content": "Par"}), _chunk({}, "length")])
+    assert cut[-1].type == "response.incomplete" and cut[-1].response.incomplete_details.reason == "max_output_tokens"
+    failed = _streamed({"input": "x"}, [_chunk({"content": "Pa"}), _sse(APIError("the engine stopped").to_json())])
+    assert failed[-1].type == "error" and "the engine stopped" in failed[-1].message
+    assert _streamed({"input": "x"}, [])[-1].type == "error"
+
+
+def test_a_client_gone_closes_the_chat_stream_it_reads():
+    import asyncio
+
+    closed = []
+
+    async def source():
+        try:
+            yield _chunk({"content": "Pa"})
+            yield _chunk({"content": "ris"})
+        finally:
+            closed.append(True)
+
+    async def first_two():
+        stream = from_chat_stream({"input": "x"}, source())
+        got = [await stream.__anext__(), await stream.__anext__()]
+        await stream.aclose()  # as the server does when the client goes away
+        return got
+
+    assert len(asyncio.run(first_two())) == 2 and closed == [True]
 
 
 def test_model_names_match_in_any_case_and_a_recording_service_answers_any():
@@ -187,7 +267,8 @@ def test_a_responses_call_is_the_chat_call_it_means_streamed_or_not_and_recorded
     assert r.status == ("incomplete" if chat.choices[0].finish_reason == "length" else "completed")
 
     events = list(client.responses.create(input="Name a colour.", stream=True, extra_body={"seed": 5}, **asked))
-    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == r.output_text
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert "".join(deltas) == r.output_text and len(deltas) >= 2, deltas  # sent as generated, not at the end
     assert events[-1].response.output_text == r.output_text
 
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):

@@ -5,8 +5,8 @@ and `input` items into messages, function tools into chat tools, `max_output_tok
 `max_tokens` — and that chat call runs, is recorded and is replayed exactly as a
 `/v1/chat/completions` call (the translation is deterministic, so a replayed program's
 request matches its recording). The chat answer is then shaped as a `Response` object, or, when
-`stream` is true, as the Responses stream's events for the finished answer (the whole text in
-one delta). This is what the OpenAI Agents SDK and other Responses clients send by default.
+`stream` is true, as the Responses stream's events, made from the chat call's stream as its
+text comes. This is what the OpenAI Agents SDK and other Responses clients send by default.
 
 What has no chat counterpart is refused with one line naming the parameter: responses kept on
 the server (`previous_response_id`, `conversation`, `background`), built-in tools (web search,
@@ -17,7 +17,7 @@ Fields that steer only OpenAI's own service (`store`, `metadata`, `reasoning`, `
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from typing import AsyncIterator, Iterator
 
 from tttr.engine.serve.errors import APIError
 
@@ -34,7 +34,8 @@ def _bad(param: str | None, message: str, code: str = "invalid_value") -> APIErr
 # ---------------------------------------------------------------------------- the request
 def to_chat(body: object) -> dict:
     """The chat completions body a Responses request means; APIError (400) for what the
-    translation cannot carry. The result never streams: the route shapes its own stream."""
+    translation cannot carry. A streamed request's chat call streams too, usage included
+    (`from_chat_stream` makes the Responses stream from it)."""
     if not isinstance(body, dict):
         raise _bad(None, f"the request body is {type(body).__name__}; send a JSON object")
     for name in UNKEPT:
@@ -59,6 +60,8 @@ def to_chat(body: object) -> dict:
         chat["max_tokens"] = body["max_output_tokens"]
     if body.get("top_logprobs"):
         chat["logprobs"], chat["top_logprobs"] = True, body["top_logprobs"]
+    if body.get("stream") is True:
+        chat["stream"], chat["stream_options"] = True, {"include_usage": True}
     _text_format(body.get("text"))
     tools = body.get("tools")
     if tools:
@@ -176,7 +179,7 @@ def _forced(choice: object) -> dict:
 # ---------------------------------------------------------------------------- the answer
 def to_response(body: dict, chat: dict) -> dict:
     """The `Response` object for a chat completion `chat` answering `body`."""
-    suffix = str(chat.get("id", "")).split("-", 1)[-1] or "0"
+    suffix = _suffix(chat)
     choice = (chat.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     output: list[dict] = []
@@ -212,31 +215,125 @@ def to_response(body: dict, chat: dict) -> dict:
     return response
 
 
-def stream_events(response: dict) -> Iterator[dict]:
-    """A finished `response` as the Responses stream's server-sent events (each with its
-    event name and a JSON body carrying `type` and `sequence_number`)."""
-    seq = 0
+class _Events:
+    """Numbered server-sent events of one Responses stream: each with its event name and a
+    JSON body carrying `type` and `sequence_number`."""
 
-    def event(kind: str, **fields) -> dict:
-        nonlocal seq
-        seq += 1
-        return {"event": kind, "data": json.dumps({"type": kind, "sequence_number": seq - 1, **fields},
+    def __init__(self):
+        self.seq = 0
+
+    def __call__(self, kind: str, **fields) -> dict:
+        self.seq += 1
+        return {"event": kind, "data": json.dumps({"type": kind, "sequence_number": self.seq - 1, **fields},
                                                   ensure_ascii=False)}
 
-    opening = {**response, "status": "in_progress", "output": [], "incomplete_details": None}
-    yield event("response.created", response=opening)
-    yield event("response.in_progress", response=opening)
+
+async def from_chat_stream(body: dict, chunks) -> AsyncIterator[dict]:
+    """The Responses stream for `body`, made as the chat stream `chunks` (its server-sent
+    events: dicts with a JSON `data`, a request with usage asked for) comes: each text delta
+    is sent on as it is generated; the items are closed and the Response completed when the chat
+    stream ends. An error in the chat stream ends it with an `error` event."""
+    event = _Events()
+    try:
+        async for e in _from_chat(body, chunks, event):
+            yield e
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:  # a client gone: the chat call it started is cancelled with its stream
+            await close()
+
+
+async def _from_chat(body: dict, chunks, event: _Events) -> AsyncIterator[dict]:
+    chat: dict = {}
+    text: list[str] = []
+    calls: dict[int, dict] = {}  # by index: a proxied stream sends a call's arguments in pieces
+    opened = False
+    async for sse in chunks:
+        data = sse.get("data") if isinstance(sse, dict) else None
+        if not isinstance(data, str) or data.startswith("[DONE]"):
+            continue
+        chunk = json.loads(data)
+        if "error" in chunk:  # as the chat stream reports a failure
+            err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": str(chunk["error"])}
+            yield event("error", message=str(err.get("message")), code=err.get("code"), param=err.get("param"))
+            return
+        if not chat:
+            chat = {k: chunk.get(k) for k in ("id", "created", "model")}
+            opening = to_response(body, {**chat, "choices": [{"message": {}}]})
+            opening.update(status="in_progress", output=[], incomplete_details=None)
+            yield event("response.created", response=opening)
+            yield event("response.in_progress", response=opening)
+        if chunk.get("usage"):
+            chat["usage"] = chunk["usage"]
+        if "tttr" in chunk:
+            chat["tttr"] = chunk["tttr"]
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            for piece in delta.get("tool_calls") or []:
+                _merge_call(calls, piece)
+            if choice.get("finish_reason"):
+                chat["finish_reason"] = choice["finish_reason"]
+            piece = delta.get("content")
+            if piece:
+                if not opened:  # the message item opens with its first text
+                    opened = True
+                    for e in _open_message(event, _message_id(chat)):
+                        yield e
+                text.append(piece)
+                yield event("response.output_text.delta", item_id=_message_id(chat), output_index=0, content_index=0,
+                            delta=piece, logprobs=[])
+    if not chat:
+        yield event("error", message="the model's stream ended before its first chunk", code="server_error",
+                    param=None)
+        return
+    message = {"role": "assistant", "content": "".join(text) or None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    final = to_response(body, {**chat, "choices": [{"message": message, "finish_reason": chat.get("finish_reason")}]})
+    for e in _items(event, final, opened=opened):
+        yield e
+
+
+def _suffix(chat: dict) -> str:
+    """What the ids of a Response's items end with: its chat answer's id, less its kind."""
+    return str(chat.get("id", "")).split("-", 1)[-1] or "0"
+
+
+def _message_id(chat: dict) -> str:
+    return f"msg_{_suffix(chat)}"
+
+
+def _merge_call(calls: dict[int, dict], piece: dict) -> None:
+    """A streamed tool call's piece into the call at its index (id and name once, arguments in parts)."""
+    fn = piece.get("function") or {}
+    call = calls.setdefault(piece.get("index", len(calls)), {"id": None, "type": "function",
+                                                             "function": {"name": "", "arguments": ""}})
+    if piece.get("id"):
+        call["id"] = piece["id"]
+    call["function"]["name"] += fn.get("name") or ""
+    call["function"]["arguments"] += fn.get("arguments") or ""
+
+
+def _open_message(event: _Events, item_id: str, index: int = 0) -> Iterator[dict]:
+    item = {"type": "message", "id": item_id, "status": "in_progress", "role": "assistant", "content": []}
+    yield event("response.output_item.added", output_index=index, item=item)
+    yield event("response.content_part.added", item_id=item_id, output_index=index, content_index=0,
+                part={"type": "output_text", "text": "", "annotations": []})
+
+
+def _items(event: _Events, response: dict, *, opened: bool) -> Iterator[dict]:
+    """The events that add (unless `opened`: the message's are out already, its text
+    included), fill and close each output item of `response`, then its end."""
     for index, item in enumerate(response["output"]):
         if item["type"] == "message":
-            yield event("response.output_item.added", output_index=index,
-                        item={**item, "status": "in_progress", "content": []})
-            for c, part in enumerate(item["content"]):
-                where = {"item_id": item["id"], "output_index": index, "content_index": c}
-                yield event("response.content_part.added", **where, part={**part, "text": ""})
+            part = item["content"][0]
+            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            if not (opened and index == 0):
+                yield from _open_message(event, item["id"], index)
                 if part["text"]:
                     yield event("response.output_text.delta", **where, delta=part["text"], logprobs=[])
-                yield event("response.output_text.done", **where, text=part["text"], logprobs=[])
-                yield event("response.content_part.done", **where, part=part)
+            yield event("response.output_text.done", **where, text=part["text"], logprobs=[])
+            yield event("response.content_part.done", **where, part=part)
         else:
             yield event("response.output_item.added", output_index=index,
                         item={**item, "status": "in_progress", "arguments": ""})
