@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tttr.engine.serve.errors import APIError
 from tttr.engine.serve.responses_api import from_chat_stream, to_chat, to_response
@@ -95,6 +97,27 @@ def test_items_become_the_conversation_with_its_tool_calls_and_their_outputs():
 ])
 def test_what_has_no_chat_counterpart_is_refused_naming_the_parameter(body, param, words):
     assert words in str(_refused(body, param))
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=12)
+KEYS = st.sampled_from(["input", "instructions", "tools", "tool_choice", "text", "max_output_tokens", "type", "role",
+                        "content", "call_id", "name", "arguments", "output", "model", "stream", "background"])
+ITEM = st.dictionaries(KEYS, JSON | st.sampled_from(["message", "function_call", "function_call_output", "user",
+                                                     "input_text", "function"]), max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(KEYS, JSON | st.lists(ITEM, max_size=3) | ITEM, max_size=6))
+def test_any_json_body_is_translated_or_refused_with_a_400(body):
+    """A hostile or confused client gets a 400 naming what is wrong, never a server error."""
+    try:
+        chat = to_chat(body)
+    except APIError as exc:
+        assert exc.status == 400 and exc.to_json()["error"]["message"]
+        return
+    assert chat["messages"] and all(m["role"] in ("system", "user", "assistant", "tool") for m in chat["messages"])
 
 
 def test_a_chat_answer_is_a_response_the_official_client_reads():
