@@ -135,6 +135,18 @@ def test_streaming_through_the_proxy(pair):
 
 
 @pytest.mark.slow
+def test_a_responses_call_through_the_proxy_goes_upstream_as_its_chat_call(pair):
+    direct = _ask(_client(pair["up"].url)).choices[0].message.content
+    proxy = _client(pair["proxy"].url)
+    model = proxy.models.list().data[0].id
+    asked = dict(model=model, input=USER[0]["content"], temperature=0.8, max_output_tokens=8, extra_body={"seed": 21})
+    assert proxy.responses.create(**asked).output_text == direct
+    streamed = list(proxy.responses.create(stream=True, **asked))
+    assert "".join(e.delta for e in streamed if e.type == "response.output_text.delta") == direct
+    assert streamed[-1].response.output_text == direct and streamed[-1].response.usage.output_tokens >= 1
+
+
+@pytest.mark.slow
 def test_a_proxied_call_is_recorded_at_the_token_layer(pair):
     from tttr.sessions.store import Store
 
