@@ -180,3 +180,10 @@ def test_the_serve_command_in_proxy_mode_refuses_a_missing_key(tmp_path, monkeyp
 
     monkeypatch.delenv("TTTR_TEST_NO_KEY", raising=False)
     assert main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--upstream-key-env", "TTTR_TEST_NO_KEY"]) == 2
+
+
+def test_the_serve_command_refuses_any_model_in_proxy_mode(capsys):
+    from tttr.app.cli import main
+
+    assert main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--any-model"]) == 2
+    assert "in proxy mode the upstream decides" in capsys.readouterr().err

@@ -17,9 +17,9 @@ class ServeError(TTTRError):
 
 def register(sub, bench_sub) -> None:
     p = sub.add_parser(
-        "serve", help="serve the OpenAI API (chat and completions) on the engine, recording each call",
+        "serve", help="serve the OpenAI API (chat, completions, responses) on the engine, recording each call",
         description="An OpenAI-compatible server on TTTR's engine: GET /v1/models, POST /v1/chat/completions, "
-                    "POST /v1/completions, GET /health. Requests share the model through continuous batching; "
+                    "POST /v1/completions, POST /v1/responses (run as the chat call it means), GET /health. Requests share the model through continuous batching; "
                     "with the invariant kernels (the default) a seeded request gets the same tokens and logprobs "
                     "alone or under load. With --db every call is recorded as a run (header X-TTTR-Run: NAME "
                     "groups calls into one run). Ctrl-C stops it.",
@@ -33,6 +33,9 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--kernels", choices=MODES, default="invariant",
                    help="kernel mode (default invariant: answers do not depend on what else is running; "
                         "invariant-q8 too, with 8-bit activations in block products as llama.cpp)")
+    p.add_argument("--any-model", action="store_true",
+                   help="answer requests whatever model name they send (\"gpt-4o-mini\", ...), kept in the record "
+                        "as sent; without it a name other than the served model's is a 404")
     p.add_argument("--upstream", default=None, metavar="URL",
                    help="proxy mode: forward every call to this OpenAI-compatible server (e.g. "
                         "http://127.0.0.1:8001/v1, vLLM, SGLang, llama.cpp, a hosted API) and record it at the "
@@ -115,7 +118,9 @@ def cmd_serve(args) -> int:
         raise ServeError("--upstream-key-env needs --upstream URL")
     upstream = _upstream(args) if args.upstream else None
     # a wrong model path is refused before torch loads
-    service = Service(args.model, kernel_mode=args.kernels) if upstream is None else None
+    if args.any_model and upstream is not None:
+        raise ServeError("--any-model answers with the local model; in proxy mode the upstream decides")
+    service = Service(args.model, kernel_mode=args.kernels, any_model=args.any_model) if upstream is None else None
     _check_port(args.host, args.port)
     recorder = None
     if args.db:
