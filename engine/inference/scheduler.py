@@ -10,6 +10,13 @@ the logits before it, so positions p..p+n that are all forced cost one pass, not
 changes the batch composition of those positions, so by default it is done only under the
 `invariant` kernels, where composition cannot change a result (`chain_forced=None`).
 
+Sequences that would compute the same rows are computed once (twins.py): under an invariant
+mode, a sequence whose cache holds the same ids as another's and that feeds the same tokens
+this pass (tests of a bisect round that differ only where the model has not reached yet, n
+samples of one prompt) copies that leader's new keys/values and reads its logits; each still
+samples its own token, and once two part they are computed apart (`share_twins`). Under any
+mode, sequences that start from the same prompt share its prefill.
+
 All compute happens on one background thread; `submit` is thread-safe and `generate` is
 `submit` + wait. A sequence runs under the kernel mode current where it was submitted
 (or the Engine's fixed mode); sequences of different modes never share a pass."""
@@ -32,6 +39,7 @@ from tttr.engine.inference.kv_cache import KVCache, KVPool
 from tttr.engine.inference.model import Model, Segment
 from tttr.engine.inference.sampler import sample_rows
 from tttr.engine.inference.sequence import TOPK, Sequence, TokenRecord
+from tttr.engine.inference.twins import Twins
 from tttr.kernels import ops
 from tttr.kernels.mode import check_mode, get_mode, is_invariant, kernel_mode
 
@@ -47,8 +55,8 @@ def _close_all() -> None:
 
 
 class _Planned(NamedTuple):
-    """One sequence's part of a pass. A sequence that shares another's prefill (a follower)
-    carries its leader's rows and logits rows."""
+    """One sequence's part of a pass. A sequence that shares another's rows (a follower: its
+    twin, or the same fresh prompt) carries its leader's rows and logits rows."""
 
     seq: Sequence
     fut: Future
@@ -74,13 +82,18 @@ class _PassOutput:
 
 class Engine:
     def __init__(self, model: Model, *, kernel_mode: str | None = None, max_running: int = 32,
-                 max_batch_rows: int = 2048, topk: int = TOPK, chain_forced: bool | None = None):
+                 max_batch_rows: int = 2048, topk: int = TOPK, chain_forced: bool | None = None,
+                 share_twins: bool = True):
         self.model = model
         self.fixed_mode = check_mode(kernel_mode) if kernel_mode is not None else None
         self.max_running = max_running
         self.max_batch_rows = max_batch_rows
         self.topk = topk
         self.chain_forced = chain_forced
+        # Twins (twins.py) computed once, under the invariant modes only: under `fast` leaving
+        # a row out of the pass would change the others' bits.
+        self.share_twins = share_twins
+        self._twins = Twins()
         self._cv = threading.Condition()
         self._waiting: collections.deque[tuple[Sequence, Future]] = collections.deque()
         self._running: list[tuple[Sequence, Future]] = []
@@ -263,17 +276,23 @@ class Engine:
         segments: list[Segment] = []
         logit_rows: list[int] = []
         plan: list[_Planned] = []
-        shared: dict[tuple, _Planned] = {}  # a fresh prompt already in this pass -> its leader's part
-        followers: list[tuple[Sequence, _Planned]] = []  # (sequence, the leader's part whose prefill it shares)
+        shared: dict[tuple, _Planned] = {}  # a key already computed in this pass -> its leader's part
+        followers: list[tuple[Sequence, _Planned]] = []  # (sequence, the leader's part whose rows it shares)
+        mode = batch[0][0].kernel_mode
+        twins = self._twins if self.share_twins and is_invariant(mode) else None
         self._pool.arrange([seq.cache for seq, _ in batch])
         for seq, fut in batch:
             feed, n_out = self._feed(seq)
             # Sequences that start from the same prompt (n samples of one request, the same
             # step replayed under several seeds) share one prefill: the first computes it,
-            # the others copy its keys/values and read its logits.
-            key = (tuple(feed), n_out) if seq.cache.length == 0 and len(feed) > 1 else None
-            if key in shared:
-                leader = shared[key]
+            # the others copy its keys/values and read its logits. Under invariant kernels
+            # any twins do (twins.py).
+            if twins is not None:
+                key = twins.key(seq, feed, n_out)
+            else:
+                key = (tuple(feed), n_out) if seq.cache.length == 0 and len(feed) > 1 else None
+            leader = shared.get(key) if key is not None else None
+            if leader is not None and (twins is None or twins.same_history(seq, leader.seq)):
                 followers.append((seq, leader))
                 plan.append(leader._replace(seq=seq, fut=fut))
                 continue
@@ -286,18 +305,18 @@ class Engine:
             first_out = len(logit_rows)
             logit_rows.extend(range(end - n_out, end))
             plan.append(_Planned(seq, fut, start, end, first_out, n_out))
-            if key is not None:
+            if key is not None and leader is None:
                 shared[key] = plan[-1]
         R = len(tokens)
-        mode = batch[0][0].kernel_mode
         with kernel_mode(mode), torch.inference_mode():
             logits = self.model.forward(torch.tensor(tokens, dtype=torch.int64),
                                         torch.tensor(positions, dtype=torch.int64), segments,
                                         torch.tensor(logit_rows, dtype=torch.int64))
             for seq, leader in followers:
-                n = leader.end - leader.start
-                seq.cache.k[:, :n] = leader.seq.cache.k[:, :n]
-                seq.cache.v[:, :n] = leader.seq.cache.v[:, :n]
+                a = seq.cache.length  # the leader's too: their keys matched
+                b = a + leader.end - leader.start
+                seq.cache.k[:, a:b] = leader.seq.cache.k[:, a:b]
+                seq.cache.v[:, a:b] = leader.seq.cache.v[:, a:b]
             logprobs = ops.log_softmax(logits, dim=-1)
             top_v, top_i = ops.topk(logprobs, self.topk)
             out = _PassOutput(logits, logprobs, top_v.tolist(), top_i.tolist(), logits_digests(logits),
