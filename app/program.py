@@ -5,7 +5,7 @@ database) answers the program's model calls; the program runs in the trace layer
 (recorders/program.py: the host's Python read-only, the network reaching only the server's
 Unix socket through a forwarder, the virtual clock and seeded randomness of --clock/--seed).
 
-The run (task `program:NAME`, meta {"program", "tree", "clock"} and the --check) holds, in order:
+The run (task `program:NAME`, meta {"program", "tree", "clock", "timeout_s"} and the --check) holds, in order:
 `setup:clock` (the virtual clock it starts at, as the built-in agent's runs have it) and
 `setup:setup` (the clock, the start tree's snapshot, the command line), the model calls as the
 server records them (steps 0..N-1, with whatever the program's SDK records among them), then at
@@ -176,7 +176,7 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
         owner = tree_dir.stat()
         try:
             return _record(recorder, service, executor, host, program, argv, name, tree_dir, clock, seed, check,
-                           sock_dir, say)
+                           sock_dir, say, timeout_s)
         finally:
             executor.close()
             if not own_tree and executor.sandboxed:  # the sandbox's uid owned it while the program ran
@@ -188,7 +188,7 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
 
 
 def _record(recorder, service, executor, host, program, argv, name, tree_dir, clock, seed, check, sock_dir,
-            say) -> ProgramResult:
+            say, timeout_s) -> ProgramResult:
     from tttr.app.server import create_app
     from tttr.engine.serve.sdk_tree import SDKTree, program_file
     from tttr.recorders.clock import iso
@@ -205,7 +205,8 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         run_id = store.begin_run(
             task=name, model_id=service.model_id, kernel_mode=service.kernel_mode, seed=seed,
             meta={"source": "tttr record", "program": list(argv), "tree": str(tree_dir), "clock": iso(clock),
-                  "sandboxed": executor.sandboxed, **({"check": check} if check is not None else {})},
+                  "sandboxed": executor.sandboxed, "timeout_s": timeout_s,  # a replay waits as long
+                  **({"check": check} if check is not None else {})},
         )
         recorder.adopt(name, run_id)
         watch = Stopwatch()  # the recording's own time, without the model's load (extra)

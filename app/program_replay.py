@@ -14,7 +14,8 @@ replay mode: the program's requests are met, in order, by the recorded steps.
 
 The first request that differs (another kind of step, another message, argument or
 parameter, or a step the recording lacks) is the divergence, reported with the call's
-index and both values. From there on SDK tools run live, the clock is live, and model calls
+index and both values (a call through OpenAI's Responses API in its own terms, `instructions`
+or `input[i]`: app/program_divergence.py). From there on SDK tools run live, the clock is live, and model calls
 are generated live by the recorded model (app/program_live.py; loaded then, not before), so
 the program runs on as it would have. At the end the program's stdout, exit code and end tree are compared
 with the recorded ones (an SDK tool answered from the recording has its recorded effects on the
@@ -39,6 +40,9 @@ from datetime import datetime
 from pathlib import Path
 
 from tttr.app.program import ProgramRunError, _Endpoint, running_clock
+from tttr.app.program_divergence import (
+    RESPONSES_ROUTE, call_divergence, in_responses_terms, noting_responses, responses_body,
+)
 from tttr.engine.replay.events import stored_text
 from tttr.engine.replay.diff import Divergence
 from tttr.engine.serve.sdk_tree import program_file
@@ -46,6 +50,7 @@ from tttr.recorders.program import SOCKET_NAME, HostPython, api_dir, check_progr
 from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, site, site_parts
 
 RECORDED_BY = "tttr record"
+DEFAULT_TIMEOUT_S = 600.0
 NAMES = ("recorded", "live")
 
 
@@ -126,6 +131,13 @@ def _load(store, run_id: int) -> _Recording:
     return _Recording(run, setup, steps, final, outcome, setup_clock)
 
 
+def recorded_timeout(run) -> float:
+    """The --timeout the program ran under when recorded (600 s, the default, in a recording
+    made before it was kept)."""
+    value = (run.meta if isinstance(run.meta, dict) else {}).get("timeout_s")
+    return float(value) if type(value) in (int, float) and 0 < value < float("inf") else DEFAULT_TIMEOUT_S
+
+
 def _text(store, value) -> str:
     if isinstance(value, dict) and "$blob" in value:
         return store.get_blob(value["$blob"]).decode("utf-8", "surrogateescape")
@@ -187,11 +199,12 @@ class Replayer:
     def _diverge(self, where: str, a, b) -> None:
         self.divergence = Divergence(where, "trace", a, b, NAMES)
 
-    def _take(self, kind: str, asked) -> _Step | None:
-        """The next recorded step if it is a `kind`, else the divergence (and None)."""
+    def _take(self, kind: str, asked, via: str = "") -> _Step | None:
+        """The next recorded step if it is a `kind`, else the divergence (and None). `via`:
+        the route a call came through, where it is not its endpoint's own."""
         if self.divergence is not None:
             return None
-        what = {"call": f"call {self.calls}", "tool": "an SDK tool call", "clock": "an SDK clock read"}[kind]
+        what = {"call": f"call {self.calls}{via}", "tool": "an SDK tool call", "clock": "an SDK clock read"}[kind]
         if self.cursor >= len(self.rec.steps):
             self._diverge(f"step {self.cursor}", "(the recording ends here)", f"{what}: {asked}")
             return None
@@ -208,8 +221,13 @@ class Replayer:
         self.answered += 1
 
     def answer_call(self, name, endpoint: str, body: dict):
+        asked = responses_body()  # the Responses request this chat call means, if it came as one
         with self._lock:
-            step = self._take("call", body.get("messages", body.get("prompt")))
+            if asked is None:
+                step = self._take("call", body.get("messages", body.get("prompt")))
+            else:
+                step = self._take("call", {k: asked.get(k) for k in ("instructions", "input") if k in asked},
+                                  f" (POST {RESPONSES_ROUTE})")
             if step is not None:
                 prompt = next(e.value for e in step.events if e.kind == "prompt")
                 recorded = prompt.get("request") if isinstance(prompt.get("request"), dict) else {}
@@ -219,7 +237,11 @@ class Replayer:
                     diff = ("endpoint", prompt.get("endpoint"), endpoint)
                 if diff is None:
                     return self._answer_call(name, endpoint, body, step, prompt)
-                self._diverge(f"call {index} (step {step.step}), {diff[0]}", diff[1], diff[2])
+                where = f"call {index} (step {step.step})"
+                if asked is not None:
+                    where = f"call {index} (step {step.step}, POST {RESPONSES_ROUTE})"
+                    diff = in_responses_terms(*diff, asked)
+                self.divergence = call_divergence(where, *diff, NAMES)
             return self._live_call(name, endpoint, body)
 
     def _answer_call(self, name, endpoint: str, body: dict, step: _Step, prompt: dict):
@@ -311,17 +333,19 @@ def _take_program(argv: list[str], recorded_tree: str | None, tree_dir: Path) ->
         return
     src = Path(recorded_tree) / rel
     if not src.is_file():
-        raise ProgramRunError(f"program {rel!r} is missing from {recorded_tree}, where run was recorded: "
+        raise ProgramRunError(f"program {rel!r} is missing from {recorded_tree}, where the run was recorded: "
                               "put it back to replay the run")
     dest = tree_dir / rel
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(src, dest)
 
 
-def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, timeout_s: float = 600.0,
+def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, timeout_s: float | None = None,
                    progress=None, fork=None, model: str | None = None) -> ReplayResult:
     """Replay recorded program run `run_id` of `db` as a child run; see the module's text.
-    `fork` (app/program_fork.py's ForkPlan, checked already) makes it a fork at one site."""
+    `fork` (app/program_fork.py's ForkPlan, checked already) makes it a fork at one site.
+    `timeout_s`: the recording's --timeout unless given (a program that hung when recorded
+    is stopped after as long again, not after the default 600 s)."""
     from tttr.recorders.limits import Limits
     from tttr.recorders.sandbox import Executor
     from tttr.recorders.snapshot import restore
@@ -339,6 +363,8 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
             _take_program(argv, (rec.run.meta or {}).get("tree"), tree_dir)
             program = check_program(argv, tree_dir, host)
             recorded_stdout = _text(reader, rec.final.get("stdout"))
+        if timeout_s is None:
+            timeout_s = recorded_timeout(rec.run)
         clock = datetime.fromisoformat(rec.setup.get("clock") or rec.run.meta["clock"]).replace(tzinfo=None)
         if fork is not None:  # a fork of the setup clock runs the whole program at another time
             clock = fork.start_clock(clock)
@@ -391,7 +417,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         else:  # the setup and the steps before the site are the parent's, shared
             fork.adopt(recorder, child, rec.setup, rec.setup_clock)
         sandboxed = executor.sandboxed
-        endpoint = _Endpoint(app, str(sock_dir / SOCKET_NAME) if sandboxed else None)
+        endpoint = _Endpoint(noting_responses(app), str(sock_dir / SOCKET_NAME) if sandboxed else None)
         env = {**(host.env() if sandboxed else {"PATH": host.path}), **endpoint_env(endpoint.base, name),
                "TTTR_REPLAY": "1"}
         command = sandboxed_command(program, host) if sandboxed else program

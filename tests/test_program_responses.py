@@ -1,0 +1,144 @@
+"""Recorded programs that call the model through OpenAI's Responses API (the Agents SDK):
+a replay whose program now asks something else reports the divergence in the program's own
+terms (`instructions`, `input[i]`, as the chat call it is compared as), its later calls are
+generated live and answered as Responses calls. And any program that hung when recorded is
+stopped at the recording's --timeout when replayed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from tttr.app.program_divergence import (
+    call_divergence, in_responses_terms, message_sources, noting_responses, responses_body,
+)
+from tttr.app.program_replay import DEFAULT_TIMEOUT_S, NAMES, recorded_timeout
+from tttr.sessions.store import Store
+from sandbox_helpers import needs_sandbox
+from tests.program_helpers import cli_json, program_tree, record_program
+
+ROOT = Path(__file__).resolve().parent.parent
+TASK = ROOT / "assets" / "tasks" / "write-line"
+EXAMPLE = "agents_sdk_agent.py"
+
+
+def test_each_chat_message_is_named_after_the_responses_field_it_comes_from():
+    body = {"instructions": "Be brief.", "input": [
+        {"type": "reasoning", "summary": []},
+        {"role": "user", "content": "List the files."},
+        {"type": "function_call", "call_id": "a", "name": "ls", "arguments": "{}"},
+        {"type": "function_call", "call_id": "b", "name": "pwd", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "x.txt"},
+        {"role": "user", "content": [{"type": "input_text", "text": "And now?"}]},
+    ]}
+    assert message_sources(body) == ["instructions", "input[1]", "input[2]", "input[4]", "input[5]"]
+    assert message_sources({"input": "Hi"}) == ["input"]
+    assert in_responses_terms("message 0", {"role": "system", "content": "Be short."}, {}, body) == (
+        "instructions", "Be short.", "Be brief.")
+    live = {"role": "tool", "tool_call_id": "a", "content": "x.txt"}
+    assert in_responses_terms("message 3", {}, live, body) == ("input[4] (its chat message 3)", {}, live)
+    assert in_responses_terms("message 7", {"role": "user"}, None, body)[0] == \
+        "message 7 (which the request no longer sends)"
+    assert in_responses_terms("parameter max_tokens", 8, 16, body) == ("parameter max_output_tokens", 8, 16)
+    assert in_responses_terms("parameter temperature", 0, 1, body) == ("parameter temperature", 0, 1)
+
+
+def test_texts_that_part_late_are_reported_from_where_they_part_and_short_ones_as_before():
+    task = "Task: write the line `hello world` into a new file named `greeting.txt`.\n"
+    a, b = {"role": "user", "content": task + "What is the name?"}, {"role": "user", "content": task + "Which file?"}
+    div = call_divergence("call 0 (step 2)", "message 1", a, b, NAMES)
+    at = len(task + "Wh")  # where "What" and "Which" part
+    assert div.site == f"call 0 (step 2), message 1, its content from character {at}"
+    assert "hat is the name?" in div.describe() and "hich file?" in div.describe(), div.describe()
+    assert div.to_json()["recorded"] == a and div.to_json()["live"] == b  # the values stay whole
+    short = call_divergence("call 0 (step 0)", "message 0", {"content": "Say hi"}, {"content": "Say bye"}, NAMES)
+    assert short.site == "call 0 (step 0), message 0" and "'Say bye'" not in short.describe()
+    assert '"Say bye"' in short.describe()  # as a chat call's report always read
+    text = call_divergence("call 1 (step 3, POST /v1/responses)", "instructions", "x" * 40 + "A", "x" * 40 + "B", NAMES)
+    assert text.site.endswith("instructions, from character 40") and "xA'" in text.describe()
+
+
+def test_the_replay_endpoint_hands_the_replayer_each_responses_request_as_sent():
+    async def answer(request):
+        await request.body()  # the server reads the body, then answers in its thread pool
+        return JSONResponse({"asked": await run_in_threadpool(responses_body)})
+
+    app = Starlette(routes=[Route("/v1/responses", answer, methods=["POST"]),
+                            Route("/v1/chat/completions", answer, methods=["POST"])])
+    with TestClient(noting_responses(app)) as client:
+        sent = {"instructions": "Be brief.", "input": "Hi", "stream": True}
+        assert client.post("/v1/responses", json=sent).json() == {"asked": sent}
+        assert client.post("/v1/chat/completions", json={"messages": []}).json() == {"asked": None}
+        assert client.post("/v1/responses", content=b"not json").json() == {"asked": None}
+
+
+def test_a_replay_waits_as_long_as_the_recording_did():
+    class Run:
+        meta = {"timeout_s": 3}
+
+    assert recorded_timeout(Run) == 3.0
+    for meta in ({}, {"timeout_s": True}, {"timeout_s": -1}, {"timeout_s": "3"}, None):
+        Run.meta = meta
+        assert recorded_timeout(Run) == DEFAULT_TIMEOUT_S
+
+
+def _example_tree(tmp_path: Path) -> Path:
+    tree = tmp_path / "work"
+    tree.mkdir()
+    subprocess.run(["sh", str(TASK / "setup.sh")], cwd=tree, check=True)
+    shutil.copy(ROOT / "assets" / "examples" / EXAMPLE, tree)
+    return tree
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_an_agents_sdk_program_asking_otherwise_is_reported_as_its_instructions_or_input(tmp_path, capsys):
+    from tttr.app.cli import main
+
+    tree, db = _example_tree(tmp_path), tmp_path / "agent.db"
+    rec = cli_json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--seed", "1", "--json",
+                            "--", "python3", EXAMPLE])
+    assert rec["exit_code"] == 0 and rec["calls"] == 2, rec["stderr"]
+    source = (tree / EXAMPLE).read_text()
+    instructions = "Answer with the value asked for, nothing else."
+    (tree / EXAMPLE).write_text(source.replace(instructions, "Answer briefly."))
+    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    div = res["divergence"]
+    assert div["site"] == "call 0 (step 2, POST /v1/responses), instructions", div  # after list_files and a clock read
+    assert div["recorded"] == instructions and div["live"] == "Answer briefly."
+    # From there the SDK's (streamed) Responses calls are generated live and answered: the program ends as before.
+    assert res["calls_generated"] == 2 and res["logits_computed"] > 0 and res["exit_code"] == 0, res
+    assert "greeting.txt: 'hello world' (exit 0)" in res["stdout"]
+
+    (tree / EXAMPLE).write_text(source.replace("What is the file name?", "Which file is it?"))
+    assert main(["replay", str(rec["run_id"]), "--db", str(db)]) == 0
+    said = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("replay diverged at "))
+    assert said.startswith("replay diverged at call 0 (step 2, POST /v1/responses), input[0] (its chat message 1), "
+                           "its content from character "), said
+    assert "What is the file name?" in said and "Which file is it?" in said, said
+
+
+HANGS = "import time\nprint('waiting', flush=True)\ntime.sleep(900)\n"
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_a_program_that_hung_is_replayed_under_the_recordings_timeout(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    rec = record_program(capsys, db, program_tree(tmp_path, "t", HANGS), "--timeout", "2")
+    assert rec["exit_code"] == 124 and rec["limit_hit"] == "timeout" and rec["stdout"] == "waiting\n", rec
+    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])  # not the default 600 s
+    assert res["identical"] is True and res["exit_code"] == 124, res
+    with Store.open(db, readonly=True) as store:
+        assert store.run(rec["run_id"]).meta["timeout_s"] == 2.0
+        end = next(e.value for e in store.events(res["run_id"], kind="tool") if "program" in e.value)
+    assert end["limit_hit"] == "timeout" and "after the 2 s timeout" in json.dumps(end["stderr"]), end
