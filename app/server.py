@@ -196,8 +196,9 @@ class Server:
             answered = await self._proxy(request, "chat", chat)
         else:
             answered = await self._call(request, parse_chat, "chat", chat)
-        if answered.status_code != 200:  # an error, as the chat route would answer it
-            return answered
+        if answered.status_code != 200:  # an error, as the chat route would answer it, in this request's names
+            return JSONResponse(responses_api.error_from_chat(json.loads(answered.body or b"{}")),
+                                status_code=answered.status_code)
         if chat.get("stream"):  # the chat call's events, made into the Responses stream as they come
             return _events(responses_api.from_chat_stream(body, answered.body_iterator))
         return JSONResponse(responses_api.to_response(body, json.loads(answered.body)))

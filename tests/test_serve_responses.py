@@ -89,6 +89,8 @@ def test_items_become_the_conversation_with_its_tool_calls_and_their_outputs():
     ({"input": [{"role": "critic", "content": "x"}]}, "input[0].role", "use one of"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type", "function_call_output"),
     ({"input": [{"type": "function_call", "name": "t", "arguments": "{}"}]}, "input[0].call_id", "must be a string"),
+    ({"input": [{"role": "user", "content": "hi"}, {"type": "function_call_output", "call_id": "c1", "output": "x"}]},
+     "input[1].call_id", "answers no function_call item before it"),  # as OpenAI refuses it
     ({"input": []}, "input", "non-empty"),
     ({}, "input", "non-empty"),
     ({"input": [{"type": "reasoning", "summary": []}]}, "input", "no message"),
@@ -220,6 +222,10 @@ def test_a_cut_answer_is_incomplete_and_a_failure_ends_the_stream_with_an_error(
     assert cut[-1].type == "response.incomplete" and cut[-1].response.incomplete_details.reason == "max_output_tokens"
     failed = _streamed({"input": "x"}, [_chunk({"content": "Pa"}), _sse(APIError("the engine stopped").to_json())])
     assert failed[-1].type == "error" and "the engine stopped" in failed[-1].message
+    context = APIError("… 9 in the prompt, 4 in the completion. Shorten the prompt or lower max_tokens.",
+                       param="messages", code="context_length_exceeded")
+    told = _streamed({"input": "x"}, [_sse(context.to_json())])[-1]  # in the Responses request's names
+    assert told.param == "input" and told.message.endswith("lower max_output_tokens.")
     assert _streamed({"input": "x"}, [])[-1].type == "error"
 
 
@@ -301,3 +307,145 @@ def test_a_responses_call_is_the_chat_call_it_means_streamed_or_not_and_recorded
     with Store.open(served.db, readonly=True) as store:  # the two answered calls and the chat one, as chat calls
         prompts = [e for run in store.runs() for e in store.events(run.id, kind="prompt")]
     assert len(prompts) == 3, prompts
+
+
+def test_a_chat_error_is_told_in_the_responses_names_and_a_loading_model_is_a_503():
+    import openai
+
+    from tttr.app.server import create_app
+    from tttr.engine.serve.responses_api import error_from_chat
+    from tttr.engine.serve.service import Service
+
+    said = error_from_chat(APIError("messages[2].content is a 'image_url' part", param="messages[2].content").to_json())
+    assert said["error"]["param"] == "input"  # the input's items are not the chat messages one for one
+    assert error_from_chat(APIError("max_tokens=0 is out of range", param="max_tokens", code="invalid_value").to_json())["error"] == {
+        "message": "max_output_tokens=0 is out of range", "type": "invalid_request_error",
+        "param": "max_output_tokens", "code": "invalid_value"}
+    assert error_from_chat({}) == {}  # a client gone: nothing to tell
+    running = Running(create_app(Service()), lifespan="off")  # never loaded
+    try:
+        client = openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0)
+        for stream in (False, True):
+            with pytest.raises(openai.InternalServerError) as info:
+                client.responses.create(input="hi", stream=stream)
+            assert info.value.status_code == 503 and info.value.body["code"] == "model_loading", info.value.body
+        with pytest.raises(openai.BadRequestError, match="is not supported") as info:  # refused before the model
+            client.responses.create(input="hi", tools=[{"type": "web_search"}])
+        assert info.value.body["param"] == "tools[0]"
+    finally:
+        running.stop()
+
+
+@pytest.mark.slow
+def test_errors_reach_the_official_client_in_openais_shape(served):
+    import openai
+
+    client = openai.OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0)
+    model = served.service.model_id
+    cases = [  # (request, error class, param, code, words)
+        (dict(input=[{"type": "item_reference", "id": "msg_1"}]), openai.BadRequestError, "input[0].type",
+         "invalid_value", "function_call_output items"),
+        (dict(input="hi", tools=[{"type": "file_search", "vector_store_ids": ["vs_1"]}]), openai.BadRequestError,
+         "tools[0]", "invalid_value", "function tools only"),
+        (dict(input="hi", tools=[{"type": "function", "name": "weather", "parameters": {"type": "object"}}]),
+         openai.BadRequestError, "tools", "tools_not_supported", "tool_choice=\"none\""),  # SmolLM2: no tool format
+        (dict(input="hello " * 9000, max_output_tokens=4), openai.BadRequestError, "input", "context_length_exceeded",
+         "lower max_output_tokens"),
+        (dict(input="hi", model="gpt-4.1-mini"), openai.NotFoundError, "model", "model_not_found", "does not exist"),
+    ]
+    for request, error, param, code, words in cases:
+        for stream in (False, True):  # a refused stream is refused before its first event
+            with pytest.raises(error) as info:
+                client.responses.create(**{"model": model, "stream": stream, **request})
+            body = info.value.body
+            assert set(body) == {"message", "type", "param", "code"}, body
+            assert (body["param"], body["code"]) == (param, code) and words in body["message"], body
+
+
+AGENTS_SDK_PROGRAM = """
+import asyncio, json
+from agents import Agent, ModelSettings, Runner
+
+settings = ModelSettings(temperature=0, max_tokens=40, extra_body={"stop": ["."]},
+                         extra_headers={"X-TTTR-Run": "agents-sdk"})
+agent = Agent(name="brief", instructions="Answer in a few words.", model_settings=settings)
+first = Runner.run_sync(agent, "Name a colour.")
+second = Runner.run_sync(agent, first.to_input_list() + [{"role": "user", "content": "Another one?"}])
+
+async def streamed():
+    run = Runner.run_streamed(agent, second.to_input_list() + [{"role": "user", "content": "And a fruit?"}])
+    kinds = [e.data.type async for e in run.stream_events() if e.type == "raw_response_event"]
+    return run.final_output, kinds
+
+third, kinds = asyncio.get_event_loop().run_until_complete(streamed())  # run_sync's loop: the SDK's client is bound to it
+print(json.dumps({"answers": [first.final_output, second.final_output, third], "kinds": kinds,
+                  "sent": second.to_input_list()}))
+"""
+
+
+@pytest.mark.slow
+def test_an_agents_sdk_program_records_one_run_that_replays_forks_and_diffs(tmp_path, capsys):
+    """The journey of docs/serve.md: `tttr serve --db --any-model`, an unmodified Agents SDK program
+    pointed at it (run_sync, a second turn from `to_input_list()`, run_streamed), its calls one run
+    by `ModelSettings(extra_headers=...)`; then `tttr events`, `replay`, `fork` and `diff` on it."""
+    import os
+    import subprocess
+    import sys
+
+    from tttr.app.cli import main
+    from tttr.app.server import create_app
+    from tttr.engine.serve.recorder import CallRecorder
+    from tttr.engine.serve.service import Service
+    from tttr.sessions.store import Store
+
+    db = tmp_path / "calls.db"
+    service = Service(kernel_mode="invariant", any_model=True)
+    recorder = CallRecorder(db, service)
+    running = Running(create_app(service, recorder))
+    try:
+        assert service.wait_ready(300), service.load_error
+        env = {**os.environ, "OPENAI_BASE_URL": running.url + "/v1", "OPENAI_API_KEY": "unused",
+               "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+        done = subprocess.run([sys.executable, "-c", AGENTS_SDK_PROGRAM], env=env, capture_output=True, text=True,
+                              timeout=600)
+    finally:
+        running.stop()
+        recorder.close()  # finishes the named run
+        service.close()
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout)
+    assert all(got["answers"]), got
+    replies = [item for item in got["sent"] if item.get("role") == "assistant"]
+    assert replies and all(item["type"] == "message" and item["status"] == "completed" and item["id"]
+                            and item["content"][0]["type"] == "output_text" for item in replies)  # what it sends back
+    kinds = got["kinds"]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert kinds.count("response.output_text.delta") >= 2, kinds  # streamed as generated
+
+    with Store.open(db, readonly=True) as store:
+        (run,) = store.runs()
+        assert run.task == "agents-sdk" and run.status == "complete"
+        prompts = [e.value for e in store.events(run.id, kind="prompt")]
+        messages = [e.value["text"] for e in store.events(run.id, kind="message")]
+    assert messages == got["answers"]  # three calls, one run, the answers the program got
+    assert [p["request"]["model"] for p in prompts] == [prompts[0]["request"]["model"]] * 3  # the SDK's name, as sent
+    assert prompts[1]["request"]["messages"][1:] == [  # turn 1's output item came back as the assistant's turn
+        {"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": messages[0]},
+        {"role": "user", "content": "Another one?"}]
+    assert prompts[2]["request"]["stream"] is True and len(prompts[2]["request"]["messages"]) == 6
+
+    assert main(["events", str(run.id), "--db", str(db), "--kind", "message", "--json"]) == 0
+    assert [json.loads(line)["site"] for line in capsys.readouterr().out.splitlines()] == [
+        "0:message", "1:message", "2:message"]
+    assert main(["replay", str(run.id), "--db", str(db), "--json"]) == 0
+    replayed = json.loads(capsys.readouterr().out)
+    assert replayed["identical"] and replayed["calls"] == 3 and replayed["logits_computed"] == 0, replayed
+    with Store.open(db, readonly=True) as store:
+        recorded = store.event_at(run.id, "0:token:1").value["id"]
+        other = next(i for i, _ in store.event_at(run.id, "0:logits:1").value["topk"] if i != recorded)
+    assert main(["fork", str(run.id), "--db", str(db), "--at", "0:token:1", "--set", f"id:{other}"]) == 0
+    out = capsys.readouterr().out
+    assert f"child of {run.id}" in out, out
+    forked = int(out.split("forked run ")[1].split()[0])
+    assert main(["diff", str(run.id), str(forked), "--db", str(db)]) == 0
+    assert "first divergence: 0:token:1 (token layer)" in capsys.readouterr().out

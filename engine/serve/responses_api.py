@@ -17,6 +17,7 @@ Fields that steer only OpenAI's own service (`store`, `metadata`, `reasoning`, `
 from __future__ import annotations
 
 import json
+import re
 from typing import AsyncIterator, Iterator
 
 from tttr.engine.serve.errors import APIError
@@ -79,13 +80,14 @@ def _input_messages(items: object) -> list[dict]:
         raise _bad("input", "input must be a non-empty string or a list of items",
                    "missing_required_parameter" if items is None else "invalid_value")
     out: list[dict] = []
+    called: set[str] = set()  # the call ids of the function_call items so far
     for i, item in enumerate(items):
         where = f"input[{i}]"
         if not isinstance(item, dict):
             raise _bad(where, f"{where} must be an object, not {type(item).__name__}")
         kind = item.get("type", "message")
         if kind == "message":
-            role = INPUT_ROLES.get(item.get("role"))
+            role = INPUT_ROLES.get(item["role"]) if isinstance(item.get("role"), str) else None
             if role is None:
                 raise _bad(f"{where}.role", f"{where}.role={item.get('role')!r}: use one of {', '.join(INPUT_ROLES)}")
             out.append({"role": role, "content": _content(item.get("content"), f"{where}.content")})
@@ -97,10 +99,15 @@ def _input_messages(items: object) -> list[dict]:
                 last["tool_calls"].append(call)  # one assistant turn may call several tools
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            called.add(call["id"])
         elif kind == "function_call_output":
+            call_id = _string(item, "call_id", where)
+            if call_id not in called:  # as OpenAI refuses it: an answer to no call
+                raise _bad(f"{where}.call_id", f"{where}.call_id={call_id!r} answers no function_call item before "
+                           "it; send the whole conversation, the function_call item first")
             output = item.get("output")
             text = output if isinstance(output, str) else _content(output, f"{where}.output")
-            out.append({"role": "tool", "tool_call_id": _string(item, "call_id", where), "content": text})
+            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
         elif kind in SKIPPED_ITEMS:
             continue
         else:
@@ -177,6 +184,25 @@ def _forced(choice: object) -> dict:
 
 
 # ---------------------------------------------------------------------------- the answer
+CHAT_PARAMS = {"messages": "input", "max_tokens": "max_output_tokens"}  # a chat name: the Responses one
+
+
+def error_from_chat(answer: dict) -> dict:
+    """The chat call's error answer told in the names of the Responses request that made it:
+    `param` (`messages…` is `input`, `max_tokens` is `max_output_tokens`), and `max_tokens` in its
+    message (the context error's "lower max_tokens")."""
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if not isinstance(error, dict):
+        return answer
+    param = error.get("param")
+    if isinstance(param, str):  # `messages[2].content` too: the input's items are not the messages one for one
+        param = CHAT_PARAMS.get(re.split(r"[.\[]", param, maxsplit=1)[0], param)
+    message = error.get("message")
+    if isinstance(message, str):
+        message = re.sub(r"\bmax_tokens\b", "max_output_tokens", message)
+    return {**answer, "error": {**error, "param": param, "message": message}}
+
+
 def to_response(body: dict, chat: dict) -> dict:
     """The `Response` object for a chat completion `chat` answering `body`."""
     suffix = _suffix(chat)
@@ -255,6 +281,7 @@ async def _from_chat(body: dict, chunks, event: _Events) -> AsyncIterator[dict]:
         chunk = json.loads(data)
         if "error" in chunk:  # as the chat stream reports a failure
             err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": str(chunk["error"])}
+            err = error_from_chat({"error": err})["error"]
             yield event("error", message=str(err.get("message")), code=err.get("code"), param=err.get("param"))
             return
         if not chat:
