@@ -186,6 +186,8 @@ def test_files_lists_a_step_and_prints_one_file(db, capsys):
     assert any(line.startswith("-rw-r--r--") and line.endswith("greeting.txt") for line in out.splitlines())
     code, out, _ = _cli(capsys, "files", "1", "--db", str(db), "--step", "setup", "--path", "README")
     assert code == 0 and out == "greeting.txt should say hello world\n"
+    code, out, _ = _cli(capsys, "files", str(db), "1", "--step", "setup")
+    assert code == 0 and out.splitlines()[0].startswith("run 1 after step setup (setup:setup)"), out  # as sites write it
     code, out, _ = _cli(capsys, "files", str(db), "1", "--path", "bin.dat")
     assert code == 0 and out == "bin.dat: binary, 3 bytes\n"
 

@@ -39,6 +39,9 @@ def test_the_cache_size_comes_from_the_argument_the_environment_or_the_default(m
     assert Service(kernel_mode="fast", prefix_cache_mb=32).prefix_cache_mb == 0  # not prefix-invariant
     assert Service(kernel_mode="fast").prefix_stats() == {"enabled": False, "why": "fast kernels"}
     assert Service(kernel_mode="invariant-q8", prefix_cache_mb=32).prefix_cache_mb == 32  # invariant too
+    loading = Service(prefix_cache_mb=32).prefix_stats()  # before the model (and its cache) load: on, empty
+    assert loading["enabled"] is True and loading["max_mb"] == 32 and loading["entries"] == 0
+    assert Service(prefix_cache_mb=0).prefix_stats() == {"enabled": False, "why": f"{PREFIX_CACHE_ENV}=0"}
 
 
 def test_a_bad_size_stops_tttr_serve_in_one_line(monkeypatch, capsys):

@@ -13,6 +13,12 @@ from datetime import datetime, timezone
 from tttr.app.commands import args as argtypes
 from tttr.sessions.vocabulary import SETUP, SETUP_STEP
 
+
+def _step_written(step: int) -> str:
+    """A step as sites write it: `setup` for the setup step."""
+    return SETUP if step == SETUP_STEP else str(step)
+
+
 def _step(text: str) -> int:
     """An agent step, or the setup step as `setup` (or -1)."""
     if text.strip() == SETUP:
@@ -94,7 +100,7 @@ def _where(tree) -> dict:
 def _refuse_missing(tree, wanted: str) -> None:
     from tttr.recorders.treestate import TreeStateError
 
-    raise TreeStateError(f"no file or directory {wanted!r} in run {tree.run} after step {tree.step}")
+    raise TreeStateError(f"no file or directory {wanted!r} in run {tree.run} after step {_step_written(tree.step)}")
 
 
 def _show_tree(store, tree, args) -> None:
@@ -103,7 +109,7 @@ def _show_tree(store, tree, args) -> None:
     from tttr.sessions.safe_text import visible
 
     if tree.note is not None:
-        raise TreeStateError(f"run {tree.run} after step {tree.step}: {tree.note}")
+        raise TreeStateError(f"run {tree.run} after step {_step_written(tree.step)}: {tree.note}")
     wanted = args.path.strip("/") if args.path else None
     entries = [e for e in tree.files.values() if _in_path(e.path, wanted)]
     if wanted and not entries:
@@ -125,7 +131,7 @@ def _show_tree(store, tree, args) -> None:
             sys.stdout.write(visible(content.text))
         return
     console = _console()
-    console.print(shown(f"run {tree.run} after step {tree.step} ({tree.site}): {len(entries)} entries, "
+    console.print(shown(f"run {tree.run} after step {_step_written(tree.step)} ({tree.site}): {len(entries)} entries, "
                         f"tree {str(tree.digest)[:12]}"))
     for e in entries:
         size = "" if e.kind == "d" else f"{e.size:,}" if isinstance(e.size, int) else "?"

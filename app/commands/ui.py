@@ -21,13 +21,13 @@ def register(sub, bench_sub) -> None:
     )
     argtypes.add_database(p, "session database (written by tttr record / tttr demo)")
     p.add_argument("--run", type=argtypes.run_id, help="open this run's timeline directly")
-    _model_args(p)
+    _model_args(p, "forks")
     p.set_defaults(func=cmd_open)
 
     p = sub.add_parser(
         "demo", help="record one task with the embedded model, then open the app on it",
-        description="Record one task of the suite with the embedded default model into a fresh "
-                    "session database (progress on the terminal), then open the app on the run.",
+        description="Record one task of the suite with the embedded default model (or --model) into a "
+                    "fresh session database (progress on the terminal), then open the app on the run.",
     )
     p.add_argument("--task", default=DEMO_TASK, help=f"task to record (default {DEMO_TASK}; `tttr tasks` lists them)")
     p.add_argument("--db", help="new database file (default: tttr-demo-<time>.db in this folder)")
@@ -50,11 +50,11 @@ def register(sub, bench_sub) -> None:
     b.set_defaults(func=cmd_bench_app)
 
 
-def _model_args(p) -> None:
-    p.add_argument("--model", help="model for forks: GGUF file or Hugging Face folder "
+def _model_args(p, what: str = "the recording and forks") -> None:
+    p.add_argument("--model", help=f"model for {what}: GGUF file or Hugging Face folder "
                                    "(default: TTTR_MODEL, then the embedded SmolLM2)")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
-                   help="let forks run commands without bubblewrap where the machine refuses namespaces (unsafe)")
+                   help=f"let {what} run commands without bubblewrap where the machine refuses namespaces (unsafe)")
 
 
 def _check_file(store) -> None:

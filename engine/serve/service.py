@@ -142,10 +142,14 @@ class Service:
 
     def prefix_stats(self) -> dict:
         """The prefix cache as /health shows it: its bound, what it holds, what it saved."""
+        if not is_invariant(self.kernel_mode):
+            return {"enabled": False, "why": "fast kernels"}
+        if self.prefix_cache_mb == 0:
+            return {"enabled": False, "why": f"{PREFIX_CACHE_ENV}=0"}
         cache = self.engine.prefixes if self.engine is not None else None
-        if cache is None:
-            why = "fast kernels" if not is_invariant(self.kernel_mode) else f"{PREFIX_CACHE_ENV}=0"
-            return {"enabled": False, "why": why}
+        if cache is None:  # the engine (and its cache) start when the model has loaded
+            return {"enabled": True, "max_mb": self.prefix_cache_mb, "entries": 0, "mb": 0.0, "hits": 0,
+                    "reused_tokens": 0}
         return {"enabled": True, "max_mb": self.prefix_cache_mb, "entries": len(cache),
                 "mb": round(cache.bytes / (1 << 20), 1), "hits": cache.hits, "reused_tokens": cache.reused_tokens}
 
