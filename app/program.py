@@ -55,10 +55,12 @@ class ProgramResult:
     passed: bool | None
     limit_hit: str | None
     extra: dict = field(default_factory=dict)
+    refused: int = 0  # model calls answered with an error (a bad request): not in `calls`, the ones recorded
 
     def to_json(self) -> dict:
         return {"run_id": self.run_id, "exit_code": self.exit_code, "calls": self.calls, "passed": self.passed,
-                "limit_hit": self.limit_hit, "stdout": self.stdout, "stderr": self.stderr}
+                "limit_hit": self.limit_hit, "refused_calls": self.refused, "stdout": self.stdout,
+                "stderr": self.stderr}
 
 
 class Stopwatch:
@@ -84,6 +86,29 @@ class Stopwatch:
         wall, cpu = self._at
         self.wall += time.perf_counter() - wall
         self.cpu += self._cpu() - cpu
+
+
+MODEL_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
+
+
+class RefusedCalls:
+    """ASGI `app`, counting the model calls it answers with an error status: the server
+    records only the calls it runs, and a program whose every call was refused (a parameter
+    the server does not take) did not "make no model call"."""
+
+    def __init__(self, app):
+        self.app, self.count = app, 0
+
+    async def __call__(self, scope, receive, send):
+        if scope.get("type") != "http" or scope.get("method") != "POST" or scope.get("path") not in MODEL_ROUTES:
+            return await self.app(scope, receive, send)
+
+        async def sending(message):
+            if message.get("type") == "http.response.start" and message.get("status", 200) >= 400:
+                self.count += 1
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 def own_torch_threads() -> None:
@@ -225,7 +250,8 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         if not service.wait_ready(READY_TIMEOUT_S) or service.load_error:
             raise ProgramRunError(f"the model did not load: {service.load_error or 'timed out'}")
         sandboxed = executor.sandboxed
-        endpoint = _Endpoint(app, str(sock_dir / SOCKET_NAME) if sandboxed else None)
+        refused = RefusedCalls(app)
+        endpoint = _Endpoint(refused, str(sock_dir / SOCKET_NAME) if sandboxed else None)
         env = {**(host.env() if sandboxed else {"PATH": host.path}), **endpoint_env(endpoint.base, name)}
         command = sandboxed_command(program, host) if sandboxed else program
         server.clock = running_clock(clock)
@@ -252,6 +278,8 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         outcome = {"exit_code": res.exit_code, "calls": calls, "tree": end_digest, "clock": iso(clock)}
         if res.limit_hit:
             outcome["reason"] = f"the program hit a limit: {res.limit_hit}"
+        if refused.count:
+            outcome["refused_calls"] = refused.count
         passed = None
         if check is not None:
             say(f"checking with {check} …")
@@ -263,7 +291,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         store.finish_run(run_id, status="complete", outcome=outcome)
         run_id_done, run_id = run_id, None
         return ProgramResult(run_id_done, res.exit_code, calls, res.stdout, stderr, passed, res.limit_hit,
-                             {"program_s": watch.wall, "program_cpu_s": watch.cpu})
+                             {"program_s": watch.wall, "program_cpu_s": watch.cpu}, refused.count)
     finally:
         if endpoint is not None:
             endpoint.stop()
@@ -291,5 +319,8 @@ def print_result(res: ProgramResult, db: str, as_json: bool) -> None:
     limit = f", stopped: {res.limit_hit}" if res.limit_hit else ""
     print(visible(f"recorded run {res.run_id} into {db}: exit code {res.exit_code}, {res.calls} model calls"
                   f"{outcome}{limit}", newlines=False))
-    if res.calls == 0:
+    if res.refused:
+        print(f"note: the server answered {res.refused} of the program's model calls with an error, unrecorded "
+              "(the program's stderr says why)", file=sys.stderr)
+    elif res.calls == 0:
         print("note: the program made no model call (it was given OPENAI_BASE_URL)", file=sys.stderr)

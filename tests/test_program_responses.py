@@ -2,7 +2,8 @@
 a replay whose program now asks something else reports the divergence in the program's own
 terms (`instructions`, `input[i]`, as the chat call it is compared as), its later calls are
 generated live and answered as Responses calls. And any program that hung when recorded is
-stopped at the recording's --timeout when replayed."""
+stopped at the recording's --timeout when replayed, and a program whose model calls were all
+refused is not said to have made none."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from tttr.app.program import ProgramResult, print_result
 from tttr.app.program_divergence import (
     call_divergence, in_responses_terms, message_sources, noting_responses, responses_body,
 )
@@ -142,3 +144,32 @@ def test_a_program_that_hung_is_replayed_under_the_recordings_timeout(tmp_path, 
         assert store.run(rec["run_id"]).meta["timeout_s"] == 2.0
         end = next(e.value for e in store.events(res["run_id"], kind="tool") if "program" in e.value)
     assert end["limit_hit"] == "timeout" and "after the 2 s timeout" in json.dumps(end["stderr"]), end
+
+
+REFUSED = """\
+from openai import OpenAI
+
+OpenAI().responses.create(model="gpt-4.1-mini", input="Find the weather.", tools=[{"type": "web_search"}])
+"""
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_a_refused_responses_call_is_counted_and_replays_identically(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    rec = record_program(capsys, db, program_tree(tmp_path, "t", REFUSED))
+    assert rec["exit_code"] == 1 and rec["calls"] == 0 and rec["refused_calls"] == 1, rec
+    assert "tools[0] of type 'web_search' is not supported" in rec["stderr"]
+    with Store.open(db, readonly=True) as store:
+        assert store.run(rec["run_id"]).outcome["refused_calls"] == 1  # the recording says so
+    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    assert res["identical"] is True and res["exit_code"] == 1, res  # refused again, as recorded
+
+
+def test_the_record_report_tells_refused_calls_from_none(capsys):
+    refused = ProgramResult(1, 1, 0, "", "", None, None, refused=2)
+    print_result(refused, "s.db", False)
+    err = capsys.readouterr().err
+    assert "answered 2 of the program's model calls with an error" in err and "no model call" not in err
+    print_result(ProgramResult(1, 0, 0, "", "", None, None), "s.db", False)
+    assert "the program made no model call" in capsys.readouterr().err
