@@ -483,8 +483,9 @@ class Store:
         return self._to_run(row)
 
     def _unknown_run(self, run_id: Any) -> StoreError:
-        lo, hi = self._conn.execute("SELECT min(id), max(id) FROM runs").fetchone()
-        has = "no runs" if lo is None else f"runs {lo}–{hi}" if lo != hi else f"run {lo}"
+        lo, hi, n = self._conn.execute("SELECT min(id), max(id), count(*) FROM runs").fetchone()
+        has = ("no runs" if lo is None else f"run {lo}" if lo == hi else f"runs {lo}–{hi}" if n == hi - lo + 1
+               else f"{n} runs between {lo} and {hi}")  # some deleted: a range would hide the gaps
         return StoreError(f"no run {run_id!r} in {self.path} (it has {has}); `tttr runs {self.path}` lists them")
 
     def _chain(self, run_id: int) -> tuple[int | None, int]:

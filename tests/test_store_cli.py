@@ -163,6 +163,13 @@ def test_unknown_run_fails_with_exit_2_and_the_ids_there_are(recorded, capsys):
     err = capsys.readouterr().err
     assert err == f"tttr: error: no run 42 in {recorded} (it has runs 1–2); `tttr runs {recorded}` lists them\n"
     assert digest(recorded) == before
+    with Store.open(recorded) as store:  # a gap: the range is not claimed
+        gone = store.begin_run(task="x")
+        third = store.begin_run(task="y")
+        store.finish_run(gone, "complete", {})
+        store.delete_run(gone)
+    assert main(["events", str(recorded), "42"]) == 2
+    assert f"(it has 3 runs between 1 and {third})" in capsys.readouterr().err
 
 
 def test_the_console_command_exits_2(tmp_path):
