@@ -7,15 +7,17 @@ of the `input` items), but named in the program's terms: `instructions`, `input[
 `max_output_tokens`. The server hands the replayer only the chat call, so the replay's endpoint
 notes each Responses request's body on its way in (`noting_responses`).
 
-Two texts that differ after a long common start (a prompt whose question changed after its
-task) are shown from a little before their first differing character, where a report cut to
-its first 60 characters would show the same text twice."""
+Two values that differ after a long common start (a prompt whose question changed after its
+task, a tool list whose last description changed) are shown from a little before their first
+differing character, where a report cut to its first 60 characters would show the same text
+twice."""
 
 from __future__ import annotations
 
 import json
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tttr.engine.replay.diff import Divergence
 from tttr.sessions.safe_text import brief
@@ -119,41 +121,55 @@ def in_responses_terms(what: str, recorded, live, body: dict) -> tuple[str, obje
     return what, recorded, live
 
 
-def _text(value) -> str | None:
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) else None
+class _Texts(NamedTuple):
+    a: str
+    b: str
+    part: str  # what of the values the texts are: "" (themselves), "its content", "as JSON"
 
 
-def parted_at(recorded, live) -> int | None:
-    """Where two texts (or two messages' contents) first differ, when it is past what a
-    60-character report of each shows; else None."""
-    a, b = _text(recorded), _text(live)
-    if a is None or b is None or a == b:
+def _texts(recorded, live) -> _Texts | None:
+    """Two values as the texts their difference is found in: strings as they are, two
+    messages by their contents where those differ, anything else as JSON."""
+    if isinstance(recorded, str) and isinstance(live, str):
+        return _Texts(recorded, live, "")
+    a, b = (v.get("content") if isinstance(v, dict) else None for v in (recorded, live))
+    if isinstance(a, str) and isinstance(b, str) and a != b:
+        return _Texts(a, b, "its content")
+    try:
+        return _Texts(json.dumps(recorded, default=str), json.dumps(live, default=str), "as JSON")
+    except (ValueError, RecursionError):
         return None
-    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    return at if at >= WIDTH // 3 else None
+
+
+def parted_at(recorded, live) -> tuple[int, _Texts] | None:
+    """Where two values first differ (`_texts`), when it is past what a 60-character report
+    of each shows; else None."""
+    texts = _texts(recorded, live)
+    if texts is None or texts.a == texts.b:
+        return None
+    at = next((i for i, (x, y) in enumerate(zip(texts.a, texts.b)) if x != y), min(len(texts.a), len(texts.b)))
+    return (at, texts) if at >= WIDTH // 3 else None
 
 
 @dataclass(frozen=True, slots=True)
 class CallDivergence(Divergence):
-    """A model call's divergence. Its report shows two texts with a long common start from
+    """A model call's divergence. Its report shows two values with a long common start from
     just before where they part, and its site says where (`call_divergence`); the values
     themselves, in JSON, stay whole."""
 
     def describe(self) -> str:
-        at = parted_at(self.a, self.b)
-        if at is None:
+        parted = parted_at(self.a, self.b)
+        if parted is None:
             return Divergence.describe(self)
-        (first, second), start = self.names, at - SHOWN_BEFORE
-        a, b = _text(self.a), _text(self.b)
-        return (f"{self.site} ({self.layer} layer): "
-                f"{first} {brief('…' + a[start:], WIDTH)}, {second} {brief('…' + b[start:], WIDTH)}")
+        (at, texts), (first, second) = parted, self.names
+        a, b = ("…" + t[at - SHOWN_BEFORE:] for t in (texts.a, texts.b))
+        return f"{self.site} ({self.layer} layer): {first} {brief(a, WIDTH)}, {second} {brief(b, WIDTH)}"
 
 
 def call_divergence(where: str, what: str, recorded, live, names: tuple[str, str]) -> CallDivergence:
     """The divergence of call `where` ("call 2 (step 5)") at `what` ("message 1")."""
-    at = parted_at(recorded, live)
-    if at is not None:
-        what += f", from character {at}" if isinstance(recorded, str) else f", its content from character {at}"
+    parted = parted_at(recorded, live)
+    if parted is not None:
+        at, texts = parted
+        what += f", {texts.part + ' ' if texts.part else ''}from character {at}"
     return CallDivergence(f"{where}, {what}", "trace", recorded, live, names)

@@ -67,6 +67,11 @@ def test_texts_that_part_late_are_reported_from_where_they_part_and_short_ones_a
     assert '"Say bye"' in short.describe()  # as a chat call's report always read
     text = call_divergence("call 1 (step 3, POST /v1/responses)", "instructions", "x" * 40 + "A", "x" * 40 + "B", NAMES)
     assert text.site.endswith("instructions, from character 40") and "xA'" in text.describe()
+    tools = [{"type": "function", "function": {"name": "list_files", "description": "List the files."}}]
+    edited = [{"type": "function", "function": {"name": "list_files", "description": "List every file."}}]
+    div = call_divergence("call 0 (step 1, POST /v1/responses)", "parameter tools", tools, edited, NAMES)
+    assert div.site.startswith("call 0 (step 1, POST /v1/responses), parameter tools, as JSON from character ")
+    assert "the files" in div.describe() and "every file" in div.describe(), div.describe()
 
 
 def test_the_replay_endpoint_hands_the_replayer_each_responses_request_as_sent():
