@@ -217,6 +217,28 @@ def test_text_is_sent_as_it_comes_and_a_call_in_pieces_is_put_together():
     assert final.output[1].call_id == "call_9" and final.usage.total_tokens == 15
 
 
+def test_a_streamed_texts_logprobs_come_with_its_deltas_and_in_the_end():
+    def lp(token: str) -> dict:
+        return {"token": token, "logprob": -0.5, "bytes": list(token.encode()), "top_logprobs": []}
+
+    def probs(delta: dict, *tokens: str) -> dict:
+        chunk = _chunk(delta)
+        data = json.loads(chunk["data"])
+        data["choices"][0]["logprobs"] = {"content": [lp(t) for t in tokens]}
+        return {**chunk, "data": json.dumps(data)}
+
+    events = _streamed({"input": "x", "top_logprobs": 1}, [
+        _chunk({"role": "assistant", "content": ""}), probs({"content": "Pa"}, "Pa"), probs({}, "\u2581"),
+        probs({"content": "ris"}, "ri", "s"), _chunk({}, "stop")])
+    deltas = [[p.token for p in e.logprobs] for e in events if e.type == "response.output_text.delta"]
+    assert deltas == [["Pa"], ["\u2581", "ri", "s"]]  # a token with no text yet goes with the next delta
+    done = next(e for e in events if e.type == "response.output_text.done")
+    final = events[-1].response.output[0].content[0]
+    assert [p.token for p in done.logprobs] == [p.token for p in final.logprobs] == ["Pa", "\u2581", "ri", "s"]
+    assert _streamed({"input": "x"}, [_chunk({"content": "Pa"}), _chunk({}, "stop")])[-1].response.output[0].content[
+        0].logprobs is None  # not asked for: none
+
+
 def test_a_cut_answer_is_incomplete_and_a_failure_ends_the_stream_with_an_error():
     cut = _streamed({"input": "x"}, [_chunk({"content": "Par"}), _chunk({}, "length")])
     assert cut[-1].type == "response.incomplete" and cut[-1].response.incomplete_details.reason == "max_output_tokens"
@@ -299,14 +321,21 @@ def test_a_responses_call_is_the_chat_call_it_means_streamed_or_not_and_recorded
     deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
     assert "".join(deltas) == r.output_text and len(deltas) >= 2, deltas  # sent as generated, not at the end
     assert events[-1].response.output_text == r.output_text
+    plain = client.responses.create(input="Name a colour.", top_logprobs=2, extra_body={"seed": 5}, **asked)
+    streamed = list(client.responses.create(input="Name a colour.", top_logprobs=2, stream=True,
+                                            extra_body={"seed": 5}, **asked))
+    sent = [p.model_dump() for e in streamed if e.type == "response.output_text.delta" for p in e.logprobs]
+    ended = [p.model_dump() for p in streamed[-1].response.output[0].content[0].logprobs]
+    assert [p.model_dump() for p in plain.output[0].content[0].logprobs] == ended == sent and sent
+    assert len(sent) == plain.usage.output_tokens - (plain.status == "completed")  # the end token has none
 
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):
         client.responses.create(input="and then?", previous_response_id=r.id, **asked)
     with pytest.raises(openai.NotFoundError, match="does not exist"):  # `tttr serve` names its model
         client.responses.create(input="hi", model="gpt-4.1-mini")
-    with Store.open(served.db, readonly=True) as store:  # the two answered calls and the chat one, as chat calls
+    with Store.open(served.db, readonly=True) as store:  # the four answered calls and the chat one, as chat calls
         prompts = [e for run in store.runs() for e in store.events(run.id, kind="prompt")]
-    assert len(prompts) == 3, prompts
+    assert len(prompts) == 5, prompts
 
 
 def test_a_chat_error_is_told_in_the_responses_names_and_a_loading_model_is_a_503():

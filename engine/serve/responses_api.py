@@ -273,6 +273,8 @@ async def _from_chat(body: dict, chunks, event: _Events) -> AsyncIterator[dict]:
     chat: dict = {}
     text: list[str] = []
     calls: dict[int, dict] = {}  # by index: a proxied stream sends a call's arguments in pieces
+    logprobs: list[dict] = []  # the text's, when asked for (`top_logprobs`)
+    held: list[dict] = []  # those of tokens with no text yet: sent with the next delta
     opened = False
     async for sse in chunks:
         data = sse.get("data") if isinstance(sse, dict) else None
@@ -300,6 +302,9 @@ async def _from_chat(body: dict, chunks, event: _Events) -> AsyncIterator[dict]:
                 _merge_call(calls, piece)
             if choice.get("finish_reason"):
                 chat["finish_reason"] = choice["finish_reason"]
+            probs = (choice.get("logprobs") or {}).get("content") or []
+            logprobs += probs
+            held += probs
             piece = delta.get("content")
             if piece:
                 if not opened:  # the message item opens with its first text
@@ -308,7 +313,8 @@ async def _from_chat(body: dict, chunks, event: _Events) -> AsyncIterator[dict]:
                         yield e
                 text.append(piece)
                 yield event("response.output_text.delta", item_id=_message_id(chat), output_index=0, content_index=0,
-                            delta=piece, logprobs=[])
+                            delta=piece, logprobs=held)
+                held = []
     if not chat:
         yield event("error", message="the model's stream ended before its first chunk", code="server_error",
                     param=None)
@@ -316,7 +322,8 @@ async def _from_chat(body: dict, chunks, event: _Events) -> AsyncIterator[dict]:
     message = {"role": "assistant", "content": "".join(text) or None}
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    final = to_response(body, {**chat, "choices": [{"message": message, "finish_reason": chat.get("finish_reason")}]})
+    final = to_response(body, {**chat, "choices": [{"message": message, "finish_reason": chat.get("finish_reason"),
+                                                    "logprobs": {"content": logprobs} if logprobs else None}]})
     for e in _items(event, final, opened=opened):
         yield e
 
@@ -358,8 +365,9 @@ def _items(event: _Events, response: dict, *, opened: bool) -> Iterator[dict]:
             if not (opened and index == 0):
                 yield from _open_message(event, item["id"], index)
                 if part["text"]:
-                    yield event("response.output_text.delta", **where, delta=part["text"], logprobs=[])
-            yield event("response.output_text.done", **where, text=part["text"], logprobs=[])
+                    yield event("response.output_text.delta", **where, delta=part["text"],
+                                logprobs=part.get("logprobs", []))
+            yield event("response.output_text.done", **where, text=part["text"], logprobs=part.get("logprobs", []))
             yield event("response.content_part.done", **where, part=part)
         else:
             yield event("response.output_item.added", output_index=index,
