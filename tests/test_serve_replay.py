@@ -77,6 +77,16 @@ def test_a_proxied_run_replays_from_the_recording_alone(tmp_path):
         assert len(store.runs()) == before
 
 
+def test_a_served_run_still_recording_is_refused_saying_when_it_completes(tmp_path):
+    with Store.open(tmp_path / "p.db") as store:
+        rid = store.begin_run(task="demo", model_id="m", kernel_mode="invariant", sampling={}, seed=1,
+                              meta={"source": "tttr serve", "name": "demo", "endpoint": "chat"})
+        before = len(store.runs())
+        with pytest.raises(ReplayError, match="X-TTTR-Run is complete once its `tttr serve` stops"):
+            replay(store, rid, runtime=Runtime())
+        assert len(store.runs()) == before
+
+
 def test_the_commands_refuse_a_bad_site_in_one_line(tmp_path, capsys):
     from tttr.app.cli import main
 

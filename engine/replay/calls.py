@@ -76,7 +76,8 @@ def call_steps(source: Source) -> list[int]:
 def _check(source: Source, runtime, *, computes: bool) -> None:
     run = source.run
     if run.status != "complete":
-        raise ReplayError(f"run {run.id} is {run.status}: only complete runs can be replayed or forked")
+        named = " (a run named by X-TTTR-Run is complete once its `tttr serve` stops)" if run.status == "recording" else ""
+        raise ReplayError(f"run {run.id} is {run.status}: only complete runs can be replayed or forked{named}")
     if not call_steps(source):
         raise ReplayError(f"run {run.id} has no recorded calls (no S:prompt event): nothing to replay")
     upstream = upstream_of(run)

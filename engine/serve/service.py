@@ -182,7 +182,8 @@ class Service:
     def check_model(self, name: str | None) -> None:
         if name is not None and not self.any_model and name.casefold() not in self.names():
             raise APIError(f"The model {name!r} does not exist: this server serves {self.model_id!r} "
-                           "(GET /v1/models lists it)", status=404, param="model", code="model_not_found")
+                           "(GET /v1/models lists it); start `tttr serve --any-model` to answer any name with it",
+                           status=404, param="model", code="model_not_found")
 
     def _not_ready(self) -> None:
         if self.load_error is not None:
