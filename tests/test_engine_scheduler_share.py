@@ -227,3 +227,35 @@ def test_identical_replays_on_the_default_model():
     assert on == off == alone(model, make, chain_forced=False)
     assert computed(on[0]) == computed(facts(recorded))  # the replay under the recorded seed is the recording
     assert rows_on[1:8] == [1] * 7 and rows_off[1:8] == [2] * 7
+
+
+@pytest.mark.parametrize("lag", [1, 3, 12])
+def test_a_twin_that_joins_late_catches_up_or_goes_on_alone(tiny, lag):
+    """A twin that joins `lag` passes behind takes the passes its twin computed (within
+    twins.LAG) instead of computing them, then shares the rest; further behind, it computes
+    its own. Either way each gets what it gets alone."""
+    prompt = _prompt(tiny, 11, 7)
+
+    def make():
+        return [Sequence(prompt, SamplingParams(seed=1), 16, stop_token_ids=()),
+                Sequence(prompt, SamplingParams(seed=2), 16, stop_token_ids=())]
+
+    with kernel_mode("invariant"), Engine(tiny) as eng:
+        first, late = make()
+        joined = []
+
+        def join(rec):
+            if rec.position == lag - 1:
+                joined.append(eng.submit(late))
+
+        first.on_token = join
+        got_first = eng.generate([first])[0]
+        got_late = joined[0].result()
+        history = list(eng.history)
+    assert [facts(got_first), facts(got_late)] == alone(tiny, make)
+    rows = [r for r, _ in history]
+    if lag <= twins_module.LAG:
+        assert rows == [len(prompt)] + [1] * 15  # the late one computed nothing of its own
+        assert got_late[0].batch_rows == len(prompt) and got_late[0].rows == tuple(range(len(prompt)))
+    else:
+        assert rows == [len(prompt)] + [1] * (lag - 1) + [len(prompt) + 1] + [2] * (15 - lag) + [1] * lag

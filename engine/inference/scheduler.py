@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import dataclasses
 import threading
 import weakref
 from concurrent.futures import Future
@@ -201,7 +202,7 @@ class Engine:
                         seq.done.set()
                         fut.set_exception(exc)
                     self._running = []
-                    self._pool.release()
+                    self._release()
 
     def _admit(self) -> None:
         """Move waiting sequences into the running batch (called with the lock held)."""
@@ -244,7 +245,7 @@ class Engine:
                 keep.append((seq, fut))
         self._running = keep
         if not keep:
-            self._pool.release()
+            self._release()
 
     def _feed(self, seq: Sequence) -> tuple[list[int], int]:
         """Tokens this sequence feeds now, and how many of the last rows produce positions."""
@@ -278,82 +279,122 @@ class Engine:
         plan: list[_Planned] = []
         shared: dict[tuple, _Planned] = {}  # a key already computed in this pass -> its leader's part
         followers: list[tuple[Sequence, _Planned]] = []  # (sequence, the leader's part whose rows it shares)
+        computed: list[tuple[tuple, _Planned]] = []  # (key, part) of the parts this pass computes
+        finished: list[tuple[Sequence, Future]] = []
         mode = batch[0][0].kernel_mode
         twins = self._twins if self.share_twins and is_invariant(mode) else None
         self._pool.arrange([seq.cache for seq, _ in batch])
-        for seq, fut in batch:
-            feed, n_out = self._feed(seq)
-            # Sequences that start from the same prompt (n samples of one request, the same
-            # step replayed under several seeds) share one prefill: the first computes it,
-            # the others copy its keys/values and read its logits. Under invariant kernels
-            # any twins do (twins.py).
-            if twins is not None:
-                key = twins.key(seq, feed, n_out)
-            else:
-                key = (tuple(feed), n_out) if seq.cache.length == 0 and len(feed) > 1 else None
-            leader = shared.get(key) if key is not None else None
-            if leader is not None and (twins is None or twins.same_history(seq, leader.seq)):
-                followers.append((seq, leader))
-                plan.append(leader._replace(seq=seq, fut=fut))
-                continue
-            start = len(tokens)
-            p0 = seq.cache.length
-            tokens.extend(feed)
-            positions.extend(range(p0, p0 + len(feed)))
-            end = len(tokens)
-            segments.append(Segment(start, end, seq.cache))
-            first_out = len(logit_rows)
-            logit_rows.extend(range(end - n_out, end))
-            plan.append(_Planned(seq, fut, start, end, first_out, n_out))
-            if key is not None and leader is None:
-                shared[key] = plan[-1]
-        R = len(tokens)
         with kernel_mode(mode), torch.inference_mode():
-            logits = self.model.forward(torch.tensor(tokens, dtype=torch.int64),
-                                        torch.tensor(positions, dtype=torch.int64), segments,
-                                        torch.tensor(logit_rows, dtype=torch.int64))
-            for seq, leader in followers:
-                a = seq.cache.length  # the leader's too: their keys matched
-                b = a + leader.end - leader.start
-                seq.cache.k[:, a:b] = leader.seq.cache.k[:, a:b]
-                seq.cache.v[:, a:b] = leader.seq.cache.v[:, a:b]
-            logprobs = ops.log_softmax(logits, dim=-1)
-            top_v, top_i = ops.topk(logprobs, self.topk)
-            out = _PassOutput(logits, logprobs, top_v.tolist(), top_i.tolist(), logits_digests(logits),
-                              self._draw(plan, logits), R, mode)
-            self.steps += 1
-            self.history.append((R, tuple(id(part.seq) for part in plan)))
-            finished = []
-            for part in plan:
-                seq = part.seq
-                seq.cache.length += part.end - part.start
-                rows = tuple(range(part.start, part.end))
-                try:
-                    for j in range(part.n_out):
-                        self._produce(part, j, rows, out)
+            for seq, fut in batch:
+                feed, n_out = self._feed(seq)
+                # Sequences that start from the same prompt (n samples of one request, the same
+                # step replayed under several seeds) share one prefill: the first computes it,
+                # the others copy its keys/values and read its logits. Under invariant kernels
+                # any twins do (twins.py), and a twin that joined behind another first takes,
+                # without computing, what the other computed in its earlier passes.
+                if twins is not None:
+                    key = twins.key(seq, feed, n_out)
+                    while key not in shared and self._catch_up(seq, fut, key, twins, finished):
                         if seq.finished:
                             break
-                except BaseException as exc:  # noqa: BLE001 - a failing callback fails its sequence
-                    seq.finish_reason = "error"
-                    part.fut.set_exception(exc)
-                    finished.append((seq, part.fut))
+                        feed, n_out = self._feed(seq)
+                        key = twins.key(seq, feed, n_out)
+                    if seq.finished:
+                        continue
+                else:
+                    key = (tuple(feed), n_out) if seq.cache.length == 0 and len(feed) > 1 else None
+                leader = shared.get(key) if key is not None else None
+                if leader is not None and (twins is None or twins.same_history(seq, leader.seq)):
+                    followers.append((seq, leader))
+                    plan.append(leader._replace(seq=seq, fut=fut))
                     continue
-                if seq.finished:
-                    finished.append((seq, part.fut))
+                start = len(tokens)
+                p0 = seq.cache.length
+                tokens.extend(feed)
+                positions.extend(range(p0, p0 + len(feed)))
+                end = len(tokens)
+                segments.append(Segment(start, end, seq.cache))
+                first_out = len(logit_rows)
+                logit_rows.extend(range(end - n_out, end))
+                plan.append(_Planned(seq, fut, start, end, first_out, n_out))
+                if key is not None and leader is None:
+                    shared[key] = plan[-1]
+                    computed.append((key, plan[-1]))
+            if plan:
+                R = len(tokens)
+                logits = self.model.forward(torch.tensor(tokens, dtype=torch.int64),
+                                            torch.tensor(positions, dtype=torch.int64), segments,
+                                            torch.tensor(logit_rows, dtype=torch.int64))
+                for seq, leader in followers:
+                    _copy_rows(leader.seq, seq, leader.end - leader.start)
+                logprobs = ops.log_softmax(logits, dim=-1)
+                top_v, top_i = ops.topk(logprobs, self.topk)
+                out = _PassOutput(logits, logprobs, top_v.tolist(), top_i.tolist(), logits_digests(logits),
+                                  self._draw(plan, logits), R, mode)
+                self.steps += 1
+                self.history.append((R, tuple(id(part.seq) for part in plan)))
+                if twins is not None:
+                    for key, part in computed:
+                        twins.remember(key, (part, out), self.steps)
+                for part in plan:
+                    self._produce_part(part, out, finished)
         if finished:
-            done = {id(s) for s, _ in finished}
-            with self._cv:
-                self._running = [(s, f) for s, f in self._running if id(s) not in done]
-                if not self._running:
-                    self._pool.release()  # nothing left to keep: free the memory now
-            prefixes = self.prefixes
-            for seq, fut in finished:
-                if prefixes is not None and is_invariant(seq.kernel_mode) and seq.finish_reason != "error":
-                    prefixes.keep(seq.ids, seq.cache, seq.kernel_mode)
-                seq.cache = None  # free the memory now; the records are what callers keep
-                seq.done.set()
-                if not fut.done():
-                    fut.set_result(seq.records)
+            self._finish(finished)
+
+    def _catch_up(self, seq: Sequence, fut: Future, key, twins: Twins,
+                  finished: list[tuple[Sequence, Future]]) -> bool:
+        """When a running twin computed `key` in a recent pass (it is ahead of `seq`), give
+        `seq` that pass's keys/values and logits and produce its positions from them; False
+        when none did."""
+        hit = twins.recall(key)
+        if hit is None:
+            return False
+        part, out = hit
+        leader = part.seq
+        if leader is seq or leader.cache is None or not twins.same_history(seq, leader):
+            return False  # the twin left (its cache is gone), or only the hashes matched
+        _copy_rows(leader, seq, part.end - part.start)
+        mine = part._replace(seq=seq, fut=fut)
+        self._produce_part(mine, dataclasses.replace(out, drawn=self._draw([mine], out.logits)), finished)
+        return True
+
+    def _produce_part(self, part: _Planned, out: _PassOutput, finished: list[tuple[Sequence, Future]]) -> None:
+        """Advance `part`'s cache over its rows and produce its positions; a finished or
+        failed sequence joins `finished`."""
+        seq = part.seq
+        seq.cache.length += part.end - part.start
+        rows = tuple(range(part.start, part.end))
+        try:
+            for j in range(part.n_out):
+                self._produce(part, j, rows, out)
+                if seq.finished:
+                    break
+        except BaseException as exc:  # noqa: BLE001 - a failing callback fails its sequence
+            seq.finish_reason = "error"
+            part.fut.set_exception(exc)
+            finished.append((seq, part.fut))
+            return
+        if seq.finished:
+            finished.append((seq, part.fut))
+
+    def _finish(self, finished: list[tuple[Sequence, Future]]) -> None:
+        done = {id(s) for s, _ in finished}
+        with self._cv:
+            self._running = [(s, f) for s, f in self._running if id(s) not in done]
+            if not self._running:
+                self._release()  # nothing left to keep: free the memory now
+        prefixes = self.prefixes
+        for seq, fut in finished:
+            if prefixes is not None and is_invariant(seq.kernel_mode) and seq.finish_reason != "error":
+                prefixes.keep(seq.ids, seq.cache, seq.kernel_mode)
+            seq.cache = None  # free the memory now; the records are what callers keep
+            seq.done.set()
+            if not fut.done():
+                fut.set_result(seq.records)
+
+    def _release(self) -> None:
+        self._pool.release()
+        self._twins.forget()
 
     @staticmethod
     def _draw(plan: list[_Planned], logits: torch.Tensor) -> dict[tuple[int, int], int]:
@@ -399,6 +440,14 @@ class Engine:
         tail = seq.output_ids[-64:]  # stop strings are short; 64 tokens cover any of them
         text = self.model.tokenizer.decode(tail)
         return any(s and s in text for s in seq.stop_strings)
+
+
+def _copy_rows(leader: Sequence, seq: Sequence, n: int) -> None:
+    """Give `seq` the keys/values `leader` holds for the `n` positions after seq's cache (their
+    caches held the same ids before them)."""
+    a = seq.cache.length
+    seq.cache.k[:, a:a + n] = leader.cache.k[:, a:a + n]
+    seq.cache.v[:, a:a + n] = leader.cache.v[:, a:a + n]
 
 
 def _resolve_cancelled(seq: Sequence, fut: Future) -> None:

@@ -8,17 +8,23 @@ Finding twins costs O(1) per sequence per pass: each sequence keeps a rolling ha
 its cache holds, brought up to date with the ids fed since the last pass, so a pass's key is
 (cache length, that hash, this pass's feed). A hash is only a hint: a hit is confirmed by
 comparing the ids, and a follower remembers up to where it already matched its leader, so a
-pair that keeps sharing compares only what it fed since."""
+pair that keeps sharing compares only what it fed since.
+
+Twins rarely join in the same pass (the replays of a bisect round reach the model a moment
+apart), so the engine also remembers what each key computed over the last `LAG` passes: a
+twin that is behind takes those rows instead of computing them, and so catches up."""
 
 from __future__ import annotations
 
+import collections
 import weakref
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tttr.engine.inference.sequence import Sequence
 
 _MOD = (1 << 61) - 1  # a Mersenne prime: a polynomial hash over it collides about never
 _BASE = 1_000_003
+LAG = 8  # passes a computed key is remembered for: how far behind a twin can be and catch up
 
 
 class TwinKey(NamedTuple):
@@ -45,6 +51,8 @@ class Twins:
     def __init__(self) -> None:
         # sequences are submitted once and leave by being dropped: weak keys clean up after them
         self._fed: weakref.WeakKeyDictionary[Sequence, _Fed] = weakref.WeakKeyDictionary()
+        self._recent: dict[TwinKey, tuple[int, Any]] = {}  # key -> (the pass that computed it, what it gave)
+        self._order: collections.deque[tuple[int, TwinKey]] = collections.deque()
 
     def key(self, seq: Sequence, feed: list[int], n_out: int) -> TwinKey:
         """`seq`'s key for a pass feeding `feed` (after its cache's ids)."""
@@ -72,3 +80,21 @@ class Twins:
         st.matched = weakref.ref(leader)
         st.matched_upto = fed  # the shared feed is compared by the key itself; its ids join next pass
         return True
+
+    def remember(self, key: TwinKey, computed: Any, step: int) -> None:
+        """What pass `step` computed for `key`, for twins still behind (kept LAG passes)."""
+        self._recent[key] = (step, computed)
+        self._order.append((step, key))
+        while self._order and self._order[0][0] <= step - LAG:
+            old, k = self._order.popleft()
+            if self._recent.get(k, (None,))[0] == old:
+                del self._recent[k]
+
+    def recall(self, key: TwinKey) -> Any | None:
+        hit = self._recent.get(key)
+        return None if hit is None else hit[1]
+
+    def forget(self) -> None:
+        """Drop what recent passes computed (nothing runs: their memory goes now)."""
+        self._recent.clear()
+        self._order.clear()
