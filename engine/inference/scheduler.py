@@ -29,15 +29,14 @@ import dataclasses
 import threading
 import weakref
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
 from tttr.engine.inference.digest import logits_digests
 from tttr.engine.errors import EngineError
 from tttr.engine.inference.kv_cache import KVCache, KVPool
-from tttr.engine.inference.model import Model, Segment
+from tttr.engine.inference.model import Model
+from tttr.engine.inference.one_pass import Pass, PassOutput, Planned
 from tttr.engine.inference.sampler import sample_rows
 from tttr.engine.inference.sequence import TOPK, Sequence, TokenRecord
 from tttr.engine.inference.twins import Twins
@@ -53,32 +52,6 @@ def _close_all() -> None:
     # A worker thread still parked at interpreter exit makes torch's runtime abort.
     for engine in list(_ENGINES):
         engine.close()
-
-
-class _Planned(NamedTuple):
-    """One sequence's part of a pass. A sequence that shares another's rows (a follower: its
-    twin, or the same fresh prompt) carries its leader's rows and logits rows."""
-
-    seq: Sequence
-    fut: Future
-    start: int  # its rows of the pass: [start, end)
-    end: int
-    first_out: int  # its first row of the pass's logits
-    n_out: int  # positions it produces: from the last n_out of its rows
-
-
-@dataclass(frozen=True, slots=True)
-class _PassOutput:
-    """What one forward pass produced, per logits row i (a `_Planned`'s first_out + j)."""
-
-    logits: torch.Tensor  # fp32 [rows produced, vocab]
-    logprobs: torch.Tensor  # [rows produced, vocab]
-    top_v: list[list[float]]  # the top-k logprobs of row i
-    top_i: list[list[int]]  # and their token ids
-    digests: list[str]
-    drawn: dict[tuple[int, int], int]  # (id(seq), j) -> the sampled token (see Engine._draw)
-    batch_rows: int  # rows in the pass
-    mode: str  # its kernel mode
 
 
 class Engine:
@@ -272,74 +245,69 @@ class Engine:
 
     def _step(self) -> None:
         batch = list(self._running)
-        tokens: list[int] = []
-        positions: list[int] = []
-        segments: list[Segment] = []
-        logit_rows: list[int] = []
-        plan: list[_Planned] = []
-        shared: dict[tuple, _Planned] = {}  # a key already computed in this pass -> its leader's part
-        followers: list[tuple[Sequence, _Planned]] = []  # (sequence, the leader's part whose rows it shares)
-        computed: list[tuple[tuple, _Planned]] = []  # (key, part) of the parts this pass computes
-        finished: list[tuple[Sequence, Future]] = []
         mode = batch[0][0].kernel_mode
         twins = self._twins if self.share_twins and is_invariant(mode) else None
+        finished: list[tuple[Sequence, Future]] = []
         self._pool.arrange([seq.cache for seq, _ in batch])
         with kernel_mode(mode), torch.inference_mode():
-            for seq, fut in batch:
-                feed, n_out = self._feed(seq)
-                # Sequences that start from the same prompt (n samples of one request, the same
-                # step replayed under several seeds) share one prefill: the first computes it,
-                # the others copy its keys/values and read its logits. Under invariant kernels
-                # any twins do (twins.py), and a twin that joined behind another first takes,
-                # without computing, what the other computed in its earlier passes.
+            planned = self._plan(batch, twins, finished)
+            if planned.parts:  # else every sequence finished catching up
+                out = self._forward(planned, mode)
                 if twins is not None:
-                    key = twins.key(seq, feed, n_out)
-                    while key not in shared and self._catch_up(seq, fut, key, twins, finished):
-                        if seq.finished:
-                            break
-                        feed, n_out = self._feed(seq)
-                        key = twins.key(seq, feed, n_out)
-                    if seq.finished:
-                        continue
-                else:
-                    key = (tuple(feed), n_out) if seq.cache.length == 0 and len(feed) > 1 else None
-                leader = shared.get(key) if key is not None else None
-                if leader is not None and (twins is None or twins.same_history(seq, leader.seq)):
-                    followers.append((seq, leader))
-                    plan.append(leader._replace(seq=seq, fut=fut))
-                    continue
-                start = len(tokens)
-                p0 = seq.cache.length
-                tokens.extend(feed)
-                positions.extend(range(p0, p0 + len(feed)))
-                end = len(tokens)
-                segments.append(Segment(start, end, seq.cache))
-                first_out = len(logit_rows)
-                logit_rows.extend(range(end - n_out, end))
-                plan.append(_Planned(seq, fut, start, end, first_out, n_out))
-                if key is not None and leader is None:
-                    shared[key] = plan[-1]
-                    computed.append((key, plan[-1]))
-            if plan:
-                R = len(tokens)
-                logits = self.model.forward(torch.tensor(tokens, dtype=torch.int64),
-                                            torch.tensor(positions, dtype=torch.int64), segments,
-                                            torch.tensor(logit_rows, dtype=torch.int64))
-                for seq, leader in followers:
-                    _copy_rows(leader.seq, seq, leader.end - leader.start)
-                logprobs = ops.log_softmax(logits, dim=-1)
-                top_v, top_i = ops.topk(logprobs, self.topk)
-                out = _PassOutput(logits, logprobs, top_v.tolist(), top_i.tolist(), logits_digests(logits),
-                                  self._draw(plan, logits), R, mode)
-                self.steps += 1
-                self.history.append((R, tuple(id(part.seq) for part in plan)))
-                if twins is not None:
-                    for key, part in computed:
+                    for key, part in planned.computed:
                         twins.remember(key, (part, out), self.steps)
-                for part in plan:
+                for part in planned.parts:
                     self._produce_part(part, out, finished)
         if finished:
             self._finish(finished)
+
+    def _plan(self, batch: list[tuple[Sequence, Future]], twins: Twins | None,
+              finished: list[tuple[Sequence, Future]]) -> Pass:
+        planned = Pass()
+        shared: dict[tuple, Planned] = {}  # a key already computed in this pass -> its leader's part
+        for seq, fut in batch:
+            feed, n_out = self._feed(seq)
+            # Sequences that start from the same prompt (n samples of one request, the same
+            # step replayed under several seeds) share one prefill: the first computes it,
+            # the others copy its keys/values and read its logits. Under invariant kernels
+            # any twins do (twins.py), and a twin that joined behind another first takes,
+            # without computing, what the other computed in its earlier passes.
+            if twins is not None:
+                key = twins.key(seq, feed, n_out)
+                while key not in shared and self._catch_up(seq, fut, key, twins, finished):
+                    if seq.finished:
+                        break
+                    feed, n_out = self._feed(seq)
+                    key = twins.key(seq, feed, n_out)
+                if seq.finished:
+                    continue
+            else:
+                key = (tuple(feed), n_out) if seq.cache.length == 0 and len(feed) > 1 else None
+            leader = shared.get(key) if key is not None else None
+            if leader is not None and (twins is None or twins.same_history(seq, leader.seq)):
+                planned.followers.append((seq, leader))
+                planned.parts.append(leader._replace(seq=seq, fut=fut))
+                continue
+            part = planned.add(seq, fut, feed, n_out)
+            if key is not None and leader is None:
+                shared[key] = part
+                planned.computed.append((key, part))
+        return planned
+
+    def _forward(self, planned: Pass, mode: str) -> PassOutput:
+        """Run the pass (the caller holds its kernel mode) and give each follower its leader's rows."""
+        logits = self.model.forward(torch.tensor(planned.tokens, dtype=torch.int64),
+                                    torch.tensor(planned.positions, dtype=torch.int64), planned.segments,
+                                    torch.tensor(planned.logit_rows, dtype=torch.int64))
+        for seq, leader in planned.followers:
+            _copy_rows(leader.seq, seq, leader.end - leader.start)
+        logprobs = ops.log_softmax(logits, dim=-1)
+        top_v, top_i = ops.topk(logprobs, self.topk)
+        R = len(planned.tokens)
+        self.steps += 1
+        self.history.append((R, tuple(id(part.seq) for part in planned.parts)))
+        return PassOutput(logits, logprobs, top_v.tolist(), top_i.tolist(), logits_digests(logits),
+                           self._draw(planned.parts, logits), R, mode)
 
     def _catch_up(self, seq: Sequence, fut: Future, key, twins: Twins,
                   finished: list[tuple[Sequence, Future]]) -> bool:
@@ -358,7 +326,7 @@ class Engine:
         self._produce_part(mine, dataclasses.replace(out, drawn=self._draw([mine], out.logits)), finished)
         return True
 
-    def _produce_part(self, part: _Planned, out: _PassOutput, finished: list[tuple[Sequence, Future]]) -> None:
+    def _produce_part(self, part: Planned, out: PassOutput, finished: list[tuple[Sequence, Future]]) -> None:
         """Advance `part`'s cache over its rows and produce its positions; a finished or
         failed sequence joins `finished`."""
         seq = part.seq
@@ -397,7 +365,7 @@ class Engine:
         self._twins.forget()
 
     @staticmethod
-    def _draw(plan: list[_Planned], logits: torch.Tensor) -> dict[tuple[int, int], int]:
+    def _draw(plan: list[Planned], logits: torch.Tensor) -> dict[tuple[int, int], int]:
         """The sampled tokens of this pass, drawn together: {(id(seq), j): token} for every
         position j of the plan that is not forced (see sampler.sample_rows)."""
         want = [(id(seq), j, part.first_out + j, seq.sampling, (seq.rng_step, seq.next_position + j))
@@ -408,7 +376,7 @@ class Engine:
         tokens = sample_rows(logits[[w[2] for w in want]], [w[3] for w in want], [w[4] for w in want])
         return {(w[0], w[1]): t for w, t in zip(want, tokens)}
 
-    def _produce(self, part: _Planned, j: int, rows: tuple[int, ...], out: _PassOutput) -> None:
+    def _produce(self, part: Planned, j: int, rows: tuple[int, ...], out: PassOutput) -> None:
         """The j-th position `part` produces in this pass (`rows` are its rows)."""
         seq = part.seq
         i = part.first_out + j
