@@ -134,6 +134,36 @@ def test_an_agents_sdk_program_asking_otherwise_is_reported_as_its_instructions_
     assert "What is the file name?" in said and "Which file is it?" in said, said
 
 
+STREAMS = """\
+import asyncio
+from agents import Agent, ModelSettings, Runner
+
+agent = Agent(name="a", model="gpt-4.1-mini", instructions="Be brief.",
+              model_settings=ModelSettings(temperature=0, max_tokens=64))
+
+
+async def main():
+    run = Runner.run_streamed(agent, "Name a colour.")
+    deltas = [e async for e in run.stream_events()
+              if e.type == "raw_response_event" and e.data.type == "response.output_text.delta"]
+    print("said:", run.final_output, "in pieces:", len(deltas) > 0)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_a_streamed_responses_call_after_the_divergence_is_generated_and_streamed(tmp_path, capsys):
+    tree, db = program_tree(tmp_path, "t", STREAMS), tmp_path / "s.db"
+    rec = record_program(capsys, db, tree)
+    assert rec["exit_code"] == 0 and rec["calls"] == 1 and "in pieces: True" in rec["stdout"], rec
+    (tree / "prog.py").write_text(STREAMS.replace("Be brief.", "Be very brief."))
+    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    assert res["divergence"]["site"] == "call 0 (step 0, POST /v1/responses), instructions", res
+    assert res["calls_generated"] == 1 and res["exit_code"] == 0 and "in pieces: True" in res["stdout"], res
+
+
 HANGS = "import time\nprint('waiting', flush=True)\ntime.sleep(900)\n"
 
 
