@@ -453,20 +453,37 @@ class Server:
             self.active.discard(call)
 
 
+def _pieces(text: str, answer: dict) -> list[str]:
+    """The recorded answer's text in the pieces it was streamed in (`tttr.pieces`, their
+    lengths, where recorded), else whole."""
+    sizes = (answer.get("tttr") or {}).get("pieces")
+    if not isinstance(sizes, list) or sum(sizes) != len(text):
+        return [text]
+    out, at = [], 0
+    for n in sizes:
+        out.append(text[at:at + n])
+        at += n
+    return out
+
+
 async def _replayed_stream(answer: dict, endpoint: str, usage: bool):
-    """A recorded response as server-sent events: the whole text in one chunk, then the end."""
+    """A recorded response as server-sent events: its text in the pieces the recording sent
+    (one chunk each), then the end."""
     head = {k: answer[k] for k in ("id", "created", "model") if k in answer}
     choice = answer["choices"][0]
     if endpoint == "chat":
         obj, msg = "chat.completion.chunk", choice["message"]
-        delta = {"role": "assistant", "content": msg.get("content") or ""}
+        deltas = [{"role": "assistant", "content": ""}]  # as a live stream opens
+        deltas += [{"content": piece} for piece in _pieces(msg.get("content") or "", answer) if piece]
         if msg.get("tool_calls"):
-            delta["tool_calls"] = [dict(c, index=i) for i, c in enumerate(msg["tool_calls"])]
-        yield _sse({**head, "object": obj, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+            deltas[-1]["tool_calls"] = [dict(c, index=i) for i, c in enumerate(msg["tool_calls"])]
+        for delta in deltas:
+            yield _sse({**head, "object": obj, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
         yield _sse({**head, "object": obj, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
     else:
         obj = "text_completion"
-        yield _sse({**head, "object": obj, "choices": [{"index": 0, "text": choice.get("text", ""), "finish_reason": None}]})
+        for piece in _pieces(choice.get("text", ""), answer):
+            yield _sse({**head, "object": obj, "choices": [{"index": 0, "text": piece, "finish_reason": None}]})
         yield _sse({**head, "object": obj, "choices": [{"index": 0, "text": "", "finish_reason": choice["finish_reason"]}]})
     if usage:
         yield _sse({**head, "object": obj, "choices": [], "usage": answer.get("usage")})

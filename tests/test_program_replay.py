@@ -99,3 +99,28 @@ def test_edited_program_diverges_at_its_first_call_and_a_missing_one_is_refused(
     assert "prog.py" in err and "missing" in err and len(err.strip().splitlines()) == 1, err
     with Store.open(db, readonly=True) as store:
         assert len(store.runs()) == runs  # nothing written
+
+
+STREAMING = textwrap.dedent("""\
+    from openai import OpenAI
+
+    client = OpenAI()
+    stream = client.chat.completions.create(model="gpt-4o-mini", stream=True, max_tokens=12, temperature=0,
+                                            messages=[{"role": "user", "content": "Count to five."}])
+    for chunk in stream:  # a program that shows each piece as it comes
+        if chunk.choices:
+            print(repr(chunk.choices[0].delta.content))
+""")
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_a_streamed_call_replays_in_the_pieces_it_was_sent_in(tmp_path, capsys):
+    db = tmp_path / "stream.db"
+    rec = record_program(capsys, db, program_tree(tmp_path, "work", STREAMING))
+    assert rec["exit_code"] == 0 and rec["calls"] == 1, rec["stderr"]
+    shown = rec["stdout"].splitlines()
+    assert len([line for line in shown if line not in ("''", "None")]) >= 3, shown  # several pieces
+    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    assert res["identical"] is True and res["stdout"] == rec["stdout"], (res["stdout"], rec["stdout"])
+    assert res["logits_computed"] == 0

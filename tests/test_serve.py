@@ -108,6 +108,15 @@ def test_streamed_text_holds_back_what_could_become_a_stop_string():
     assert "".join(stream.push(ord(c)) for c in "hello") + stream.flush() == "hello"
 
 
+def test_a_streamed_answers_pieces_are_what_the_stream_sends():
+    from tttr.engine.serve.responses import stream_pieces
+
+    ids = [ord(c) for c in "abcENDxyz"]
+    assert stream_pieces(_CharTokenizer(), ids, ("END",)) == [1, 1, 1]  # "abc", then the stop string
+    assert stream_pieces(_CharTokenizer(), [ord(c) for c in "hello"], ("lo!",)) == [1, 1, 1, 2]  # "lo" held to the end
+    assert stream_pieces(_CharTokenizer(), [], ()) == []
+
+
 def test_a_tool_call_in_the_text_becomes_tool_calls():
     from types import SimpleNamespace
 

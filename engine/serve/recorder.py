@@ -64,6 +64,7 @@ class CallRecord:
     tool_calls: list = field(default_factory=list)  # OpenAI tool_call objects
     response_id: str = ""
     top_logprobs: int = 0
+    pieces: tuple[int, ...] | None = None  # a streamed answer's text pieces as sent (their lengths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +174,7 @@ class CallRecorder:
 
     def _collect(self, call, name: str | None, response_id: str) -> CallRecord:
         """Wait for the call to end (a cancelled one ends at the engine's next step)."""
-        from tttr.engine.serve.responses import output
+        from tttr.engine.serve.responses import output, stream_pieces
 
         try:
             call.future.result()
@@ -183,12 +184,17 @@ class CallRecorder:
         if call.seq.finish_reason == "error" and not call.cancelled.is_set():
             out = replace(out, finish_reason="error")
         p, req = call.prepared, call.prepared.request
+        pieces = None
+        if req.stream and p.tool_format is None:  # a call with tools sends its text at the end, in one piece
+            pieces = tuple(stream_pieces(self.service.tokenizer, [r.token_id for r in call.seq.records], req.stop))
+            if sum(pieces) != len(out.text):  # (cut short by a cancel: the pieces are not the text's)
+                pieces = None
         return CallRecord(
             name=name, endpoint=req.endpoint, request=req.body, prompt_ids=p.prompt_ids, sampling=call.seq.sampling,
             seed_drawn=p.seed_drawn, max_tokens=p.max_tokens, stop=req.stop, records=list(call.seq.records),
             text=out.text, finish_reason=out.finish_reason,
             tool_calls=[c.to_json(f"call_{response_id[-12:]}_{i}") for i, c in enumerate(out.tool_calls)],
-            response_id=response_id, top_logprobs=req.top_logprobs,
+            response_id=response_id, top_logprobs=req.top_logprobs, pieces=pieces,
         )
 
     def _begin(self, call: CallRecord) -> tuple[int, int]:
@@ -291,5 +297,8 @@ class CallRecorder:
                            "rng": list(r.rng)}, r.position)
             emit("logits", {"digest": r.digest, "topk": [[int(i), float(lp)] for i, lp in r.topk[:k]],
                             "batch": [r.batch_rows, list(r.rows)], "mode": r.kernel_mode}, r.position)
-        emit("message", {"text": call.text, "finish_reason": call.finish_reason, "tool_calls": call.tool_calls})
+        message = {"text": call.text, "finish_reason": call.finish_reason, "tool_calls": call.tool_calls}
+        if call.pieces is not None:
+            message["pieces"] = list(call.pieces)
+        emit("message", message)
         self._finish(run_id, call.name, call.finish_reason)

@@ -113,6 +113,16 @@ class TextStream:
         return delta
 
 
+def stream_pieces(tokenizer, token_ids, stops: tuple[str, ...]) -> list[int]:
+    """The lengths (in characters) of the text pieces a streamed answer of these tokens is
+    sent in (app/server.py's stream, which sends each non-empty delta of a TextStream, then
+    what it held back): recorded, so that a replay streams the same pieces."""
+    text = TextStream(tokenizer, stops)
+    pieces = [len(d) for d in map(text.push, token_ids) if d]
+    last = text.flush()
+    return pieces + [len(last)] if last else pieces
+
+
 def logprob_entry(record, tokenizer, top: int) -> dict:
     entry = {"token": record.text, "logprob": record.logprob, "bytes": token_bytes(tokenizer, record.token_id)}
     entry["top_logprobs"] = [
