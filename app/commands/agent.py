@@ -20,7 +20,10 @@ def register(sub, bench_sub) -> None:
                     "embedded default model or --model, recording every value it could not have "
                     "predicted. Prints the run id, steps, actions and outcome. With `-- PROGRAM ARG...` "
                     "instead of --task, record your own program: it runs in the sandbox with "
-                    "OPENAI_BASE_URL pointing at the model, and is recorded as one run.",
+                    "OPENAI_BASE_URL and OPENAI_API_KEY pointing at the model (chat completions, completions "
+                    "and the Responses API; whatever model name it sends), so an unmodified program on the "
+                    "openai client, LangChain's ChatOpenAI, the OpenAI Agents SDK or LiteLLM records as it "
+                    "is; it is recorded as one run. `from tttr.recorders import sdk` records its tools and clock.",
     )
     p.add_argument("--task", help="task name (see `tttr tasks`)")
     p.add_argument("program", nargs="*", metavar="PROGRAM ARG", help="after --: a program to record instead of --task")
