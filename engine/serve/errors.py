@@ -21,5 +21,10 @@ class APIError(EngineError):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+def bad_request(param: str | None, message: str, code: str = "invalid_value") -> APIError:
+    """A 400 naming the parameter at fault (the request checkers' refusal)."""
+    return APIError(message, status=400, param=param, code=code)
+
+
 _TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error",
           500: "server_error", 502: "server_error", 503: "server_error", 504: "server_error"}

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tttr.engine.serve.errors import APIError
+from tttr.engine.serve.errors import bad_request
 
 SEED_LIMIT = 2**63
 MAX_TOP_LOGPROBS = 20
@@ -44,18 +44,14 @@ class CallRequest:
         return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
 
 
-def _bad(param: str, message: str, code: str = "invalid_value") -> APIError:
-    return APIError(message, status=400, param=param, code=code)
-
-
 def _number(body: dict, name: str, default: float, lo: float, hi: float, *, lo_open: bool = False) -> float:
     v = body.get(name)
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise _bad(name, f"{name}={v!r} is not a number; use a number in {'(' if lo_open else '['}{lo}, {hi}]")
+        raise bad_request(name, f"{name}={v!r} is not a number; use a number in {'(' if lo_open else '['}{lo}, {hi}]")
     if v > hi or v < lo or (lo_open and v == lo):
-        raise _bad(name, f"{name}={v!r} is out of range; use a number in {'(' if lo_open else '['}{lo}, {hi}]")
+        raise bad_request(name, f"{name}={v!r} is out of range; use a number in {'(' if lo_open else '['}{lo}, {hi}]")
     return float(v)
 
 
@@ -64,9 +60,9 @@ def _integer(body: dict, name: str, lo: int, hi: int) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
-        raise _bad(name, f"{name}={v!r} is not an integer; use an integer in [{lo}, {hi}]")
+        raise bad_request(name, f"{name}={v!r} is not an integer; use an integer in [{lo}, {hi}]")
     if not lo <= v <= hi:
-        raise _bad(name, f"{name}={v!r} is out of range; use an integer in [{lo}, {hi}]")
+        raise bad_request(name, f"{name}={v!r} is out of range; use an integer in [{lo}, {hi}]")
     return v
 
 
@@ -75,7 +71,7 @@ def _bool(body: dict, name: str) -> bool:
     if v is None:
         return False
     if not isinstance(v, bool):
-        raise _bad(name, f"{name}={v!r} is not a boolean; use true or false")
+        raise bad_request(name, f"{name}={v!r} is not a boolean; use true or false")
     return v
 
 
@@ -94,34 +90,34 @@ def _text(content: Any, where: str) -> str:
                 out.append(part["text"])
             else:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise _bad(f"{where}.content", f"{where}.content[{i}] is a {kind!r} part; this model takes text "
+                raise bad_request(f"{where}.content", f"{where}.content[{i}] is a {kind!r} part; this model takes text "
                            "parts only ({\"type\": \"text\", \"text\": ...})")
         return "".join(out)
-    raise _bad(f"{where}.content", f"{where}.content is {type(content).__name__}; use a string or a list of text parts")
+    raise bad_request(f"{where}.content", f"{where}.content is {type(content).__name__}; use a string or a list of text parts")
 
 
 def _messages(body: dict) -> tuple[dict, ...]:
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
-        raise _bad("messages", "messages must be a non-empty list of {role, content} objects",
+        raise bad_request("messages", "messages must be a non-empty list of {role, content} objects",
                    "missing_required_parameter" if msgs is None else "invalid_value")
     out = []
     for i, m in enumerate(msgs):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
-            raise _bad(where, f"{where} is {type(m).__name__}; each message is an object with role and content")
+            raise bad_request(where, f"{where} is {type(m).__name__}; each message is an object with role and content")
         role = m.get("role")
         if role not in ROLES:
-            raise _bad(f"{where}.role", f"{where}.role={role!r} is not one of {', '.join(ROLES)}")
+            raise bad_request(f"{where}.role", f"{where}.role={role!r} is not one of {', '.join(ROLES)}")
         msg: dict = {"role": "system" if role == "developer" else role, "content": _text(m.get("content"), where)}
         calls = m.get("tool_calls")
         if calls is not None:
             if role != "assistant" or not isinstance(calls, list):
-                raise _bad(f"{where}.tool_calls", f"{where}.tool_calls must be a list, on an assistant message")
+                raise bad_request(f"{where}.tool_calls", f"{where}.tool_calls must be a list, on an assistant message")
             msg["tool_calls"] = [_history_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
         if role == "tool":
             if not isinstance(m.get("tool_call_id", ""), str):
-                raise _bad(f"{where}.tool_call_id", f"{where}.tool_call_id must be a string")
+                raise bad_request(f"{where}.tool_call_id", f"{where}.tool_call_id must be a string")
             msg["tool_call_id"] = m.get("tool_call_id", "")
         if isinstance(m.get("name"), str):
             msg["name"] = m["name"]
@@ -136,7 +132,7 @@ def _history_call(c: Any, where: str) -> dict:
 
     fn = c.get("function") if isinstance(c, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-        raise _bad(where, f"{where} needs function.name")
+        raise bad_request(where, f"{where} needs function.name")
     args = fn.get("arguments", "{}")
     if isinstance(args, str):
         try:
@@ -151,20 +147,20 @@ def _tools(body: dict) -> tuple[tuple[dict, ...], Any]:
     choice = body.get("tool_choice")
     if tools is None or tools == []:
         if choice not in (None, "none", "auto"):
-            raise _bad("tool_choice", f"tool_choice={choice!r} needs tools")
+            raise bad_request("tool_choice", f"tool_choice={choice!r} needs tools")
         return (), None
     if not isinstance(tools, list):
-        raise _bad("tools", "tools must be a list of {type: function, function: {name, parameters}}")
+        raise bad_request("tools", "tools must be a list of {type: function, function: {name, parameters}}")
     for i, t in enumerate(tools):
         fn = t.get("function") if isinstance(t, dict) else None
         if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(fn, dict) \
                 or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise _bad(f"tools[{i}]", f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": ..., "
+            raise bad_request(f"tools[{i}]", f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": ..., "
                        "\"parameters\": {...}}}}")
     if choice is None:
         choice = "auto"
     if choice not in ("auto", "none"):
-        raise _bad("tool_choice", f"tool_choice={choice!r} is not supported: this server cannot force a call; "
+        raise bad_request("tool_choice", f"tool_choice={choice!r} is not supported: this server cannot force a call; "
                    "use \"auto\" or \"none\"")
     return tuple(tools), choice
 
@@ -176,23 +172,23 @@ def _stop(body: dict) -> tuple[str, ...]:
     if isinstance(stop, str):
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > MAX_STOPS:
-        raise _bad("stop", f"stop={stop!r}: use a non-empty string or a list of at most {MAX_STOPS} of them")
+        raise bad_request("stop", f"stop={stop!r}: use a non-empty string or a list of at most {MAX_STOPS} of them")
     return tuple(stop)
 
 
 def _common(body: dict) -> dict:
     n = body.get("n")
     if n is not None and (isinstance(n, bool) or n != 1):
-        raise _bad("n", f"n={n!r} is not supported: this server returns one choice per request; send n=1 "
+        raise bad_request("n", f"n={n!r} is not supported: this server returns one choice per request; send n=1 "
                    "(or several requests, each with its own seed)")
     if body.get("best_of") not in (None, 1):
-        raise _bad("best_of", f"best_of={body['best_of']!r} is not supported; leave it out")
+        raise bad_request("best_of", f"best_of={body['best_of']!r} is not supported; leave it out")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise _bad("model", f"model={model!r} is not a string")
+        raise bad_request("model", f"model={model!r} is not a string")
     opts = body.get("stream_options")
     if opts is not None and not isinstance(opts, dict):
-        raise _bad("stream_options", "stream_options must be an object such as {\"include_usage\": true}")
+        raise bad_request("stream_options", "stream_options must be an object such as {\"include_usage\": true}")
     stream = _bool(body, "stream")
     return dict(
         model=model,
@@ -224,13 +220,13 @@ def _max_tokens(body: dict, *names: str) -> int | None:
 def parse_chat(body: Any) -> CallRequest:
     """A `/v1/chat/completions` body, checked."""
     if not isinstance(body, dict):
-        raise _bad(None, f"the request body is {type(body).__name__}; send a JSON object")
+        raise bad_request(None, f"the request body is {type(body).__name__}; send a JSON object")
     common = _common(body)
     tools, choice = _tools(body)
     logprobs = _bool(body, "logprobs")
     top = _integer(body, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0
     if top and not logprobs:
-        raise _bad("top_logprobs", "top_logprobs needs logprobs=true")
+        raise bad_request("top_logprobs", "top_logprobs needs logprobs=true")
     return CallRequest(endpoint="chat", messages=_messages(body), tools=tools, tool_choice=choice,
                        max_tokens=_max_tokens(body, "max_completion_tokens", "max_tokens"),
                        logprobs=logprobs, top_logprobs=top, **common)
@@ -239,7 +235,7 @@ def parse_chat(body: Any) -> CallRequest:
 def parse_completion(body: Any) -> CallRequest:
     """A `/v1/completions` body, checked. `logprobs` is the legacy integer (0..20)."""
     if not isinstance(body, dict):
-        raise _bad(None, f"the request body is {type(body).__name__}; send a JSON object")
+        raise bad_request(None, f"the request body is {type(body).__name__}; send a JSON object")
     common = _common(body)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
@@ -247,12 +243,12 @@ def parse_completion(body: Any) -> CallRequest:
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         prompt = tuple(prompt)
     elif not isinstance(prompt, str) or not prompt:
-        raise _bad("prompt", "prompt must be a non-empty string or a list of token ids (one prompt per request)",
+        raise bad_request("prompt", "prompt must be a non-empty string or a list of token ids (one prompt per request)",
                    "missing_required_parameter" if prompt is None else "invalid_value")
     if _bool(body, "echo"):
-        raise _bad("echo", "echo=true is not supported; leave it out")
+        raise bad_request("echo", "echo=true is not supported; leave it out")
     if body.get("suffix"):
-        raise _bad("suffix", "suffix is not supported; leave it out")
+        raise bad_request("suffix", "suffix is not supported; leave it out")
     top = _integer(body, "logprobs", 0, MAX_TOP_LOGPROBS)
     return CallRequest(endpoint="completion", prompt=prompt, max_tokens=_max_tokens(body, "max_tokens") or 16,
                        logprobs=top is not None, top_logprobs=top or 0, **common)

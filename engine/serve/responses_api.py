@@ -20,16 +20,12 @@ import json
 import re
 from typing import AsyncIterator, Iterator
 
-from tttr.engine.serve.errors import APIError
+from tttr.engine.serve.errors import bad_request
 
 INPUT_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "text")
 SKIPPED_ITEMS = ("reasoning",)  # a reasoning model's own notes: nothing a chat template reads
 UNKEPT = ("previous_response_id", "conversation", "prompt")  # state kept by OpenAI's service
-
-
-def _bad(param: str | None, message: str, code: str = "invalid_value") -> APIError:
-    return APIError(message, status=400, param=param, code=code)
 
 
 # ---------------------------------------------------------------------------- the request
@@ -38,18 +34,18 @@ def to_chat(body: object) -> dict:
     translation cannot carry. A streamed request's chat call streams too, usage included
     (`from_chat_stream` makes the Responses stream from it)."""
     if not isinstance(body, dict):
-        raise _bad(None, f"the request body is {type(body).__name__}; send a JSON object")
+        raise bad_request(None, f"the request body is {type(body).__name__}; send a JSON object")
     for name in UNKEPT:
         if body.get(name) is not None:
-            raise _bad(name, f"{name} is not supported: this server keeps no responses or prompts; send the "
+            raise bad_request(name, f"{name} is not supported: this server keeps no responses or prompts; send the "
                        "whole conversation in `input` (the Agents SDK does unless told to chain responses)")
     if body.get("background") is True:
-        raise _bad("background", "background=true is not supported: this server answers while you wait")
+        raise bad_request("background", "background=true is not supported: this server answers while you wait")
     messages: list[dict] = []
     instructions = body.get("instructions")
     if instructions is not None:
         if not isinstance(instructions, str):
-            raise _bad("instructions", "instructions must be a string")
+            raise bad_request("instructions", "instructions must be a string")
         if instructions:
             messages.append({"role": "system", "content": instructions})
     messages += _input_messages(body.get("input"))
@@ -77,19 +73,19 @@ def _input_messages(items: object) -> list[dict]:
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
-        raise _bad("input", "input must be a non-empty string or a list of items",
+        raise bad_request("input", "input must be a non-empty string or a list of items",
                    "missing_required_parameter" if items is None else "invalid_value")
     out: list[dict] = []
     called: set[str] = set()  # the call ids of the function_call items so far
     for i, item in enumerate(items):
         where = f"input[{i}]"
         if not isinstance(item, dict):
-            raise _bad(where, f"{where} must be an object, not {type(item).__name__}")
+            raise bad_request(where, f"{where} must be an object, not {type(item).__name__}")
         kind = item.get("type", "message")
         if kind == "message":
             role = INPUT_ROLES.get(item["role"]) if isinstance(item.get("role"), str) else None
             if role is None:
-                raise _bad(f"{where}.role", f"{where}.role={item.get('role')!r}: use one of {', '.join(INPUT_ROLES)}")
+                raise bad_request(f"{where}.role", f"{where}.role={item.get('role')!r}: use one of {', '.join(INPUT_ROLES)}")
             out.append({"role": role, "content": _content(item.get("content"), f"{where}.content")})
         elif kind == "function_call":
             call = {"id": _string(item, "call_id", where), "type": "function",
@@ -103,7 +99,7 @@ def _input_messages(items: object) -> list[dict]:
         elif kind == "function_call_output":
             call_id = _string(item, "call_id", where)
             if call_id not in called:  # as OpenAI refuses it: an answer to no call
-                raise _bad(f"{where}.call_id", f"{where}.call_id={call_id!r} answers no function_call item before "
+                raise bad_request(f"{where}.call_id", f"{where}.call_id={call_id!r} answers no function_call item before "
                            "it; send the whole conversation, the function_call item first")
             output = item.get("output")
             text = output if isinstance(output, str) else _content(output, f"{where}.output")
@@ -111,17 +107,17 @@ def _input_messages(items: object) -> list[dict]:
         elif kind in SKIPPED_ITEMS:
             continue
         else:
-            raise _bad(f"{where}.type", f"{where}.type={kind!r} is not supported: this server reads messages, "
+            raise bad_request(f"{where}.type", f"{where}.type={kind!r} is not supported: this server reads messages, "
                        "function_call and function_call_output items")
     if not out:
-        raise _bad("input", "input holds no message to answer")
+        raise bad_request("input", "input holds no message to answer")
     return out
 
 
 def _string(item: dict, name: str, where: str) -> str:
     v = item.get(name)
     if not isinstance(v, str):
-        raise _bad(f"{where}.{name}", f"{where}.{name} must be a string, not {type(v).__name__}",
+        raise bad_request(f"{where}.{name}", f"{where}.{name} must be a string, not {type(v).__name__}",
                    "missing_required_parameter" if v is None else "invalid_value")
     return v
 
@@ -131,7 +127,7 @@ def _content(content: object, where: str) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise _bad(where, f"{where} must be a string or a list of text parts")
+        raise bad_request(where, f"{where} must be a string or a list of text parts")
     texts = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
@@ -140,7 +136,7 @@ def _content(content: object, where: str) -> str:
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
             texts.append(part["refusal"])
         else:
-            raise _bad(f"{where}[{j}]", f"{where}[{j}] of type {kind!r} is not supported: this server reads "
+            raise bad_request(f"{where}[{j}]", f"{where}[{j}] of type {kind!r} is not supported: this server reads "
                        "text parts (input_text, output_text) only")
     return "".join(texts)
 
@@ -149,26 +145,26 @@ def _text_format(text: object) -> None:
     if text is None:
         return
     if not isinstance(text, dict):
-        raise _bad("text", "text must be an object such as {\"format\": {\"type\": \"text\"}}")
+        raise bad_request("text", "text must be an object such as {\"format\": {\"type\": \"text\"}}")
     fmt = text.get("format")
     if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
         kind = fmt.get("type") if isinstance(fmt, dict) else fmt
-        raise _bad("text.format", f"text.format of type {kind!r} is not supported: this server returns plain "
+        raise bad_request("text.format", f"text.format of type {kind!r} is not supported: this server returns plain "
                    "text; ask for the format in the instructions and parse the text")
 
 
 def _tools(tools: object) -> list[dict]:
     if not isinstance(tools, list):
-        raise _bad("tools", "tools must be a list of {type: function, name, parameters}")
+        raise bad_request("tools", "tools must be a list of {type: function, name, parameters}")
     out = []
     for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind != "function":
-            raise _bad(f"tools[{i}]", f"tools[{i}] of type {kind!r} is not supported: this server offers the "
+            raise bad_request(f"tools[{i}]", f"tools[{i}] of type {kind!r} is not supported: this server offers the "
                        "model function tools only (no built-in tools)")
         name = tool.get("name")
         if not isinstance(name, str) or not name:
-            raise _bad(f"tools[{i}].name", f"tools[{i}] needs a name")
+            raise bad_request(f"tools[{i}].name", f"tools[{i}] needs a name")
         function = {"name": name, "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
         if tool.get("description"):
             function["description"] = tool["description"]
