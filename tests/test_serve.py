@@ -16,7 +16,7 @@ from tttr.engine.serve.errors import APIError
 from tttr.engine.serve.requests import parse_chat, parse_completion
 from tttr.engine.serve.responses import TextStream
 from tttr.engine.serve.tools import call_format, parse_tool_calls, supports_tools
-from serve_helpers import Running, free_port
+from serve_helpers import Running, recording_server, free_port
 
 SMOL_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content']"
                  " + '<|im_end|>' + '\\n'}}{% endfor %}")
@@ -186,16 +186,7 @@ def test_errors_have_openai_shape_while_the_model_loads():
 # ---------------------------------------------------------------------------- the model
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    from tttr.app.server import create_app
-    from tttr.engine.serve.recorder import CallRecorder
-    from tttr.engine.serve.service import Service
-
-    db = tmp_path_factory.mktemp("serve") / "calls.db"
-    service = Service(kernel_mode="invariant")
-    recorder = CallRecorder(db, service)
-    running = Running(create_app(service, recorder))
-    assert service.wait_ready(300), service.load_error
-    running.db, running.service, running.recorder = db, service, recorder
+    running = recording_server(tmp_path_factory.mktemp("serve") / "calls.db")
     yield running
     running.stop()
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tttr.engine.serve.errors import APIError
 from tttr.engine.serve.responses_api import from_chat_stream, to_chat, to_response
-from serve_helpers import Running
+from serve_helpers import Running, recording_server
 
 CHAT = {"id": "chatcmpl-abc123", "object": "chat.completion", "created": 1767225600, "model": "smol",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop",
@@ -287,16 +287,7 @@ def test_model_names_match_in_any_case_and_a_recording_service_answers_any():
 # ---------------------------------------------------------------------------- the model
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    from tttr.app.server import create_app
-    from tttr.engine.serve.recorder import CallRecorder
-    from tttr.engine.serve.service import Service
-
-    db = tmp_path_factory.mktemp("responses") / "calls.db"
-    service = Service(kernel_mode="invariant")
-    recorder = CallRecorder(db, service)
-    running = Running(create_app(service, recorder))
-    assert service.wait_ready(300), service.load_error
-    running.db, running.service = db, service
+    running = recording_server(tmp_path_factory.mktemp("responses") / "calls.db")
     yield running
     running.stop()
 
