@@ -32,3 +32,8 @@ def record_program(capsys, db: Path, tree: Path, *extra: str, program=("python3"
     """`tttr record --seed 7 --clock CLOCK --json EXTRA -- PROGRAM` of `tree` into `db`: its answer."""
     return cli_json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--seed", "7", "--clock", CLOCK,
                              "--json", *extra, "--", *program])
+
+
+def replay_json(capsys, db: Path, run_id: int) -> dict:
+    """`tttr replay RUN --db DB --json` in this process: its answer."""
+    return cli_json(capsys, ["replay", str(run_id), "--db", str(db), "--json"])

@@ -14,7 +14,7 @@ import pytest
 
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
-from tests.program_helpers import cli_json
+from tests.program_helpers import cli_json, replay_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "assets" / "tasks" / "write-line"
@@ -40,7 +40,7 @@ def test_example_solves_write_line_replays_faithfully_and_forks(tmp_path, capsys
         kinds = [e.kind for e in store.load_run(rec["run_id"])[1]]
     assert kinds.count("message") == 2 and kinds.count("clock") == 2 and kinds.count("tool") == 4, kinds  # setup:clock
 
-    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = replay_json(capsys, db, rec["run_id"])
     assert res["identical"] is True and res["divergence"] is None, res
     assert res["stdout"] == rec["stdout"] and res["exit_code"] == 0
     assert res["logits_computed"] == 0 and res["tools_run"] == 0 and res["calls_answered"] == 6

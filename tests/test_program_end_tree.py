@@ -14,7 +14,7 @@ from tttr.app.program_replay import same_files
 from tttr.recorders.snapshot import snapshot
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
-from tests.program_helpers import cli_json, program_tree
+from tests.program_helpers import cli_json, program_tree, replay_json
 
 PROGRAM = textwrap.dedent("""\
     from tttr.recorders import sdk
@@ -58,10 +58,10 @@ def test_a_replay_after_the_program_file_was_touched_leaves_the_same_tree(tmp_pa
     rec = cli_json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--json", "--", "python3", "prog.py"])
     assert rec["exit_code"] == 0 and rec["stdout"] == "5\n", rec
     os.utime(tree / "prog.py", ns=(10**18, 10**18))  # a checkout, an editor's save: same bytes, another time
-    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = replay_json(capsys, db, rec["run_id"])
     assert res["identical"] is True and res["same_tree"] is True and res["tools_run"] == 0, res
 
     # Another file left behind (the program writes it itself, outside the SDK): not the same tree.
     (tree / "prog.py").write_text(PROGRAM + "open('extra.txt', 'w').write('x')\n")
-    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = replay_json(capsys, db, rec["run_id"])
     assert res["identical"] is True and res["same_tree"] is False, res

@@ -11,7 +11,7 @@ import pytest
 
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
-from tests.program_helpers import cli_json, program_tree, record_program
+from tests.program_helpers import program_tree, record_program, replay_json
 
 PROGRAM = """
 import litellm
@@ -34,6 +34,6 @@ def test_an_unmodified_litellm_program_records_and_replays_identically(tmp_path,
         (prompt,) = store.events(rec["run_id"], kind="prompt")
     assert json.dumps(prompt.value).count('"gpt-4o-mini"') >= 1  # the program's own model name, as sent
 
-    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = replay_json(capsys, db, rec["run_id"])
     assert res["identical"] is True and res["divergence"] is None, res
     assert res["stdout"] == rec["stdout"] and res["logits_computed"] == 0

@@ -14,7 +14,7 @@ from tttr.app.cli import main
 from tttr.recorders.snapshot import read_manifest
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
-from tests.program_helpers import cli_json, program_tree, record_program
+from tests.program_helpers import program_tree, record_program, replay_json
 
 PROGRAM = textwrap.dedent("""\
     from openai import OpenAI
@@ -41,16 +41,12 @@ def _record(capsys, tmp_path: Path) -> tuple[Path, Path, dict]:
     return db, tree, res
 
 
-def _replay(capsys, db: Path, run_id: int) -> dict:
-    return cli_json(capsys, ["replay", str(run_id), "--db", str(db), "--json"])
-
-
 @pytest.mark.slow
 @needs_sandbox
 def test_faithful_replay_is_identical_without_model_or_tools(tmp_path, capsys):
     db, tree, rec = _record(capsys, tmp_path)
     assert (tree / "log.txt").read_text().count("\n") == 1
-    res = _replay(capsys, db, rec["run_id"])
+    res = replay_json(capsys, db, rec["run_id"])
     assert res["identical"] is True and res["divergence"] is None, res
     assert res["stdout"] == rec["stdout"] and res["exit_code"] == 0
     assert res["logits_computed"] == 0 and res["tools_run"] == 0 and res["calls_answered"] == 3
@@ -76,7 +72,7 @@ def test_faithful_replay_is_identical_without_model_or_tools(tmp_path, capsys):
 def test_edited_program_diverges_at_its_first_call_and_a_missing_one_is_refused(tmp_path, capsys):
     db, tree, rec = _record(capsys, tmp_path)
     (tree / "prog.py").write_text(PROGRAM.replace("Say hi", "Say bye"))
-    res = _replay(capsys, db, rec["run_id"])
+    res = replay_json(capsys, db, rec["run_id"])
     div = res["divergence"]
     assert res["identical"] is False and div["site"].startswith("call 0 (step 0), message 0"), res
     assert div["recorded"]["content"] == "Say hi" and div["live"]["content"] == "Say bye"
@@ -84,7 +80,7 @@ def test_edited_program_diverges_at_its_first_call_and_a_missing_one_is_refused(
     assert res["exit_code"] == 0 and res["calls_generated"] == 1 and res["logits_computed"] > 0, res
     extra = PROGRAM + "client.chat.completions.create(model=r.model, messages=[{'role': 'user', 'content': 'More'}], max_tokens=2)\n"
     (tree / "prog.py").write_text(extra)  # a call the recording lacks, after all it holds
-    res = _replay(capsys, db, rec["run_id"])
+    res = replay_json(capsys, db, rec["run_id"])
     div = res["divergence"]
     assert div["site"] == "step 3" and div["recorded"] == "(the recording ends here)", res
     assert div["live"].startswith("call 1: ") and "More" in div["live"]
@@ -121,6 +117,6 @@ def test_a_streamed_call_replays_in_the_pieces_it_was_sent_in(tmp_path, capsys):
     assert rec["exit_code"] == 0 and rec["calls"] == 1, rec["stderr"]
     shown = rec["stdout"].splitlines()
     assert len([line for line in shown if line not in ("''", "None")]) >= 3, shown  # several pieces
-    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = replay_json(capsys, db, rec["run_id"])
     assert res["identical"] is True and res["stdout"] == rec["stdout"], (res["stdout"], rec["stdout"])
     assert res["logits_computed"] == 0

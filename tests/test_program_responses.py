@@ -26,7 +26,7 @@ from tttr.app.program_divergence import (
 from tttr.app.program_replay import DEFAULT_TIMEOUT_S, NAMES, recorded_timeout
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
-from tests.program_helpers import cli_json, program_tree, record_program
+from tests.program_helpers import cli_json, program_tree, record_program, replay_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "assets" / "tasks" / "write-line"
@@ -118,7 +118,7 @@ def test_an_agents_sdk_program_asking_otherwise_is_reported_as_its_instructions_
     source = (tree / EXAMPLE).read_text()
     instructions = "Answer with the value asked for, nothing else."
     (tree / EXAMPLE).write_text(source.replace(instructions, "Answer briefly."))
-    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = replay_json(capsys, db, rec["run_id"])
     div = res["divergence"]
     assert div["site"] == "call 0 (step 2, POST /v1/responses), instructions", div  # after list_files and a clock read
     assert div["recorded"] == instructions and div["live"] == "Answer briefly."
@@ -159,7 +159,7 @@ def test_a_streamed_responses_call_after_the_divergence_is_generated_and_streame
     rec = record_program(capsys, db, tree)
     assert rec["exit_code"] == 0 and rec["calls"] == 1 and "in pieces: True" in rec["stdout"], rec
     (tree / "prog.py").write_text(STREAMS.replace("Be brief.", "Be very brief."))
-    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = replay_json(capsys, db, rec["run_id"])
     assert res["divergence"]["site"] == "call 0 (step 0, POST /v1/responses), instructions", res
     assert res["calls_generated"] == 1 and res["exit_code"] == 0 and "in pieces: True" in res["stdout"], res
 
@@ -173,7 +173,7 @@ def test_a_program_that_hung_is_replayed_under_the_recordings_timeout(tmp_path, 
     db = tmp_path / "s.db"
     rec = record_program(capsys, db, program_tree(tmp_path, "t", HANGS), "--timeout", "2")
     assert rec["exit_code"] == 124 and rec["limit_hit"] == "timeout" and rec["stdout"] == "waiting\n", rec
-    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])  # not the default 600 s
+    res = replay_json(capsys, db, rec["run_id"])  # not the default 600 s
     assert res["identical"] is True and res["exit_code"] == 124, res
     with Store.open(db, readonly=True) as store:
         assert store.run(rec["run_id"]).meta["timeout_s"] == 2.0
@@ -197,7 +197,7 @@ def test_a_refused_responses_call_is_counted_and_replays_identically(tmp_path, c
     assert "tools[0] of type 'web_search' is not supported" in rec["stderr"]
     with Store.open(db, readonly=True) as store:
         assert store.run(rec["run_id"]).outcome["refused_calls"] == 1  # the recording says so
-    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = replay_json(capsys, db, rec["run_id"])
     assert res["identical"] is True and res["exit_code"] == 1, res  # refused again, as recorded
 
 

@@ -17,7 +17,7 @@ from tttr.recorders import sdk
 from tttr.recorders.snapshot import read_manifest
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
-from tests.program_helpers import cli_json, program_tree
+from tests.program_helpers import cli_json, program_tree, replay_json
 
 PROGRAM = textwrap.dedent("""\
     from tttr.recorders import sdk
@@ -134,14 +134,14 @@ def test_shell_records_the_tree_replays_as_a_cassette_and_forks(tmp_path, capsys
         assert {"made.txt", "prog.py"} <= {e.path for e in read_manifest(first["snapshot"], store)}
 
     # A faithful replay runs neither command, yet the program reads the file the first one wrote.
-    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = replay_json(capsys, db, rec["run_id"])
     assert res["identical"] is True and res["tools_run"] == 0 and res["stdout"] == rec["stdout"], res
     assert res["same_tree"] is True  # the second command's `echo more` is put back too
 
     # An edited program that changes the tree before the second command misses its cassette:
     # the divergence names the tree, and the command runs live on the tree as it now is.
     (tree / "prog.py").write_text(PROGRAM.replace("# EDIT", "open('made.txt', 'a').write('edit\\n')"))
-    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = replay_json(capsys, db, rec["run_id"])
     div = res["divergence"]
     assert div["site"] == "step 1, tool cat made.txt; echo more >> made.txt: tree_before", div
     assert div["recorded"] == second["tree_before"] and div["live"] != div["recorded"]
@@ -191,7 +191,7 @@ def test_a_fork_at_a_truncated_shell_output_passes_the_flag_on(tmp_path, capsys)
     db = tmp_path / "s.db"
     rec = cli_json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--json", "--", "python3", "prog.py"])
     assert rec["stdout"] == f"{sdk.MAX_OUTPUT} yyy 'err\\n' 0 True\n", rec
-    res = cli_json(capsys, ["replay", str(rec["run_id"]), "--db", str(db), "--json"])
+    res = replay_json(capsys, db, rec["run_id"])
     assert res["identical"] is True and res["tools_run"] == 0 and res["stdout"] == rec["stdout"], res
 
     # Another exit code: the program still gets the cut stdout, and is told so.
