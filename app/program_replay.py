@@ -179,9 +179,8 @@ def _response(endpoint: str, step: _Step, prompt: dict, model: str) -> dict:
     else:
         choice, obj = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}, "text_completion"
     tttr: dict = {"replayed_from_step": step.step}
-    pieces = message.get("pieces")
-    if isinstance(pieces, list) and all(type(n) is int and n > 0 for n in pieces) and sum(pieces) == len(text):
-        tttr["pieces"] = pieces  # a streamed call's text, streamed again in the pieces it was sent in
+    if "pieces" in message:  # a streamed call's text, streamed again in the pieces it was sent in (checked there)
+        tttr["pieces"] = message["pieces"]
     return {"id": rid, "object": obj, "created": 0, "model": model, "choices": [choice], "usage": usage,
             "tttr": tttr}
 

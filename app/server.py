@@ -455,9 +455,10 @@ class Server:
 
 def _pieces(text: str, answer: dict) -> list[str]:
     """The recorded answer's text in the pieces it was streamed in (`tttr.pieces`, their
-    lengths, where recorded), else whole."""
+    lengths, where recorded), else whole: what the recording says is untrusted, and pieces that
+    are not positive whole numbers adding up to the text are not used."""
     sizes = (answer.get("tttr") or {}).get("pieces")
-    if not isinstance(sizes, list) or sum(sizes) != len(text):
+    if not (isinstance(sizes, list) and all(type(n) is int and n > 0 for n in sizes) and sum(sizes) == len(text)):
         return [text]
     out, at = [], 0
     for n in sizes:

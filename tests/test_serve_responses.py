@@ -199,6 +199,22 @@ def test_a_replayed_chat_stream_becomes_the_responses_event_sequence(chat):
             "{\"city\": \"Paris\"}", "{}"]
 
 
+@pytest.mark.parametrize("sizes, sent", [([2, 4], ["Pa", "ris."]), ([1, "5"], ["Paris."]), ([0, 6], ["Paris."]),
+                                         ([True, 5], ["Paris."]), ([2, 2], ["Paris."]), ("6", ["Paris."])])
+def test_a_replayed_stream_uses_recorded_pieces_only_when_they_add_up(sizes, sent):
+    """A recording's pieces are untrusted: whole numbers above 0 adding up to the text, or the text whole."""
+    import asyncio
+
+    from tttr.app.server import _replayed_stream
+
+    async def chunks():
+        return [json.loads(c["data"]) async for c in _replayed_stream({**CHAT, "tttr": {"pieces": sizes}}, "chat", False)
+                if c["data"] != "[DONE]"]
+
+    deltas = [c["choices"][0]["delta"].get("content") for c in asyncio.run(chunks())]
+    assert deltas == ["", *sent, None]  # opened as a live stream, then the pieces, then the end
+
+
 def test_text_is_sent_as_it_comes_and_a_call_in_pieces_is_put_together():
     events = _streamed({"input": "x"}, [
         _chunk({"role": "assistant", "content": ""}), _chunk({"content": "Pa"}), _chunk({"content": "ris"}),
