@@ -11,6 +11,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tttr.engine.serve.errors import APIError
 from tttr.engine.serve.requests import parse_chat, parse_completion
@@ -115,6 +117,57 @@ def test_a_streamed_answers_pieces_are_what_the_stream_sends():
     assert stream_pieces(_CharTokenizer(), ids, ("END",)) == [1, 1, 1]  # "abc", then the stop string
     assert stream_pieces(_CharTokenizer(), [ord(c) for c in "hello"], ("lo!",)) == [1, 1, 1, 2]  # "lo" held to the end
     assert stream_pieces(_CharTokenizer(), [], ()) == []
+
+
+def _pieces_decoding_everything(tokenizer, ids, stops):
+    """The reference: each token decodes the whole answer again (TextStream before it kept a window)."""
+    hold, sent, pieces, kept = max((len(s) for s in stops), default=1) - 1, 0, [], []
+    for i in ids:
+        if i in tokenizer.stop_token_ids:
+            continue
+        kept.append(i)
+        text = tokenizer.decode(kept)
+        if text.endswith("\ufffd"):
+            continue
+        at = min((k for k in (text.find(s) for s in stops) if k >= 0), default=-1)
+        if at >= 0:
+            pieces.append(at - sent)
+            return [p for p in pieces if p]
+        end = max(sent, len(text) - hold)
+        pieces.append(end - sent)
+        sent = end
+    pieces.append(len(tokenizer.decode(kept)) - sent)
+    return [p for p in pieces if p]
+
+
+@pytest.fixture(scope="module")
+def smol_tokenizer():
+    from tttr.engine.inference.model import load_model
+
+    return load_model().tokenizer
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_streamed_pieces_decode_a_window_yet_match_decoding_everything(smol_tokenizer, data):
+    """Byte tokens (half a character), emoji, special tokens and stop strings: the windowed
+    stream sends what decoding the whole answer per token sends, and its text is the whole text."""
+    tok = smol_tokenizer
+    words = ["h\u00e9", " \u00fcber", " \U0001F600", "\u4e2d\u6587", " END", "\n", " x", "EN", "D"]
+    text = "".join(data.draw(st.lists(st.sampled_from(words), max_size=12)))
+    ids = tok.encode(text, add_bos=False)
+    ids = data.draw(st.permutations(ids)) if data.draw(st.booleans()) else ids  # split characters apart
+    ids += data.draw(st.lists(st.integers(0, tok.vocab_size - 1), max_size=4))
+    stops = tuple(data.draw(st.lists(st.sampled_from(["END", "\n", "\U0001F600", "xyz"]), max_size=2)))
+    stream = TextStream(tok, stops)
+    sent = [d for d in map(stream.push, ids) if d]
+    last = stream.flush()
+    got = [len(d) for d in sent] + ([len(last)] if last else [])
+    assert got == _pieces_decoding_everything(tok, ids, stops)
+    kept = [i for i in ids if i not in tok.stop_token_ids]
+    whole = tok.decode(kept)
+    if not stream.stopped:
+        assert "".join(sent) + last == whole
 
 
 def test_a_tool_call_in_the_text_becomes_tool_calls():
