@@ -43,6 +43,15 @@ def test_a_string_input_with_instructions_is_a_system_and_a_user_message():
     assert to_chat({"input": "hi", "stream": True})["stream_options"] == {"include_usage": True}  # usage for the end
 
 
+def test_logprobs_are_asked_for_by_include_or_by_top_logprobs():
+    asked = to_chat({"input": "hi", "include": ["message.output_text.logprobs", "reasoning.encrypted_content"]})
+    assert (asked["logprobs"], asked["top_logprobs"]) == (True, 0)  # the chosen tokens', no alternatives
+    assert (to_chat({"input": "hi", "top_logprobs": 3})["top_logprobs"]) == 3
+    assert "logprobs" not in to_chat({"input": "hi", "include": []}) and "logprobs" not in to_chat({"input": "hi"})
+    _refused({"input": "hi", "include": "message.output_text.logprobs"}, "include")
+    _refused({"input": "hi", "include": [3]}, "include")
+
+
 def test_items_become_the_conversation_with_its_tool_calls_and_their_outputs():
     chat = to_chat({"input": [
         {"role": "developer", "content": "Use tools."},
@@ -335,14 +344,17 @@ def test_a_responses_call_is_the_chat_call_it_means_streamed_or_not_and_recorded
     ended = [p.model_dump() for p in streamed[-1].response.output[0].content[0].logprobs]
     assert [p.model_dump() for p in plain.output[0].content[0].logprobs] == ended == sent and sent
     assert len(sent) == plain.usage.output_tokens - (plain.status == "completed")  # the end token has none
+    included = client.responses.create(input="Name a colour.", include=["message.output_text.logprobs"],
+                                       extra_body={"seed": 5}, **asked).output[0].content[0].logprobs
+    assert [(p.token, p.logprob, p.top_logprobs) for p in included] == [(p["token"], p["logprob"], []) for p in sent]
 
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):
         client.responses.create(input="and then?", previous_response_id=r.id, **asked)
     with pytest.raises(openai.NotFoundError, match="does not exist"):  # `tttr serve` names its model
         client.responses.create(input="hi", model="gpt-4.1-mini")
-    with Store.open(served.db, readonly=True) as store:  # the four answered calls and the chat one, as chat calls
+    with Store.open(served.db, readonly=True) as store:  # the five answered calls and the chat one, as chat calls
         prompts = [e for run in store.runs() for e in store.events(run.id, kind="prompt")]
-    assert len(prompts) == 5, prompts
+    assert len(prompts) == 6, prompts
 
 
 def test_a_chat_error_is_told_in_the_responses_names_and_a_loading_model_is_a_503():

@@ -26,6 +26,7 @@ INPUT_ROLES = {"user": "user", "system": "system", "developer": "system", "assis
 TEXT_PARTS = ("input_text", "output_text", "text")
 SKIPPED_ITEMS = ("reasoning",)  # a reasoning model's own notes: nothing a chat template reads
 UNKEPT = ("previous_response_id", "conversation", "prompt")  # state kept by OpenAI's service
+LOGPROBS = "message.output_text.logprobs"  # the `include` entry asking for the text's logprobs; others add nothing here
 
 
 # ---------------------------------------------------------------------------- the request
@@ -55,8 +56,8 @@ def to_chat(body: object) -> dict:
             chat[name] = body[name]
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
-    if body.get("top_logprobs"):
-        chat["logprobs"], chat["top_logprobs"] = True, body["top_logprobs"]
+    if body.get("top_logprobs") or LOGPROBS in _include(body.get("include")):
+        chat["logprobs"], chat["top_logprobs"] = True, body.get("top_logprobs") or 0
     if body.get("stream") is True:
         chat["stream"], chat["stream_options"] = True, {"include_usage": True}
     _text_format(body.get("text"))
@@ -67,6 +68,14 @@ def to_chat(body: object) -> dict:
     if choice is not None:
         chat["tool_choice"] = choice if isinstance(choice, str) else _forced(choice)
     return chat
+
+
+def _include(value: object) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise bad_request("include", "include must be a list of strings")
+    return value
 
 
 def _input_messages(items: object) -> list[dict]:
