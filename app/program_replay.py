@@ -505,7 +505,10 @@ def print_replay(res: ReplayResult, as_json: bool, verb: str = "replayed") -> No
             + f", {res.extra.get('calls_generated', 0)} model calls generated")
     if "fork_site" not in res.extra and res.extra.get("calls_generated"):
         say(f"{res.extra['calls_generated']} model calls generated after the divergence")
-    say("identical to the recording" if res.identical else "differs from the recording")
+    if res.identical and res.extra.get("forked"):
+        say("identical to the recording: the program did the same with the new value")
+    else:
+        say("identical to the recording" if res.identical else "differs from the recording")
     if res.divergence is not None:
         say(f"{verb.removesuffix('ed')} diverged at {res.divergence.describe()}"
             if verb == "replayed" else f"the program diverged after the fork at {res.divergence.describe()}")

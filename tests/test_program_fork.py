@@ -75,6 +75,11 @@ def test_fork_at_an_sdk_tool_result_changes_the_path(tmp_path, capsys):
         assert tool["result"] == "again"
         assert any(e.step == 2 and e.kind == "prompt" for e in events)  # the second call, recorded live
         assert _tokens(store, res["run_id"], 0) == _tokens(store, rec["run_id"], 0)  # answered from the recording
+    capsys.readouterr()
+    assert main(["fork", str(rec["run_id"]), "--db", str(db), "--at", "1:tool", "--set", "stop"]) == 0
+    out = capsys.readouterr().out  # a value the program does the same with: said so, not a bare "identical"
+    assert "forked at 1:tool, 0 model calls generated" in out
+    assert "identical to the recording: the program did the same with the new value" in out, out
 
 
 @pytest.mark.slow
