@@ -59,6 +59,9 @@ async def _body(request: Request) -> object:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise APIError(f"the request body is not valid JSON ({exc}); send a JSON object", code="invalid_json") from None
+    except RecursionError:  # arrays or objects nested past the parser's depth
+        raise APIError("the request body nests arrays or objects too deeply to read; send a flatter JSON object",
+                       code="invalid_json") from None
 
 
 def _events(stream) -> Response:
@@ -397,9 +400,11 @@ class Server:
                     return True
                 if await request.is_disconnected():
                     call.cancel()
+                    done.add_done_callback(_retrieved)
                     return False
         except asyncio.CancelledError:
             call.cancel()
+            done.add_done_callback(_retrieved)
             raise
 
     async def _stream(self, call: Call, tokens: asyncio.Queue, response_id: str, endpoint: str):
@@ -506,6 +511,13 @@ def _post(loop: asyncio.AbstractEventLoop, q: asyncio.Queue, item) -> None:
         loop.call_soon_threadsafe(q.put_nowait, item)
     except RuntimeError:
         pass  # the loop is closed: the server has stopped
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    """Reads an abandoned call's outcome, so that asyncio does not log a cancelled call's
+    `Cancelled` as "Future exception was never retrieved" (the recorder reads it on its own)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _failure(call: Call) -> APIError | None:

@@ -55,6 +55,38 @@ def test_chat_requests_are_checked_field_by_field():
     _refused(parse_completion, {"prompt": "x", "echo": True}, "echo")
 
 
+@pytest.mark.parametrize("extra, param", [
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},
+     "response_format"),
+    ({"response_format": "json"}, "response_format"),
+    ({"frequency_penalty": 1.5}, "frequency_penalty"),
+    ({"presence_penalty": -0.5}, "presence_penalty"),
+    ({"presence_penalty": 3}, "presence_penalty"),  # out of OpenAI's range
+    ({"logit_bias": {"28": 100}}, "logit_bias"),
+])
+def test_parameters_that_would_change_the_answer_are_refused_not_ignored(extra, param):
+    """OpenAI's structured outputs, penalties and logit bias change the answer; this engine
+    cannot apply them, so they are refused naming the parameter (they used to be ignored)."""
+    for parse, body in ((parse_chat, {"messages": USER}), (parse_completion, {"prompt": "x"})):
+        _refused(parse, {**body, **extra}, param)
+    # asking for nothing is served: these are the values clients send by default
+    assert parse_chat({"messages": USER, "response_format": {"type": "text"}, "frequency_penalty": 0,
+                       "presence_penalty": 0.0, "logit_bias": {}}).messages[0]["content"] == "hi"
+
+
+def test_a_lone_surrogate_is_a_400_naming_where_it_is():
+    """JSON can carry half a UTF-16 pair ("\\ud83d"); the tokenizer cannot take it (that was a 500)."""
+    err = _refused(parse_chat, {"messages": [{"role": "user", "content": "ok \U0001f389 \ud83d"}]}, "messages[0].content")
+    assert "surrogate" in err.message and "character 5" in err.message
+    _refused(parse_chat, {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udc00"}]}]},
+             "messages[0].content[0].text")
+    _refused(parse_chat, {"messages": USER, "stop": ["ok", "\udc00"]}, "stop[1]")
+    _refused(parse_completion, {"prompt": "a\ud800"}, "prompt")
+    _refused(parse_chat, {"messages": USER, "metadata": {"\ud800": "x"}}, "metadata")  # a key
+    assert parse_chat({"messages": [{"role": "user", "content": "日本語 \U0001f389"}]}).messages[0]["content"] == "日本語 \U0001f389"
+
+
 def test_a_chat_request_is_normalised():
     req = parse_chat({
         "model": "m", "messages": [
@@ -66,7 +98,7 @@ def test_a_chat_request_is_normalised():
         ],
         "max_completion_tokens": 7, "stop": "END", "seed": 3, "stream": True,
         "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 2, "top_k": -1,
-        "frequency_penalty": 0,  # unknown and harmless: ignored, as OpenAI's clients send extras
+        "frequency_penalty": 0, "user": "u1",  # asks for nothing / only for OpenAI's service: accepted
     })
     assert [m["role"] for m in req.messages] == ["system", "user", "assistant", "tool"]
     assert req.messages[1]["content"] == "ab" and req.messages[2]["content"] == ""
@@ -221,6 +253,8 @@ def test_errors_have_openai_shape_while_the_model_loads():
             (_http(running.url + "/health"), 503, None),
             (_http(chat, body), 503, "model_loading"),
             (_http(chat, b"{not json"), 400, "invalid_json"),
+            (_http(chat, b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"), 400, "invalid_json"),  # was a 500
+            (_http(chat, b'{"messages": [{"role": "user", "content": "\\ud83d"}]}'), 400, "invalid_value"),
             (_http(chat, json.dumps({"messages": USER, "n": 2}).encode()), 400, "invalid_value"),
             (_http(chat, json.dumps({"messages": USER, "model": "gpt-4o"}).encode()), 404, "model_not_found"),
             (_http(running.url + "/v1/nothing"), 404, "not_found"),

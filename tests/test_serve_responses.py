@@ -104,6 +104,8 @@ def test_items_become_the_conversation_with_its_tool_calls_and_their_outputs():
     ({}, "input", "non-empty"),
     ({"input": [{"type": "reasoning", "summary": []}]}, "input", "no message"),
     ({"input": "hi", "instructions": 3}, "instructions", "string"),
+    ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "x \ud800"}]}]},
+     "input[0].content[0].text", "lone UTF-16 surrogate"),  # was a 500 from the tokenizer
     (["hi"], None, "JSON object"),
 ])
 def test_what_has_no_chat_counterpart_is_refused_naming_the_parameter(body, param, words):

@@ -2,7 +2,9 @@
 
 Every refusal is an `APIError` naming the parameter and the offending value, answered with
 status 400 — the check happens before any model work, so a bad request costs nothing.
-Unknown fields are ignored, as OpenAI's own server and vLLM's do (clients send extras)."""
+Unknown fields are ignored, as OpenAI's own server and vLLM's do (clients send extras); but a
+known OpenAI parameter that would change the answer and that this server cannot honour
+(`response_format` other than text, penalties, `logit_bias`) is refused, never ignored."""
 
 from __future__ import annotations
 
@@ -73,6 +75,55 @@ def _bool(body: dict, name: str) -> bool:
     if not isinstance(v, bool):
         raise bad_request(name, f"{name}={v!r} is not a boolean; use true or false")
     return v
+
+
+def check_text(body: Any) -> None:
+    """Refuses a string (or key) anywhere in the body that is not Unicode text: a lone UTF-16
+    surrogate (JSON's `"\\ud83d"` without its pair) cannot be tokenized or stored. `param` is
+    its path (`messages[0].content`)."""
+    todo: list[tuple[Any, str]] = [(body, "")]
+    while todo:  # iterative: the body may nest as deep as the JSON parser allows
+        value, where = todo.pop()
+        if isinstance(value, str):
+            if not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise bad_request(where or None, f"{where or 'the body'} holds a lone UTF-16 surrogate "
+                                      f"({value[exc.start]!r} at character {exc.start}): send valid Unicode text") from None
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                todo.append((k, where or None))
+                todo.append((v, f"{where}.{k}" if where else str(k)))
+        elif isinstance(value, list):
+            todo.extend((v, f"{where}[{i}]") for i, v in enumerate(value))
+
+
+UNHONOURED_FORMATS = ("json_object", "json_schema")
+
+
+def _unhonoured(body: dict) -> None:
+    """OpenAI's parameters that change the answer and that this engine cannot apply: refused
+    (400 naming it) unless they ask for nothing (0, {}, {"type": "text"}); ignoring them would
+    answer something other than what was asked for, and record it as if it were."""
+    fmt = body.get("response_format")
+    if fmt is not None:
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind in UNHONOURED_FORMATS:
+            raise bad_request("response_format", f"response_format of type {kind!r} is not supported: this server "
+                              "cannot constrain the answer to JSON; leave it out, ask for JSON in the prompt and "
+                              "parse the text")
+        if kind != "text":
+            raise bad_request("response_format", f"response_format={str(fmt)[:80]!r}: use {{\"type\": \"text\"}} or leave it out")
+    for name in ("frequency_penalty", "presence_penalty"):
+        v = _number(body, name, 0.0, -2.0, 2.0)
+        if v != 0:
+            raise bad_request(name, f"{name}={body[name]!r} is not supported: this server samples without "
+                              "penalties; leave it out (or 0)")
+    bias = body.get("logit_bias")
+    if bias is not None and bias != {}:
+        raise bad_request("logit_bias", "logit_bias is not supported: this server samples from the model's own "
+                          "distribution; leave it out (or {})")
 
 
 def _text(content: Any, where: str) -> str:
@@ -177,6 +228,8 @@ def _stop(body: dict) -> tuple[str, ...]:
 
 
 def _common(body: dict) -> dict:
+    check_text(body)
+    _unhonoured(body)
     n = body.get("n")
     if n is not None and (isinstance(n, bool) or n != 1):
         raise bad_request("n", f"n={n!r} is not supported: this server returns one choice per request; send n=1 "

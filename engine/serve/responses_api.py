@@ -21,6 +21,7 @@ import re
 from typing import AsyncIterator, Iterator
 
 from tttr.engine.serve.errors import bad_request
+from tttr.engine.serve.requests import check_text
 
 INPUT_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -36,6 +37,7 @@ def to_chat(body: object) -> dict:
     (`from_chat_stream` makes the Responses stream from it)."""
     if not isinstance(body, dict):
         raise bad_request(None, f"the request body is {type(body).__name__}; send a JSON object")
+    check_text(body)  # in this request's names (`input[0].content`), not the chat call's
     for name in UNKEPT:
         if body.get(name) is not None:
             raise bad_request(name, f"{name} is not supported: this server keeps no responses or prompts; send the "
