@@ -219,6 +219,30 @@ def test_a_tool_call_in_the_text_becomes_tool_calls():
     assert out.tool_calls[0].to_json("c")["function"] == {"name": "weather", "arguments": '{"city": "Paris"}'}
 
 
+def test_parallel_tool_calls_false_answers_one_call_at_most():
+    """OpenAI's `parallel_tool_calls: false` means one call at most; it was accepted and ignored."""
+    from types import SimpleNamespace
+
+    from tttr.engine.serve.responses import output
+    from tttr.engine.serve.service import Call, Prepared
+
+    text = ('<tool_call>{"name": "weather", "arguments": {"city": "Paris"}}</tool_call>'
+            '<tool_call>{"name": "weather", "arguments": {"city": "Rome"}}</tool_call>')
+    tools = [{"type": "function", "function": {"name": "weather"}}]
+    records = [SimpleNamespace(token_id=ord(c)) for c in text] + [SimpleNamespace(token_id=0)]
+    cities = {}
+    for parallel in (None, True, False):
+        body = {"messages": USER, "tools": tools} | ({} if parallel is None else {"parallel_tool_calls": parallel})
+        prepared = Prepared(parse_chat(body), (1, 2), seed=1, seed_drawn=False, max_tokens=99, tool_format="hermes",
+                            tool_names=frozenset({"weather"}))
+        call = Call(prepared, SimpleNamespace(records=records, finish_reason="stop"), future=None, created=0, started=0)
+        out = output(call, _CharTokenizer())
+        assert out.finish_reason == "tool_calls" and out.text == ""
+        cities[parallel] = [json.loads(c.arguments)["city"] for c in out.tool_calls]
+    assert cities == {None: ["Paris", "Rome"], True: ["Paris", "Rome"], False: ["Paris"]}
+    _refused(parse_chat, {"messages": USER, "parallel_tool_calls": "no"}, "parallel_tool_calls")
+
+
 def test_the_domain_side_never_loads_the_http_stack():
     import subprocess
     import sys

@@ -39,6 +39,7 @@ def test_a_string_input_with_instructions_is_a_system_and_a_user_message():
     assert chat == {"messages": [{"role": "system", "content": "Be brief."},
                                  {"role": "user", "content": "Capital of France?"}],
                     "model": "gpt-4.1-mini", "temperature": 0, "top_p": 0.5, "max_tokens": 20}
+    assert to_chat({"input": "hi", "parallel_tool_calls": False})["parallel_tool_calls"] is False  # one call at most
     assert "stream" not in to_chat({"input": "hi"})
     assert to_chat({"input": "hi", "stream": True})["stream_options"] == {"include_usage": True}  # usage for the end
 

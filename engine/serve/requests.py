@@ -30,6 +30,7 @@ class CallRequest:
     prompt: str | tuple[int, ...] | None = None  # completion: text or token ids
     tools: tuple[dict, ...] = ()
     tool_choice: Any = None  # None | "auto" | "none"
+    parallel_tool_calls: bool = True  # False: an answer keeps its first tool call only, as OpenAI's has one at most
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -280,7 +281,11 @@ def parse_chat(body: Any) -> CallRequest:
     top = _integer(body, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0
     if top and not logprobs:
         raise bad_request("top_logprobs", "top_logprobs needs logprobs=true")
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise bad_request("parallel_tool_calls", f"parallel_tool_calls={parallel!r} is not a boolean; use true or false")
     return CallRequest(endpoint="chat", messages=_messages(body), tools=tools, tool_choice=choice,
+                       parallel_tool_calls=parallel is not False,
                        max_tokens=_max_tokens(body, "max_completion_tokens", "max_tokens"),
                        logprobs=logprobs, top_logprobs=top, **common)
 

@@ -76,6 +76,8 @@ def output(call: Call, tokenizer, *, cancelled: bool = False) -> Output:
     calls = []
     if call.prepared.tool_format is not None:
         text, calls = parse_tool_calls(text, call.prepared.tool_format, set(call.prepared.tool_names))
+        if not call.prepared.request.parallel_tool_calls:
+            calls = calls[:1]  # `parallel_tool_calls: false`: one call at most (decoding is not constrained)
         if calls:
             finish = "tool_calls"
     return Output(text, finish, calls, records, len(call.seq.records))

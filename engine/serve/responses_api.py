@@ -53,7 +53,7 @@ def to_chat(body: object) -> dict:
             messages.append({"role": "system", "content": instructions})
     messages += _input_messages(body.get("input"))
     chat: dict = {"messages": messages}
-    for name in ("model", "temperature", "top_p", "seed", "top_k", "stop"):
+    for name in ("model", "temperature", "top_p", "seed", "top_k", "stop", "parallel_tool_calls"):
         if body.get(name) is not None:
             chat[name] = body[name]
     if body.get("max_output_tokens") is not None:
