@@ -570,3 +570,36 @@ def test_bench_serve_has_help(capsys):
     assert info.value.code == 0 and "--tokens" in out and "--rounds" in out and "--json" in out
     args = build_parser().parse_args(["bench", "serve", "--tokens", "8", "--rounds", "1", "--json"])
     assert (args.tokens, args.rounds, args.json) == (8, 1, True)
+
+
+def test_an_abandoned_calls_outcome_is_not_logged_as_never_retrieved():
+    """A plain request whose client went away: its call ends later with `Cancelled`, which
+    nobody awaits; asyncio used to log it as "Future exception was never retrieved"."""
+    import asyncio
+    import concurrent.futures
+    import gc
+    from types import SimpleNamespace
+
+    from tttr.app.server import Server
+    from tttr.engine.serve.service import Cancelled
+
+    class Gone:
+        async def is_disconnected(self):
+            return True
+
+    cancelled: list = []
+
+    async def main() -> list:
+        logged: list = []
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: logged.append(context["message"]))
+        future = concurrent.futures.Future()
+        call = SimpleNamespace(future=future, cancel=lambda: cancelled.append(True))
+        assert await Server(None)._wait(Gone(), call) is False
+        future.set_exception(Cancelled("the client went away"))  # the engine's thread, later
+        for _ in range(3):
+            await asyncio.sleep(0)  # the outcome reaches the loop's future
+        del call, future  # the call is forgotten: its futures are collected
+        gc.collect()
+        return logged
+
+    assert asyncio.run(main()) == [] and cancelled == [True]
