@@ -180,3 +180,21 @@ def test_help_on_the_compare_lists_its_keys_and_the_palette(db):
         assert "back to runs" in shown and "ctrl+p" in shown and "command palette" in shown
 
     run_app(db, flow, load_tokenizer=False)
+
+
+def test_on_a_narrow_terminal_the_right_half_ends_in_view_not_under_the_scrollbar(db):
+    async def flow(app, pilot):
+        screen = CompareScreen(1, 2)
+        app.push_screen(screen)
+        await wait_for(pilot, lambda: screen.comparison is not None)
+        await pilot.pause()
+        side = screen.query_one(SideBySide)
+        region = side.scrollable_content_region
+        assert side.virtual_size.height > region.height  # its scrollbar shows
+        rows = ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
+        for y in range(region.height):  # what each line draws is on screen whole: a cut half ends in …
+            drawn = side.render_line(y).text.rstrip()
+            assert rows[region.y + y][region.x:region.right].rstrip() == drawn, (y, drawn)
+        assert any(row[region.x:region.right].rstrip().endswith("…") for row in rows[region.y:region.bottom])
+
+    run_app(db, flow, load_tokenizer=False, size=(60, 24))

@@ -245,6 +245,29 @@ def test_tab_reaches_the_detail_pane_and_it_scrolls(db):
     run_app(db, flow, size=(80, 24))
 
 
+def screen_rows(app) -> list[str]:
+    """The screen as the terminal shows it, one string per row."""
+    return ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
+
+
+def test_a_long_detail_is_not_cut_under_its_scrollbar(db):
+    async def flow(app, pilot):
+        detail = app.screen.query_one(DetailPane)
+        await pilot.press("right")  # step 0's prompt: a detail that fits, no scrollbar
+        await pilot.pause()
+        assert detail.virtual_size.height <= detail.scrollable_content_region.height
+        await pilot.press("down")  # its first token: a detail taller than the pane
+        await pilot.pause()
+        region = detail.scrollable_content_region
+        assert detail.virtual_size.height > region.height  # now its scrollbar shows
+        rows = screen_rows(app)
+        laid_out = detail.text.splitlines()
+        for y in range(region.height):  # every line in view is on screen whole, its last characters too
+            assert rows[region.y + y][region.x:region.right].rstrip() == laid_out[y], (y, rows[region.y + y])
+
+    run_app(db, flow, size=(80, 24))
+
+
 def test_the_message_strip_shrinks_on_a_short_terminal_when_a_step_has_no_tokens(db):
     async def flow(app, pilot):
         strip = app.screen.query_one(MessageStrip)

@@ -71,7 +71,7 @@ class SideBySide(ScrollView, can_focus=True):
         _, scroll_y = self.scroll_offset
         line_no = scroll_y + y
         index, sub = divmod(line_no, LINES_PER_ROW)
-        width = self.size.width
+        width = self.scrollable_content_region.width  # not under the scrollbar: the right half ends in view
         base = self.rich_style
         if index >= len(self.rows):
             return Strip.blank(width, base)
