@@ -202,12 +202,18 @@ def _summary(event) -> Text:
             return Text("done", style="bold green")
         return highlight_bash("$ " + short(_text_field(v, "cmd"), 70))
     if kind == "outcome":
-        passed = _field(v, "passed")
-        return Text(
-            f"{'passed' if passed else 'failed'} (checker exit {short(_field(v, 'checker_exit', '?'), 12)})",
-            style="bold green" if passed else "bold red",
-        )
+        line = checker_line(v)
+        if isinstance(v, dict) and "exit_code" in v:  # a program recorded with --check: its exit code, and a replay's verdict
+            line.append("  ")
+            line.append_text(program_outcome_line(v))
+        return line
     return Text(short(preview(v, 400), 80), style="dim")
+
+
+def checker_line(v: Any) -> Text:
+    passed = _field(v, "passed")
+    return Text(f"{'passed' if passed else 'failed'} (checker exit {short(_field(v, 'checker_exit', '?'), 12)})",
+                style="bold green" if passed else "bold red")
 
 
 # -- the detail pane ------------------------------------------------------------------------
@@ -298,13 +304,33 @@ def _detail_body(view: RunView, event, token_texts) -> RenderableType:
     if kind == "clock":
         return clock_detail(view, event)
     if kind == "message":
-        return safe(clip(view.text(_field(event.value, "text"))))
+        return message_detail(view, event.value)
     if kind == "action":
         cmd = _field(event.value, "cmd")
         return Text("done: the agent stopped", style="green") if cmd is None else highlight_bash(view.text(cmd))
     if kind == "outcome":
-        return Group(summary(event), safe(clip(view.text(_field(event.value, "checker_output"))), style="dim"))
+        output = view.text(_field(event.value, "checker_output")).rstrip("\n")
+        verdict = Group(checker_line(event.value), safe(clip(output), style="dim"))
+        if "exit_code" not in event.value:
+            return verdict
+        return Group(verdict, Text(""), program_outcome_detail(event.value))  # a program recorded with --check
     return safe(preview(event.value, SHOWN_CHARS))
+
+
+def message_detail(view: RunView, v: Any) -> RenderableType:
+    """A message's text, then how the call ended when it was recorded (a served call's
+    finish reason: `length` is an answer cut at max_tokens) and the tool calls it asked for."""
+    parts: list[RenderableType] = [safe(clip(view.text(_field(v, "text"))))]
+    rows: list[tuple[str, Any]] = []
+    ended = _field(v, "finish_reason")
+    if ended is not None:
+        note = "  (cut at the call's max_tokens)" if ended == "length" else ""
+        rows.append(("finish reason", Text(short(ended, 40) + note, style="yellow" if ended == "length" else "")))
+    if _field(v, "tool_calls"):
+        rows.append(("tool calls", preview(_field(v, "tool_calls"), 4000)))
+    if rows:
+        parts += [Text(""), _kv(rows)]
+    return Group(*parts)
 
 
 def prompt_detail(event, prompt) -> RenderableType:
@@ -321,6 +347,7 @@ def prompt_detail(event, prompt) -> RenderableType:
         rows.append(("text", Text("✓ verified: it encodes to the recorded ids", style="green")))
     else:
         rows.append(("text", Text("✗ not verified: " + visible(rebuilt.note, newlines=False), style="bold yellow")))
+    rows += call_rows(v)
     parts: list[RenderableType] = [_kv(rows)]
     if rebuilt is not None and rebuilt.text:
         return Group(*parts, Text(""), safe(clip(rebuilt.text)))
@@ -330,6 +357,22 @@ def prompt_detail(event, prompt) -> RenderableType:
         if _field(v, key) is not None:
             parts += [Text(""), Text(f"recorded {key}", style="bold"), safe(clip(preview(_field(v, key), SHOWN_CHARS)))]
     return Group(*parts)
+
+
+def call_rows(v: Any) -> list[tuple[str, Any]]:
+    """A served call's parameters as the program sent them (the model name it asked for,
+    max_tokens, the sampling it ran with): what a rebuilt prompt's text does not show."""
+    request, sampling = _field(v, "request"), _field(v, "sampling")
+    rows: list[tuple[str, Any]] = []
+    if _field(request, "model") is not None:
+        rows.append(("model asked", short(_field(request, "model"), 80)))
+    if _field(v, "max_tokens") is not None:
+        rows.append(("max tokens", short(_field(v, "max_tokens"), 20)))
+    if isinstance(sampling, dict) and sampling:
+        rows.append(("sampling", short(" · ".join(f"{k} {short(x, 24)}" for k, x in sampling.items()), 200)))
+    if _field(v, "stop"):
+        rows.append(("stop", preview(_field(v, "stop"), 400, quote=True)))
+    return rows
 
 
 def _readable(event):
@@ -426,7 +469,7 @@ def tool_detail(view: RunView, event) -> RenderableType:
         ("cwd", short(view.text(v.get("cwd")) or "?", 200)),
         ("exit code", Text(short(code, 12), style="green" if code == 0 else "bold red")),
         ("duration", f"{short(v.get('duration_ms', '?'), 12)} ms"),
-        ("output", f"stdout {size_label(v.get('stdout_size'))}, stderr {size_label(v.get('stderr_size'))}"
+        ("output", f"stdout {size_label(_output_size(v, 'stdout'))}, stderr {size_label(_output_size(v, 'stderr'))}"
                    + ("  (truncated)" if v.get("truncated") else "")),
         ("files changed", files_label(view.files_changed(event))),
         ("tree", f"{short(v.get('tree_before', '?'), 13)[:12]} → {short(v.get('tree_after', '?'), 13)[:12]}"),
@@ -444,6 +487,15 @@ def tool_detail(view: RunView, event) -> RenderableType:
         parts += [Text(""), Text("environment", style="bold"),
                   _kv([(short(k, 40), short(env[k], 400)) for k in keys])]
     return Group(*parts)
+
+
+def _output_size(v: dict, stream: str) -> Any:
+    """An output's size in bytes: as recorded, else (an `sdk.shell` call records none) of the
+    text itself when it is stored inline."""
+    size = v.get(f"{stream}_size")
+    if size is None and isinstance(v.get(stream), str):
+        size = len(v[stream].encode("utf-8", "surrogatepass"))
+    return size
 
 
 def files_label(changes) -> Text:
@@ -582,6 +634,8 @@ def mutation_label(mutation: Any, width: int = 80) -> str:
     value = mutation.get("value")
     if not isinstance(typed, str):
         return short(preview(value, 200, quote=not isinstance(value, str)), width)
+    if "deltas" in mutation:  # a triage or bisect replay: its input names the deltas (its value counts them)
+        return short(typed, width)
     if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value) != typed.strip():
         return short(f"{typed} → {value}", width)
     return short(typed, width)

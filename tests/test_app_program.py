@@ -6,6 +6,7 @@ setup clock (the whole run at another time). Nothing is faked."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -198,3 +199,70 @@ def test_a_program_fork_can_be_cancelled(program_db):
         assert new[0].outcome["reason"] == "cancelled"
 
     run_app(db, flow, run_id=run_id)
+
+
+# -- an example agent as a user records it (assets/examples/README.md) ----------------------
+@pytest.fixture(scope="module")
+def example_db(tmp_path_factory):
+    """assets/examples/openai_agent.py recorded on its task with the task's check, then forked
+    at its `list_files` result with the file already there (it stops, the check fails)."""
+    base = tmp_path_factory.mktemp("example")
+    task = ROOT / "assets" / "tasks" / "write-line"
+    tree = base / "work"
+    tree.mkdir()
+    subprocess.run(["sh", str(task / "setup.sh")], cwd=tree, check=True)
+    shutil.copy(ROOT / "assets" / "examples" / "openai_agent.py", tree)
+    shutil.copy(task / "check.sh", tree)
+    db = base / "agent.db"
+    for argv in (["record", "--db", str(db), "--tree", str(tree), "--seed", "1", "--clock", "2026-03-02T09:05:00",
+                  "--check", "sh check.sh", "--", "python3", "openai_agent.py"],
+                 ["fork", "1", "--db", str(db), "--at", "1:tool", "--set", '["README", "greeting.txt"]']):
+        out = subprocess.run([sys.executable, "-m", "tttr.app", *argv], cwd=ROOT, capture_output=True, text=True,
+                             timeout=900)
+        assert out.returncode == 0, out.stdout + out.stderr
+    return db  # run 1 the recording, run 2 the fork
+
+
+def test_an_example_agents_call_parameters_finish_reason_and_sdk_shell_output_size_are_shown(example_db):
+    store = open_store(example_db)
+    try:
+        _, events = store.load_run(1)
+    finally:
+        store.close()
+    recorded = {e.site: e.value for e in events}
+
+    async def flow(app, pilot):
+        pane = app.screen.query_one(DetailPane)
+
+        def read() -> str:
+            return " ".join(pane.text.split())  # as read, whatever the pane's width wrapped
+
+        await _at(app, pilot, "2:prompt")
+        await wait_for(pilot, lambda: "verified" in pane.text)  # the text rebuilt from the record
+        assert f"model asked {recorded['2:prompt']['request']['model']}" in read()  # the name the program sent
+        assert "max tokens 12" in read() and "temperature 0.0" in read()  # its max_tokens=12, temperature=0
+        await _at(app, pilot, "3:message")
+        ended = recorded["3:message"]["finish_reason"]
+        assert f"finish reason {ended}" in read()
+        if ended == "length":
+            assert "cut at the call's max_tokens" in read()
+        await _at(app, pilot, "5:tool")  # sdk.shell("cat greeting.txt")
+        assert "output stdout 12 B, stderr 0 B" in read()  # the output is stored inline, its size is not
+        await _at(app, pilot, "6:outcome")
+        line = _lines(app.screen.query_one(Timeline))
+        assert any("6:outcome" in ln and "passed (checker exit 0)  exit 0" in ln for ln in line), line
+
+    run_app(example_db, flow, run_id=1)
+
+
+def test_a_checked_forks_outcome_shows_the_check_and_how_the_program_ran(example_db):
+    async def flow(app, pilot):
+        pane = app.screen.query_one(DetailPane)
+        await pilot.press("G")  # the fork's last event: its outcome
+        text = " ".join(pane.text.split())  # as read, whatever the pane's width wrapped
+        assert "failed (checker exit 1) no file greeting.txt" in text  # the check's verdict
+        assert "exit code exit 1 differs from the recording" in text  # how the program ran, beside the recording
+        assert "fork site 1:tool" in text and "calls generated 0" in text
+        assert "diverged at step 3 recorded a model call live (the program ended)" in text
+
+    run_app(example_db, flow, run_id=2)

@@ -88,6 +88,22 @@ def test_forks_are_a_tree_under_their_parent_and_a_cancelled_fork_says_so(db):
     run_app(path, flow, load_tokenizer=False)
 
 
+def test_a_triage_replay_reads_as_the_deltas_it_took_said_once(tmp_path):
+    path = tmp_path / "triage.db"
+    with Store.open(path) as store:  # as a triage or bisect stores its replay of BAD with deltas from GOOD
+        good, bad = record(store, steps=4), record(store, steps=4)
+        store.begin_run(task="t", parent=bad, fork_site="2:token:3", seed=SEED,
+                        mutation={"site": "2:token:3", "value": "2 deltas",
+                                  "input": f"2 deltas from run {good}: 2:token:3, 3:clock",
+                                  "deltas": ["2:token:3", "3:clock"]})
+
+    async def flow(app, pilot):
+        lineage = column(app, "lineage")[-1]
+        assert lineage == f"fork of #{bad} at 2:token:3 = 2 deltas from run {good}: 2:token:3, 3:clock", lineage
+
+    run_app(path, flow, load_tokenizer=False)
+
+
 def test_a_run_is_named_and_a_fork_deleted_with_confirmation(db):
     path, ids = db
     with Store.open(path, readonly=True) as store:
