@@ -198,3 +198,31 @@ def test_on_a_narrow_terminal_the_right_half_ends_in_view_not_under_the_scrollba
         assert any(row[region.x:region.right].rstrip().endswith("…") for row in rows[region.y:region.bottom])
 
     run_app(db, flow, load_tokenizer=False, size=(60, 24))
+
+
+def test_at_80x24_every_screen_keeps_help_and_quit_in_its_footer(db):
+    from textual.widgets._footer import FooterKey
+
+    from tttr.app.screens.runs import RunsScreen
+    from tttr.app.screens.timeline import TimelineScreen
+
+    def shown(app) -> dict[str, object]:
+        return {k.description: k.region for k in app.screen.query(FooterKey) if k.region.width > 0}
+
+    async def flow(app, pilot):
+        seen = []
+        for screen in (RunsScreen, TimelineScreen, CompareScreen):
+            if screen is TimelineScreen:
+                app.open_run(3)  # a fork: its timeline has a key more than a recorded run's
+            elif screen is CompareScreen:
+                await pilot.press("d")  # the fork beside its parent
+                await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.comparison)
+            await pilot.pause()
+            assert isinstance(app.screen, screen)
+            keys = shown(app)
+            for words in ("help", "quit"):
+                assert words in keys and keys[words].right <= 80, (screen.__name__, words, keys)
+            seen.append(screen)
+        return seen
+
+    assert len(run_app(db, flow, load_tokenizer=False, size=(80, 24))) == 3

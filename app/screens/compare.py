@@ -19,6 +19,7 @@ from textual.widgets import Footer, ProgressBar, Static
 
 from tttr.app import describe
 from tttr.app.compare import Comparison, build_comparison, read_message
+from tttr.app.screens.footer import FittedFooter
 from tttr.app.screens.help import label_back
 from tttr.app.widgets.side_by_side import MessagePair, SideBySide
 from tttr.sessions.safe_text import brief
@@ -39,7 +40,7 @@ class ComparisonProgress(Message):
         self.done, self.total = done, total
 
 
-class CompareScreen(Screen):
+class CompareScreen(FittedFooter, Screen):
     CSS_PATH = "../styles/compare.tcss"
     BINDINGS = [
         Binding("enter,a", "open_side('a')", "open left"),

@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
+from tttr.app.screens.footer import FittedFooter
 from tttr.app.screens.help import label_back
 from tttr.app.widgets.detail import DetailPane
 from tttr.sessions.safe_text import short, visible
@@ -59,7 +60,7 @@ class FileLoaded(Message):
         self.path, self.body = path, body
 
 
-class FilesScreen(Screen):
+class FilesScreen(FittedFooter, Screen):
     CSS_PATH = "../styles/files.tcss"
     BINDINGS = [
         Binding("c", "toggle_contents", "diff / contents"),

@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from tttr.app import describe
 from tttr.app.screens.confirm import ConfirmScreen
+from tttr.app.screens.footer import FittedFooter
 from tttr.sessions.safe_text import visible
 
 COLUMNS = ("", "run", "task", "model", "kernels", "seed", "steps", "outcome", "status", "lineage")
@@ -58,7 +59,7 @@ def fork_tree(runs: list) -> list[tuple[object, str]]:
     return out
 
 
-class RunsScreen(Screen):
+class RunsScreen(FittedFooter, Screen):
     BINDINGS = [
         Binding("enter", "open", "open", priority=False),
         Binding("space", "mark", "mark for diff"),

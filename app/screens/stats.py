@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, LoadingIndicator, Static
 
 from tttr.app.commands.suite import RULE_LINES
+from tttr.app.screens.footer import FittedFooter
 from tttr.app.screens.help import label_back
 from tttr.sessions.safe_text import visible
 
@@ -59,7 +60,7 @@ def rows(stats) -> list[tuple[str, ...]]:
     return out
 
 
-class StatsScreen(Screen):
+class StatsScreen(FittedFooter, Screen):
     CSS_PATH = "../styles/experiments.tcss"
     BINDINGS = [
         Binding("n", "suite(1)", "next suite"),

@@ -23,6 +23,7 @@ from tttr.app.navigation import GOTO_HELP, goto_target, next_in, value_text
 from tttr.app.screens.ask import AskScreen
 from tttr.app.screens.search import SearchScreen
 from tttr.app.screens.timeline_fork import EditAndFork
+from tttr.app.screens.footer import FittedFooter
 from tttr.app.screens.help import label_back
 from tttr.app.widgets.detail import DetailPane
 from tttr.app.widgets.fork_progress import ForkProgress
@@ -50,7 +51,7 @@ class CorpusBuilt(Message):
 FOLLOW_S = 0.5  # how often a run still being recorded is read again
 
 
-class TimelineScreen(EditAndFork, Screen):
+class TimelineScreen(FittedFooter, EditAndFork, Screen):
     BINDINGS = [
         Binding("e", "edit", "edit & fork"),
         Binding("slash", "search", "search"),
@@ -70,7 +71,7 @@ class TimelineScreen(EditAndFork, Screen):
         Binding("escape", "back", "back to runs"),
     ]
 
-    # A short or narrow terminal (80x24) gets a smaller message strip and a compact footer.
+    # A short or narrow terminal (80x24) gets a smaller message strip (and a compact footer: FittedFooter).
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
 
@@ -138,11 +139,6 @@ class TimelineScreen(EditAndFork, Screen):
             timeline.virtual_size = Size(0, self.view.count)
             timeline.forget()  # the last step's bracket closes differently with new events below it
             self.query_one("#run-title", Static).update(self._title())
-
-    def on_resize(self, event) -> None:
-        footer = self.query_one(Footer)
-        footer.compact = event.size.width < 120
-        footer.show_command_palette = event.size.width >= 100  # ctrl+p still opens it; ? says so
 
     def token_texts(self, ids: list[int]) -> dict[int, str]:
         return self.app.token_texts(ids, self.view.run.model_id)

@@ -19,6 +19,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, LoadingIndicator, Static
 
+from tttr.app.screens.footer import FittedFooter
 from tttr.app.screens.help import label_back
 from tttr.sessions.safe_text import visible
 
@@ -83,7 +84,7 @@ def _sites(deltas, shown: int = 4) -> str:
     return ", ".join(d.site for d in deltas[:shown]) + (" …" if len(deltas) > shown else "")
 
 
-class ExperimentScreen(Screen):
+class ExperimentScreen(FittedFooter, Screen):
     CSS_PATH = "../styles/experiments.tcss"
     BINDINGS = [
         Binding("enter", "open", "open replay"),
