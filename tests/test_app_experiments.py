@@ -53,8 +53,14 @@ def test_stats_screen_shows_the_latest_suite_per_task_and_condition_with_its_plo
         plot = screen.plot.plain
         assert "action agreement per condition" in plot and "pass rate, free condition" in plot
         assert "\x1b" not in plot  # plotext's colours became styles, not raw escapes
+        await pilot.press("n")  # there is no newer suite: it says so and stays
+        await pilot.pause()
+        assert screen.stats.suite_id == "s1" and "latest of the 2 suite(s)" in str(list(app._notifications)[-1].message)
         await pilot.press("p")  # the older suite
         await wait_for(pilot, lambda: screen.stats.suite_id == "s0")
+        await pilot.press("p")
+        await pilot.pause()
+        assert screen.stats.suite_id == "s0" and "oldest of the 2 suite(s)" in str(list(app._notifications)[-1].message)
         assert [r[0] for r in cells(screen.query_one(DataTable))] == ["old", "overall"]
         await pilot.press("escape")
         assert isinstance(app.screen, RunsScreen)

@@ -145,6 +145,11 @@ class StatsScreen(FittedFooter, Screen):
         if 0 <= index < len(self.suite_ids):
             self.index = index
             self._read()
+            return
+        self.app.bell()  # nowhere to go: said, not silence
+        which = "the latest" if step > 0 else "the oldest"
+        self.notify(f"this is {which} of the {len(self.suite_ids)} suite(s) in this database", severity="warning",
+                    timeout=3, markup=False)
 
     def action_back(self) -> None:
         self.app.pop_screen()
