@@ -47,9 +47,9 @@ def write_png(stats, path: str) -> None:
     plt.close(fig)
 
 
-def terminal_plot(stats) -> str:
-    """Two bar charts as text: overall agreement per condition, and the free condition's pass
-    rate per task."""
+def terminal_plot(stats, width: int = 60) -> str:
+    """Two bar charts as text, `width` columns wide: overall agreement per condition, and the
+    free condition's pass rate per task."""
     import plotext as plt
 
     from tttr.sessions.safe_text import visible
@@ -66,7 +66,7 @@ def terminal_plot(stats) -> str:
         if not labels:  # e.g. a suite without free runs: nothing to draw for this chart
             continue
         plt.clf()
-        plt.simple_bar([visible(x, newlines=False) for x in labels], values, width=60, title=title)  # names from the file
+        plt.simple_bar([visible(x, newlines=False) for x in labels], values, width=width, title=title)  # names from the file
         charts.append(plt.build())
     plt.clf()
     return "\n".join(charts)

@@ -68,6 +68,20 @@ def test_stats_screen_shows_the_latest_suite_per_task_and_condition_with_its_plo
     run_app(suite_db, flow, load_tokenizer=False)
 
 
+def test_on_a_60_column_terminal_the_stats_plot_fits_its_pane(suite_db):  # noqa: F811
+    async def flow(app, pilot):
+        await pilot.press("S")
+        await wait_for(pilot, lambda: isinstance(app.screen, StatsScreen) and app.screen.stats is not None)
+        await pilot.pause()
+        pane = app.screen.query_one("#stats-plot")
+        lines = app.screen.plot.plain.splitlines()
+        assert any("action agreement per condition" in ln for ln in lines)
+        assert max(len(ln) for ln in lines) <= pane.content_size.width  # no bar wraps onto a line of its own
+        return pane.content_size.width
+
+    assert run_app(suite_db, flow, load_tokenizer=False, size=(60, 24)) < 60
+
+
 def test_a_residual_under_full_pinning_is_said_on_its_row(tmp_path):
     db = tmp_path / "residual.db"
     with Store.open(db) as store:
