@@ -251,6 +251,8 @@ def test_an_example_agents_call_parameters_finish_reason_and_sdk_shell_output_si
         await _at(app, pilot, "6:outcome")
         line = _lines(app.screen.query_one(Timeline))
         assert any("6:outcome" in ln and "passed (checker exit 0)  exit 0" in ln for ln in line), line
+        await pilot.press("e")  # no fork site: it says why, in words
+        assert str(list(app._notifications)[-1].message).startswith("an outcome event cannot be edited")
 
     run_app(example_db, flow, run_id=1)
 

@@ -36,9 +36,10 @@ class EditAndFork:
             self.notify(offer, severity="warning", markup=False)
             return
         if event.kind not in EDITABLE_KINDS and offer is None:
+            kind = describe.short(event.kind, 20)
             self.notify(
-                f"a {describe.short(event.kind, 20)} event cannot be edited: move to a clock or tool event (R) "
-                "or a token (K)",
+                f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind} event cannot be edited: move to a clock or tool "
+                "event (R) or a token (K)",
                 severity="warning", markup=False,
             )
             return
