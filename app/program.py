@@ -189,6 +189,9 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
     try:
         if not tree_dir.is_dir():
             raise ProgramRunError(f"--tree {tree!r} is not a directory: create it or pass an existing one")
+        if check is not None and not check.strip():  # an empty shell line exits 0: every end tree would pass
+            raise ProgramRunError("--check is empty: give a shell command that exits 0 when the end tree is right, "
+                                  "e.g. --check 'grep -q picnic plan.txt'")
         check_tree(tree_dir)
         program = check_program(argv, tree_dir, host)
         limits = Limits(timeout_s=timeout_s, tree_mb=1024)

@@ -23,6 +23,9 @@ def connect(path: Path, *, readonly: bool, may_be_new: bool) -> tuple[sqlite3.Co
     if may_be_new and not header.regular_file(path, missing_ok=True):
         if not path.parent.is_dir():
             raise StoreError(f"cannot create {path}: folder {path.parent} does not exist; create it first")
+        if not os.access(path.parent, os.W_OK):
+            raise StoreError(f"cannot create {path}: folder {path.parent} is not writable; "
+                             "pass a path in a folder you can write to")
     else:
         header.check(path, may_be_new=may_be_new)
     conn = None

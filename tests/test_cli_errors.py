@@ -22,7 +22,7 @@ from test_store import record
 
 # {db}: a database with run 1 (3 steps); {missing}: a path that does not exist;
 # {new}: a fresh path (asserted still missing afterwards); {text}: a file that is not a database;
-# {programs}: recorded programs (tests/test_program_triage.py): 1 passes, 2 is another program, 3 is
+# {empty}: an empty file; {programs}: recorded programs (tests/test_program_triage.py): 1 passes, 2 is another program, 3 is
 # 1 again, 4 differs and has no --check, 5 is the shell agent's, 6 differs and passed.
 INVALID: dict[tuple[str, ...], list[list[str]]] = {
     (): [["--bogus"], ["nosuch"]],
@@ -36,6 +36,8 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ("prompt",): [
         ["prompt", "{db}", "999"], ["prompt", "{db}", "x"], ["prompt", "{missing}", "1"], ["prompt", "1"],
         ["prompt", "{db}", "1", "--step", "-1"], ["prompt", "{db}", "1", "--model", "{missing}"],
+        # a file that is not a GGUF model: the tokenizer's reader refuses it in one line (was a traceback)
+        ["prompt", "{programs}", "1", "--model", "{text}"], ["prompt", "{programs}", "1", "--model", "{empty}"],
     ],
     ("generate",): [
         ["generate", "hi", "--max-tokens", "0"], ["generate", "hi", "--top-k", "-1"],
@@ -48,6 +50,8 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["serve", "--model", "{missing}"], ["serve", "--db", "{text}"], ["serve", "--host", "no.such.host.invalid"],
         ["serve", "--upstream", "ftp://x"], ["serve", "--upstream-key-env", "TTTR_NO_SUCH_KEY_VAR"],
         ["serve", "--upstream", "http://127.0.0.1:9/v1", "--upstream-key-env", "TTTR_NO_SUCH_KEY_VAR"],
+        # an empty URL is not "no upstream"; the proxy has no kernels to pick
+        ["serve", "--upstream", ""], ["serve", "--upstream", "http://127.0.0.1:9/v1", "--kernels", "fast"],
     ],
     ("sandbox",): [["sandbox", "nosuch"]],
     ("sandbox", "exec"): [
@@ -87,6 +91,10 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["record", "--db", "{new}", "--clock", "yesterday", "--", "true"],
         ["record", "--db", "{new}", "--seed", "-1", "--", "true"],
         ["record", "--db", "{new}", "--model", "{missing}", "--", "true"],
+        # the agent's options mean nothing to a program (were ignored); an empty check passes any tree
+        ["record", "--db", "{new}", "--kernels", "fast", "--", "true"],
+        ["record", "--db", "{new}", "--temperature", "0", "--max-steps", "2", "--", "true"],
+        ["record", "--db", "{new}", "--check", " ", "--", "true"],
     ],
     ("replay",): [
         ["replay", "-1"], ["replay", "1", "--db", "{missing}"], ["replay", "999", "--db", "{db}"],
@@ -128,7 +136,8 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["delete", "-1", "--db", "{db}"], ["delete", "1"], ["delete", "1", "--db", "{db}"],
     ],
     ("gc",): [["gc", "--db", "{missing}"], ["gc", "--db", "{text}"], ["gc"], ["gc", "--db", "{db}", "--dry-run", "--vacuum"]],
-    ("open",): [["open", "{missing}"], ["open", "{text}"], ["open", "{db}", "--run", "999"], ["open", "{db}", "--run", "-1"]],
+    ("open",): [["open", "{missing}"], ["open", "{text}"], ["open", "{db}", "--run", "999"], ["open", "{db}", "--run", "-1"],
+                ["open", "{db}", "--model", "{missing}"], ["open", "{db}", "--model", "{text}"]],  # before the app
     ("demo",): [
         ["demo", "--task", "nosuch", "--db", "{new}"], ["demo", "--db", "{db}"],
         ["demo", "--seed", "-1", "--db", "{new}"], ["demo", "--model", "{missing}", "--db", "{new}"],
@@ -151,7 +160,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ("bench", "engine"): [
         ["bench", "engine", "--tokens", "0"], ["bench", "engine", "--threads", "0"],
         ["bench", "engine", "--rounds", "-1"], ["bench", "engine", "--kernels", "slow"],
-        ["bench", "engine", "--model", "{missing}"],
+        ["bench", "engine", "--model", "{missing}"], ["bench", "engine", "--model", "{text}"],  # before its cold start
     ],
     ("bench", "serve"): [
         ["bench", "serve", "--tokens", "0"], ["bench", "serve", "--rounds", "-1"],
@@ -206,6 +215,8 @@ def files(tmp_path):
         record(store, steps=3)
     text = tmp_path / "notes.txt"
     text.write_text("not a database\n" * 20)
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
     programs = tmp_path / "programs.db"
     with Store.open(programs) as store:
         program_run(store)
@@ -215,7 +226,7 @@ def files(tmp_path):
         record(store, steps=2)
         program_run(store, result="rain")
     return {"db": str(db), "missing": str(tmp_path / "missing" / "x.db"), "new": str(tmp_path / "new.db"),
-            "text": str(text), "programs": str(programs)}
+            "text": str(text), "programs": str(programs), "empty": str(empty)}
 
 
 @pytest.fixture

@@ -236,6 +236,7 @@ def _exit_code(argv) -> int:
 
 @pytest.mark.parametrize("argv, expected", [
     (["1", "--step", "9"], "run 1 has no step 9"),
+    (["1", "--diff", "9"], "run 1 has no step 9"),  # S2 as given, not the step before it
     (["7"], "no run 7"),
     (["1", "--path", "nope"], "no file or directory 'nope' in run 1 after step 3"),
     (["1", "--step", "x"], "argument --step"),

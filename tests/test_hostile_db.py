@@ -428,6 +428,23 @@ def test_a_healthy_database_in_a_read_only_folder_is_not_called_corrupt(tmp_path
     assert "is not writable" in out.stderr and "corrupt" not in out.stderr and "restore it" not in out.stderr
 
 
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare for a read-only bind mount")
+def test_a_new_database_in_a_read_only_folder_is_refused_as_that(tmp_path):
+    folder, mount = tmp_path / "data", tmp_path / "ro"
+    folder.mkdir()
+    mount.mkdir()
+    script = (f"mount --bind {folder} {mount} && mount -o remount,ro,bind {mount} && "
+              f"exec {sys.executable} -m app record --task {TASK} --unsafe-no-sandbox --db {mount / 'new.db'}")
+    out = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if "mount" in out.stderr and "tttr" not in out.stderr:
+        pytest.skip(f"no read-only bind mount here: {out.stderr.strip()}")
+    last = out.stderr.strip().splitlines()[-1]
+    assert out.returncode == 2 and last.startswith("tttr: error: "), out.stderr
+    # not the advice for an existing file ("copy it ... and open the copy"): there is nothing to copy
+    assert f"cannot create {mount / 'new.db'}: folder {mount} is not writable" in last and "copy" not in last
+    assert list(folder.iterdir()) == []
+
+
 # --------------------------------------------------------------------------- refused writers write nothing
 def runs_in(path: Path) -> list[tuple]:
     conn = sqlite3.connect(path)

@@ -33,13 +33,15 @@ def register(sub, bench_sub) -> None:
                    help="with a PROGRAM: seconds before it is killed (default 600, at most 3600)")
     _model_args(p)
     p.add_argument("--seed", type=argtypes.seed, help="sampling and sandbox seed (default: random)")
-    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7; 0 = greedy)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default 1.0)")
-    p.add_argument("--top-k", type=argtypes.count, default=0, help="top-k sampling (default 0 = off)")
-    p.add_argument("--kernels", choices=MODES, default="invariant",
-                   help="kernel mode (default invariant: replays are the same arithmetic)")
+    # The agent's sampling, kernels and step limit: None until given, so that a PROGRAM refuses them
+    # (its calls sample as each request asks, under the invariant kernels); TASK_DEFAULTS otherwise.
+    p.add_argument("--temperature", type=float, help="with --task: sampling temperature (default 0.7; 0 = greedy)")
+    p.add_argument("--top-p", type=float, help="with --task: nucleus sampling (default 1.0)")
+    p.add_argument("--top-k", type=argtypes.count, help="with --task: top-k sampling (default 0 = off)")
+    p.add_argument("--kernels", choices=MODES,
+                   help="with --task: kernel mode (default invariant: replays are the same arithmetic)")
     p.add_argument("--clock", help="virtual clock at the start, ISO (default: the task's clock, else now)")
-    p.add_argument("--max-steps", type=argtypes.steps, default=6, help="step limit (default 6)")
+    p.add_argument("--max-steps", type=argtypes.steps, help="with --task: step limit (default 6)")
     _common(p)
     p.set_defaults(func=cmd_record)
 
@@ -195,6 +197,10 @@ def _clock_arg(text: str):
     return sandbox_clock(clock, "--clock")
 
 
+# `tttr record --task`'s options that a recorded program has no use for, and their defaults.
+TASK_DEFAULTS = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "kernels": "invariant", "max_steps": 6}
+
+
 def cmd_record(args) -> int:
     from datetime import datetime
 
@@ -204,12 +210,22 @@ def cmd_record(args) -> int:
         raise TTTRError("give exactly one of --task NAME or -- PROGRAM ARG... "
                         "(e.g. tttr record --task write-line, or tttr record -- python3 agent.py)")
     if args.program:
+        given = [f"--{name.replace('_', '-')}" for name in TASK_DEFAULTS if getattr(args, name) is not None]
+        if given:
+            from tttr.sessions.errors import TTTRError
+
+            raise TTTRError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with --task, not with "
+                            "-- PROGRAM ARG...: a program's model calls sample as each request asks, under the "
+                            "invariant kernels, for as long as it runs (--timeout)")
         return cmd_record_program(args)
     for name in ("tree", "check", "timeout"):
         if getattr(args, name) is not None:
             from tttr.sessions.errors import TTTRError
 
             raise TTTRError(f"--{name} goes with -- PROGRAM ARG..., not with --task")
+    for name, value in TASK_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
 
     from tttr.engine.replay.agent import AgentLimits
     from tttr.engine.replay.runs import check_machine, record, sandbox_clock

@@ -64,7 +64,8 @@ def files(args: argparse.Namespace) -> int:
             return 0
         if args.diff is not None:
             step = max(-1, args.diff - 1) if args.step is None else args.step
-            a, b = trees.at(step), trees.at(args.diff)
+            b = trees.at(args.diff)  # first: a missing S2 is named as given, not as the step before it
+            a = trees.at(step)
         else:
             other = RunTrees(store, args.against)
             a, b = trees.at_or_final(args.step), other.at_or_final(args.step)

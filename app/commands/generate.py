@@ -116,9 +116,9 @@ def cmd_generate(args) -> int:
 
 def cmd_bench(args) -> int:
     from tttr.engine.inference.bench import format_report, run_bench
-    from tttr.engine.inference.loader import resolve_model_path
+    from tttr.engine.inference.loader import model_source
 
-    model_path = resolve_model_path(args.model)  # a wrong path is refused before any work
+    model_path = model_source(args.model)  # a wrong path or a file that is no model: refused before any work
 
     if args.threads is not None:
         import torch

@@ -30,7 +30,7 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--db", default=None, help="record every call into this session database (created if missing)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=port_number, default=8000, help="port to listen on (default 8000)")
-    p.add_argument("--kernels", choices=MODES, default="invariant",
+    p.add_argument("--kernels", choices=MODES, default=None,  # None: not given (the proxy refuses it)
                    help="kernel mode (default invariant: answers do not depend on what else is running; "
                         "invariant-q8 too, with 8-bit activations in block products as llama.cpp)")
     p.add_argument("--any-model", action="store_true",
@@ -114,13 +114,17 @@ def cmd_serve(args) -> int:
 
     _passive_openmp()
 
-    if args.upstream_key_env and not args.upstream:
+    if args.upstream_key_env and args.upstream is None:
         raise ServeError("--upstream-key-env needs --upstream URL")
-    upstream = _upstream(args) if args.upstream else None
+    upstream = _upstream(args) if args.upstream is not None else None  # --upstream '' is refused there
     # a wrong model path is refused before torch loads
     if args.any_model and upstream is not None:
         raise ServeError("--any-model answers with the local model; in proxy mode the upstream decides")
-    service = Service(args.model, kernel_mode=args.kernels, any_model=args.any_model) if upstream is None else None
+    if args.kernels is not None and upstream is not None:
+        raise ServeError(f"--kernels {args.kernels} picks the local model's kernels; in proxy mode the upstream "
+                         "computes the answers: drop --kernels or --upstream")
+    service = (Service(args.model, kernel_mode=args.kernels or "invariant", any_model=args.any_model)
+               if upstream is None else None)
     _check_port(args.host, args.port)
     recorder = None
     if args.db:

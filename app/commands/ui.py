@@ -76,6 +76,10 @@ def _check_run(store, run_id: int | None) -> None:
 def cmd_open(args) -> int:
     from tttr.sessions.store import Store
 
+    if args.model is not None:  # only forks use it, but a wrong one is refused now, not at the first fork
+        from tttr.engine.inference.loader import model_source
+
+        model_source(args.model)
     # Read-only: a corrupt, foreign or newer file raises StoreError here, before the
     # terminal is taken over, and nothing is ever written to it by viewing.
     store = Store.open(args.db, create=False, readonly=True)

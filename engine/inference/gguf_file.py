@@ -55,6 +55,17 @@ def is_gguf(path: Path) -> bool:
         return False
 
 
+def open_reader(path: Path):
+    """gguf's reader of `path`. Any parse failure (a text file, an empty or truncated one)
+    means the file is not a usable GGUF: the user's mistake, said in one line."""
+    try:
+        import gguf  # ~0.1 s: imported only where a file is parsed
+
+        return gguf.GGUFReader(str(path))
+    except Exception as exc:  # noqa: BLE001 - any parse failure means "not a usable GGUF"
+        raise EngineError(f"{path} is not a readable GGUF file ({exc}): pass a .gguf model or a model folder") from exc
+
+
 def _field(field):
     try:
         return field.contents()
@@ -101,12 +112,7 @@ def _read_header(path: Path) -> tuple[dict, list[_Tensor]]:
     except (OSError, ValueError, AttributeError):
         header = None
     if header is None:
-        try:
-            import gguf  # a parse only on a cache miss (importing gguf is ~0.1 s of every start)
-
-            reader = gguf.GGUFReader(str(path))
-        except Exception as exc:  # noqa: BLE001 - any parse failure means "not a usable GGUF"
-            raise EngineError(f"{path} is not a readable GGUF file ({exc}): pass a .gguf model or a model folder") from exc
+        reader = open_reader(path)  # a parse only on a cache miss
         fields = {name: _field(f) for name, f in reader.fields.items()}
         header = {"format": _HEADER_FORMAT, "fields": fields, "tensors": [
             {"name": t.name, "type": t.tensor_type.name, "shape": [int(d) for d in t.shape],

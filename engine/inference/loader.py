@@ -60,22 +60,30 @@ def is_hf_folder(path: Path) -> bool:
     return path.is_dir() and (path / "config.json").is_file()
 
 
+def model_source(path: str | os.PathLike | None = None) -> Path:
+    """What `path` names (resolve_model_path) as the loaders take it: a GGUF file, a Hugging
+    Face folder, or the one .gguf in a folder. Anything else is refused now, from its first
+    bytes, before any weights are read or any process is started on it."""
+    p = resolve_model_path(path)
+    if p.is_file() and is_gguf(p):
+        return p
+    if is_hf_folder(p):
+        return p
+    if p.is_dir():
+        ggufs = sorted(p.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return ggufs[0]
+    raise EngineError(
+        f"{str(p)!r} is not a model: expected a .gguf file or a folder with config.json, *.safetensors "
+        "and tokenizer.json"
+    )
+
+
 def load_checkpoint(path: str | os.PathLike | None = None) -> Checkpoint:
     # the loaders import torch: resolving a path (`tttr generate` before it knows which path
     # it takes) does not
     from tttr.engine.inference.loader_gguf import load_gguf
     from tttr.engine.inference.loader_hf import load_hf
 
-    p = resolve_model_path(path)
-    if p.is_file() and is_gguf(p):
-        return load_gguf(p)
-    if is_hf_folder(p):
-        return load_hf(p)
-    if p.is_dir():
-        ggufs = sorted(p.glob("*.gguf"))
-        if len(ggufs) == 1:
-            return load_gguf(ggufs[0])
-    raise EngineError(
-        f"{str(p)!r} is not a model: expected a .gguf file or a folder with config.json, *.safetensors "
-        "and tokenizer.json"
-    )
+    p = model_source(path)
+    return load_hf(p) if is_hf_folder(p) else load_gguf(p)

@@ -150,11 +150,10 @@ def _load_tokenizer(path: Path, model_id: str):
             return _read_cached(cache)
         except Exception:  # noqa: BLE001 - a bad cache entry is rebuilt
             pass
-    import gguf  # lazy: ~0.1 s, only when the tokenizer cache misses
-
+    from tttr.engine.inference.gguf_file import open_reader
     from tttr.engine.inference.loader_gguf import _field
 
-    reader = gguf.GGUFReader(str(path))
+    reader = open_reader(path)  # a file that is not a GGUF model is refused in one line
     fields = {name: _field(f) for name, f in reader.fields.items() if name.startswith("tokenizer.")}
     tokenizer = Tokenizer.from_gguf_fields(fields)
     try:
