@@ -690,6 +690,23 @@ def run_problem(run) -> Text | None:
     return unreadable_label(short(problem, 200)) if problem else None
 
 
+def task_label(run, runs: dict | None = None) -> str:
+    """The run's task; for a recorded program (whose task reads `program:python3` whatever
+    the program), its command line, from the run's record or, for a fork or replay that
+    does not repeat it, its nearest ancestor's among `runs` ({id: run})."""
+    seen: set = set()
+    at = run
+    while at is not None and at.id not in seen:
+        seen.add(at.id)
+        meta = getattr(at, "meta", None)
+        program = meta.get("program") if isinstance(meta, dict) else None
+        if isinstance(program, list) and program:
+            return program_line({"program": program[:20]})
+        parent = getattr(at, "parent", None)
+        at = (runs or {}).get(parent) if isinstance(parent, int) else None
+    return str(run.task)
+
+
 def run_title(run) -> str:
     """One line naming the run, its controls made visible (it is not markup: pass it to Text)."""
     return (

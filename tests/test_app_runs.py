@@ -104,6 +104,21 @@ def test_a_triage_replay_reads_as_the_deltas_it_took_said_once(tmp_path):
     run_app(path, flow, load_tokenizer=False)
 
 
+def test_recorded_programs_read_as_their_command_lines_their_forks_too(tmp_path):
+    path = tmp_path / "programs.db"
+    with Store.open(path) as store:  # as `tttr record` stores them: every program's task is `program:python3`
+        runs = [store.begin_run(task="program:python3", meta={"source": "tttr record", "program": ["python3", name]})
+                for name in ("openai_agent.py", "langgraph_agent.py")]
+        store.begin_run(task="program:python3", parent=runs[0], fork_seq=0,
+                        meta={"check": "sh check.sh"})  # a fork, as a program's stores it: no command line
+
+    async def flow(app, pilot):
+        assert column(app, "task") == ["python3 openai_agent.py", "python3 openai_agent.py",
+                                       "python3 langgraph_agent.py"]
+
+    run_app(path, flow, load_tokenizer=False)
+
+
 def test_a_run_is_named_and_a_fork_deleted_with_confirmation(db):
     path, ids = db
     with Store.open(path, readonly=True) as store:

@@ -123,8 +123,9 @@ class RunsScreen(FittedFooter, Screen):
             self.query_one("#runs-title", Static).update(title)
             return
         self.marked = [m for m in self.marked if any(run.id == m for run in runs)]
+        by_id = {run.id: run for run in runs}
         for run, prefix in fork_tree(runs):
-            table.add_row(*self._cells(store, run, prefix), key=str(run.id))
+            table.add_row(*self._cells(store, run, prefix, by_id), key=str(run.id))
         if runs:
             keys = {run.id for run in runs}
             row = table.get_row_index(str(current)) if current in keys else min(row, len(runs) - 1)
@@ -138,7 +139,7 @@ class RunsScreen(FittedFooter, Screen):
             title.append(f"  · marked for diff: {', '.join(f'#{m}' for m in self.marked)}", style="magenta")
         self.query_one("#runs-title", Static).update(title)
 
-    def _cells(self, store, run, prefix: str = "") -> list[Text]:
+    def _cells(self, store, run, prefix: str = "", runs: dict | None = None) -> list[Text]:
         """One row of the table. Every cell is Text: a DataTable reads a str cell as markup,
         and recorded text is never markup."""
         try:
@@ -152,7 +153,7 @@ class RunsScreen(FittedFooter, Screen):
         return [
             Text("●" if run.id in self.marked else "", style="bold magenta"),
             label,
-            Text(describe.short(run.task, 40)),
+            Text(describe.short(describe.task_label(run, runs), 40)),  # a recorded program: its command line
             Text(describe.short(run.model_id or "", 28)),
             Text(describe.short(run.kernel_mode or "", 12)),
             Text(describe.short(run.seed, 20)),
