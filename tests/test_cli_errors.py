@@ -59,7 +59,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["sandbox", "exec", "--timeout", "0", "--", "true"], ["sandbox", "exec", "--timeout", "x", "--", "true"],
         ["sandbox", "exec", "--tree-mb", "0", "--", "true"], ["sandbox", "exec", "--tmp-mb", "-1", "--", "true"],
         ["sandbox", "exec", "--tree", "{missing}", "--", "true"],
-        ["sandbox", "exec", "--clock", "yesterday", "--", "true"],
+        ["sandbox", "exec", "--clock", "yesterday", "--", "true"], ["sandbox", "exec", "--clock", "", "--", "true"],
         ["sandbox", "exec", "--"], ["sandbox", "exec", "--", " "],
     ],
     ("sandbox", "probe"): [["sandbox", "probe", "--bogus"]],
@@ -68,6 +68,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ("task", "check"): [
         ["task", "check", "nosuch"], ["task", "check"], ["task", "check", "--all", "write-line"],
         ["task", "check", "--all", "--seed", "-1"], ["task", "check", "--all", "--clock", "yesterday"],
+        ["task", "check", "--all", "--clock", ""],  # an empty clock is refused, not taken for "no clock"
     ],
     ("record",): [
         ["record", "--task", "write-line", "--max-steps", "0", "--db", "{new}"],
@@ -77,6 +78,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["record", "--task", "write-line", "--top-k", "-1", "--db", "{new}"],
         ["record", "--task", "write-line", "--seed", "-1", "--db", "{new}"],
         ["record", "--task", "write-line", "--clock", "yesterday", "--db", "{new}"],
+        ["record", "--task", "write-line", "--clock", "", "--db", "{new}"], ["record", "--db", "{new}", "--clock", "", "--", "true"],
         ["record", "--task", "write-line", "--kernels", "slow", "--db", "{new}"],
         ["record", "--task", "write-line", "--model", "{missing}", "--db", "{new}"],
         ["record", "--db", "{new}"],
@@ -141,6 +143,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ("demo",): [
         ["demo", "--task", "nosuch", "--db", "{new}"], ["demo", "--db", "{db}"],
         ["demo", "--seed", "-1", "--db", "{new}"], ["demo", "--model", "{missing}", "--db", "{new}"],
+        ["demo", "--db", "{missing}"],  # its folder does not exist: one line, no progress lines before it
     ],
     ("suite",): [
         ["suite", "--runs", "1", "--db", "{new}"], ["suite", "--runs", "x", "--db", "{new}"], ["suite", "--db", "{new}"],

@@ -472,6 +472,7 @@ def model_db(tmp_path_factory) -> Path:
     (["fork", "1", "--at", "9:clock", "--set", "+1h"], "does not exist in run 1"),
     (["fork", "1", "--at", "0:tool", "--set", '{"stdout": ' + "[" * 100_000 + "]" * 100_000 + "}"], "nested too deeply"),
     (["fork", "1", "--at", "0:tool", "--set", "exit=99999999999999999999999"], "exit code 99999999999999999999 is out of range"),
+    (["fork", "1", "--at", "0:tool", "--set", "exit=abc"], "is not exit=N with an integer N"),  # was stdout 'exit=abc'
     (["fork", "3", "--at", "0:clock", "--set", "+1h"], "no run 3"),
     (["replay", "1", "--free", "kernel"], "unknown layer"),
 ], ids=lambda x: x if isinstance(x, str) else " ".join(x[2:6]))

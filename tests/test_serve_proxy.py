@@ -175,6 +175,21 @@ def test_a_proxied_call_is_recorded_at_the_token_layer(pair):
     assert all(t["id_source"] == "vocab" for t in tokens)
 
 
+def test_tttr_prompt_of_a_proxied_run_says_it_recorded_no_prompt_ids(pair, capsys):
+    """Its calls keep their request, not the ids: each step says so (it was 'unknown task api:chat')."""
+    from tttr.app.cli import main
+    from tttr.sessions.store import Store
+
+    _ask(_client(pair["proxy"].url), seed=34, extra_headers={"X-TTTR-Run": "proxied-prompt"})
+    pair["recorder"].flush()
+    with Store.open(pair["db"], readonly=True) as store:
+        run = next(r for r in store.runs() if r.task == "proxied-prompt")
+    capsys.readouterr()
+    assert main(["prompt", str(pair["db"]), str(run.id), "--json"]) == 0
+    steps = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert steps and all(not s["verified"] and "no prompt ids (a proxied call)" in s["note"] for s in steps)
+
+
 def test_the_serve_command_in_proxy_mode_refuses_a_missing_key(tmp_path, monkeypatch):
     from tttr.app.cli import main
 

@@ -28,7 +28,8 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--task", help="task name (see `tttr tasks`)")
     p.add_argument("program", nargs="*", metavar="PROGRAM ARG", help="after --: a program to record instead of --task")
     p.add_argument("--tree", help="with a PROGRAM: its working tree, at /work (default: a fresh empty directory)")
-    p.add_argument("--check", metavar="CMD", help="with a PROGRAM: a shell command run on the end tree; exit 0 = passed")
+    p.add_argument("--check", metavar="CMD", help="with a PROGRAM: a shell command run on the end tree; exit 0 = passed "
+                                                 "(default: none, no verdict)")
     p.add_argument("--timeout", type=_timeout,
                    help="with a PROGRAM: seconds before it is killed (default 600, at most 3600)")
     _model_args(p)
@@ -40,7 +41,7 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--top-k", type=argtypes.count, help="with --task: top-k sampling (default 0 = off)")
     p.add_argument("--kernels", choices=MODES,
                    help="with --task: kernel mode (default invariant: replays are the same arithmetic)")
-    p.add_argument("--clock", help="virtual clock at the start, ISO (default: the task's clock, else now)")
+    p.add_argument("--clock", help="virtual clock at the start, ISO, e.g. 2026-03-02T10:00:00 (default: the task's clock, else now)")
     p.add_argument("--max-steps", type=argtypes.steps, help="with --task: step limit (default 6)")
     _common(p)
     p.set_defaults(func=cmd_record)
@@ -55,7 +56,8 @@ def register(sub, bench_sub) -> None:
     )
     p.add_argument("run", type=argtypes.run_id, help="run id (see `tttr runs DB`)")
     p.add_argument("--free", default="", metavar="LAYERS",
-                   help="comma-separated layers to compute live: tensor, token, trace")
+                   help="comma-separated layers to compute live: tensor, token, trace, e.g. token,trace "
+                        "(default: none, a faithful replay)")
     p.add_argument("--seed", type=argtypes.seed, help="seed for a freed token layer (default: random)")
     _model_args(p)
     _common(p)
@@ -232,7 +234,7 @@ def cmd_record(args) -> int:
     from tttr.engine.inference.sampler import SamplingParams
     from tttr.recorders.tasks import load_task
 
-    clock = _clock_arg(args.clock) if args.clock else None
+    clock = _clock_arg(args.clock) if args.clock is not None else None  # '' is refused, not 'no clock'
     limits = AgentLimits(max_steps=args.max_steps)
     SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed or 0)
     task = load_task(args.task)  # an unknown task fails before the database is touched
@@ -257,7 +259,7 @@ def cmd_record_program(args) -> int:
     from tttr.app.program import print_result, record_program
     from tttr.engine.replay.runs import sandbox_clock
 
-    clock = _clock_arg(args.clock) if args.clock else sandbox_clock(datetime.now(), "--clock")
+    clock = _clock_arg(args.clock) if args.clock is not None else sandbox_clock(datetime.now(), "--clock")
     seed = args.seed if args.seed is not None else random.randrange(2**31)
 
     def progress(text: str) -> None:

@@ -20,7 +20,7 @@ def register(sub, bench_sub) -> None:
     )
     d.add_argument("--runs", type=argtypes.positive, default=100, help="generations per mode and sampling (default 100)")
     d.add_argument("--tokens", type=argtypes.positive, default=40, help="tokens per generation (default 40)")
-    d.add_argument("--seed", type=argtypes.seed, default=1234, help="seed of the batch compositions and the sampler")
+    d.add_argument("--seed", type=argtypes.seed, default=1234, help="seed of the batch compositions and the sampler (default 1234)")
     d.add_argument("--threads", type=argtypes.threads, help="torch threads (default: torch's)")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=cmd_determinism)

@@ -82,7 +82,8 @@ def register(sub, bench_sub) -> None:
     c.add_argument("name", nargs="?", help="task name (see `tttr tasks`)")
     c.add_argument("--all", action="store_true", help="check every task")
     c.add_argument("--seed", type=argtypes.seed, default=0, help="run seed for the sandbox's randomness (default 0)")
-    c.add_argument("--clock", help="override the tasks' default clocks, ISO")
+    c.add_argument("--clock", help="virtual clock for every task, ISO, e.g. 2026-03-02T10:00:00 "
+                                    "(default: each task's own clock)")
     c.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="where the sandbox is refused, run the scripts unconfined (unsafe)")
     c.add_argument("--json", action="store_true", help="print a JSON list of results")
@@ -110,7 +111,7 @@ def cmd_exec(args) -> int:
     from tttr.recorders.limits import Limits
     from tttr.recorders.sandbox import Executor
 
-    clock = parse_clock(args.clock) if args.clock else datetime.now(timezone.utc).replace(tzinfo=None)
+    clock = parse_clock(args.clock) if args.clock is not None else datetime.now(timezone.utc).replace(tzinfo=None)
     command = shell_line(args.cmd)
     limits = Limits(timeout_s=args.timeout, tree_mb=args.tree_mb, tmp_mb=args.tmp_mb)  # refused before any file
     tmp = None
@@ -191,7 +192,7 @@ def cmd_task_check(args) -> int:
     if args.all == bool(args.name):
         raise TaskError("give one task NAME or --all (see `tttr tasks`)")
     tasks = list_tasks() if args.all else [load_task(args.name)]
-    clock = parse_clock(args.clock) if args.clock else None
+    clock = parse_clock(args.clock) if args.clock is not None else None
     results = []
     for task in tasks:
         r = self_check(task, seed=args.seed, unsafe_no_sandbox=args.unsafe_no_sandbox, clock=clock)

@@ -27,7 +27,8 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--model", default=None,
                    help="a .gguf file or a Hugging Face model folder (default: $TTTR_MODEL, else the "
                         "embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--db", default=None, help="record every call into this session database (created if missing)")
+    p.add_argument("--db", default=None, help="record every call into this session database (created if missing; default: "
+                        "none, nothing is recorded)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=port_number, default=8000, help="port to listen on (default 8000)")
     p.add_argument("--kernels", choices=MODES, default=None,  # None: not given (the proxy refuses it)

@@ -47,8 +47,8 @@ def register(sub, bench_sub) -> None:
     )
     argtypes.add_database(p, "session database file")
     p.add_argument("run", metavar="RUN", type=argtypes.run_id, help="run id (see `tttr runs DB`)")
-    p.add_argument("--layer", choices=LAYERS, help="only this layer")
-    p.add_argument("--kind", metavar="K", help="only this kind (token, logits, clock, tool, message, action, ...)")
+    p.add_argument("--layer", choices=LAYERS, help="only this layer (default: every layer)")
+    p.add_argument("--kind", metavar="K", help="only this kind: token, logits, clock, tool, message, action, ... (default: every kind)")
     p.add_argument("--from", dest="start", metavar="SEQ", type=argtypes.count, default=0, help="first seq (default 0)")
     p.add_argument(
         "--limit", metavar="N", type=argtypes.count,

@@ -20,7 +20,7 @@ def register(sub, bench_sub) -> None:
                     "opened read-only; a fork is written by a connection of its own.",
     )
     argtypes.add_database(p, "session database (written by tttr record / tttr demo)")
-    p.add_argument("--run", type=argtypes.run_id, help="open this run's timeline directly")
+    p.add_argument("--run", type=argtypes.run_id, help="open this run's timeline directly (default: the list of runs)")
     _model_args(p, "forks")
     p.set_defaults(func=cmd_open)
 
@@ -112,10 +112,10 @@ def cmd_demo(args) -> int:
         raise ReplayError(f"{path} already exists: the demo records into a fresh database; pass a new --db path")
     load_task(args.task)  # an unknown task fails before anything is written
     runtime = Runtime(args.model, kernel_mode="invariant")  # a wrong model path fails here; the load is lazy
-    print("tttr demo: loading the model …", file=sys.stderr, flush=True)
-    print(f"tttr demo: recording task {args.task} into {path}", file=sys.stderr, flush=True)
-    store = Store.open(path, create=True)
+    store = Store.open(path, create=True)  # a folder that is missing or not writable: one line, before any progress
     try:
+        print("tttr demo: loading the model …", file=sys.stderr, flush=True)
+        print(f"tttr demo: recording task {args.task} into {path}", file=sys.stderr, flush=True)
         result = record(store, args.task, runtime=runtime, seed=args.seed,
                         unsafe_no_sandbox=args.unsafe_no_sandbox, progress=_demo_progress)
     finally:

@@ -5,8 +5,8 @@ value is refused with the same reason in both places and nothing is written.
 Values, by site:
 - `STEP:clock`: an ISO date-time (`2026-03-01T09:00:00`), or a shift of the recorded
   value: `+90`, `-3600` (seconds), `+2h`, `-1d`, `+15m`.
-- `STEP:tool`: plain text replaces stdout; `exit=N` replaces the exit code; a JSON object
-  may set any of `stdout`, `stderr`, `exit_code`.
+- `STEP:tool`: plain text replaces stdout; `exit=N` replaces the exit code (`exit=` and no
+  integer is refused); a JSON object may set any of `stdout`, `stderr`, `exit_code`.
 - `STEP:token:POS`: a token id (`1234` or `id:1234`), or text that is exactly one token of
   the model's vocabulary (`" rm"`; quote it as JSON to force text: `"5"`).
 """
@@ -129,6 +129,9 @@ def _tool(text: str) -> dict:
     m = re.fullmatch(r"exit(?:_code)?\s*=\s*(-?\d+)", stripped)
     if m:
         return {"exit_code": _exit_code(m.group(1))}
+    if re.match(r"exit(?:_code)?\s*=", stripped):  # a mistyped exit code, not the text stdout is meant to be
+        raise MutationError(f"{stripped[:40]!r} is not exit=N with an integer N (e.g. exit=1); for stdout that "
+                            f"reads so, give JSON: {json.dumps({'stdout': stripped[:40]})}")
     if stripped.startswith("{"):
         try:
             value = load_json(stripped, "the tool result")  # bounded depth: a user's text is input too

@@ -32,7 +32,8 @@ def prompts(store, run_id: int, tokenizer) -> list[Prompt]:
     """Every step's prompt of the run, in step order."""
     run, events = store.load_run(run_id)
     recorded = {e.step: e.value for e in events if e.kind == "prompt"}
-    if any(isinstance(v, dict) and isinstance(v.get("ids"), list) for v in recorded.values()):
+    # A served call keeps its request (and, called locally, its ids; proxied, none): decoded, not rebuilt
+    if any(isinstance(v, dict) and (isinstance(v.get("ids"), list) or "request" in v) for v in recorded.values()):
         return [_from_ids(step, value, tokenizer) for step, value in sorted(recorded.items())]
     if type(run.task) is not str:
         raise ReplayError(f"run {run.id} names no task: its prompts cannot be rebuilt")
