@@ -174,6 +174,27 @@ def test_an_invalid_edit_keeps_the_dialog_open_with_the_reason(db):
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
 
 
+def test_at_80x24_a_tokens_edit_dialog_with_its_error_keeps_its_buttons_on_screen(db):
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        timeline.cursor = timeline.view.at("1:token:3").seq
+        await pilot.pause()
+        await pilot.press("e")
+        dialog = app.screen
+        assert isinstance(dialog, EditScreen) and dialog.alternatives  # the tallest dialog: a list of them
+        dialog.query_one("#edit-value").value = "id:99999999"
+        await pilot.press("ctrl+s")  # refused: the error line makes it taller still
+        assert app.screen is dialog and dialog.query_one("#edit-error").has_class("-shown")
+        await pilot.pause()
+        frame = dialog.query_one("#edit-dialog").region
+        assert frame.y >= 0 and frame.bottom <= 24  # the whole frame is on screen
+        button = dialog.query_one("#edit-fork")
+        button.focus()  # tab reaches it: it scrolls into view inside the frame
+        await wait_for(pilot, lambda: frame.y < button.region.y and button.region.bottom <= frame.bottom)
+
+    _run_app(db, flow, run_id=1, load_tokenizer=False, size=(80, 24))
+
+
 def test_search_ranks_substring_hits_first_and_windowed_reads_find_layers(db):
     from tttr.app.search import build_corpus, search
 
