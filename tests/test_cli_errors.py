@@ -100,7 +100,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ],
     ("replay",): [
         ["replay", "-1"], ["replay", "1", "--db", "{missing}"], ["replay", "999", "--db", "{db}"],
-        ["replay", "1", "--free", "nosuch", "--db", "{db}"], ["replay", "1", "--seed", "-1", "--db", "{db}"],
+        ["replay", "1", "--free", "nosuch", "--db", "{db}"], ["replay", "1", "--free", ",", "--db", "{db}"], ["replay", "1", "--seed", "-1", "--db", "{db}"],
         ["replay", "1", "--model", "{missing}", "--db", "{db}"],
     ],
     ("fork",): [

@@ -15,6 +15,9 @@ def test_policy_parse_and_pins():
     assert Policy.record().free == {"tensor", "token", "trace"}
     with pytest.raises(PolicyError, match="'tokens'"):
         Policy.parse("tokens")
+    for empty in (",", " ", " , "):  # a list gone wrong is refused, not taken for a faithful replay
+        with pytest.raises(PolicyError, match="names no layer"):
+            Policy.parse(empty)
 
 
 @pytest.mark.parametrize("text,site", [

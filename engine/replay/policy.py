@@ -34,8 +34,11 @@ class Policy:
 
     @classmethod
     def parse(cls, text: str | None) -> "Policy":
-        """`tensor,token` -> those layers free; empty -> faithful (everything pinned)."""
+        """`tensor,token` -> those layers free; None or '' -> faithful (everything pinned)."""
         parts = [p.strip() for p in (text or "").split(",") if p.strip()]
+        if not parts and text:  # ',' or ' ': a layer list gone wrong, not a wish for a faithful replay
+            raise PolicyError(f"--free {text!r} names no layer: give tensor, token or trace, comma-separated "
+                              "(or no --free for a faithful replay)")
         return cls(frozenset(parts))
 
     def pinned(self, layer: str) -> bool:
