@@ -172,6 +172,11 @@ def check_program(argv: list[str], tree: Path, host: HostPython) -> str:
         if prog.startswith(SANDBOX_ROOT + "/"):
             where = tree / prog[len(SANDBOX_ROOT) + 1:]
         found = where.is_file() and os.access(where, os.X_OK)
+        if where.is_file() and not found:  # there, but it cannot be run: "not found" would mislead
+            raise ProgramError(f"program {prog!r} is not executable: chmod +x it, or name its interpreter "
+                               f"first (e.g. tttr record -- python3 {prog})")
+        if where.is_dir():
+            raise ProgramError(f"program {prog!r} is a directory: give the program to run in it")
     else:
         found = shutil.which(prog, path=host.path) is not None
     if not found:

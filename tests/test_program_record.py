@@ -93,6 +93,13 @@ def test_missing_program_is_refused_and_nothing_written(tmp_path, capsys):
     assert code == 2 and not db.exists()
     code = main(["record", "--db", str(db), "--tree", str(tree), "--", "python3", "agent.py"])
     assert code == 2 and "not in the tree" in capsys.readouterr().err and not db.exists()
+    (tree / "agent.py").write_text("print(1)\n")  # there, but not executable: said so, not "not found"
+    (tree / "sub").mkdir()
+    for prog, said in (("./agent.py", "is not executable: chmod +x it"), ("./sub", "is a directory")):
+        code = main(["record", "--db", str(db), "--tree", str(tree), "--", prog])
+        err = capsys.readouterr().err
+        assert code == 2 and said in err and "not found" not in err and err.count("\n") == 1, err
+        assert not db.exists()
 
 
 @pytest.mark.parametrize("argv", [
