@@ -18,7 +18,7 @@ from tttr.sessions.errors import StoreError
 from tttr.sessions.store import Store
 
 
-def _fork(path, parent: int, at: str) -> int:
+def _fork(path, parent: int, at: str, mutation=None) -> int:
     """A child of `parent` as a fork writes one: the parent's events before `at` shared,
     then its own — the token at `at` replaced (a JSON record, as a mutated token is stored),
     one later clock moved, the rest copied."""
@@ -26,7 +26,7 @@ def _fork(path, parent: int, at: str) -> int:
         start = store.event_at(parent, at).seq
         later = store.events(parent, start)
         child = store.begin_run(task="rotate-logs", model_id="synthetic-bench", seed=9, parent=parent,
-                                fork_site=at, mutation={"value": 7})
+                                fork_site=at, mutation=mutation or {"value": 7})
         step = later[0].step
         for e in later:
             if e.step != step:
@@ -226,3 +226,20 @@ def test_at_80x24_every_screen_keeps_help_and_quit_in_its_footer(db):
         return seen
 
     assert len(run_app(db, flow, load_tokenizer=False, size=(80, 24))) == 3
+
+
+def test_on_a_narrow_terminal_the_title_names_both_runs_however_long_the_forks_value(tmp_path):
+    path = two_runs(tmp_path / "s.db", steps=4, tokens=12)
+    typed = '["README", "greeting.txt", "notes.md", "a file with a long name.txt"]'
+    child = _fork(path, 1, "1:token:3", {"site": "1:token:3", "input": typed, "value": 7})
+
+    async def flow(app, pilot):
+        screen = CompareScreen(1, child)
+        app.push_screen(screen)
+        await wait_for(pilot, lambda: screen.comparison is not None)
+        await pilot.pause()
+        title = screen.query_one("#compare-title")
+        shown = "".join(seg.text for seg in app.screen._compositor.render_strips()[title.region.y])
+        assert "left: #1" in shown and f"right: #{child}" in shown and shown.rstrip().endswith("fail"), shown
+
+    run_app(path, flow, load_tokenizer=False, size=(60, 24))

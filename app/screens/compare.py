@@ -131,17 +131,23 @@ class CompareScreen(FittedFooter, Screen):
         self.query_one("#compare-summary", Static).update(self._summary(c))
 
     def _title(self, c: Comparison) -> Text:
+        """Each run in half the line, so that a long lineage (a fork's new value) never
+        pushes the right run off a narrow screen."""
         store = self.app.store
         text = Text()
+        half = max(30, self.app.size.width // 2)
         for side, run_id, outcome in (("left", c.run_a, c.outcome_a), ("right", c.run_b, c.outcome_b)):
-            text.append(f"{side}: #{run_id} ", style="bold")
+            head = f"{side}: #{run_id} "
+            text.append(head, style="bold")
             try:
                 run = store.run(run_id)
             except Exception as exc:  # noqa: BLE001 - the title says so; the rows still show
-                text.append(describe.short(exc, 60) + "    ", style="red")
+                text.append(describe.short(exc, max(8, half - len(head) - 4)) + "    ", style="red")
                 continue
-            text.append(describe.lineage(run) + " ", style="dim")
-            text.append_text(describe.outcome_label(run))
+            label = describe.outcome_label(run)
+            room = max(8, half - len(head) - len(label.plain) - 5)
+            text.append(describe.short(describe.lineage(run), room) + " ", style="dim")
+            text.append_text(label)
             text.append("    ")
         return text
 
