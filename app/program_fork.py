@@ -200,7 +200,7 @@ def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, m
     if at.name == "tool":
         if step is None or step.kind != "tool":
             raise ProgramRunError(f"site {at} is not an SDK tool call of run {run_id}: "
-                                  f"`tttr events {run_id}` lists its sites")
+                                  f"`tttr events DB {run_id}` lists its sites")
         recorded = next(e.value for e in step.events if e.kind == "tool")
         try:
             value = _sdk_value(value_text, recorded)
@@ -211,7 +211,7 @@ def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, m
     if at.name == "token":
         if step is None or step.kind != "call":
             raise ProgramRunError(f"site {at} is not a model call's token in run {run_id}: "
-                                  f"`tttr events {run_id}` lists its sites")
+                                  f"`tttr events DB {run_id}` lists its sites")
         return _check_token(store, source, at, value_text, model, runtime)
     raise ProgramRunError(f"a program run forks at {SITES}, not {at}")
 
@@ -225,7 +225,7 @@ def _check_clock(rec, source, at: Site, step, value_text: str) -> ForkPlan:
         fork_seq, shared = 0, frozenset()
     elif step is None or step.kind != "clock":
         raise ProgramRunError(f"site {at} is not a clock read (sdk.now()) of run {rec.run.id}: "
-                              f"`tttr events {rec.run.id}` lists its sites")
+                              f"`tttr events DB {rec.run.id}` lists its sites")
     else:
         recorded = next(e.value for e in step.events if e.kind == "clock").get("t")
         fork_seq, shared = source.seq_of(str(at)), _shared(source, at)

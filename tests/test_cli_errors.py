@@ -102,6 +102,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["replay", "-1"], ["replay", "1", "--db", "{missing}"], ["replay", "999", "--db", "{db}"],
         ["replay", "1", "--free", "nosuch", "--db", "{db}"], ["replay", "1", "--free", ",", "--db", "{db}"], ["replay", "1", "--seed", "-1", "--db", "{db}"],
         ["replay", "1", "--model", "{missing}", "--db", "{db}"],
+        ["replay", "1", "--seed", "4", "--db", "{db}"], ["replay", "1", "--seed", "4", "--free", "trace", "--db", "{db}"],  # seeds nothing
     ],
     ("fork",): [
         ["fork", "1", "--db", "{missing}", "--at", "0:clock", "--set", "+1h"],

@@ -279,6 +279,11 @@ def cmd_replay(args) -> int:
     policy = Policy.parse(args.free)
     if _is_program(args):
         return cmd_replay_program(args, policy)
+    if args.seed is not None and policy.pinned("token"):
+        from tttr.engine.replay.policy import PolicyError
+
+        raise PolicyError("--seed seeds a freed token layer, and this replay pins it (the recorded tokens): "
+                          "add --free token, or drop --seed")
     from tttr.engine.replay.runs import check_replay, replay  # a program's replay needs neither (~0.3 s to import)
 
     # Checked on a read-only connection first: a run that cannot be replayed (a value of the
