@@ -22,7 +22,8 @@ from test_store import record
 
 # {db}: a database with run 1 (3 steps); {missing}: a path that does not exist;
 # {new}: a fresh path (asserted still missing afterwards); {text}: a file that is not a database;
-# {empty}: an empty file; {programs}: recorded programs (tests/test_program_triage.py): 1 passes, 2 is another program, 3 is
+# {empty}: an empty file; {truncated}: a GGUF header and nothing else;
+# {programs}: recorded programs (tests/test_program_triage.py): 1 passes, 2 is another program, 3 is
 # 1 again, 4 differs and has no --check, 5 is the shell agent's, 6 differs and passed.
 INVALID: dict[tuple[str, ...], list[list[str]]] = {
     (): [["--bogus"], ["nosuch"]],
@@ -165,6 +166,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["bench", "engine", "--tokens", "0"], ["bench", "engine", "--threads", "0"],
         ["bench", "engine", "--rounds", "-1"], ["bench", "engine", "--kernels", "slow"],
         ["bench", "engine", "--model", "{missing}"], ["bench", "engine", "--model", "{text}"],  # before its cold start
+        ["bench", "engine", "--model", "{truncated}", "--no-reference"],  # GGUF's magic, then nothing: its cold start says so
     ],
     ("bench", "serve"): [
         ["bench", "serve", "--tokens", "0"], ["bench", "serve", "--rounds", "-1"],
@@ -221,6 +223,8 @@ def files(tmp_path):
     text.write_text("not a database\n" * 20)
     empty = tmp_path / "empty.gguf"
     empty.write_bytes(b"")
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(b"GGUF" + bytes(60))
     programs = tmp_path / "programs.db"
     with Store.open(programs) as store:
         program_run(store)
@@ -230,7 +234,8 @@ def files(tmp_path):
         record(store, steps=2)
         program_run(store, result="rain")
     return {"db": str(db), "missing": str(tmp_path / "missing" / "x.db"), "new": str(tmp_path / "new.db"),
-            "text": str(text), "programs": str(programs), "empty": str(empty)}
+            "text": str(text), "programs": str(programs), "empty": str(empty),
+            "truncated": str(truncated)}
 
 
 @pytest.fixture

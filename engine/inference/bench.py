@@ -28,6 +28,7 @@ import time
 
 import torch
 
+from tttr.engine.errors import EngineError
 from tttr.engine.inference import llama_cpp_reference as lcpp
 from tttr.engine.inference.loader import resolve_model_path
 from tttr.engine.inference.model import load_model
@@ -79,6 +80,9 @@ def measure_process(cmd: list[str], env: dict | None = None) -> tuple[float, flo
         seconds, peak_kib, rc = done.stdout.split()
     except ValueError:
         rc = "?"
+    last = (done.stderr.strip().splitlines() or [""])[-1]
+    if rc == "2" and last.startswith("tttr: error: "):  # the measured command refused the user's input (the model)
+        raise EngineError(f"cold start: {last.removeprefix('tttr: error: ')}")
     if done.returncode or rc != "0":
         raise RuntimeError(f"cold start: {' '.join(cmd)} exited {rc}: {done.stderr.strip()[-500:]}")
     return float(seconds), int(peak_kib) / 1024
