@@ -33,6 +33,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["events", "{db}", "-1"], ["events", "{db}", "x"], ["events", "{db}", "999"],
         ["events", "{db}", "1", "--limit", "-1"], ["events", "{db}", "1", "--from", "x"],
         ["events", "{db}", "1", "--layer", "nosuch"], ["events", "{missing}", "1"],
+        ["events", "{db}", "1", "--layer", "agent", "--kind", "token"],  # no event is both: the filter shows none
     ],
     ("prompt",): [
         ["prompt", "{db}", "999"], ["prompt", "{db}", "x"], ["prompt", "{missing}", "1"], ["prompt", "1"],

@@ -224,6 +224,11 @@ def events(args: argparse.Namespace) -> int:
         raise StoreError(f"--from and --limit take numbers >= 0, not {args.start} and {args.limit}")
     if args.json and args.format == "md":
         raise StoreError("--json and --format md ask for two formats: give one (--json is --format jsonl)")
+    from tttr.sessions.vocabulary import KIND_LAYER
+
+    if args.layer and KIND_LAYER.get(args.kind, args.layer) != args.layer:  # a filter no event can pass
+        raise StoreError(f"kind {args.kind} is in layer {KIND_LAYER[args.kind]}, not {args.layer}: "
+                         "drop --layer or give its layer")
     with _open(args.db) as store:
         run = store.run(args.run)  # an unknown run fails here, with the ids there are
         if args.json or args.format != "table":
