@@ -707,9 +707,7 @@ def task_label(run, runs: dict | None = None) -> str:
     return str(run.task)
 
 
-def run_title(run) -> str:
-    """One line naming the run, its controls made visible (it is not markup: pass it to Text)."""
-    return (
-        f"run #{run.id} · {short(run.task, 40)} · {short(run.model_id or '?', 32)} · "
-        f"{short(run.kernel_mode, 12)} · seed {short(run.seed, 24)}"
-    )
+def run_facts(run) -> str:
+    """What the run ran: its task, model, kernels and seed, in one line (not markup)."""
+    return (f"{short(run.task, 40)} · {short(run.model_id or '?', 32)} · {short(run.kernel_mode, 12)} · "
+            f"seed {short(run.seed, 24)}")

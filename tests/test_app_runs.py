@@ -119,6 +119,22 @@ def test_recorded_programs_read_as_their_command_lines_their_forks_too(tmp_path)
     run_app(path, flow, load_tokenizer=False)
 
 
+def test_at_80_columns_a_timelines_title_shows_the_runs_state_before_its_long_model_name(tmp_path):
+    path = tmp_path / "long.db"
+    with Store.open(path) as store:
+        rid = store.begin_run(task="program:python3", model_id="SmolLM2-135M-Instruct.Q4_1-0ba7c6f96872",
+                              kernel_mode="invariant", seed=SEED)
+        record_step(store, rid, 0)
+        store.finish_run(rid, "complete", {"passed": False, "checker_exit": 1, "checker_output": "no"})
+
+    async def flow(app, pilot):
+        title = app.screen.query_one("#run-title")
+        shown = "".join(seg.text for seg in app.screen._compositor.render_strips()[title.region.y])
+        assert f"run #{rid}  complete fail" in shown and "SmolLM2" in shown, shown
+
+    run_app(path, flow, run_id=rid, load_tokenizer=False, size=(80, 24))
+
+
 def test_a_run_is_named_and_a_fork_deleted_with_confirmation(db):
     path, ids = db
     with Store.open(path, readonly=True) as store:

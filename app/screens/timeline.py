@@ -99,11 +99,12 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
 
     def _title(self) -> Text:
         run = self.view.run
-        text = Text(describe.run_title(run), style="bold")
-        text.append("  ")
+        # Its state first: on a narrow terminal the line is cut at its end, and a model's name is long.
+        text = Text(f"run #{describe.short(run.id, 12)}  ", style="bold")
         text.append_text(describe.status_label(run))
         text.append(" ")
         text.append_text(describe.outcome_label(run))
+        text.append(" · " + describe.run_facts(run), style="bold")
         text.append(f"  {self.view.count} events · {describe.lineage(run)}", style="dim")
         problem = describe.run_problem(run)
         if problem is not None:
