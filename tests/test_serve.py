@@ -64,6 +64,11 @@ def test_chat_requests_are_checked_field_by_field():
     ({"presence_penalty": -0.5}, "presence_penalty"),
     ({"presence_penalty": 3}, "presence_penalty"),  # out of OpenAI's range
     ({"logit_bias": {"28": 100}}, "logit_bias"),
+    ({"functions": [{"name": "f", "parameters": {}}]}, "functions"),  # the model would not see them
+    ({"function_call": {"name": "f"}}, "function_call"),
+    ({"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}}, "audio"),
+    ({"modalities": ["audio"]}, "modalities"),
+    ({"web_search_options": {}}, "web_search_options"),
 ])
 def test_parameters_that_would_change_the_answer_are_refused_not_ignored(extra, param):
     """OpenAI's structured outputs, penalties and logit bias change the answer; this engine
@@ -72,7 +77,16 @@ def test_parameters_that_would_change_the_answer_are_refused_not_ignored(extra, 
         _refused(parse, {**body, **extra}, param)
     # asking for nothing is served: these are the values clients send by default
     assert parse_chat({"messages": USER, "response_format": {"type": "text"}, "frequency_penalty": 0,
-                       "presence_penalty": 0.0, "logit_bias": {}}).messages[0]["content"] == "hi"
+                       "presence_penalty": 0.0, "logit_bias": {}, "modalities": ["text"],
+                       "function_call": "auto"}).messages[0]["content"] == "hi"
+
+
+def test_an_assistant_refusal_part_sent_back_is_its_text():
+    """OpenAI's assistant content may be a `refusal` part; a client sending the conversation
+    back as it got it was refused with a 400."""
+    req = parse_chat({"messages": [*USER, {"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]},
+                                   {"role": "user", "content": "why?"}]})
+    assert req.messages[1] == {"role": "assistant", "content": "No."}
 
 
 def test_a_lone_surrogate_is_a_400_naming_where_it_is():

@@ -125,6 +125,17 @@ def _unhonoured(body: dict) -> None:
     if bias is not None and bias != {}:
         raise bad_request("logit_bias", "logit_bias is not supported: this server samples from the model's own "
                           "distribution; leave it out (or {})")
+    for name in ("functions", "function_call"):  # the deprecated form of tools: ignored, the model would not see them
+        if body.get(name) not in (None, [], "none", "auto"):
+            raise bad_request(name, f"{name} (deprecated by OpenAI) is not supported: send the functions as `tools` "
+                              "(and `tool_choice`)")
+    modalities = body.get("modalities")
+    if (modalities is not None and modalities != ["text"]) or body.get("audio") is not None:
+        name = "audio" if body.get("audio") is not None else "modalities"
+        raise bad_request(name, f"{name} is not supported: this server answers with text only; leave it out")
+    if body.get("web_search_options") is not None:
+        raise bad_request("web_search_options", "web_search_options is not supported: this server has no web "
+                          "search; leave it out")
 
 
 def _text(content: Any, where: str) -> str:
@@ -140,6 +151,8 @@ def _text(content: Any, where: str) -> str:
                 out.append(part)
             elif isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
                 out.append(part["text"])
+            elif isinstance(part, dict) and part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+                out.append(part["refusal"])  # an earlier assistant answer, sent back as OpenAI returned it
             else:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise bad_request(f"{where}.content", f"{where}.content[{i}] is a {kind!r} part; this model takes text "
