@@ -293,6 +293,8 @@ def test_errors_have_openai_shape_while_the_model_loads():
             (_http(chat, b"{not json"), 400, "invalid_json"),
             (_http(chat, b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"), 400, "invalid_json"),  # was a 500
             (_http(chat, b'{"messages": [{"role": "user", "content": "\\ud83d"}]}'), 400, "invalid_value"),
+            (_http(chat, json.dumps({"messages": USER, "response_format": {"type": "json_object"}}).encode()), 400,
+             "invalid_value"),
             (_http(chat, json.dumps({"messages": USER, "n": 2}).encode()), 400, "invalid_value"),
             (_http(chat, json.dumps({"messages": USER, "model": "gpt-4o"}).encode()), 404, "model_not_found"),
             (_http(running.url + "/v1/nothing"), 404, "not_found"),
