@@ -131,24 +131,26 @@ class CompareScreen(FittedFooter, Screen):
         self.query_one("#compare-summary", Static).update(self._summary(c))
 
     def _title(self, c: Comparison) -> Text:
-        """Each run in half the line, so that a long lineage (a fork's new value) never
-        pushes the right run off a narrow screen."""
+        """Both runs on the title's line: the left in at most half of it, the right in what
+        is left, so that a long lineage (a fork's new value) never pushes the right run and
+        its outcome off a narrow screen."""
         store = self.app.store
         text = Text()
-        half = max(30, self.app.size.width // 2)
-        for side, run_id, outcome in (("left", c.run_a, c.outcome_a), ("right", c.run_b, c.outcome_b)):
+        width = max(40, self.app.size.width - 2)  # the title's padding
+        for side, run_id in (("left", c.run_a), ("right", c.run_b)):
+            if side == "right":
+                text.append("    ")
             head = f"{side}: #{run_id} "
+            room = (width // 2 - 4 if side == "left" else width - len(text.plain)) - len(head)
             text.append(head, style="bold")
             try:
                 run = store.run(run_id)
             except Exception as exc:  # noqa: BLE001 - the title says so; the rows still show
-                text.append(describe.short(exc, max(8, half - len(head) - 4)) + "    ", style="red")
+                text.append(describe.short(exc, max(8, room)), style="red")
                 continue
             label = describe.outcome_label(run)
-            room = max(8, half - len(head) - len(label.plain) - 5)
-            text.append(describe.short(describe.lineage(run), room) + " ", style="dim")
+            text.append(describe.short(describe.lineage(run), max(8, room - len(label.plain) - 1)) + " ", style="dim")
             text.append_text(label)
-            text.append("    ")
         return text
 
     def _summary(self, c: Comparison) -> Text:
