@@ -8,6 +8,7 @@ known OpenAI parameter that would change the answer and that this server cannot 
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,11 @@ def check_text(body: Any) -> None:
     """Refuses a string (or key) anywhere in the body that is not Unicode text: a lone UTF-16
     surrogate (JSON's `"\\ud83d"` without its pair) cannot be tokenized or stored. `param` is
     its path (`messages[0].content`)."""
+    try:  # the common case, at C speed (a 16 MiB body: tens of ms, where walking it took a second)
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+        return
+    except (UnicodeEncodeError, RecursionError, TypeError, ValueError):
+        pass  # find where, walking it
     todo: list[tuple[Any, str]] = [(body, "")]
     while todo:  # iterative: the body may nest as deep as the JSON parser allows
         value, where = todo.pop()
@@ -193,8 +199,6 @@ def _messages(body: dict) -> tuple[dict, ...]:
 def _history_call(c: Any, where: str) -> dict:
     """An earlier assistant tool call, as chat templates expect it (arguments as an object
     where it is JSON, the way Hugging Face templates read them)."""
-    import json
-
     fn = c.get("function") if isinstance(c, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise bad_request(where, f"{where} needs function.name")
