@@ -304,3 +304,18 @@ def test_batched_and_one_at_a_time_bisects_and_triages_store_the_same_runs_and_v
                     assert stored(a.trial) == stored(b.trial) and store.run(a.trial.run_id).parent == bad
     finally:
         runtime.close()
+
+
+def test_ctrl_c_before_the_whole_set_failed_says_there_is_no_set_yet(monkeypatch, capsys):
+    from argparse import Namespace
+
+    from tttr.app.commands import experiments
+
+    def interrupted(args):
+        raise KeyboardInterrupt  # as run_rounds raises it while the whole set's first test runs
+
+    monkeypatch.setattr(experiments, "_bisect", interrupted)
+    assert experiments.cmd_bisect(Namespace(good=1, bad=2, db="s.db")) == 130
+    err = capsys.readouterr().err
+    assert "interrupted before BAD run 2's differences were seen to make GOOD run 1 fail" in err
+    assert "no set yet" in err and "tttr runs --db s.db" in err

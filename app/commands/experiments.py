@@ -199,6 +199,18 @@ def _print_triage(args, res) -> int:
 
 
 def cmd_bisect(args) -> int:
+    try:
+        return _bisect(args)
+    except KeyboardInterrupt:  # before BAD's whole set was seen to fail on GOOD: ddmin has no set yet
+        from tttr.sessions.safe_text import visible
+
+        print(visible(f"bisect: interrupted before BAD run {args.bad}'s differences were seen to make GOOD run "
+                      f"{args.good} fail, so there is no set yet; any replays it started are kept as incomplete "
+                      f"runs (tttr runs --db {args.db})", newlines=False), file=sys.stderr)
+        return 130
+
+
+def _bisect(args) -> int:
     from tttr.engine.replay.bisect import bisect, prepare
 
     args.command = "bisect"
