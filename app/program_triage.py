@@ -42,7 +42,7 @@ from typing import Callable
 from tttr.app.program_deltas import ProgramPair, differing
 from tttr.app.program_live import LiveCalls
 from tttr.engine.replay.bisect import Bisect, choose_batching, run_rounds
-from tttr.engine.replay.deltas import SEED, Delta
+from tttr.engine.replay.deltas import SEED, Delta, counted
 from tttr.engine.replay.result import ReplayError
 from tttr.engine.replay.triage import LayerResult, Triage, replay_layers
 from tttr.engine.replay.trial import Judge, Trial
@@ -206,7 +206,7 @@ def apply(db: str, base: int, subset: list[Delta], setup: Setup, *, model: str |
         source = Source(store, base)
         if changes and seed is None and not changes[0].at_setup:
             fork_seq, shared = source.seq_of(str(changes[0].site)), _shared(source, changes[0].site)
-    mutation = {"site": sites[0], "value": f"{len(subset)} deltas", "input": f"{len(subset)} deltas from run "
+    mutation = {"site": sites[0], "value": counted(len(subset)), "input": f"{counted(len(subset))} from run "
                 f"{other.id}: " + ", ".join(sites), "deltas": [d.site for d in subset]} if subset else None
     plan = ForkPlan(base, changes, fork_seq, model, shared, strict=False, seed=seed, check=setup.check,
                     meta={"experiment": {"deltas_from": other.id, "sites": sites}}, mutation=mutation, cancel=cancel,

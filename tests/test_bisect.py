@@ -319,3 +319,9 @@ def test_ctrl_c_before_the_whole_set_failed_says_there_is_no_set_yet(monkeypatch
     err = capsys.readouterr().err
     assert "interrupted before BAD run 2's differences were seen to make GOOD run 1 fail" in err
     assert "no set yet" in err and "tttr runs --db s.db" in err
+
+
+def test_deltas_are_counted_in_words_a_lineage_reads():
+    from tttr.engine.replay.deltas import counted
+
+    assert (counted(1), counted(2), counted(0)) == ("1 delta", "2 deltas", "0 deltas")

@@ -190,18 +190,19 @@ def test_diff_of_program_runs_aligns_every_step_and_names_a_tool_fork_at_its_sit
         later_clock = _program_run(store, "stop", "done", t="2026-03-02T11:00:00")
         d = diff_runs(store, a, b)
         assert [(r.a_step, r.b_step, r.same) for r in d.rows] == [
-            (0, 0, True), (1, 1, False), (2, 2, True), (3, 3, False), (4, 4, True)]  # the end: same exit
+            (0, 0, True), (1, 1, False), (2, 2, True), (3, 3, False), (4, 4, False)]  # the end: same exit, other output
         assert d.rows[1].a_action == 'decide("x") → "stop"' and d.rows[1].b_action == 'decide("x") → "go on"'
         trace = d.first_divergence["trace"]
         assert trace.site == "1:tool" and (trace.a, trace.b) == ({"result": "stop"}, {"result": "go on"})
         assert diff_runs(store, a, same).identical
+        assert d.rows[4].a_action == 'end: python3 a.py (exit 0) · stdout "done"' and '"going on"' in d.rows[4].b_action
         clock = diff_runs(store, a, later_clock)
         assert [r.same for r in clock.rows] == [True, True, False, True, True]
         assert clock.first_divergence["trace"].site == "2:clock"
         assert (clock.first_divergence["trace"].a, clock.first_divergence["trace"].b) == (
             "2026-03-02T10:00:05", "2026-03-02T11:00:00")
         compared = build_comparison(store, a, b)
-        assert [r.same for r in compared.rows] == [True, True, False, True, False, True]  # the setup row first
+        assert [r.same for r in compared.rows] == [True, True, False, True, False, False]  # the setup row first; the end: other output
 
 
 def test_a_served_runs_calls_regenerate_under_its_own_local_kernel_mode():

@@ -238,8 +238,10 @@ def _bisect(args) -> int:
 
 
 def _bisect_progress(args):
+    from tttr.engine.replay.deltas import counted
+
     def on_round(rnd, n, current, tests) -> None:
-        _err(args, f"  round {rnd}: {len(current)} deltas in {min(n, len(current))} parts, {tests + 1} replays so far")
+        _err(args, f"  round {rnd}: {counted(len(current))} in {min(n, len(current))} parts, {tests + 1} replays so far")
 
     def on_trial(trial) -> None:
         _err(args, f"    tested {len(trial.deltas)} delta(s) → {_outcome(trial)}: "
@@ -249,11 +251,13 @@ def _bisect_progress(args):
 
 
 def _print_bisect(args, res) -> int:
+    from tttr.engine.replay.deltas import counted
+
     if args.json:
         print(safe_json(res.to_json(), default=str))
         return 0
     r = res.result
-    _say(f"bisect: GOOD run {args.good}, BAD run {args.bad} (judge: {args.judge}): {len(res.deltas)} deltas")
+    _say(f"bisect: GOOD run {args.good}, BAD run {args.bad} (judge: {args.judge}): {counted(len(res.deltas))}")
     head = {None: "minimal failure-inducing set", "budget": "best set so far (--max-replays reached)",
             "interrupted": "best set so far (interrupted)"}[r.stopped]
     _say(f"{head}: {len(r.items)} delta(s), layer(s) {', '.join(sorted({d.layer for d in r.items}))}")

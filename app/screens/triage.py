@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, LoadingIndicator, Static
 
 from tttr.app.screens.footer import FittedFooter
 from tttr.app.screens.help import label_back
+from tttr.engine.replay.deltas import counted
 from tttr.sessions.safe_text import visible
 
 KINDS = ("triage", "bisect")
@@ -209,7 +210,7 @@ class ExperimentScreen(FittedFooter, Screen):
         tested: list[Tested] = []
 
         def on_round(rnd, n, current, tests) -> None:
-            self._say(f"round {rnd}: {len(current)} deltas in {min(n, len(current))} parts, "
+            self._say(f"round {rnd}: {counted(len(current))} in {min(n, len(current))} parts, "
                       f"{tests + 1} replays so far")
 
         def on_trial(trial) -> None:

@@ -87,6 +87,11 @@ class Pair:
                                  "give two runs of the same task, model and kernels revision")
 
 
+def counted(n: int) -> str:
+    """`1 delta`, `2 deltas`: how the experiments' outputs and lineages count them."""
+    return f"{n} delta" if n == 1 else f"{n} deltas"
+
+
 def deltas(pair: Pair) -> list[Delta]:
     """Every delta of `pair.other` against `pair.base`, in site order (run-level last)."""
     base, other = pair.base, pair.other

@@ -9,6 +9,7 @@ message, an SDK tool's call and result, a clock read, the program's end) is alig
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -197,9 +198,23 @@ def _program_key(kind: str, v: dict) -> str:
         args += [f"{k}={text(a)}" for k, a in kwargs.items()]
         end = f" ✗ {text(v['error'])}" if v.get("error") is not None else f" → {text(v.get('result'))}"
         return f"{v['function']}({', '.join(args)}){end}"
-    if isinstance(v.get("program"), list):  # the program's own end
-        return f"end: {' '.join(str(a) for a in v['program'])} (exit {v.get('exit_code')})"
+    if isinstance(v.get("program"), list):  # the program's own end, with its output: a fork that prints otherwise differs here
+        return f"end: {' '.join(str(a) for a in v['program'])} (exit {v.get('exit_code')}){_output(v.get('stdout'))}"
     return f"$ {v.get('cmd', '')} (exit {v.get('exit_code')})"  # sdk.shell
+
+
+def _output(stdout) -> str:
+    """The program's stdout in a few words: its last line (inline text), or its size and
+    content hash (a blob), so that two different outputs never read the same."""
+    if isinstance(stdout, dict) and isinstance(stdout.get("$blob"), str):
+        return f" · stdout {stdout.get('size')} bytes #{stdout['$blob'][:12]}"
+    if not isinstance(stdout, str) or not stdout.strip():
+        return ""
+    lines = stdout.rstrip("\n").split("\n")
+    last = lines[-1] if len(lines[-1]) <= 60 else lines[-1][:59] + "…"
+    more = f" ({len(lines)} lines, {hashlib.blake2b(stdout.encode('utf-8', 'surrogateescape'), digest_size=6).hexdigest()})" \
+        if len(lines) > 1 or last != lines[-1] else ""
+    return f" · stdout {json.dumps(last, ensure_ascii=False)}{more}"
 
 
 def diff_runs(store, run_a: int, run_b: int) -> RunDiff:

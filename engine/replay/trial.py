@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tttr.engine.replay.deltas import KERNELS, SEED, Delta, Pair, mutation_set
+from tttr.engine.replay.deltas import KERNELS, SEED, Delta, Pair, counted, mutation_set
 from tttr.engine.replay.diff import action_text
 from tttr.engine.replay.oracle import Oracle
 from tttr.engine.replay.policy import Policy
@@ -89,8 +89,8 @@ def apply(store, pair: Pair, subset: list[Delta], judge: Judge, *, runtime, writ
         task=run.task, model_id=run.model_id, kernel_mode=kernel_mode, sampling=run.sampling, seed=seed,
         fingerprint=runtime.fingerprint(), parent=run.id, fork_seq=fork_seq,
         fork_site=str(first.site) if fork_seq else None,
-        mutation={"site": str(first.site) if first else None, "value": f"{len(subset)} deltas",
-                  "input": f"{len(subset)} deltas from run {other.run.id}: "
+        mutation={"site": str(first.site) if first else None, "value": counted(len(subset)),
+                  "input": f"{counted(len(subset))} from run {other.run.id}: "
                            + ", ".join(sorted(sites, key=site_order)),
                   "deltas": mutations.to_json()} if subset else None,
         meta=meta,
