@@ -58,6 +58,17 @@ def test_first_divergence_per_layer_in_site_order():
     assert d["token"].site == "0:token:1" and (d["token"].a, d["token"].b) == (2, 3)
 
 
+def test_a_site_only_one_run_has_reads_as_no_such_event_not_null():
+    a = [_E("0:token:0", "token", {"id": 1}), _E("0:logits:0", "logits", {"digest": "7ef5"})]
+    b = [_E("0:token:0", "token", {"id": 1})]  # b ended before it: no logits event there
+    d = divergences(a, b).first["tensor"]
+    assert d.absent == "b" and d.b is None and d.shown("b") == "(no such event)"
+    assert d.describe() == "0:logits:0 (tensor layer): a '7ef5', b (no such event)"
+    assert divergences(b, a).first["tensor"].absent == "a"
+    assert divergences(a, [_E("0:token:0", "token", {"id": 1}), _E("0:logits:0", "logits", {"digest": "x"})]
+                       ).first["tensor"].absent == ""
+
+
 def test_diff_counts_every_differing_site_of_a_layer_beside_its_first():
     """The first divergence names one site; the count says how many more of its layer differ
     (a site only one run has counts too), so a token fork that changed 40 tokens says so."""

@@ -40,10 +40,17 @@ class Divergence:
     a: Any
     b: Any
     names: tuple[str, str] = ("a", "b")
+    absent: str = ""  # "a" or "b": the run that has no event at this site (its value is None)
+
+    def shown(self, side: str, width: int = 60) -> str:
+        """One side's value as a person reads it: a site that run does not have says so."""
+        if self.absent == side:
+            return "(no such event)"
+        return brief(self.a if side == "a" else self.b, width)
 
     def describe(self) -> str:
         first, second = self.names
-        return f"{self.site} ({self.layer} layer): {first} {brief(self.a, 60)}, {second} {brief(self.b, 60)}"
+        return f"{self.site} ({self.layer} layer): {first} {self.shown('a')}, {second} {self.shown('b')}"
 
     def to_json(self) -> dict:
         first, second = self.names
@@ -156,7 +163,9 @@ def _first_per_layer(by_layer: dict[str, dict[str, dict[str, Any]]]) -> Divergen
         differing = [s for s, pair in sites.items() if pair.get("a", _MISSING) != pair.get("b", _MISSING)]
         if differing:
             at = min(differing, key=site_order)
-            first[layer] = Divergence(at, layer, sites[at].get("a"), sites[at].get("b"))
+            pair = sites[at]
+            absent = "a" if "a" not in pair else "b" if "b" not in pair else ""
+            first[layer] = Divergence(at, layer, pair.get("a"), pair.get("b"), absent=absent)
             counts[layer] = len(differing)
     return Divergences(first, counts)
 
