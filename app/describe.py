@@ -160,6 +160,9 @@ def _summary(event) -> Text:
         return sdk_call_line(v, 60)
     if kind == "setup" and isinstance(_field(v, "program"), list):
         return Text(f"{short(program_line(v), 50)} · clock {short(_field(v, 'clock'), 30)}", style="dim")
+    if kind == "setup" and isinstance(v, dict) and "task" in v:  # an agent run's task set up
+        return Text(f"task {short(_field(v, 'task'), 40)} · clock {short(_field(v, 'clock'), 30)} · "
+                    f"start tree {short(_field(v, 'tree', '?'), 13)[:12]}", style="dim")
     if kind == "outcome" and isinstance(v, dict) and "passed" not in v:
         return program_outcome_line(v)
     if kind == "tool":
@@ -296,6 +299,9 @@ def _detail_body(view: RunView, event, token_texts) -> RenderableType:
         return sdk_call_detail(event.value)
     if kind == "setup" and isinstance(_field(event.value, "program"), list):
         return _kv([("program", program_line(event.value)), ("clock", safe(_field(event.value, "clock"), "yellow")),
+                    ("start tree", short(_field(event.value, "tree", "?"), 13)[:12])])
+    if kind == "setup" and isinstance(event.value, dict) and "task" in event.value:
+        return _kv([("task", _field(event.value, "task")), ("clock", safe(_field(event.value, "clock"), "yellow")),
                     ("start tree", short(_field(event.value, "tree", "?"), 13)[:12])])
     if kind == "outcome" and "passed" not in event.value:
         return program_outcome_detail(event.value)

@@ -6,6 +6,7 @@ the model (fork, demo) are in test_app_fork.py."""
 from __future__ import annotations
 
 import hashlib
+import io
 import sqlite3
 
 import pytest
@@ -251,3 +252,17 @@ def test_a_bad_database_is_refused_before_the_app_starts(tmp_path, kind, capsys)
     err = capsys.readouterr().err
     assert err.startswith("tttr: error: ") and str(path) in err
     assert path.read_bytes() == before
+
+
+def test_an_agent_runs_setup_reads_as_its_task_clock_and_tree_not_raw_json():
+    from rich.console import Console
+
+    from tttr.app.describe import summary
+    from tttr.sessions.records import Event
+
+    value = {"task": "today-report", "clock": "2026-03-02T09:00:00", "tree": "3fa2c1d9e8b7a6f5", "snapshot": "ab" * 32}
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(summary(Event(1, 1, -1, "trace", "setup", "setup:setup", value)))
+    line = console.export_text()
+    assert "task today-report · clock 2026-03-02T09:00:00 · start tree 3fa2c1d9e8b7" in line, line
+    assert "{" not in line and "snapshot" not in line

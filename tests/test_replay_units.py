@@ -227,3 +227,21 @@ def test_a_served_runs_calls_regenerate_under_its_own_local_kernel_mode():
     for mode in MODES:
         assert local_kernel_mode(SimpleNamespace(kernel_mode=mode)) == mode
     assert local_kernel_mode(SimpleNamespace(kernel_mode="upstream")) == "invariant"
+
+
+def test_diff_of_an_agent_run_and_a_program_run_says_why_no_row_pairs(tmp_path, capsys):
+    from tttr.app.cli import main
+    from tttr.sessions.store import Store
+
+    db = tmp_path / "s.db"
+    with Store.open(db) as store:
+        program = _program_run(store, "stop", "done")
+        agent = store.begin_run(task="write-line", meta={})
+        store.append(agent, 0, KIND_LAYER["action"], "action", "0:action", {"cmd": "ls"})
+        store.commit_step(agent)
+        store.finish_run(agent, status="complete")
+    assert main(["diff", str(agent), str(program), "--db", str(db)]) == 0
+    err = capsys.readouterr().err
+    assert f"note: run {agent} is the built-in agent's run and run {program} a recorded program's run" in err, err
+    assert main(["diff", str(program), str(program), "--db", str(db)]) == 0
+    assert "note:" not in capsys.readouterr().err

@@ -39,6 +39,8 @@ def test_chat_requests_are_checked_field_by_field():
     assert "n=2" in _refused(parse_chat, {"messages": USER, "n": 2}, "n").message
     _refused(parse_chat, {"messages": USER, "temperature": -1}, "temperature")
     _refused(parse_chat, {"messages": USER, "temperature": "hot"}, "temperature")
+    _refused(parse_chat, {"messages": USER, "stream_options": {"include_usage": True}}, "stream_options")  # as OpenAI
+    _refused(parse_completion, {"prompt": "a", "stream": False, "stream_options": {}}, "stream_options")
     _refused(parse_chat, {"messages": USER, "top_p": 0}, "top_p")
     _refused(parse_chat, {"messages": USER, "seed": -1}, "seed")
     _refused(parse_chat, {"messages": USER, "max_tokens": 0}, "max_tokens")
@@ -619,3 +621,27 @@ def test_an_abandoned_calls_outcome_is_not_logged_as_never_retrieved():
         return logged
 
     assert asyncio.run(main()) == [] and cancelled == [True]
+
+
+def test_ctrl_c_on_the_server_does_not_log_the_calls_it_cancels_as_errors():
+    """uvicorn cancels the requests in flight when it stops and logs each with a CancelledError
+    traceback; those calls are cancelled and recorded as they should be, so the log drops them."""
+    import asyncio
+    import logging
+    import sys as _sys
+
+    from tttr.app.commands.serve import quiet_shutdown
+
+    def record(msg: str, exc: BaseException | None = None) -> logging.LogRecord:
+        info = None
+        if exc is not None:
+            try:
+                raise exc
+            except BaseException:  # noqa: BLE001 - the record carries it, as uvicorn's does
+                info = _sys.exc_info()
+        return logging.LogRecord("uvicorn.error", logging.ERROR, __file__, 1, msg, None, info)
+
+    assert not quiet_shutdown(record("Exception in ASGI application\n", asyncio.CancelledError()))
+    assert not quiet_shutdown(record("ASGI callable returned without completing response."))
+    assert quiet_shutdown(record("Exception in ASGI application\n", RuntimeError("a real bug")))
+    assert quiet_shutdown(record("Invalid HTTP request received."))

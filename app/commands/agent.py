@@ -414,6 +414,10 @@ def cmd_diff(args) -> int:
 
     with _open_readonly(args.db) as store:  # a diff only reads
         d = diff_runs(store, args.run_a, args.run_b)
+        kinds = [_run_kind(store.run(r).task) for r in (args.run_a, args.run_b)]
+    if kinds[0] != kinds[1] and AGENT_RUN in kinds:  # agent actions beside calls: every row differs, and this says why
+        print(f"note: run {args.run_a} is {kinds[0]} and run {args.run_b} {kinds[1]}: their steps are of different "
+              "kinds, so no row can pair up", file=sys.stderr)
     if args.json:
         print(safe_json(d.to_json(), default=str))
         return 0
@@ -437,6 +441,18 @@ def cmd_diff(args) -> int:
         tail = f"; {more} more differing site{'s' if more != 1 else ''} in the {layer} layer" if more else ""
         console.print(shown(f"first divergence: {div.describe()}{tail}"))
     return 0
+
+
+def _run_kind(task: str) -> str:
+    """What recorded a run, by its task: the built-in agent, a program, or a served API's calls."""
+    if task.startswith("program:"):
+        return "a recorded program's run"
+    if task.startswith("api:"):
+        return "a served API's calls"
+    return AGENT_RUN
+
+
+AGENT_RUN = "the built-in agent's run"
 
 
 def _s(v) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from tttr.app.commands import args as argtypes
@@ -109,8 +110,6 @@ def _passive_openmp() -> None:
 
 
 def cmd_serve(args) -> int:
-    import logging
-
     from tttr.engine.serve.service import Service
 
     _passive_openmp()
@@ -150,9 +149,7 @@ def cmd_serve(args) -> int:
     # The app's startup and shutdown run here rather than in uvicorn's lifespan: uvicorn
     # re-raises Ctrl-C once it has stopped serving, and a lifespan task would die in it.
     server = app.state.server
-    # sse-starlette ends open streams itself when the server stops; uvicorn then reports each
-    # as an error although the call was cancelled and recorded as it should be.
-    logging.getLogger("uvicorn.error").addFilter(lambda r: "without completing response" not in r.getMessage())
+    logging.getLogger("uvicorn.error").addFilter(quiet_shutdown)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="off",
                             timeout_graceful_shutdown=5)
     server.startup()
@@ -164,6 +161,19 @@ def cmd_serve(args) -> int:
         server.shutdown()
     announce("tttr serve: stopped")
     return 0
+
+
+def quiet_shutdown(record: logging.LogRecord) -> bool:
+    """uvicorn's error log, less what Ctrl-C makes of calls in flight: sse-starlette ends open
+    streams itself when the server stops, and uvicorn cancels the requests still running; it
+    then reports each as an error ("without completing response", or "Exception in ASGI
+    application" with a CancelledError traceback) although the call was cancelled and
+    recorded as it should be."""
+    import asyncio
+
+    if "without completing response" in record.getMessage():
+        return False
+    return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
 
 
 def cmd_bench(args) -> int:

@@ -261,6 +261,8 @@ def _common(body: dict) -> dict:
     if opts is not None and not isinstance(opts, dict):
         raise bad_request("stream_options", "stream_options must be an object such as {\"include_usage\": true}")
     stream = _bool(body, "stream")
+    if opts is not None and not stream:  # as OpenAI answers it
+        raise bad_request("stream_options", "stream_options is only allowed with stream=true")
     return dict(
         model=model,
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
