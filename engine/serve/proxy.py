@@ -30,6 +30,7 @@ except ImportError:  # pragma: no cover - depends on the installed openai
 
 from tttr.engine.serve.errors import APIError
 from tttr.engine.serve.requests import SEED_LIMIT
+from tttr.engine.serve.tools import merge_tool_call
 
 ASKED_TOP_LOGPROBS = 5  # alternatives asked for per position when the client asked for none
 ENDPOINTS = {"chat": "/chat/completions", "completion": "/completions"}
@@ -124,7 +125,7 @@ class ProxiedCall:
             delta = choice.get("delta") or {}
             self.text += delta.get("content") or ""
             for part in delta.get("tool_calls") or []:
-                _merge_tool_call(self.tool_calls, part)
+                merge_tool_call(self.tool_calls, part)
 
     # -- recording -----------------------------------------------------------------------
     def token_values(self) -> list[dict]:
@@ -168,16 +169,6 @@ def _tokens(logprobs: dict | None) -> list[UpstreamToken]:
     lps = logprobs.get("token_logprobs") or [None] * len(tokens)
     tops = logprobs.get("top_logprobs") or [None] * len(tokens)
     return [UpstreamToken(t, lp, None, tuple((top or {}).items())) for t, lp, top in zip(tokens, lps, tops)]
-
-
-def _merge_tool_call(calls: list[dict], part: dict) -> None:
-    i = part.get("index", len(calls))
-    while len(calls) <= i:
-        calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-    call, fn = calls[i], part.get("function") or {}
-    call["id"] = part.get("id") or call["id"]
-    call["function"]["name"] += fn.get("name") or ""
-    call["function"]["arguments"] += fn.get("arguments") or ""
 
 
 class Upstream:

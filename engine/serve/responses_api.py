@@ -22,6 +22,7 @@ from typing import AsyncIterator, Iterator
 
 from tttr.engine.serve.errors import bad_request
 from tttr.engine.serve.requests import check_text
+from tttr.engine.serve.tools import merge_tool_call
 
 INPUT_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -279,7 +280,7 @@ async def from_chat_stream(body: dict, chunks) -> AsyncIterator[dict]:
 async def _from_chat(body: dict, chunks, event: _Events) -> AsyncIterator[dict]:
     chat: dict = {}
     text: list[str] = []
-    calls: dict[int, dict] = {}  # by index: a proxied stream sends a call's arguments in pieces
+    calls: list[dict] = []  # by index: a proxied stream sends a call's arguments in pieces
     logprobs: list[dict] = []  # the text's, when asked for (`top_logprobs`)
     held: list[dict] = []  # those of tokens with no text yet: sent with the next delta
     opened = False
@@ -306,7 +307,7 @@ async def _from_chat(body: dict, chunks, event: _Events) -> AsyncIterator[dict]:
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             for piece in delta.get("tool_calls") or []:
-                _merge_call(calls, piece)
+                merge_tool_call(calls, piece)
             if choice.get("finish_reason"):
                 chat["finish_reason"] = choice["finish_reason"]
             probs = (choice.get("logprobs") or {}).get("content") or []
@@ -328,7 +329,7 @@ async def _from_chat(body: dict, chunks, event: _Events) -> AsyncIterator[dict]:
         return
     message = {"role": "assistant", "content": "".join(text) or None}
     if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        message["tool_calls"] = calls
     final = to_response(body, {**chat, "choices": [{"message": message, "finish_reason": chat.get("finish_reason"),
                                                     "logprobs": {"content": logprobs} if logprobs else None}]})
     for e in _items(event, final, opened=opened):
@@ -342,17 +343,6 @@ def _suffix(chat: dict) -> str:
 
 def _message_id(chat: dict) -> str:
     return f"msg_{_suffix(chat)}"
-
-
-def _merge_call(calls: dict[int, dict], piece: dict) -> None:
-    """A streamed tool call's piece into the call at its index (id and name once, arguments in parts)."""
-    fn = piece.get("function") or {}
-    call = calls.setdefault(piece.get("index", len(calls)), {"id": None, "type": "function",
-                                                             "function": {"name": "", "arguments": ""}})
-    if piece.get("id"):
-        call["id"] = piece["id"]
-    call["function"]["name"] += fn.get("name") or ""
-    call["function"]["arguments"] += fn.get("arguments") or ""
 
 
 def _open_message(event: _Events, item_id: str, index: int = 0) -> Iterator[dict]:

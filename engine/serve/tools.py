@@ -73,3 +73,15 @@ def parse_tool_calls(text: str, fmt: str, names: set[str] | None = None) -> tupl
     if not found or any(c is None or (names is not None and c.name not in names) for c in found):
         return text, []
     return "", found
+
+
+def merge_tool_call(calls: list[dict], part: dict) -> None:
+    """A streamed tool call's piece (a chat chunk's `delta.tool_calls[j]`) into the call at its
+    `index` in `calls`: the id and name once, the arguments in parts."""
+    i = part.get("index", len(calls))
+    while len(calls) <= i:
+        calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+    call, fn = calls[i], part.get("function") or {}
+    call["id"] = part.get("id") or call["id"]
+    call["function"]["name"] += fn.get("name") or ""
+    call["function"]["arguments"] += fn.get("arguments") or ""
