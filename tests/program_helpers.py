@@ -34,6 +34,13 @@ def record_program(capsys, db: Path, tree: Path, *extra: str, program=("python3"
                              "--json", *extra, "--", *program])
 
 
+def record_one_call(capsys, db: Path, tree: Path, *extra: str) -> dict:
+    """`record_program` of a program that exits 0 after exactly one model call: its answer."""
+    rec = record_program(capsys, db, tree, *extra)
+    assert rec["exit_code"] == 0 and rec["calls"] == 1, rec["stderr"]
+    return rec
+
+
 def replay_json(capsys, db: Path, run_id: int) -> dict:
     """`tttr replay RUN --db DB --json` in this process: its answer."""
     return cli_json(capsys, ["replay", str(run_id), "--db", str(db), "--json"])

@@ -217,7 +217,7 @@ def test_a_program_replay_needs_neither_the_agent_replay_nor_the_event_stream():
 def test_replaying_a_recorded_program_loads_neither(tmp_path, capsys):
     """`tttr replay RUN` of a program that never streams, end to end: the agent's replay and
     sse-starlette stay unloaded (and torch: no call is generated)."""
-    from tests.program_helpers import program_tree, record_program
+    from tests.program_helpers import program_tree, record_one_call
 
     program = ("from openai import OpenAI\n"
                "client = OpenAI()\n"
@@ -225,8 +225,7 @@ def test_replaying_a_recorded_program_loads_neither(tmp_path, capsys):
                "                                   messages=[{'role': 'user', 'content': 'Hi'}])\n"
                "print(r.choices[0].message.content)\n")
     db = tmp_path / "s.db"
-    rec = record_program(capsys, db, program_tree(tmp_path, "tree", program))
-    assert rec["exit_code"] == 0 and rec["calls"] == 1, rec["stderr"]
+    rec = record_one_call(capsys, db, program_tree(tmp_path, "tree", program))
     code = ("import sys\nfrom tttr.app.cli import main\n"
             f"code = main(['replay', '{rec['run_id']}', '--db', {str(db)!r}, '--json'])\n"
             "print(code, sorted(m for m in ('tttr.engine.replay.runs', 'sse_starlette', 'torch') if m in sys.modules))\n")

@@ -12,7 +12,7 @@ import pytest
 from tttr.app.cli import main
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
-from tests.program_helpers import cli_json, program_tree, record_program
+from tests.program_helpers import cli_json, program_tree, record_one_call
 
 PROGRAM = textwrap.dedent("""\
     from openai import OpenAI
@@ -39,9 +39,7 @@ PROGRAM = textwrap.dedent("""\
 
 def _record(capsys, tmp_path: Path, program: str = PROGRAM) -> tuple[Path, dict]:
     db = tmp_path / "s.db"
-    res = record_program(capsys, db, program_tree(tmp_path, "tree", program))
-    assert res["exit_code"] == 0 and res["calls"] == 1, res["stderr"]
-    return db, res
+    return db, record_one_call(capsys, db, program_tree(tmp_path, "tree", program))
 
 
 def _fork(capsys, db: Path, run_id: int, at: str, value: str) -> dict:

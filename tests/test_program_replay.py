@@ -14,7 +14,7 @@ from tttr.app.cli import main
 from tttr.recorders.snapshot import read_manifest
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
-from tests.program_helpers import program_tree, record_program, replay_json
+from tests.program_helpers import program_tree, record_one_call, replay_json
 
 PROGRAM = textwrap.dedent("""\
     from openai import OpenAI
@@ -36,9 +36,7 @@ PROGRAM = textwrap.dedent("""\
 
 def _record(capsys, tmp_path: Path) -> tuple[Path, Path, dict]:
     tree, db = program_tree(tmp_path, "tree", PROGRAM), tmp_path / "s.db"
-    res = record_program(capsys, db, tree)
-    assert res["exit_code"] == 0 and res["calls"] == 1, res["stderr"]
-    return db, tree, res
+    return db, tree, record_one_call(capsys, db, tree)
 
 
 @pytest.mark.slow
@@ -113,8 +111,7 @@ STREAMING = textwrap.dedent("""\
 @needs_sandbox
 def test_a_streamed_call_replays_in_the_pieces_it_was_sent_in(tmp_path, capsys):
     db = tmp_path / "stream.db"
-    rec = record_program(capsys, db, program_tree(tmp_path, "work", STREAMING))
-    assert rec["exit_code"] == 0 and rec["calls"] == 1, rec["stderr"]
+    rec = record_one_call(capsys, db, program_tree(tmp_path, "work", STREAMING))
     shown = rec["stdout"].splitlines()
     assert len([line for line in shown if line not in ("''", "None")]) >= 3, shown  # several pieces
     res = replay_json(capsys, db, rec["run_id"])
