@@ -414,7 +414,7 @@ def cmd_diff(args) -> int:
 
     with _open_readonly(args.db) as store:  # a diff only reads
         d = diff_runs(store, args.run_a, args.run_b)
-        kinds = [_run_kind(store.run(r).task) for r in (args.run_a, args.run_b)]
+        kinds = [_run_kind(store.run(r)) for r in (args.run_a, args.run_b)]
     if kinds[0] != kinds[1] and AGENT_RUN in kinds:  # agent actions beside calls: every row differs, and this says why
         print(f"note: run {args.run_a} is {kinds[0]} and run {args.run_b} {kinds[1]}: their steps are of different "
               "kinds, so no row can pair up", file=sys.stderr)
@@ -443,11 +443,14 @@ def cmd_diff(args) -> int:
     return 0
 
 
-def _run_kind(task: str) -> str:
-    """What recorded a run, by its task: the built-in agent, a program, or a served API's calls."""
-    if task.startswith("program:"):
+def _run_kind(run) -> str:
+    """What recorded a run: the built-in agent, a program (`tttr record -- PROGRAM`), or `tttr serve`."""
+    from tttr.app.program_replay import is_program_run
+    from tttr.engine.replay.calls import is_call_run
+
+    if is_program_run(run):
         return "a recorded program's run"
-    if task.startswith("api:"):
+    if is_call_run(run):
         return "a served API's calls"
     return AGENT_RUN
 
