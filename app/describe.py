@@ -297,11 +297,8 @@ def _detail_body(view: RunView, event, token_texts) -> RenderableType:
         return token_detail(view, event, token_texts)
     if kind == "tool" and "function" in event.value:
         return sdk_call_detail(event.value)
-    if kind == "setup" and isinstance(_field(event.value, "program"), list):
-        return _kv([("program", program_line(event.value)), ("clock", safe(_field(event.value, "clock"), "yellow")),
-                    ("start tree", short(_field(event.value, "tree", "?"), 13)[:12])])
-    if kind == "setup" and isinstance(event.value, dict) and "task" in event.value:
-        return _kv([("task", _field(event.value, "task")), ("clock", safe(_field(event.value, "clock"), "yellow")),
+    if kind == "setup" and _setup_head(event.value) is not None:
+        return _kv([_setup_head(event.value), ("clock", safe(_field(event.value, "clock"), "yellow")),
                     ("start tree", short(_field(event.value, "tree", "?"), 13)[:12])])
     if kind == "outcome" and "passed" not in event.value:
         return program_outcome_detail(event.value)
@@ -321,6 +318,16 @@ def _detail_body(view: RunView, event, token_texts) -> RenderableType:
             return verdict
         return Group(verdict, Text(""), program_outcome_detail(event.value))  # a program recorded with --check
     return safe(preview(event.value, SHOWN_CHARS))
+
+
+def _setup_head(v: Any) -> tuple[str, Any] | None:
+    """What a setup event set up, as the detail's first row: a recorded program's command
+    line, or the built-in agent's task; None for a setup of neither shape."""
+    if isinstance(_field(v, "program"), list):
+        return ("program", program_line(v))
+    if isinstance(v, dict) and "task" in v:
+        return ("task", v["task"])
+    return None
 
 
 def message_detail(view: RunView, v: Any) -> RenderableType:
