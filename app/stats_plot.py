@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tttr.engine.replay.variance import CONDITIONS
 
+PLOT_WIDTH = 60  # columns of the terminal plot (`tttr stats`; the app's stats screen at most)
 COLOURS = {"free": "tab:red", "token-pinned": "tab:orange", "trace-pinned": "tab:blue", "pinned": "tab:green"}
 
 
@@ -47,7 +48,7 @@ def write_png(stats, path: str) -> None:
     plt.close(fig)
 
 
-def terminal_plot(stats, width: int = 60) -> str:
+def terminal_plot(stats, width: int = PLOT_WIDTH) -> str:
     """Two bar charts as text, `width` columns wide: overall agreement per condition, and the
     free condition's pass rate per task."""
     import plotext as plt

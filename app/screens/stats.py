@@ -17,7 +17,6 @@ from tttr.app.screens.footer import FittedFooter
 from tttr.app.screens.help import label_back
 from tttr.sessions.safe_text import visible
 
-PLOT_WIDTH = 60  # columns of the terminal plot, as `tttr stats` prints it
 COLUMNS = ("task", "condition", "runs", "passed", "pass rate [95% CI]", "agreement (pairs)", "removed", "")
 
 
@@ -100,12 +99,14 @@ class StatsScreen(FittedFooter, Screen):
         title.append(f"  · {self.index + 1} of {len(self.suite_ids)} in {visible(self.app.db_path.name)}", style="dim")
         self.query_one("#stats-title", Static).update(title)
         self.query_one("#stats-loading").display = True
-        # What the terminal leaves (padding, a scrollbar; a bar line takes one column more), at most 60.
+        from tttr.app.stats_plot import PLOT_WIDTH
+
+        # What the terminal leaves (padding, a scrollbar; a bar line takes one column more), at most PLOT_WIDTH.
         width = max(30, min(PLOT_WIDTH, self.app.size.width - 5))
         self.run_worker(lambda: self._load(suite_id, width), thread=True, exclusive=True, exit_on_error=False,
                         name="stats")
 
-    def _load(self, suite_id: str, width: int = 60) -> None:
+    def _load(self, suite_id: str, width: int) -> None:
         """In a worker thread, on a read-only connection of its own: the statistics and the plot."""
         from tttr.app.stats_plot import terminal_plot
         from tttr.engine.replay.suite import suite_stats
