@@ -27,6 +27,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from tttr.engine.replay.events import stored_text
+from tttr.engine.serve.requests import ROUTES
 from tttr.recorders.treeown import hand_over
 from tttr.recorders.program import (
     PORT, SOCKET_NAME, HostPython, api_dir, check_program, check_tree, endpoint_env, sandboxed_command,
@@ -88,7 +89,6 @@ class Stopwatch:
         self.cpu += self._cpu() - cpu
 
 
-MODEL_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 
 
 class RefusedCalls:
@@ -100,7 +100,7 @@ class RefusedCalls:
         self.app, self.count = app, 0
 
     async def __call__(self, scope, receive, send):
-        if scope.get("type") != "http" or scope.get("method") != "POST" or scope.get("path") not in MODEL_ROUTES:
+        if scope.get("type") != "http" or scope.get("method") != "POST" or scope.get("path") not in ROUTES.values():
             return await self.app(scope, receive, send)
 
         async def sending(message):

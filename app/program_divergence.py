@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from tttr.engine.replay.diff import Divergence
+from tttr.engine.serve.requests import ROUTES
+from tttr.engine.serve.responses_api import RESPONSES_NAMES
 from tttr.sessions.safe_text import brief
 
-RESPONSES_ROUTE = "/v1/responses"
-# A chat parameter's name in a Responses request, where the translation renames it.
-RESPONSES_NAMES = {"max_tokens": "max_output_tokens", "logprobs": "top_logprobs", "stream_options": "stream"}
+RESPONSES_ROUTE = ROUTES["responses"]
 SHOWN_BEFORE = 12  # characters of the common start shown before the first difference
 WIDTH = 60  # as Divergence.describe shows a value
 

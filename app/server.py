@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from tttr.engine.serve import responses as shape
 from tttr.engine.serve.errors import APIError
-from tttr.engine.serve.requests import parse_chat, parse_completion
+from tttr.engine.serve.requests import ROUTES, parse_chat, parse_completion
 from tttr.engine.serve.sdk_events import parse_clock, parse_tool
 from tttr.engine.serve.service import Call, Cancelled, Service
 
@@ -551,9 +551,9 @@ def create_app(service: Service | None, recorder=None, *, announce=None, upstrea
     routes = [
         Route("/health", server.health, methods=["GET"]),
         Route("/v1/models", server.models, methods=["GET"]),
-        Route("/v1/chat/completions", server.chat, methods=["POST"]),
-        Route("/v1/completions", server.completions, methods=["POST"]),
-        Route("/v1/responses", server.responses, methods=["POST"]),
+        Route(ROUTES["chat"], server.chat, methods=["POST"]),
+        Route(ROUTES["completion"], server.completions, methods=["POST"]),
+        Route(ROUTES["responses"], server.responses, methods=["POST"]),
         Route("/tttr/v1/tool", server.sdk_tool, methods=["POST"]),
         Route("/tttr/v1/clock", server.sdk_clock, methods=["POST"]),
     ]

@@ -19,6 +19,8 @@ SEED_LIMIT = 2**63
 MAX_TOP_LOGPROBS = 20
 MAX_STOPS = 4
 ROLES = ("system", "developer", "user", "assistant", "tool")
+# The model routes, by endpoint (CallRequest.endpoint, and the Responses API translated into a chat call).
+ROUTES = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "responses": "/v1/responses"}
 
 
 @dataclass(frozen=True, slots=True)

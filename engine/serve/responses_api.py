@@ -192,7 +192,10 @@ def _forced(choice: object) -> dict:
 
 
 # ---------------------------------------------------------------------------- the answer
-CHAT_PARAMS = {"messages": "input", "max_tokens": "max_output_tokens"}  # a chat name: the Responses one
+# A chat parameter's name in the Responses request it was translated from, where the translation renames it
+# (errors and a replay's divergence reports name what the program sent).
+RESPONSES_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "logprobs": "top_logprobs",
+                   "stream_options": "stream"}
 
 
 def error_from_chat(answer: dict) -> dict:
@@ -204,7 +207,7 @@ def error_from_chat(answer: dict) -> dict:
         return answer
     param = error.get("param")
     if isinstance(param, str):  # `messages[2].content` too: the input's items are not the messages one for one
-        param = CHAT_PARAMS.get(re.split(r"[.\[]", param, maxsplit=1)[0], param)
+        param = RESPONSES_NAMES.get(re.split(r"[.\[]", param, maxsplit=1)[0], param)
     message = error.get("message")
     if isinstance(message, str):
         message = re.sub(r"\bmax_tokens\b", "max_output_tokens", message)
