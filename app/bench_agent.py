@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import shlex
 import shutil
+
+from tttr.recorders.treeio import remove_tree
 import statistics
 import subprocess
 import sys
@@ -275,7 +277,7 @@ def measure(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: boo
                        tuple(times["recorded_cpu"]), tuple(times["unrecorded_cpu"]), tuple(times["replay"]), tuple(times["fork"]), tuple(times["start"]), tuple(times["identical"]),
                        sdk_import_ms(), site)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
 
 
 def run_bench(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: bool = False,

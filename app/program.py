@@ -5,7 +5,8 @@ database) answers the program's model calls; the program runs in the trace layer
 (recorders/program.py: the host's Python read-only, the network reaching only the server's
 Unix socket through a forwarder, the virtual clock and seeded randomness of --clock/--seed).
 
-The run (task `program:NAME`, meta {"program", "tree", "clock", "timeout_s"} and the --check) holds, in order:
+The run (task `program:NAME`, meta {"program", "clock", "timeout_s"} and the --check; no host path:
+a replay takes the program from the start snapshot) holds, in order:
 `setup:clock` (the virtual clock it starts at, as the built-in agent's runs have it) and
 `setup:setup` (the clock, the start tree's snapshot, the command line), the model calls as the
 server records them (steps 0..N-1, with whatever the program's SDK records among them), then at
@@ -17,7 +18,7 @@ recorders/program.py."""
 from __future__ import annotations
 
 import os
-import shutil
+from tttr.recorders.treeio import remove_tree
 import sys
 import tempfile
 import threading
@@ -210,9 +211,9 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
             if not own_tree and executor.sandboxed:  # the sandbox's uid owned it while the program ran
                 hand_over(str(tree_dir), owner.st_uid, owner.st_gid)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
         if own_tree:
-            shutil.rmtree(tree_dir, ignore_errors=True)
+            remove_tree(tree_dir)
 
 
 def _record(recorder, service, executor, host, program, argv, name, tree_dir, clock, seed, check, sock_dir,
@@ -232,7 +233,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
     try:
         run_id = store.begin_run(
             task=name, model_id=service.model_id, kernel_mode=service.kernel_mode, seed=seed,
-            meta={"source": "tttr record", "program": list(argv), "tree": str(tree_dir), "clock": iso(clock),
+            meta={"source": "tttr record", "program": list(argv), "clock": iso(clock),
                   "sandboxed": executor.sandboxed, "timeout_s": timeout_s,  # a replay waits as long
                   **({"check": check} if check is not None else {})},
         )

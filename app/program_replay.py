@@ -24,14 +24,14 @@ paths, kinds, modes and bytes, not times (the start tree is restored, and the pr
 file comes with its time on disk now), and without the program's own file, as the SDK tools'
 cassettes leave it out.
 
-The program's code is taken from where it was recorded (the recorded --tree, if that
-directory still exists), the rest of the tree from the snapshot: an edited program replays
-against the old recording and diverges where it asks for something else; a program that is
-gone is refused in one line before anything is written."""
+The program and its files come from the recorded start snapshot, never from a host path a
+database names. `--code DIR` lays the files of DIR (the user's program as it is today) over
+that tree: an edited program replays against the old recording and diverges where it asks
+for something else."""
 
 from __future__ import annotations
 
-import shutil
+from tttr.recorders.treeio import remove_tree
 import sys
 import tempfile
 import threading
@@ -329,26 +329,28 @@ def same_files(store, recorded: str, manifest: str, program: str | None) -> bool
     return files(a) == files(b)
 
 
-def _take_program(argv: list[str], recorded_tree: str | None, tree_dir: Path) -> None:
-    """Put the program's current code (from the recorded --tree) over the restored tree."""
-    rel = _script(argv)
-    if rel is None or not recorded_tree or not Path(recorded_tree).is_dir():
-        return
-    src = Path(recorded_tree) / rel
-    if not src.is_file():
-        raise ProgramRunError(f"program {rel!r} is missing from {recorded_tree}, where the run was recorded: "
-                              "put it back to replay the run")
-    dest = tree_dir / rel
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(src, dest)
+def lay_code(code: str, tree_dir: Path) -> list[str]:
+    """`--code DIR`: the files of DIR, which the user names on the command line, laid over
+    the restored start tree (their program as it is today against the recording). Nothing
+    of a recording names a host path: without --code the program is the one in the start
+    snapshot."""
+    from tttr.recorders.program import check_tree
+    from tttr.recorders.snapshot import overlay
+
+    src = Path(code)
+    if not src.is_dir():
+        raise ProgramRunError(f"--code {code!r} is not a directory: give the folder that holds your program's files")
+    check_tree(src)
+    return overlay(src, tree_dir)
 
 
 def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, timeout_s: float | None = None,
-                   progress=None, fork=None, model: str | None = None) -> ReplayResult:
+                   progress=None, fork=None, model: str | None = None, code: str | None = None) -> ReplayResult:
     """Replay recorded program run `run_id` of `db` as a child run; see the module's text.
     `fork` (app/program_fork.py's ForkPlan, checked already) makes it a fork at one site.
     `timeout_s`: the recording's --timeout unless given (a program that hung when recorded
-    is stopped after as long again, not after the default 600 s)."""
+    is stopped after as long again, not after the default 600 s). `code`: a folder whose
+    files are laid over the recorded start tree (lay_code)."""
     from tttr.recorders.limits import Limits
     from tttr.recorders.sandbox import Executor
     from tttr.recorders.snapshot import restore
@@ -363,7 +365,8 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
             rec = _load(reader, run_id)
             argv = [str(a) for a in rec.setup["program"]]
             restore(rec.setup["snapshot"], reader, tree_dir)
-            _take_program(argv, (rec.run.meta or {}).get("tree"), tree_dir)
+            if code is not None:
+                lay_code(code, tree_dir)
             program = check_program(argv, tree_dir, host)
             recorded_stdout = _text(reader, rec.final.get("stdout"))
         if timeout_s is None:
@@ -377,15 +380,15 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
                             limits=Limits(timeout_s=timeout_s, tree_mb=1024), binds=host.binds(sock_dir))
         try:
             return _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
-                           fork, model)
+                           fork, model, code is not None)
         finally:
             executor.close()
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
 
 
 def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
-            fork=None, model=None) -> ReplayResult:
+            fork=None, model=None, new_code=False) -> ReplayResult:
     from tttr.app.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.sdk_tree import SDKTree
@@ -407,7 +410,8 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
     endpoint = None
     child = None
     try:
-        how = fork.columns() if fork is not None else {"fork_seq": 0, "meta": {**(run.meta or {}), "replay": {"free": []}}}
+        replay = {"free": [], **({"code": True} if new_code else {})}
+        how = fork.columns() if fork is not None else {"fork_seq": 0, "meta": {**(run.meta or {}), "replay": replay}}
         child = store.begin_run(task=run.task, model_id=run.model_id, kernel_mode=run.kernel_mode,
                                 sampling=run.sampling, seed=fork.run_seed(run.seed) if fork is not None else run.seed,
                                 fingerprint=run.fingerprint, parent=run.id, **how)
@@ -415,7 +419,11 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
             recorder.adopt(name, child)
             if rec.setup_clock is not None:  # as recorded, so that diff finds the setup alike
                 store.append(child, SETUP_STEP, KIND_LAYER["clock"], "clock", site(SETUP_STEP, "clock"), rec.setup_clock)
-            store.append(child, SETUP_STEP, KIND_LAYER["setup"], "setup", site(SETUP_STEP, "setup"), rec.setup)
+            setup = rec.setup
+            if new_code:  # the start tree this replay ran from: the recorded one with --code laid over it
+                start = snapshot(tree_dir, store)
+                setup = {**setup, "tree": start, "snapshot": start}
+            store.append(child, SETUP_STEP, KIND_LAYER["setup"], "setup", site(SETUP_STEP, "setup"), setup)
             store.commit_step(child)
         else:  # the setup and the steps before the site are the parent's, shared
             fork.adopt(recorder, child, rec.setup, rec.setup_clock)

@@ -30,7 +30,7 @@ a scratch copy of the database."""
 from __future__ import annotations
 
 import json
-import shutil
+from tttr.recorders.treeio import remove_tree
 import sqlite3
 import tempfile
 import threading
@@ -180,7 +180,7 @@ def _check_good(db: str, good: int, setup: Setup, *, model, unsafe_no_sandbox: b
             src.backup(dst)
         trial = apply(scratch, good, [], setup, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
     if trial.failed:
         why = (f"its check {'failed' if trial.passed is False else 'gave no verdict'}" if setup.judge.how == "outcome"
                else "its actions changed")

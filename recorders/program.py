@@ -24,6 +24,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from pathlib import Path
 from tttr.recorders.errors import SandboxError
 from tttr.recorders.rootfs import PROGRAM_DIRS, SANDBOX_ROOT
 from tttr.recorders.sandbox import PATH
+from tttr.recorders.treeio import lstat_beneath
 from tttr.recorders.treeown import tree_bytes
 
 API_DIR = "/run/tttr-api"        # the host's socket directory, inside the sandbox
@@ -168,15 +170,18 @@ def check_program(argv: list[str], tree: Path, host: HostPython) -> str:
         raise ProgramError("the program's arguments hold a NUL byte; remove it")
     prog = argv[0]
     if "/" in prog:
-        where = Path(prog) if prog.startswith("/") else tree / prog
-        if prog.startswith(SANDBOX_ROOT + "/"):
-            where = tree / prog[len(SANDBOX_ROOT) + 1:]
-        found = where.is_file() and os.access(where, os.X_OK)
-        if where.is_file() and not found:  # there, but it cannot be run: "not found" would mislead
+        rel = _in_tree(prog)
+        if rel is None:  # a host program (/usr/bin/...), seen in the sandbox at its own path
+            st = os.stat(prog) if os.path.exists(prog) else None
+        else:  # in the tree, which the program may fill with links: looked at, never followed
+            st = lstat_beneath(str(tree), rel)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise ProgramError(f"program {prog!r} is a directory: give the program to run in it")
+        regular = st is not None and stat.S_ISREG(st.st_mode)
+        if regular and not st.st_mode & 0o111:  # there, but it cannot be run: "not found" would mislead
             raise ProgramError(f"program {prog!r} is not executable: chmod +x it, or name its interpreter "
                                f"first (e.g. tttr record -- python3 {prog})")
-        if where.is_dir():
-            raise ProgramError(f"program {prog!r} is a directory: give the program to run in it")
+        found = st is not None and (regular or stat.S_ISLNK(st.st_mode))  # a link is the sandbox's to resolve
     else:
         found = shutil.which(prog, path=host.path) is not None
     if not found:
@@ -196,12 +201,22 @@ def check_program(argv: list[str], tree: Path, host: HostPython) -> str:
 PYTHON = re.compile(r"python[0-9.]*")
 
 
+def _in_tree(path: str) -> str | None:
+    """`path` as the program names it from /work, relative to its tree; None for a path
+    outside the tree."""
+    if not path.startswith("/"):
+        return path
+    if path.startswith(SANDBOX_ROOT + "/"):
+        return path[len(SANDBOX_ROOT) + 1:]
+    return None
+
+
 def _visible(path: str, tree: Path, host: HostPython) -> bool:
     """Whether `path`, as the program names it from /work, is a file inside the sandbox."""
-    if not path.startswith("/"):
-        return (tree / path).is_file()
-    if path == SANDBOX_ROOT or path.startswith(SANDBOX_ROOT + "/"):
-        return (tree / path[len(SANDBOX_ROOT) + 1:]).is_file()
+    rel = _in_tree(path)
+    if rel is not None:
+        st = lstat_beneath(str(tree), rel)
+        return st is not None and (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode))
     shown = (*host.dirs, *PROGRAM_DIRS)
     return os.path.isfile(path) and any(path.startswith(d.rstrip("/") + "/") for d in shown)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from tttr.recorders import treeio
 from tttr.recorders.errors import SnapshotError
 
 FORMAT = "tttr-tree/1"
@@ -51,53 +52,60 @@ _stat_cache: dict[str, tuple[int, int, int, int, str, int]] = {}
 _known: "weakref.WeakKeyDictionary[object, set[str]]" = weakref.WeakKeyDictionary()
 
 
-def _file_digest(path: str, st: os.stat_result) -> str:
-    hit = _stat_cache.get(path)
+def _cached(key: str, st: os.stat_result) -> str | None:
+    hit = _stat_cache.get(key)
     if hit is not None and hit[:4] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) \
             and st.st_ctime_ns + RACY_NS < hit[5]:
         return hit[4]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    digest = h.hexdigest()
-    _stat_cache[path] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest, time.time_ns())
-    return digest
+    return None
 
 
-def scan(tree: Path | str) -> list[Entry]:
-    """The tree's entries, sorted by path. Sockets, FIFOs and devices are left out."""
+def scan(tree: Path | str, store: BlobStore | None = None) -> list[Entry]:
+    """The tree's entries, sorted by path. Sockets, FIFOs and devices are left out. With
+    `store`, every file's bytes are stored there (once, by hash) as they are read.
+
+    The tree may be a program's, changing as it is read: everything is opened relative to a
+    directory descriptor without following links, a file is read only when what was opened
+    is a regular file, and at most treeio.MAX_FILE_BYTES of it (recorders/treeio.py)."""
     root = os.path.abspath(tree)
-    if not os.path.isdir(root):
+    if not os.path.isdir(root) or os.path.islink(root):
         raise SnapshotError(f"tree {str(tree)!r} is not a directory")
-    st = os.lstat(root)
-    entries = [Entry(".", "d", stat.S_IMODE(st.st_mode), st.st_mtime_ns, 0, "")]
-
-    def walk(abs_dir: str, rel_dir: str) -> None:
+    if store is not None:
         try:
-            it = os.scandir(abs_dir)
-        except OSError as exc:
-            raise SnapshotError(f"cannot read directory {abs_dir!r}: {exc.strerror}") from None
-        with it:
-            items = sorted(it, key=lambda e: e.name)
-        for e in items:
-            rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
-            st = e.stat(follow_symlinks=False)
+            known = _known.setdefault(store, set())
+        except TypeError:  # a store that cannot be weakly referenced: no cache
+            known = set()
+    with treeio.opened_root(root) as root_fd:
+        st = os.fstat(root_fd)
+        entries = [Entry(".", "d", stat.S_IMODE(st.st_mode), st.st_mtime_ns, 0, "")]
+        for dir_fd, rel, name, st in treeio.walk(root_fd):
             mode = stat.S_IMODE(st.st_mode)
             if stat.S_ISDIR(st.st_mode):
                 entries.append(Entry(rel, "d", mode, st.st_mtime_ns, 0, ""))
-                walk(e.path, rel)
             elif stat.S_ISREG(st.st_mode):
-                try:
-                    digest = _file_digest(e.path, st)
-                except OSError as exc:
-                    raise SnapshotError(f"cannot read file {e.path!r}: {exc.strerror}") from None
-                entries.append(Entry(rel, "f", mode, st.st_mtime_ns, st.st_size, digest))
+                key = f"{root}/{rel}"
+                digest = _cached(key, st)
+                if digest is not None and (store is None or digest in known or store.has_blob(digest)):
+                    if store is not None:
+                        known.add(digest)
+                    entries.append(Entry(rel, "f", mode, st.st_mtime_ns, st.st_size, digest))
+                    continue
+                read = treeio.read_regular(dir_fd, name, keep=store is not None, rel=rel)
+                if read is None:  # swapped for a link, a FIFO or a device since it was listed
+                    continue
+                digest, data, size, fst = read
+                _stat_cache[key] = (fst.st_size, fst.st_mtime_ns, fst.st_ctime_ns, fst.st_ino, digest, time.time_ns())
+                if store is not None and digest not in known:
+                    if not store.has_blob(digest):
+                        digest = store.put_blob(data)
+                    known.add(digest)
+                entries.append(Entry(rel, "f", stat.S_IMODE(fst.st_mode), fst.st_mtime_ns, size, digest))
             elif stat.S_ISLNK(st.st_mode):
-                target = os.readlink(e.path)
+                try:
+                    target = os.readlink(name, dir_fd=dir_fd)
+                except OSError:
+                    continue
                 entries.append(Entry(rel, "l", 0o777, st.st_mtime_ns, len(os.fsencode(target)), target))
-
-    walk(root, "")
     return entries
 
 
@@ -113,24 +121,7 @@ def tree_digest(tree: Path | str) -> str:
 
 def snapshot(tree: Path | str, store: BlobStore) -> str:
     """Store the tree's files (each once, by hash) and its manifest; return the manifest digest."""
-    entries = scan(tree)
-    try:
-        known = _known.setdefault(store, set())
-    except TypeError:  # a store that cannot be weakly referenced: no cache
-        known = set()
-    root = os.path.abspath(tree)
-    for i, e in enumerate(entries):
-        if e.kind != "f" or e.ref in known:
-            continue
-        if not store.has_blob(e.ref):
-            with open(os.path.join(root, e.path), "rb") as f:
-                data = f.read()
-            stored = store.put_blob(data)
-            if stored != e.ref:  # changed while we read it: record what was stored
-                entries[i] = Entry(e.path, "f", e.mode, e.mtime_ns, len(data), stored)
-            known.add(stored)
-        known.add(e.ref)
-    return store.put_blob(manifest_bytes(entries))
+    return store.put_blob(manifest_bytes(scan(tree, store)))
 
 
 def read_manifest(digest: str, store: BlobStore) -> list[Entry]:
@@ -141,12 +132,19 @@ def read_manifest(digest: str, store: BlobStore) -> list[Entry]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SnapshotError(f"blob {digest!r} is not a tree manifest ({FORMAT})")
     out = []
+    seen: set[str] = set()
     for row in doc.get("entries", []):
         try:
             e = Entry(*row)
         except TypeError:
             raise SnapshotError(f"bad manifest entry {row!r} in {digest!r}") from None
+        if not (isinstance(e.path, str) and isinstance(e.kind, str) and isinstance(e.ref, str)
+                and all(type(v) is int for v in (e.mode, e.mtime_ns, e.size))):
+            raise SnapshotError(f"bad manifest entry {row!r} in {digest!r}: wrong types")
         _check_path(e.path, digest)
+        if e.path in seen:
+            raise SnapshotError(f"path {e.path!r} is listed twice in manifest {digest!r}")
+        seen.add(e.path)
         if e.kind not in ("d", "f", "l"):
             raise SnapshotError(f"bad entry kind {e.kind!r} for {e.path!r} in {digest!r}")
         out.append(e)
@@ -209,6 +207,57 @@ def restore(digest: str, store: BlobStore, dest: Path | str) -> Path:
         os.chmod(full, e.mode)
         os.utime(full, ns=(e.mtime_ns, e.mtime_ns))
     return dest
+
+
+def place(dirs: treeio.DirCache, e: Entry, store: BlobStore, now: os.stat_result | None) -> bool:
+    """Put entry `e` into the tree `dirs` holds, over whatever is at its path (`now`, its
+    lstat there): a directory is made where there is none and given its mode, a link or a
+    file replaces what was there (a file written under a fresh name, then renamed over it).
+    Nothing is followed: the tree may be a program's (recorders/treeio.py). Returns whether
+    an entry was written (a directory already there only has its mode set)."""
+    parent, _, name = e.path.rpartition("/")
+    pfd = dirs.get(parent or ".")
+    if e.kind == "d":
+        made = now is None or not stat.S_ISDIR(now.st_mode)
+        if made:
+            dirs.forget(e.path)
+            treeio.remove_at(pfd, name)
+            os.mkdir(name, 0o700, dir_fd=pfd)
+        treeio.chmod_dir_at(pfd, name, e.mode)
+        return made
+    if now is not None and (e.kind == "l" or stat.S_ISDIR(now.st_mode)):
+        dirs.forget(e.path)
+        treeio.remove_at(pfd, name)
+    if e.kind == "l":
+        os.symlink(e.ref, name, dir_fd=pfd)
+    else:
+        treeio.write_file_at(pfd, name, store.get_blob(e.ref), e.mode)
+    return True
+
+
+def overlay(src: Path | str, dest: Path | str) -> list[str]:
+    """Lay the tree `src` over the tree `dest`: each of src's entries replaces what dest
+    holds at its path, the rest of dest stays. Returns the paths written. src is read and
+    dest written without following a link of either (dest may be a program's tree)."""
+    from tttr.recorders.memstore import MemoryStore
+
+    blobs = MemoryStore()
+    entries = [e for e in scan(src, blobs) if e.path != "."]
+    written = []
+    with treeio.opened_root(str(dest)) as root_fd:
+        dirs = treeio.DirCache(root_fd)
+        try:
+            for e in entries:  # scan's order: a directory before what it holds
+                parent, _, name = e.path.rpartition("/")
+                place(dirs, e, blobs, treeio.lstat_at(dirs.get(parent or "."), name))
+                if e.kind != "d":
+                    treeio.set_time_at(dirs.get(parent or "."), name, e.mtime_ns)
+                written.append(e.path)
+        except OSError as exc:
+            raise SnapshotError(f"cannot lay {str(src)!r} over the tree: {exc}") from None
+        finally:
+            dirs.close()
+    return written
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -41,6 +41,6 @@ def record_one_call(capsys, db: Path, tree: Path, *extra: str) -> dict:
     return rec
 
 
-def replay_json(capsys, db: Path, run_id: int) -> dict:
-    """`tttr replay RUN --db DB --json` in this process: its answer."""
-    return cli_json(capsys, ["replay", str(run_id), "--db", str(db), "--json"])
+def replay_json(capsys, db: Path, run_id: int, *more: str) -> dict:
+    """`tttr replay RUN --db DB --json [MORE...]` in this process: its answer."""
+    return cli_json(capsys, ["replay", str(run_id), "--db", str(db), "--json", *more])

@@ -67,32 +67,42 @@ def test_faithful_replay_is_identical_without_model_or_tools(tmp_path, capsys):
 
 @pytest.mark.slow
 @needs_sandbox
-def test_edited_program_diverges_at_its_first_call_and_a_missing_one_is_refused(tmp_path, capsys):
+def test_edited_program_given_with_code_diverges_at_its_first_call(tmp_path, capsys):
     db, tree, rec = _record(capsys, tmp_path)
+    # The recorded folder is not where a replay looks: editing it changes nothing.
     (tree / "prog.py").write_text(PROGRAM.replace("Say hi", "Say bye"))
-    res = replay_json(capsys, db, rec["run_id"])
+    assert replay_json(capsys, db, rec["run_id"])["identical"] is True
+    code = tmp_path / "today"
+    code.mkdir()
+    (code / "prog.py").write_text(PROGRAM.replace("Say hi", "Say bye"))
+    res = replay_json(capsys, db, rec["run_id"], "--code", str(code))
     div = res["divergence"]
     assert res["identical"] is False and div["site"].startswith("call 0 (step 0), message 0"), res
     assert div["recorded"]["content"] == "Say hi" and div["live"]["content"] == "Say bye"
     # From the divergence on the program runs on: its call is generated live, by the recorded model.
     assert res["exit_code"] == 0 and res["calls_generated"] == 1 and res["logits_computed"] > 0, res
     extra = PROGRAM + "client.chat.completions.create(model=r.model, messages=[{'role': 'user', 'content': 'More'}], max_tokens=2)\n"
-    (tree / "prog.py").write_text(extra)  # a call the recording lacks, after all it holds
-    res = replay_json(capsys, db, rec["run_id"])
+    (code / "prog.py").write_text(extra)  # a call the recording lacks, after all it holds
+    res = replay_json(capsys, db, rec["run_id"], "--code", str(code))
     div = res["divergence"]
     assert div["site"] == "step 3" and div["recorded"] == "(the recording ends here)", res
     assert div["live"].startswith("call 1: ") and "More" in div["live"]
     assert res["exit_code"] == 0 and res["calls_generated"] == 1 and res["stdout"] == rec["stdout"], res
     with Store.open(db, readonly=True) as store:
         runs = len(store.runs())
+        setup = next(e.value for e in store.events(res["run_id"], kind="setup"))
+        assert setup["snapshot"] != rec_setup(store, rec["run_id"])["snapshot"]  # the tree it ran from, recorded
     assert main(["fork", str(rec["run_id"]), "--db", str(db), "--at", "0:prompt", "--set", "3"]) == 2
     assert "STEP:tool" in capsys.readouterr().err
-    (tree / "prog.py").unlink()
-    assert main(["replay", str(rec["run_id"]), "--db", str(db)]) == 2
+    assert main(["replay", str(rec["run_id"]), "--db", str(db), "--code", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
-    assert "prog.py" in err and "missing" in err and len(err.strip().splitlines()) == 1, err
+    assert "nowhere" in err and "not a directory" in err and len(err.strip().splitlines()) == 1, err
     with Store.open(db, readonly=True) as store:
         assert len(store.runs()) == runs  # nothing written
+
+
+def rec_setup(store, run_id: int) -> dict:
+    return next(e.value for e in store.events(run_id, kind="setup"))
 
 
 STREAMING = textwrap.dedent("""\

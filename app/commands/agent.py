@@ -59,6 +59,9 @@ def register(sub, bench_sub) -> None:
                    help="comma-separated layers to compute live: tensor, token, trace, e.g. token,trace "
                         "(default: none, a faithful replay)")
     p.add_argument("--seed", type=argtypes.seed, help="seed for a freed token layer (default: random)")
+    p.add_argument("--code", metavar="DIR",
+                   help="a recorded program only: lay the files of DIR (your program as it is now) over the "
+                        "recorded start tree and replay against the recording (default: the recorded files)")
     _model_args(p)
     _common(p)
     p.set_defaults(func=cmd_replay)
@@ -279,6 +282,11 @@ def cmd_replay(args) -> int:
     policy = Policy.parse(args.free)
     if _is_program(args):
         return cmd_replay_program(args, policy)
+    if args.code is not None:
+        from tttr.sessions.errors import TTTRError
+
+        raise TTTRError(f"--code lays a program's files over its start tree, and run {args.run} is no recorded "
+                        "program (tttr record -- PROGRAM): drop --code")
     if args.seed is not None and policy.pinned("token"):
         from tttr.engine.replay.policy import PolicyError
 
@@ -323,7 +331,7 @@ def cmd_replay_program(args, policy) -> int:
             print(f"tttr replay: {text}", file=sys.stderr, flush=True)
 
     res = replay_program(args.db, args.run, unsafe_no_sandbox=args.unsafe_no_sandbox, progress=progress,
-                         model=args.model)  # for calls after a divergence, generated live
+                         model=args.model, code=args.code)  # model: for calls after a divergence, generated live
     print_replay(res, args.json)
     return 0
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
+import stat
 import threading
 import time
 from pathlib import Path
 
-from tttr.recorders.snapshot import read_manifest, restore, scan, snapshot
+from tttr.recorders import treeio
+from tttr.recorders.errors import SnapshotError
+from tttr.recorders.snapshot import Entry, place, read_manifest, scan, snapshot
 
 
 def program_file(argv: list[str]) -> str | None:
@@ -105,63 +106,57 @@ def sync_tree(tree: Path, manifest: str, store, since_ns: int | None = None, kee
     included. A replaced entry gets its recorded time if that is older than `since_ns`, else
     the time now, as if the command had just written it: the sandbox then clamps it to the
     virtual clock at the program's end, as it did the recorded one. `keep` (a relative path)
-    is left as it is, whatever the snapshot holds. Owners follow the root."""
+    is left as it is, whatever the snapshot holds. Owners follow the root.
+
+    The program owns the tree and may have planted links anywhere in it (a stranger's
+    database chose the program): every step goes through recorders/treeio.py, relative to
+    directory descriptors, following no link, writing new names with O_EXCL."""
     wanted = {e.path: e for e in read_manifest(manifest, store) if e.path != keep}
-    root = tree.resolve()
+    top = wanted.pop(".", None)
+    root = str(Path(tree).resolve())
     old = {e.path: e for e in scan(root)}
     written: list[str] = []
-    scratch = Path(tempfile.mkdtemp(prefix="tttr-sdk-tree-"))
-    try:
-        fresh = restore(manifest, store, scratch / "t")
-        for dirpath, dirnames, filenames in os.walk(root, topdown=False):
-            for name in filenames + dirnames:
-                full = Path(dirpath) / name
-                rel = full.relative_to(root).as_posix()
-                e = wanted.get(rel)
-                if rel == keep or (e is not None and e.kind == _kind(full)):
-                    continue
-                if full.is_dir() and not full.is_symlink():
-                    shutil.rmtree(full)
-                else:
-                    full.unlink()
-                written.append(rel.rpartition("/")[0] or ".")
-        for rel, e in sorted(wanted.items(), key=lambda kv: kv[0].count("/")):
-            if rel == ".":
-                continue
-            src, dest, was = fresh / rel, root / rel, old.get(rel)
-            if e.kind == "d":
-                if not dest.is_dir():
-                    dest.mkdir()
-                    written.append(rel)
-                if was is None or was.mode != e.mode:
-                    os.chmod(dest, e.mode)
-                continue
-            if was is not None and (was.kind, was.size, was.ref, was.mode) == (e.kind, e.size, e.ref, e.mode) \
-                    and dest.exists() == (e.kind != "l" or dest.exists()):
-                continue  # the same entry: left as it is
-            if e.kind == "l":
-                if dest.is_symlink():
-                    dest.unlink()
-                os.symlink(e.ref, dest)
-            else:
-                tmp = dest.with_name(f".{dest.name}.tttr-sync")
-                shutil.copy2(src, tmp)
-                os.replace(tmp, dest)
-            written += [rel, rel.rpartition("/")[0] or "."]
-        now = time.time_ns()
-        for rel in sorted(set(written), key=lambda r: -r.count("/")):  # times last, deepest first
+    with treeio.opened_root(root) as root_fd:
+        gone: list[str] = []
+        for dir_fd, rel, name, st in treeio.walk(root_fd):
             e = wanted.get(rel)
-            if e is None:
+            if rel == keep or any(rel.startswith(g + "/") for g in gone) or (e is not None and e.kind == _kind(st)):
                 continue
-            t = e.mtime_ns if since_ns is not None and e.mtime_ns < since_ns else now
-            os.utime(root / rel if rel != "." else root, ns=(t, t), follow_symlinks=False)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+            treeio.remove_at(dir_fd, name)
+            gone.append(rel)
+            written.append(rel.rpartition("/")[0] or ".")
+        dirs = treeio.DirCache(root_fd)
+        try:
+            for rel, e in sorted(wanted.items(), key=lambda kv: (kv[0].count("/"), kv[0])):
+                parent, _, name = rel.rpartition("/")
+                pfd = dirs.get(parent or ".")
+                now = treeio.lstat_at(pfd, name)
+                was = old.get(rel) if now is not None else None
+                if was is not None and (was.kind, was.size, was.ref, was.mode) == (e.kind, e.size, e.ref, e.mode):
+                    continue  # the same entry: left as it is
+                if place(dirs, e, store, now):
+                    written += [rel, parent or "."]
+            now_ns = time.time_ns()
+
+            def when(e: Entry) -> int:
+                return e.mtime_ns if since_ns is not None and e.mtime_ns < since_ns else now_ns
+
+            for rel in sorted(set(written), key=lambda r: -r.count("/")):  # times last, deepest first
+                e = wanted.get(rel)
+                if rel != "." and e is not None:
+                    parent, _, name = rel.rpartition("/")
+                    treeio.set_time_at(dirs.get(parent or "."), name, when(e))
+            if "." in written and top is not None:
+                os.utime(root_fd, ns=(when(top), when(top)))
+        except OSError as exc:  # the program changed the tree under us: its files are not put back
+            raise SnapshotError(f"cannot put the recorded files back into the program's tree: {exc}") from None
+        finally:
+            dirs.close()
     if os.geteuid() == 0:  # as root the sandbox runs as another uid, which must keep owning the tree
         from tttr.recorders.treeown import hand_over
 
-        st = root.stat()
-        hand_over(str(root), st.st_uid, st.st_gid)
+        st = os.lstat(root)
+        hand_over(root, st.st_uid, st.st_gid)
 
 
 def _ns(iso: str | None) -> int | None:
@@ -183,7 +178,7 @@ def content_digest(tree: Path | str, skip: str | None = None) -> str:
     return hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()
 
 
-def _kind(path: Path) -> str:
-    if path.is_symlink():
+def _kind(st: os.stat_result) -> str:
+    if stat.S_ISLNK(st.st_mode):
         return "l"
-    return "d" if path.is_dir() else "f"
+    return "d" if stat.S_ISDIR(st.st_mode) else "f"
