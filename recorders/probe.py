@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tttr.recorders.launcher import SECCOMP_FD, build_launcher, launch_prefix, sandbox_host_uid
-from tttr.recorders.limits import find_pids_root
+from tttr.recorders.limits import find_cgroup_root
 from tttr.recorders.seccomp import seccomp_program
 from tttr.recorders.seedrandom import build_shim
 
@@ -44,6 +44,7 @@ class SandboxSupport:
     no_userns: bool = False      # bwrap --disable-userns: no user namespaces inside
     seccomp: str | None = None   # BPF program file for bwrap --seccomp
     proc_entries: frozenset[str] | None = None  # names in a sandbox's /proc
+    memory_cgroup: str | None = None  # where per-executor memory cgroups are created (beside pids)
 
     @property
     def ok(self) -> bool:
@@ -77,6 +78,8 @@ class SandboxSupport:
             out += ["tree-quota", "tmp-size"]
         if self.pids_cgroup:
             out.append("pids-cgroup")
+        if self.memory_cgroup:
+            out.append("memory-cgroup")
         if self.nproc_rlimit:
             out.append("rlimit-nproc")
         return out
@@ -91,7 +94,8 @@ class SandboxSupport:
         return {
             "ok": self.ok, "reason": self.reason, "mechanisms": self.mechanisms(),
             "notes": list(self.notes), "bwrap": self.bwrap, "faketime": self.faketime,
-            "shim": self.shim, "pids_cgroup": self.pids_cgroup, "launcher": self.launcher,
+            "shim": self.shim, "pids_cgroup": self.pids_cgroup, "memory_cgroup": self.memory_cgroup,
+            "launcher": self.launcher,
             "host_uid": self.host_uid, "seccomp": self.seccomp,
         }
 
@@ -135,10 +139,14 @@ def probe() -> SandboxSupport:
     shim_path, why = build_shim()
     if why:
         notes.append(why + ": getrandom is not seeded")
-    pids_root = find_pids_root()
+    pids_root = find_cgroup_root("pids")
+    memory_root = find_cgroup_root("memory") if pids_root else None  # joined by the same spawner
     nproc = os.geteuid() != 0
     if not pids_root and not nproc:
         notes.append("running as root without a writable pids cgroup: no process limit, only the timeout")
+    if not memory_root:
+        notes.append("no writable memory cgroup (the memory controller is not delegated here): a command's "
+                     "memory is bounded per process only (RLIMIT_AS)")
     seccomp, why = seccomp_program()
     root = os.geteuid() == 0
     launcher, why_launcher = build_launcher()
@@ -208,6 +216,7 @@ def probe() -> SandboxSupport:
         faketime=faketime,
         shim=str(shim_path) if shim_path else None,
         pids_cgroup=str(pids_root) if pids_root else None,
+        memory_cgroup=str(memory_root) if memory_root else None,
         nproc_rlimit=nproc,
         reason=reason,
         notes=tuple(notes),

@@ -15,6 +15,8 @@ namespaces, a read-only root and /proc/sys, and a seccomp filter (recorders/secc
 from __future__ import annotations
 
 import os
+import signal
+import stat
 import subprocess
 import time
 import weakref
@@ -24,9 +26,9 @@ from pathlib import Path
 
 from tttr.recorders.clock import clock_epoch, faketime_spec, iso, normalize_clock
 from tttr.recorders.errors import SandboxError
-from tttr.recorders.filetimes import clamp_times
+from tttr.recorders.filetimes import SLACK_NS, clamp_times
 from tttr.recorders.launcher import SECCOMP_FD, STAGE, launch_prefix
-from tttr.recorders.limits import Limits, PidsCgroup
+from tttr.recorders.limits import ExecutorCgroup, Limits
 from tttr.recorders.output import CappedBuffer, pump
 from tttr.recorders.probe import NAMESPACE_FLAGS, SandboxSupport, probe, shim_path
 from tttr.recorders.rootfs import READ_ONLY_TAIL, RUNTIME, SANDBOX_ROOT, UID, bwrap_fs_args, runtime_dir, step_args
@@ -34,14 +36,16 @@ from tttr.recorders.seedrandom import step_seed
 from tttr.recorders.shell import TMP_FULL_MARK, ShellState, parse_state, prelude
 from tttr.recorders.spawner import STATE_FD, Spawner, kill_group
 from tttr.recorders.stepfiles import StepFiles
-from tttr.recorders.treeown import hand_over, tree_bytes
+from tttr.recorders.treeown import _walk, hand_over, tree_bytes
 
 __all__ = ["Executor", "CommandResult", "ShellState", "SandboxError", "SandboxSupport", "Limits", "probe"]
 
 # What CommandResult.limit_hit can name: the wall-clock timeout (exit 124), the tree's size
 # quota (the command is killed), a full /tmp or /dev/shm (seen while it ran, or by the exit
-# trap), a file at the largest size a command may write (RLIMIT_FSIZE: EFBIG on stderr).
-LIMITS_HIT = ("timeout", "tree-quota", "tmp-full", "file-size")
+# trap), a file at the largest size a command may write (RLIMIT_FSIZE: EFBIG on stderr, a
+# command killed by SIGXFSZ, or a file left at that size), the memory of all the command's
+# processes together (the kernel killed one for the cgroup's limit; the command is killed).
+LIMITS_HIT = ("timeout", "tree-quota", "tmp-full", "file-size", "memory")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STATE_CAP = 1 << 20
 REFUSAL = (
@@ -113,7 +117,7 @@ class Executor:
         self._shim = shim_path(self.support)
         inside = tuple(self._preload_libs(inside=True)) if self.sandboxed else ()
         self._runtime = runtime_dir(self._shim, inside)
-        self._cgroup: PidsCgroup | None = None
+        self._cgroup: ExecutorCgroup | None = None
         self._spawn: Spawner | None = None
         self._finalizer = None
         self._fs_args: list[str] | None = None
@@ -164,6 +168,7 @@ class Executor:
             prep = self._prepare(command, clock, step, state, state_fd=STATE_FD if spawner else pipes[2][1],
                                  step_dir=files.path if files else None)
             reads = [r for r, _ in pipes]
+            oom_before = self._cgroup.oom_kills() if spawner else 0
             started_ns = time.time_ns()
             t0 = time.perf_counter()
             try:
@@ -175,7 +180,7 @@ class Executor:
             finally:
                 for _, w in pipes:
                     os.close(w)
-            watch = _Watch(self, proc) if self.sandboxed else None
+            watch = _Watch(self, proc, started_ns, oom_before) if self.sandboxed else None
             try:
                 hit = pump(
                     {reads[0]: out, reads[1]: err, reads[2]: dump},
@@ -191,17 +196,17 @@ class Executor:
             if files is not None:
                 files.close()
         duration_ms = (time.perf_counter() - t0) * 1000
-        if self.clamp_file_times:
-            clamp_times(str(self.tree), started_ns, time.time_ns(), clock_epoch(clock))
         if code < 0:
             code = 128 - code
         stderr = err.text()
-        if hit is None and watch is not None:
-            hit = watch.after(stderr, tmp_full=TMP_FULL_MARK in bytes(dump.data))
+        if hit is None and watch is not None:  # before the times are clamped: it reads mtimes
+            hit = watch.after(stderr, code, tmp_full=TMP_FULL_MARK in bytes(dump.data))
+        if self.clamp_file_times:
+            clamp_times(str(self.tree), started_ns, time.time_ns(), clock_epoch(clock))
         if hit is not None:
             if hit == "timeout":
                 code = 124
-            elif hit == "tree-quota":
+            elif hit in ("tree-quota", "memory"):
                 code = code or 1
             stderr += f"[tttr: {self._limit_line(hit)}]\n"
         timed_out = hit == "timeout"
@@ -221,6 +226,8 @@ class Executor:
             "tree-quota": f"the tree went past its {lim.tree_mb} MB quota; command stopped",
             "tmp-full": f"/tmp or /dev/shm is full (each holds {lim.tmp_mb} MB)",
             "file-size": f"a file reached the {min(lim.file_size_mb, lim.tree_mb)} MB a command may write",
+            "memory": f"the command's processes went past the {lim.memory_total_mb} MB they may hold together; "
+                      "command stopped",
         }[hit]
 
     def close(self) -> None:
@@ -238,18 +245,20 @@ class Executor:
     # -- internals ------------------------------------------------------------------------
 
     def _spawner(self) -> Spawner | None:
-        """The spawner inside this executor's pids cgroup; None where there is no cgroup."""
+        """The spawner inside this executor's cgroup; None where there is no cgroup."""
         if not (self.sandboxed and self.support.pids_cgroup):
             return None
         if self._spawn is not None and self._spawn.alive():
             return self._spawn
         if self._cgroup is None:
             try:
-                self._cgroup = PidsCgroup(Path(self.support.pids_cgroup), self.limits.max_processes)
+                memory = self.support.memory_cgroup
+                self._cgroup = ExecutorCgroup(Path(self.support.pids_cgroup), self.limits.max_processes,
+                                              Path(memory) if memory else None, self.limits.memory_total_mb << 20)
             except SandboxError:
-                self.support = replace(self.support, pids_cgroup=None)
+                self.support = replace(self.support, pids_cgroup=None, memory_cgroup=None)
                 return None
-        self._spawn = Spawner(str(self._cgroup.procs))
+        self._spawn = Spawner(self._cgroup.procs)
         if self._finalizer is not None:
             self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _cleanup, self._spawn, self._cgroup)
@@ -343,7 +352,7 @@ class _Running:
     """A started command: its pid, and how to poll, wait for and kill it."""
 
     def __init__(self, pid: int, popen: subprocess.Popen | None = None,
-                 spawner: Spawner | None = None, cgroup: PidsCgroup | None = None):
+                 spawner: Spawner | None = None, cgroup: ExecutorCgroup | None = None):
         self.pid, self.popen, self.spawner, self.cgroup = pid, popen, spawner, cgroup
         self.status: int | None = None
 
@@ -365,12 +374,16 @@ class _Running:
 
 class _Watch:
     """Checked by the pump every WATCH_EVERY_S while a command runs, and once after: the
-    tree's size against its quota, and whether /tmp or /dev/shm is full."""
+    memory cgroup's kills, the tree's size against its quota, and whether /tmp or /dev/shm
+    is full."""
 
-    def __init__(self, ex: Executor, proc: "_Running"):
+    def __init__(self, ex: Executor, proc: "_Running", started_ns: int, oom_before: int):
         self.tree = str(ex.tree)
         self.quota = ex.limits.tree_mb << 20
+        self.file_limit = min(ex.limits.file_size_mb, ex.limits.tree_mb) << 20  # RLIMIT_FSIZE
+        self.since_ns = started_ns - SLACK_NS
         self.proc = proc
+        self.oom_before = oom_before
         self.inner: int | None = None  # the sandbox's first process (bwrap's child)
         self.tmp_full = False
 
@@ -397,26 +410,50 @@ class _Watch:
                 return True
         return False
 
+    def _oom(self) -> bool:
+        cgroup = self.proc.cgroup
+        return cgroup is not None and cgroup.oom_kills() > self.oom_before
+
+    def _measure(self) -> tuple[int, bool]:
+        """The tree's size as tree_bytes counts it, and whether a regular file written
+        during the command (its mtime, not yet clamped, in the command's window) stands at
+        the largest size a command may write: how a file-size hit shows when the command
+        hid its stderr."""
+        total, at_limit = 0, False
+        until_ns = time.time_ns() + SLACK_NS
+        for _, _, st in _walk(self.tree):
+            if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                total += st.st_size
+            if stat.S_ISREG(st.st_mode) and st.st_size == self.file_limit and \
+                    self.since_ns <= st.st_mtime_ns <= until_ns:
+                at_limit = True
+        return total, at_limit
+
     def __call__(self) -> str | None:
+        if self._oom():
+            return "memory"
         if tree_bytes(self.tree, stop_above=self.quota) > self.quota:
             return "tree-quota"
         if not self.tmp_full and self._full():
             self.tmp_full = True  # not stopped for it: the command sees ENOSPC and goes on
         return None
 
-    def after(self, stderr: str, tmp_full: bool) -> str | None:
-        """The limit a command that ran to its end hit, if any. `tmp_full`: the exit trap
-        found no room in /tmp or /dev/shm."""
-        if tree_bytes(self.tree, stop_above=self.quota) > self.quota:
+    def after(self, stderr: str, code: int, tmp_full: bool) -> str | None:
+        """The limit a command that ran to its end hit, if any. `code`: its exit status;
+        `tmp_full`: the exit trap found no room in /tmp or /dev/shm."""
+        if self._oom():
+            return "memory"
+        total, at_limit = self._measure()
+        if total > self.quota:
             return "tree-quota"
         if self.tmp_full or tmp_full:
             return "tmp-full"
-        if "File too large" in stderr:
+        if "File too large" in stderr or code == 128 + signal.SIGXFSZ or at_limit:
             return "file-size"
         return None
 
 
-def _cleanup(spawner: Spawner | None, cgroup: PidsCgroup | None) -> None:
+def _cleanup(spawner: Spawner | None, cgroup: ExecutorCgroup | None) -> None:
     if spawner is not None:
         spawner.close()
     if cgroup is not None:

@@ -4,7 +4,10 @@ Built with libseccomp (through the `pyseccomp` ctypes bindings) as a default-all
 like Docker's and Flatpak's defaults turned around: mounting, tracing other processes,
 kernel modules and kexec, keyrings, new namespaces of any kind, BPF and perf, reboot and
 swap, setting the clocks, accounting and quotas, userfaultfd, file handles, io_uring,
-faking terminal input, and unusual personalities fail with EPERM. `clone3` answers ENOSYS
+faking terminal input, and unusual personalities fail with EPERM. Sockets of any address
+family but Unix, IPv4, IPv6 and netlink fail with EAFNOSUPPORT, as on a kernel without
+them: the network namespace covers those four, not AF_VSOCK (the host's hypervisor
+sockets), AF_PACKET, Bluetooth, AF_ALG and the rest. `clone3` answers ENOSYS
 (its flags cannot be inspected, so libc falls back to `clone`, whose flags are checked),
 and a raw `getrandom` answers ENOSYS so that programs fall back to the sandbox's seeded
 /dev/urandom (libc's getrandom() is answered by the randomness shim before any syscall).
@@ -51,6 +54,9 @@ TIOCSTI, TIOCLINUX = 0x5412, 0x541C
 PERSONALITY_BITS = (3, 17, 18)
 PERSONALITY_QUERY = 0xFFFFFFFF
 ENOSYS_CALLS = ("clone3", "getrandom")
+# socket(2) and socketpair(2): the address families a shell needs (AF_UNIX, AF_INET,
+# AF_INET6, AF_NETLINK); the rest fail as if the kernel had none of them.
+SOCKET_FAMILIES = (1, 2, 10, 16)
 
 
 def _build():
@@ -72,6 +78,9 @@ def _build():
         f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     for request in (TIOCSTI, TIOCLINUX):
         f.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
+    for call in ("socket", "socketpair"):
+        for family in _refused_families():
+            f.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), call, family)
     top = 1 << 31
     f.add_rule(sc.ERRNO(errno.EPERM), "personality", sc.Arg(0, sc.GT, PERSONALITY_QUERY))
     for bit in range(31):
@@ -81,6 +90,16 @@ def _build():
         # bit 31 set but not every bit: not the query
         f.add_rule(sc.ERRNO(errno.EPERM), "personality", sc.Arg(0, sc.MASKED_EQ, top | 1 << bit, top))
     return f
+
+
+def _refused_families():
+    """One comparison of socket's first argument per rule (libseccomp takes one per argument):
+    each number below the largest allowed family that is not allowed, then every number above."""
+    import pyseccomp as sc
+
+    top = max(SOCKET_FAMILIES)
+    refused = [sc.Arg(0, sc.EQ, n) for n in range(top) if n not in SOCKET_FAMILIES]
+    return refused + [sc.Arg(0, sc.GT, top)]
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,7 +1,13 @@
-"""A small process that lives inside the executor's pids cgroup and starts each command
-for it. Moving a process into a cgroup costs ~15 ms here (cgroup v1 takes a global
-lock with an RCU sync); children of a process already inside inherit the cgroup for
-free. So the cgroup is joined once, by this spawner, not once per command.
+"""A small process that lives inside the executor's cgroup and starts each command for
+it. Moving a process into a cgroup costs ~15 ms here (cgroup v1 takes a global lock with
+an RCU sync); children of a process already inside inherit the cgroup for free. So the
+cgroup is joined once, by this spawner, not once per command.
+
+The spawner dies with the recorder (a parent-death signal, SIGKILL), and bwrap
+(`--die-with-parent`) with the spawner, so a recorder killed with SIGKILL takes its
+commands with it. The signal is tied to the thread that started the spawner: if that
+thread ends first, the spawner goes with it and the executor's next command starts a
+new one.
 
 Protocol over a socket pair: the executor sends {"argv", "env"} with three descriptors
 (stdout, stderr, state channel) and gets back {"pid"} at once and {"status"} when the
@@ -24,7 +30,13 @@ from tttr.recorders.errors import SandboxError
 STATE_FD = 3   # where the command finds its state channel
 
 SERVER = r"""
-import fcntl, json, os, socket, sys
+import ctypes, fcntl, json, os, socket, sys
+ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL: die with the recorder
+if os.getppid() != int(sys.argv[2]):  # it died before the signal was asked for
+    os._exit(1)
+for procs in sys.argv[3:]:  # join the executor's cgroup (one cgroup.procs per hierarchy)
+    with open(procs, "w") as f:
+        f.write(str(os.getpid()))
 fd = fcntl.fcntl(int(sys.argv[1]), fcntl.F_DUPFD_CLOEXEC, 100)
 os.close(int(sys.argv[1]))
 s = socket.socket(fileno=fd)
@@ -57,12 +69,11 @@ while True:
 
 
 class Spawner:
-    def __init__(self, cgroup_procs: str):
+    def __init__(self, cgroup_procs: list[str]):
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.proc = subprocess.Popen(
-                ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup_procs,
-                 sys.executable, "-I", "-S", "-c", SERVER, str(child.fileno())],
+                [sys.executable, "-I", "-S", "-c", SERVER, str(child.fileno()), str(os.getpid()), *cgroup_procs],
                 pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             )

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 
 from tttr.recorders.output import Feed
+from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.seedrandom import pinned_text, urandom_stream
 
 
@@ -25,35 +25,11 @@ def _scratch() -> str | None:
 
 SCRATCH = _scratch()
 PREFIX = "tttr-step-"
-_swept = False
-
-
-def _sweep() -> None:
-    """Remove the step directories of recorders that died (SIGKILL) mid-command; once per process."""
-    global _swept
-    _swept = True
-    base = SCRATCH or tempfile.gettempdir()
-    try:
-        names = [n for n in os.listdir(base) if n.startswith(PREFIX)]
-    except OSError:
-        return
-    for name in names:
-        pid = name[len(PREFIX):].split("-", 1)[0]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-        except OSError:
-            pass
 
 
 class StepFiles:
     def __init__(self, env: dict[str, str], seed: int):
-        if not _swept:
-            _sweep()
-        self.path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=SCRATCH)
+        self.path = str(scratch_dir(PREFIX, SCRATCH))  # and those of killed recorders go
         self.fd = -1
         try:
             os.chmod(self.path, 0o755)  # the sandbox's uid must reach them

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tttr.recorders.errors import SandboxError
-from tttr.recorders.limits import Limits, PidsCgroup
+from tttr.recorders.limits import ExecutorCgroup, Limits
 from tttr.recorders.probe import probe
 from tttr.recorders.sandbox import Executor
 from tests.sandbox_helpers import CLOCK, needs_sandbox
@@ -216,7 +216,7 @@ def test_a_killed_recorders_cgroup_is_removed_by_the_next(tmp_path):
     alive = root / f"tttr-{os.getpid()}-456"  # our own pid: alive, kept
     alive.mkdir()
     try:
-        cg = PidsCgroup(root, 64)
+        cg = ExecutorCgroup(root, 64)
         cg.close()
         assert not stale.exists()
         assert alive.exists()

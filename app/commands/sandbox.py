@@ -45,7 +45,8 @@ def register(sub, bench_sub) -> None:
     e.add_argument("--seed", type=argtypes.seed, default=0, help="run seed for the sandbox's randomness (default 0)")
     e.add_argument("--step", type=argtypes.sandbox_step, default=0, help="agent step: randomness depends on (seed, step) (default 0)")
     e.add_argument("--tree", help="directory mounted read-write at /work (default: a fresh empty one); "
-                                  "as root, its files are given to the sandbox's uid")
+                                  "as root, its files are the sandbox's uid's while the command runs "
+                                  "and the directory owner's after")
     e.add_argument("--timeout", type=float, default=30.0,
                    help="seconds before the command is killed (default 30, at most 3600)")
     e.add_argument("--tree-mb", type=int, default=1024,
@@ -103,6 +104,7 @@ def register(sub, bench_sub) -> None:
 
 
 def cmd_exec(args) -> int:
+    import os
     import shutil
     import tempfile
     from datetime import datetime, timezone
@@ -110,11 +112,12 @@ def cmd_exec(args) -> int:
     from tttr.recorders.clock import parse_clock
     from tttr.recorders.limits import Limits
     from tttr.recorders.sandbox import Executor
+    from tttr.recorders.treeown import hand_over
 
     clock = parse_clock(args.clock) if args.clock is not None else datetime.now(timezone.utc).replace(tzinfo=None)
     command = shell_line(args.cmd)
     limits = Limits(timeout_s=args.timeout, tree_mb=args.tree_mb, tmp_mb=args.tmp_mb)  # refused before any file
-    tmp = None
+    tmp = owner = None
     tree = args.tree
     if tree is None:
         tmp = tempfile.mkdtemp(prefix="tttr-sandbox-")
@@ -122,8 +125,12 @@ def cmd_exec(args) -> int:
     try:
         with Executor(tree, seed=args.seed, unsafe_no_sandbox=args.unsafe_no_sandbox,
                       limits=limits) as ex:
+            if args.tree is not None and ex.sandboxed:
+                owner = os.stat(ex.tree)
             res = ex.run(command, clock, step=args.step)
     finally:
+        if owner is not None:  # as root the sandbox's uid owned it while the command ran
+            hand_over(str(ex.tree), owner.st_uid, owner.st_gid)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     if args.json:

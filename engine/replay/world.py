@@ -9,13 +9,13 @@ and after the command it is snapshotted again so a later replay can restore it.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
 from tttr.engine.replay.events import EventLog
 from tttr.engine.replay.source import OracleError
+from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.shell import ShellState
 from tttr.recorders.snapshot import restore, snapshot, tree_digest
 
@@ -35,7 +35,7 @@ class World:
         self.shell = ShellState()
         self.commands_run = 0
         self._manifests: dict[str, str] = dict(manifests or {})
-        self._workdir = Path(tempfile.mkdtemp(prefix="tttr-run-"))
+        self._workdir = scratch_dir("tttr-run-")  # a recorder killed with SIGKILL leaves it to the next
         self._tree_dir: Path | None = None  # materialised tree, if any
         self._tree_dir_digest: str | None = None
         self._executor = None
