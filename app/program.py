@@ -18,9 +18,9 @@ recorders/program.py."""
 from __future__ import annotations
 
 import os
+from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.treeio import remove_tree
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -185,8 +185,8 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
     say = progress or (lambda text: None)
     host = HostPython.current()
     own_tree = tree is None
-    tree_dir = Path(tempfile.mkdtemp(prefix="tttr-program-tree-")) if own_tree else Path(tree).resolve()
-    work = Path(tempfile.mkdtemp(prefix="tttr-program-"))
+    tree_dir = scratch_dir("tttr-program-tree-") if own_tree else Path(tree).resolve()
+    work = scratch_dir("tttr-program-")
     try:
         if not tree_dir.is_dir():
             raise ProgramRunError(f"--tree {tree!r} is not a directory: create it or pass an existing one")

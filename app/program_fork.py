@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from tttr.app.program import ProgramRunError
-from tttr.app.program_replay import Replayer, _load, _Step
+from tttr.app.program_replay import Replayer, _load, _Step, recorded_clock
 from tttr.engine.serve.errors import APIError
 from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, Site, SiteError, site, site_parts
 
@@ -290,8 +290,7 @@ class ForkReplayer(Replayer):
             self.moved = plan.setup_change.shift
         if any(c.site.name == "token" for c in plan.changes):  # the model is needed: it loads while the program starts
             self.live.start_loading()
-        start = datetime.fromisoformat(rec.setup.get("clock") or rec.run.meta["clock"]).replace(tzinfo=None)
-        self._live_clock = running_clock(start)  # as the server's, for live reads after the site
+        self._live_clock = running_clock(recorded_clock(rec))  # as the server's, for live reads after the site
 
     def _copy(self, step: _Step) -> None:
         if self.forked or self.divergence is not None:

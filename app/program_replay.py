@@ -31,9 +31,9 @@ for something else."""
 
 from __future__ import annotations
 
+from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.treeio import remove_tree
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -109,7 +109,9 @@ def _load(store, run_id: int) -> _Recording:
     if run.status != "complete":
         raise ProgramRunError(f"run {run_id} is {run.status}: only complete runs can be replayed")
     setup = next((e.value for e in events if e.step == -1 and e.kind == "setup"), None)
-    if not isinstance(setup, dict) or not setup.get("snapshot") or not isinstance(setup.get("program"), list):
+    if not isinstance(setup, dict) or not isinstance(setup.get("snapshot"), str) \
+            or not isinstance(setup.get("program"), list) or not setup["program"] \
+            or not all(isinstance(a, str) for a in setup["program"]):
         raise ProgramRunError(f"run {run_id} has no setup:setup with the start tree and the command line")
     final_step = next((e.step for e in events if e.kind == "tool" and isinstance(e.value, dict)
                        and "program" in e.value), None)
@@ -129,6 +131,21 @@ def _load(store, run_id: int) -> _Recording:
     outcome = next((e.value for e in events if e.step == final_step and e.kind == "outcome"), None)
     setup_clock = next((e.value for e in events if e.step == SETUP_STEP and e.kind == "clock"), None)
     return _Recording(run, setup, steps, final, outcome, setup_clock)
+
+
+def recorded_clock(rec: _Recording) -> datetime:
+    """The virtual clock the program started at, checked before anything is written (a
+    hostile or damaged database gets one line, not a run left incomplete)."""
+    from tttr.recorders.clock import normalize_clock
+    from tttr.recorders.errors import SandboxError
+
+    meta = rec.run.meta if isinstance(rec.run.meta, dict) else {}
+    value = rec.setup.get("clock") or meta.get("clock")
+    try:
+        return normalize_clock(datetime.fromisoformat(value).replace(tzinfo=None))
+    except (TypeError, ValueError, SandboxError) as exc:
+        raise ProgramRunError(f"run {rec.run.id} records no clock the sandbox can show ({value!r}: {exc}); "
+                              "the database is damaged or was not written by tttr record") from None
 
 
 def recorded_timeout(run) -> float:
@@ -358,7 +375,7 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
 
     say = progress or (lambda text: None)
     host = HostPython.current()
-    work = Path(tempfile.mkdtemp(prefix="tttr-replay-"))
+    work = scratch_dir("tttr-replay-")
     tree_dir = work / "tree"
     try:
         with Store.open(db, create=False, readonly=True) as reader:  # checked before anything is written
@@ -371,7 +388,7 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
             recorded_stdout = _text(reader, rec.final.get("stdout"))
         if timeout_s is None:
             timeout_s = recorded_timeout(rec.run)
-        clock = datetime.fromisoformat(rec.setup.get("clock") or rec.run.meta["clock"]).replace(tzinfo=None)
+        clock = recorded_clock(rec)
         if fork is not None:  # a fork of the setup clock runs the whole program at another time
             clock = fork.start_clock(clock)
         sock_dir = api_dir(work / "api", host)

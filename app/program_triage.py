@@ -30,12 +30,11 @@ a scratch copy of the database."""
 from __future__ import annotations
 
 import json
+from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.treeio import remove_tree
 import sqlite3
-import tempfile
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
@@ -173,7 +172,7 @@ def prepare(db: str, base: int, other: int, good: int, how: str, *, model: str |
 def _check_good(db: str, good: int, setup: Setup, *, model, unsafe_no_sandbox: bool) -> None:
     """GOOD passes its own judge on a faithful replay, made in a scratch copy of `db` (so
     that a refusal writes nothing): ReplayError in one line otherwise."""
-    work = Path(tempfile.mkdtemp(prefix="tttr-triage-"))
+    work = scratch_dir("tttr-triage-")
     try:
         scratch = str(work / "scratch.db")
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as src, sqlite3.connect(scratch) as dst:

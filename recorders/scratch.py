@@ -3,18 +3,18 @@ killed with SIGKILL (which never ran its cleanup) are found and removed by the n
 
 `scratch_dir("tttr-run-")` makes `<tmp>/tttr-run-<pid>-XXXXXXXX`; the first call for a
 (folder, prefix) in a process removes the directories with that prefix whose pid is dead.
-`remove_tree` removes one at any depth (a program's tree may nest deeper than
-shutil.rmtree's recursion can go).
+They are removed with recorders/treeio.remove_tree, at any depth (a program's tree may nest
+deeper than shutil.rmtree's recursion can go), never through a link.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import subprocess
 import tempfile
 from pathlib import Path
+
+from tttr.recorders.treeio import remove_tree
 
 _swept: set[tuple[str, str]] = set()
 
@@ -50,17 +50,6 @@ def sweep(prefix: str, folder: str) -> list[str]:
             remove_tree(os.path.join(folder, name))
             removed.append(name)
     return removed
-
-
-def remove_tree(path: str | os.PathLike) -> None:
-    """shutil.rmtree(path, ignore_errors=True) at any depth: it recurses once per level
-    (before Python 3.13), so past ~1,000 nested directories `rm -rf` does it. Neither
-    follows a symlink."""
-    try:
-        shutil.rmtree(path, ignore_errors=True)
-    except RecursionError:
-        subprocess.run(["rm", "-rf", "--", os.fspath(path)], stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
 
 def pid_alive(pid: int) -> bool:

@@ -299,3 +299,25 @@ def test_a_program_swapping_a_file_for_a_link_while_recorded_stores_no_host_file
         tools = conn.execute("SELECT count(*) FROM event_rows WHERE kind = 'tool'").fetchone()[0]
     assert tools >= 300
     assert all(SECRET not in blob for blob in blobs)
+
+
+@pytest.mark.slow
+@needs_sandbox
+@pytest.mark.parametrize("field, value", [("clock", "0001-01-01T00:00:00"), ("clock", "not a time"), ("clock", 7),
+                                          ("program", [1, {}]), ("program", []), ("snapshot", ["x"])])
+def test_a_replay_refused_for_its_database_writes_nothing_and_prints_no_progress(tmp_path, capsys, field, value):
+    tree, db = program_tree(tmp_path, "tree", "print('hi')\n"), tmp_path / "s.db"
+    rec = record_program(capsys, db, tree)
+    with Store.open(db) as store:
+        setup = next(e for e in store.events(rec["run_id"], kind="setup"))
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE events SET value = ? WHERE id = ?",
+                 (json.dumps({**setup.value, field: value}), rec["run_id"] << 32 | setup.seq))
+    conn.commit()
+    conn.close()
+    before = db.read_bytes()
+    for argv in (["replay", str(rec["run_id"])], ["fork", str(rec["run_id"]), "--at", "setup:clock", "--set", "+1h"]):
+        assert main([*argv, "--db", str(db)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert db.read_bytes() == before

@@ -58,10 +58,10 @@ def test_a_replay_after_the_program_file_was_touched_leaves_the_same_tree(tmp_pa
     rec = cli_json(capsys, ["record", "--db", str(db), "--tree", str(tree), "--json", "--", "python3", "prog.py"])
     assert rec["exit_code"] == 0 and rec["stdout"] == "5\n", rec
     os.utime(tree / "prog.py", ns=(10**18, 10**18))  # a checkout, an editor's save: same bytes, another time
-    res = replay_json(capsys, db, rec["run_id"])
+    res = replay_json(capsys, db, rec["run_id"], "--code", str(tree))
     assert res["identical"] is True and res["same_tree"] is True and res["tools_run"] == 0, res
 
     # Another file left behind (the program writes it itself, outside the SDK): not the same tree.
     (tree / "prog.py").write_text(PROGRAM + "open('extra.txt', 'w').write('x')\n")
-    res = replay_json(capsys, db, rec["run_id"])
+    res = replay_json(capsys, db, rec["run_id"], "--code", str(tree))
     assert res["identical"] is True and res["same_tree"] is False, res

@@ -118,7 +118,7 @@ def test_an_agents_sdk_program_asking_otherwise_is_reported_as_its_instructions_
     source = (tree / EXAMPLE).read_text()
     instructions = "Answer with the value asked for, nothing else."
     (tree / EXAMPLE).write_text(source.replace(instructions, "Answer briefly."))
-    res = replay_json(capsys, db, rec["run_id"])
+    res = replay_json(capsys, db, rec["run_id"], "--code", str(tree))
     div = res["divergence"]
     assert div["site"] == "call 0 (step 2, POST /v1/responses), instructions", div  # after list_files and a clock read
     assert div["recorded"] == instructions and div["live"] == "Answer briefly."
@@ -127,7 +127,7 @@ def test_an_agents_sdk_program_asking_otherwise_is_reported_as_its_instructions_
     assert "greeting.txt: 'hello world' (exit 0)" in res["stdout"]
 
     (tree / EXAMPLE).write_text(source.replace("What is the file name?", "Which file is it?"))
-    assert main(["replay", str(rec["run_id"]), "--db", str(db)]) == 0
+    assert main(["replay", str(rec["run_id"]), "--db", str(db), "--code", str(tree)]) == 0
     said = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("replay diverged at "))
     assert said.startswith("replay diverged at call 0 (step 2, POST /v1/responses), input[0] (its chat message 1), "
                            "its content from character "), said
@@ -159,7 +159,7 @@ def test_a_streamed_responses_call_after_the_divergence_is_generated_and_streame
     rec = record_program(capsys, db, tree)
     assert rec["exit_code"] == 0 and rec["calls"] == 1 and "in pieces: True" in rec["stdout"], rec
     (tree / "prog.py").write_text(STREAMS.replace("Be brief.", "Be very brief."))
-    res = replay_json(capsys, db, rec["run_id"])
+    res = replay_json(capsys, db, rec["run_id"], "--code", str(tree))
     assert res["divergence"]["site"] == "call 0 (step 0, POST /v1/responses), instructions", res
     assert res["calls_generated"] == 1 and res["exit_code"] == 0 and "in pieces: True" in res["stdout"], res
 

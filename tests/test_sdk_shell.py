@@ -140,13 +140,12 @@ def test_shell_records_the_tree_replays_as_a_cassette_and_forks(tmp_path, capsys
 
     # An edited program that changes the tree before the second command misses its cassette:
     # the divergence names the tree, and the command runs live on the tree as it now is.
-    (tree / "prog.py").write_text(PROGRAM.replace("# EDIT", "open('made.txt', 'a').write('edit\\n')"))
-    res = replay_json(capsys, db, rec["run_id"])
+    code = program_tree(tmp_path, "code", PROGRAM.replace("# EDIT", "open('made.txt', 'a').write('edit\\n')"))
+    res = replay_json(capsys, db, rec["run_id"], "--code", str(code))
     div = res["divergence"]
     assert div["site"] == "step 1, tool cat made.txt; echo more >> made.txt: tree_before", div
     assert div["recorded"] == second["tree_before"] and div["live"] != div["recorded"]
     assert res["tools_run"] == 1 and "'made\\nedit\\n' 0" in res["stdout"], res
-    (tree / "prog.py").write_text(PROGRAM)
 
     # A fork at the first command: the program gets the new output, and the recorded effects.
     res = cli_json(capsys, ["fork", str(rec["run_id"]), "--db", str(db), "--at", "0:tool", "--set",

@@ -8,7 +8,6 @@ and after the command it is snapshotted again so a later replay can restore it.
 
 from __future__ import annotations
 
-import shutil
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
@@ -18,6 +17,7 @@ from tttr.engine.replay.source import OracleError
 from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.shell import ShellState
 from tttr.recorders.snapshot import restore, snapshot, tree_digest
+from tttr.recorders.treeio import remove_tree
 
 UNRUNNABLE_EXIT = 126  # the shell's "cannot execute"
 NUL_STDERR = "tttr: the command contains a NUL byte (\\x00), which no shell command line can hold; it was not run\n"
@@ -58,7 +58,7 @@ class World:
         dest = self._workdir / f"tree-{self._log.next_seq}"
         restore(manifest, self.store, dest)
         if self._tree_dir is not None:
-            shutil.rmtree(self._tree_dir, ignore_errors=True)
+            remove_tree(self._tree_dir)
         self._tree_dir, self._tree_dir_digest = dest, self.tree
         return dest
 
@@ -138,4 +138,4 @@ class World:
                 "tree": self.tree, "clock": clock.isoformat()}
 
     def close(self) -> None:
-        shutil.rmtree(self._workdir, ignore_errors=True)
+        remove_tree(self._workdir)
