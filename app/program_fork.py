@@ -175,10 +175,21 @@ def _sdk_value(text: str, recorded: dict) -> dict:
     except ValueError:
         return {"result": text}
     if isinstance(value, dict) and value and set(value) <= {"result", "error"}:
-        if "error" in value and not isinstance(value["error"], (str, dict)):
-            raise ProgramRunError(f"an SDK tool's error is text or an object, not {value['error']!r}")
+        if "error" in value:  # one grammar: text, or {"type", "message"}, stored as the SDK records one
+            value = {**value, "error": _tool_error(value["error"])}
         return value
     return {"result": value}
+
+
+def _tool_error(error) -> dict:
+    """An SDK tool's new error as the SDK records one, {"type", "message"}: from text
+    ("disk offline": an Exception with that message) or an object naming at least its message."""
+    if isinstance(error, str):
+        return {"type": "Exception", "message": error}
+    if isinstance(error, dict) and isinstance(error.get("message"), str) \
+            and isinstance(error.get("type", "Exception"), str) and set(error) <= {"type", "message"}:
+        return {"type": error.get("type", "Exception"), "message": error["message"]}
+    raise ProgramRunError(f"an SDK tool's error is text or {{\"type\": ..., \"message\": ...}}, not {error!r}")
 
 
 def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, model: str | None = None,

@@ -236,6 +236,8 @@ def tool(fn=None, *, name: str | None = None):
             if answer and answer.get("recorded"):
                 if answer.get("error"):
                     err = answer["error"]
+                    if not isinstance(err, dict):  # text, as a fork before one grammar could store it
+                        err = {"message": err}
                     raise RecordedError(str(err.get("type", "Exception")), str(err.get("message", "")))
                 return answer.get("result")
         t0 = time.perf_counter()

@@ -78,6 +78,16 @@ def test_fork_at_an_sdk_tool_result_changes_the_path(tmp_path, capsys):
     out = capsys.readouterr().out  # a value the program does the same with: said so, not a bare "identical"
     assert "forked at 1:tool, 0 model calls generated" in out
     assert "identical to the recording: the program did the same with the new value" in out, out
+    # An error as text (what the app's edit dialog suggests) is the SDK's {"type", "message"}.
+    res = _fork(capsys, db, rec["run_id"], "1:tool", '{"error": "disk offline"}')
+    assert res["exit_code"] == 1 and res["forked"] is True, res  # the program raised sdk.RecordedError
+    with Store.open(db, readonly=True) as store:
+        tool = next(e.value for e in store.load_run(res["run_id"])[1] if e.step == 1 and e.kind == "tool")
+    assert tool["error"] == {"type": "Exception", "message": "disk offline"} and "result" not in tool, tool
+    assert main(["diff", str(rec["run_id"]), str(res["run_id"]), "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["fork", str(rec["run_id"]), "--db", str(db), "--at", "1:tool", "--set", '{"error": 5}']) == 2
+    assert "not 5" in capsys.readouterr().err
 
 
 @pytest.mark.slow
