@@ -15,6 +15,11 @@ token differs and the alignment has a gap), is then compared with the first:
 `compare_open_s` is the time from pushing the compare screen to its rows being painted
 (the worker's whole scan of both runs), and `compare_keypress_ms` the median CPU time of
 the compare's keys (rows, next/previous difference, each repainting the message pair).
+
+A third database holds 50,000 short runs (`generate_runs`: recorded runs, forks of recent
+ones, replays, recorded programs, written through the store's recording API):
+`runs_list_ms` is the time from starting the app on it to its runs list being painted
+(the list reads a window of rows at a time, so it should not grow with the runs).
 """
 
 from __future__ import annotations
@@ -173,9 +178,66 @@ async def _drive_compare(db: Path, run_a: int, run_b: int, size: tuple[int, int]
     return figures | {"compare_keypress_ms": statistics.median(keys), "compare_keypress_max_ms": max(keys)}
 
 
+def generate_runs(path: Path, runs: int = 50_000, *, seed: int = 0) -> None:
+    """Add to the database at `path` (made if missing) `runs` short runs through the store's
+    recording API, in the mix a long-used database holds: of every ten, six recorded runs
+    (two steps of clock, action and tool), two forks of a recent run at its second step, a
+    replay of the run before it, and a recorded program (`meta.program`, its command line)."""
+    from tttr.sessions.store import Store
+
+    rng = random.Random(seed)
+    done: list[int] = []
+    store = Store.open(path, create=True)
+    try:
+        for i in range(runs):
+            common = {"task": "rotate-logs", "model_id": "synthetic-bench", "kernel_mode": "invariant", "seed": seed}
+            steps = range(2)
+            if done and i % 10 in (3, 7):
+                parent = done[rng.randrange(max(0, len(done) - 200), len(done))]
+                run = store.begin_run(**common, parent=parent, fork_seq=3,
+                                      mutation={"site": "1:clock", "input": "+1d", "value": "2026-11-30T10:00:03"})
+                steps = range(1, 2)
+            elif done and i % 10 == 5:
+                run = store.begin_run(**common, parent=done[-1], fork_seq=0, meta={"replay": {"free": ["tensor"]}})
+            elif i % 10 == 9:
+                run = store.begin_run(task="program:python3", meta={"program": ["python3", f"agent_{i % 7}.py"]})
+            else:
+                run = store.begin_run(**common)
+            for step in steps:
+                cmd = COMMANDS[rng.randrange(len(COMMANDS))]
+                store.append(run, step, "trace", "clock", f"{step}:clock", {"t": f"2026-11-29T10:00:0{step}"})
+                store.append(run, step, "agent", "action", f"{step}:action", {"cmd": cmd})
+                store.append(run, step, "trace", "tool", f"{step}:tool", {"cmd": cmd, "stdout": "ok\n", "exit_code": 0})
+                store.commit_step(run)
+            store.finish_run(run, "complete", {"passed": rng.random() < 0.7, "checker_exit": 0})
+            done.append(run)
+    finally:
+        store.close()
+
+
+async def _drive_runs_list(db: Path, size: tuple[int, int]) -> dict:
+    """Start the app on `db` and wait for its runs list to be painted."""
+    from tttr.app.screens.runs import RunsScreen
+    from tttr.app.tui import TTTRApp
+    from tttr.sessions.store import Store
+
+    t0 = time.perf_counter()
+    store = Store.open(db, create=False, readonly=True)
+    app = TTTRApp(store, load_tokenizer=False)
+    async with app.run_test(size=size) as pilot:
+        while not (isinstance(app.screen, RunsScreen) and app.screen.query_one("#runs").row_count):
+            await pilot.pause(0.005)
+        await pilot.pause()
+        painted = time.perf_counter() - t0
+        listed = app.screen.query_one("#runs").row_count
+    store.close()
+    return {"runs_list_ms": painted * 1000, "runs_list_rows": listed}
+
+
 def measure(events: int = 100_000, db: Path | None = None, size: tuple[int, int] = (160, 48),
-            compare: bool = True) -> dict:
-    """The figures above; with `compare`, a second run is generated and compared too."""
+            compare: bool = True, runs: int = 50_000) -> dict:
+    """The figures above; with `compare`, a second run is generated and compared too; with
+    `runs`, a database of that many runs is generated and its runs list opened."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="tttr-bench-app-") as tmp:
@@ -187,5 +249,11 @@ def measure(events: int = 100_000, db: Path | None = None, size: tuple[int, int]
         if compare:
             other = generate(path, events, seed=1, commands=OTHER_COMMANDS)
             figures |= asyncio.run(_drive_compare(path, run_id, other, size))
+        if runs:
+            many = Path(tmp) / "runs.db"
+            t = time.perf_counter()
+            generate_runs(many, runs)
+            figures |= {"runs": runs, "runs_generate_s": time.perf_counter() - t}
+            figures |= asyncio.run(_drive_runs_list(many, size))
     figures["generate_s"] = generate_s
     return figures

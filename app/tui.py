@@ -153,7 +153,7 @@ class TTTRApp(App):
     def _tokenizer_worker(self) -> None:
         """Off the UI thread: load the tokenizer of each model in the database that is
         the model at hand, so top-k alternatives read as text."""
-        for model_id in {run.model_id for run in self.store.runs() if isinstance(run.model_id, str)}:
+        for model_id in self.store.model_ids():
             tokenizer = self.tokenizer_for(model_id)
             if tokenizer is not None:
                 # Posted, not called: a call from this thread would wait forever on an app that quit.

@@ -21,12 +21,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from . import blobs, codec, liveness, opening, safe_text, schema, values
+from . import blobs, codec, liveness, opening, run_list, safe_text, schema, values
 from .records import Event, Run
+from .run_list import RunLink, RunRow
 from .vocabulary import LAYERS, canonical_site, site_parts
 from .errors import StoreError
 
-__all__ = ["Store", "StoreError", "Run", "Event", "RawEvent", "LAYERS", "STATUSES"]
+__all__ = ["Store", "StoreError", "Run", "Event", "RawEvent", "RunLink", "RunRow", "LAYERS", "STATUSES"]
 
 STATUSES = ("recording", "complete", "incomplete", "failed")
 NAME_CHARS = 80  # a run's name: one line a person reads in the runs list
@@ -453,7 +454,9 @@ class Store:
         return blobs.has(self._conn, digest)
 
     # ------------------------------------------------------------------ runs
-    def _to_run(self, row: tuple) -> Run:
+    def _to_run(self, row: tuple, known: set | None = None) -> Run:
+        """A runs row as a Run; `known`: ids known to be in the file (its parent is looked
+        up there, not queried: a list of many runs checks them all at once)."""
         fields, problems = values.check_run_fields(dict(zip(_RUN_FIELDS, row)))
         writer = fields.pop("writer")
         # A fork of the setup step recorded as `-1:clock` reads as `setup:clock`, like its events' sites.
@@ -466,14 +469,95 @@ class Store:
         elif fields["status"] not in STATUSES:
             problems.append(f"its status {fields['status'][:40]!r} is not one of {', '.join(STATUSES)}")
         parent = fields["parent"]
-        if parent is not None and (parent == fields["id"] or self._conn.execute(
-                "SELECT 1 FROM runs WHERE id = ?", (parent,)).fetchone() is None):
+        if parent is not None and (parent == fields["id"] or (parent not in known if known is not None else self._conn.execute(
+                "SELECT 1 FROM runs WHERE id = ?", (parent,)).fetchone() is None)):
             problems.append(f"its parent run {parent} is not in the file")
         return Run(**fields, problem="; ".join(problems) or None)
 
     @_guarded
     def runs(self) -> list[Run]:
-        return [self._to_run(r) for r in self._conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id")]
+        """Every run, by id. A list to show reads by window instead: `run_links`, `run_rows`."""
+        rows = self._conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id").fetchall()
+        known = {row[0] for row in rows}
+        return [self._to_run(r, known) for r in rows]
+
+    # ------------------------------------------------------------------ the runs list, by window
+    @_guarded
+    def count_runs(self) -> int:
+        return self._conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+
+    @_guarded
+    def model_ids(self) -> list[str]:
+        """The models the runs were recorded with, each once (text only)."""
+        return [m for (m,) in self._conn.execute(
+            "SELECT DISTINCT model_id FROM runs WHERE typeof(model_id) = 'text' ORDER BY model_id")]
+
+    @_guarded
+    def run_links(self) -> list[RunLink]:
+        """Every run's id, parent and whether it is being recorded, by id: one narrow query,
+        enough to order a list of any length as a fork tree before reading any of its rows."""
+        links = []
+        for rid, parent, writer in self._conn.execute(
+                "SELECT id, CASE WHEN typeof(parent) = 'integer' THEN parent END,"
+                " CASE WHEN status IS 'recording' THEN coalesce(writer, '') END FROM runs ORDER BY id"):
+            recording = writer is not None and (rid in self._recording or liveness.alive(
+                writer if type(writer) is str else None))
+            links.append(RunLink(rid, parent, recording))
+        return links
+
+    @_guarded
+    def run_rows(self, ids) -> list[RunRow]:
+        """The runs `ids` (in that order; an id not in the file is left out) with their
+        steps, events and ancestors, read in a fixed number of queries however many ids."""
+        ids = list(dict.fromkeys(i for i in ids if values.is_int(i)))
+        if not ids:
+            return []
+        runs = {}
+        rows = run_list.rows_with_ancestors(self._conn, _RUN_COLUMNS, ids)
+        known = {row[0] for row in rows}
+        for row in rows:
+            runs[row[0]] = self._to_run(row, known)
+            if row[0] not in self._chains:  # what `_chain` would read, from the row at hand
+                self._remember_chain(row[0], row[_RUN_FIELDS.index("parent")], row[_RUN_FIELDS.index("fork_seq")],
+                                     row[_RUN_FIELDS.index("seed")])
+        listed = [rid for rid in ids if rid in runs]
+        segments = {rid: self._segments(rid) for rid in listed}
+        tops = run_list.max_steps(self._conn, segments)
+        lasts = run_list.last_own_events(self._conn, listed, _END)
+        out = []
+        for rid in listed:
+            last = lasts.get(rid)
+            events = self._chain(rid)[1] if last is None else (last & _MASK) + 1
+            ancestors, seen, at = [], {rid}, runs[rid].parent
+            while at in runs and at not in seen:
+                seen.add(at)
+                ancestors.append(runs[at])
+                at = runs[at].parent
+            out.append(RunRow(runs[rid], tops.get(rid, -1) + 1, events, tuple(ancestors)))
+        return out
+
+    def run_pages(self, offset: int = 0, limit: int | None = None,
+                  window: int = run_list.WINDOW) -> Iterator[list[RunRow]]:
+        """The runs in id order from position `offset`, at most `limit`, `window` rows at a
+        time (`run_rows` each): a reader prints each window as it comes. Each window is read
+        under the store's lock; between windows other threads may use the store."""
+        if offset < 0 or (limit is not None and limit < 0) or window < 1:
+            raise StoreError(f"offset and limit are >= 0 and window >= 1, not {offset}, {limit} and {window}")
+        after, left = None, limit
+        while left is None or left > 0:
+            ids = self._page_ids(after, offset, window if left is None else min(window, left))
+            if not ids:
+                return
+            rows = self.run_rows(ids)
+            if rows:
+                yield rows
+            after = ids[-1]
+            if left is not None:
+                left -= len(ids)
+
+    @_guarded
+    def _page_ids(self, after: int | None, offset: int, limit: int) -> list[int]:
+        return run_list.page_ids(self._conn, after, offset, limit)
 
     @_guarded
     def run(self, run_id: int) -> Run:
@@ -494,11 +578,15 @@ class Store:
             row = self._conn.execute("SELECT parent, fork_seq, seed FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
                 raise self._unknown_run(run_id)
-            # A hand-edited file may hold anything here; `run()` names the problem, reads stay safe.
-            parent = row[0] if values.is_int(row[0]) else None
-            first = row[1] if parent is not None and values.is_int(row[1], 0, _END) else 0
-            chain = self._chains[run_id] = (parent, first)
-            self._seeds[run_id] = row[2] if values.is_int(row[2]) else None
+            chain = self._remember_chain(run_id, *row)
+        return chain
+
+    def _remember_chain(self, run_id: int, parent: Any, fork_seq: Any, seed: Any) -> tuple[int | None, int]:
+        # A hand-edited file may hold anything here; `run()` names the problem, reads stay safe.
+        parent = parent if values.is_int(parent) else None
+        first = fork_seq if parent is not None and values.is_int(fork_seq, 0, _END) else 0
+        chain = self._chains[run_id] = (parent, first)
+        self._seeds[run_id] = seed if values.is_int(seed) else None
         return chain
 
     def _segments(self, run_id: int) -> list[tuple[int, int, int]]:

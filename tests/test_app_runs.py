@@ -371,3 +371,48 @@ def test_names_from_the_file_are_shown_as_text(db):
         assert names[-1] == "#5" and column(app, "lineage")[-1] == "recorded"  # a name not text is left out
 
     run_app(path, flow, load_tokenizer=False)
+
+
+def test_a_big_database_shows_its_first_rows_and_reads_more_as_the_list_scrolls(tmp_path):
+    """450 runs (forks, replays and programs among them, as `tttr bench app` generates them),
+    and a fork of run 1 recorded last: the table holds the first window, in the fork tree's
+    order (the late fork under run 1); moving the cursor or the scroll near its end reads the
+    next window, until every run is listed once; marking and reloading deep in the list
+    keep their run."""
+    from tttr.app.bench import generate_runs
+    from tttr.app.runs_listing import PAGE, fork_tree
+
+    path = tmp_path / "many.db"
+    generate_runs(path, 2 * PAGE + 49)  # of each ten runs two forks, a replay, a program (the tenth)
+    with Store.open(path) as store:
+        late = store.begin_run(task="t", parent=1, fork_seq=3, mutation={"site": "1:clock", "input": "+1d"})
+        record_step(store, late, 1, positions=1)
+        store.finish_run(late, "complete", {"passed": True})
+    with Store.open(path, readonly=True) as store:
+        expected = [f"{prefix}#{run.id}" for run, prefix in fork_tree(store.runs())]
+        steps = {r.id: str(store.steps(r.id)) for r in store.runs()}
+    assert len(expected) == 2 * PAGE + 50 and expected[1] == f"└─ #{late}"
+
+    async def flow(app, pilot):
+        table = app.screen.query_one("#runs")
+        title = lambda: str(app.screen.query_one("#runs-title").render())  # noqa: E731
+        assert table.row_count == PAGE and column(app, "run") == expected[:PAGE]
+        assert f"{len(expected)} runs ({PAGE} listed, more as you scroll)" in title()
+        assert column(app, "steps") == [steps[int(r.split("#")[1])] for r in expected[:PAGE]]
+        assert column(app, "task")[expected.index("#10")] == "python3 agent_2.py"  # a recorded program
+        await pilot.press("ctrl+end")  # the cursor to the last row read: the next window comes
+        await wait_for(pilot, lambda: table.row_count == 2 * PAGE)
+        assert column(app, "run") == expected[: 2 * PAGE]
+        table.scroll_to(y=table.max_scroll_y, animate=False)  # the scroll alone, the cursor left behind
+        await wait_for(pilot, lambda: table.row_count == len(expected))
+        assert column(app, "run") == expected and "more as you scroll" not in title()
+        assert len(set(column(app, "run"))) == len(expected)
+        deep = int(expected[2 * PAGE + 10].split("#")[1])
+        await cursor_to(app, pilot, deep)
+        await pilot.press("space")
+        assert app.screen.marked == [deep] and column(app, "")[2 * PAGE + 10] == "●"
+        await pilot.press("r")  # listed afresh: down to the cursor's run, which keeps the cursor
+        assert app.screen._current() == deep and table.row_count >= 2 * PAGE + 11
+        assert column(app, "")[2 * PAGE + 10] == "●" and f"marked for diff: #{deep}" in title()
+
+    run_app(path, flow, load_tokenizer=False)

@@ -35,9 +35,14 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=info)
 
-    p = sub.add_parser("runs", help="list the runs in a session database", description="List the runs. Read-only.")
+    p = sub.add_parser("runs", help="list the runs in a session database",
+                       description="List the runs by id, printed as they are read (a window of runs at a "
+                                   "time, so a database of any size starts printing at once). Read-only.")
     argtypes.add_database(p, "session database file")
     p.add_argument("--json", action="store_true", help="print one JSON object per run")
+    p.add_argument("--offset", metavar="K", type=argtypes.count, default=0,
+                   help="skip the first K runs (by id; default 0)")
+    p.add_argument("--limit", metavar="N", type=argtypes.count, help="at most N runs (default: all)")
     p.set_defaults(func=runs)
 
     p = sub.add_parser(
@@ -145,49 +150,61 @@ def info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_json(store, run) -> dict:
-    from dataclasses import asdict
-
-    return {**asdict(run), "steps": store.steps(run.id), "events": store.count_events(run.id)}
+def _run_json(row) -> dict:
+    run = row.run
+    return {**{name: getattr(run, name) for name in run.__slots__}, "steps": row.steps, "events": row.events}
 
 
 def runs(args: argparse.Namespace) -> int:
+    """The runs in id order, read and printed a window at a time (`Store.run_pages`)."""
     with _open(args.db) as store:
-        rows = [_run_json(store, r) for r in store.runs()]
-    if args.json:
-        for row in rows:
-            print(safe_json(row))
-        return 0
-    console = _console()
-    if not rows:
-        console.print(shown(f"{args.db}: no runs yet"))
-        return 0
-    cells = []
-    for r in rows:
-        parent = "" if r["parent"] is None else f"{r['parent']} @ {r['fork_site'] or 'seq ' + str(r['fork_seq'])}"
-        outcome = r["outcome"]
-        if isinstance(outcome, dict) and "passed" in outcome:
-            outcome = "passed" if outcome["passed"] else "failed check"
-        elif outcome is not None:
-            outcome = json.dumps(outcome, ensure_ascii=False)[:40]
-        status = r["status"] + (" (unreadable)" if r["problem"] else "")
-        cells.append([
-            str(r["id"]) + (f" {r['name']}" if r.get("name") else ""), status, r["task"] or "", r["model_id"] or "", r["kernel_mode"] or "",
-            "" if r["seed"] is None else str(r["seed"]), parent, f"{r['steps']:,}", f"{r['events']:,}",
-            outcome or "", (r["created"] or "")[:16].replace("T", " "),
-        ])
-    cells = [[_cell(x) for x in c] for c in cells]
-    heads = ("run", "status", "task", "model", "kernels", "seed", "parent", "steps", "events", "outcome", "created (UTC)")
-    right = ("run", "seed", "steps", "events")
-    table = _fitted_table(console, shown(f"{args.db}: {len(rows)} run(s)"), heads, cells, squeeze=("model", "task", "outcome"), right=right)
-    for r, c in zip(rows, cells):
-        style = "red" if r["problem"] else STATUS_STYLE.get(r["status"], "none")
-        table.add_row(*(shown(x, style if i == 1 else "") for i, x in enumerate(c)))
-    console.print(table)
-    for r in rows:
-        if r["problem"]:
-            console.print(shown(f"run {r['id']} cannot be replayed: {r['problem']}", "red"))
+        pages = store.run_pages(args.offset, args.limit)
+        if args.json:
+            for page in pages:
+                sys.stdout.write("".join(safe_json(_run_json(row)) + "\n" for row in page))
+            return 0
+        total = store.count_runs()
+        console = _console()
+        if not total:
+            console.print(shown(f"{args.db}: no runs yet"))
+            return 0
+        whole = args.offset == 0 and (args.limit is None or args.limit >= total)
+        last = total if args.limit is None else min(total, args.offset + args.limit)
+        what = f"{total} run(s)" if whole else f"runs {args.offset + 1:,}–{last:,} of {total:,} (by id)"
+        console.print(shown(f"{args.db}: {what}" if last > args.offset else
+                            f"{args.db}: {total:,} run(s), none from --offset {args.offset}"), soft_wrap=True)
+        from tttr.app.commands.streamed_table import StreamedTable
+
+        table = StreamedTable(console, RUN_HEADS, squeeze=("model", "task", "outcome"),
+                              right=("run", "seed", "steps", "events"), styled="status")
+        problems = []
+        for page in pages:
+            table.add([[_cell(x) for x in _run_cells(row)] for row in page],
+                      ["red" if row.run.problem else STATUS_STYLE.get(row.run.status, "none") for row in page])
+            problems += [row.run for row in page if row.run.problem]
+        table.close()
+    for run in problems:
+        console.print(shown(f"run {run.id} cannot be replayed: {run.problem}", "red"))
     return 0
+
+
+RUN_HEADS = ("run", "status", "task", "model", "kernels", "seed", "parent", "steps", "events", "outcome", "created (UTC)")
+
+
+def _run_cells(row) -> list[str]:
+    """A run's cells under RUN_HEADS, before their control characters are made visible."""
+    r = row.run
+    parent = "" if r.parent is None else f"{r.parent} @ {r.fork_site or 'seq ' + str(r.fork_seq)}"
+    outcome = r.outcome
+    if isinstance(outcome, dict) and "passed" in outcome:
+        outcome = "passed" if outcome["passed"] else "failed check"
+    elif outcome is not None:
+        outcome = json.dumps(outcome, ensure_ascii=False)[:40]
+    return [
+        str(r.id) + (f" {r.name}" if r.name else ""), r.status + (" (unreadable)" if r.problem else ""),
+        r.task or "", r.model_id or "", r.kernel_mode or "", "" if r.seed is None else str(r.seed), parent,
+        f"{row.steps:,}", f"{row.events:,}", outcome or "", (r.created or "")[:16].replace("T", " "),
+    ]
 
 
 def _cell(value: str) -> str:

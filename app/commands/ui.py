@@ -43,9 +43,12 @@ def register(sub, bench_sub) -> None:
                     "paint of the first run's timeline, keypress_ms the median key-press latency over "
                     "stepping keys (event, step, layer, page, start, end); compare_open_s is the "
                     "time to open the compare of the two runs (rows painted), compare_keypress_ms "
-                    "its keys' median.",
+                    "its keys' median; runs_list_ms is start to first paint of the runs list of a "
+                    "generated database of --runs runs.",
     )
     b.add_argument("--events", type=argtypes.bench_events, default=100_000, help="events in the generated run, at least 1,000 (default 100000)")
+    b.add_argument("--runs", type=argtypes.count, default=50_000,
+                   help="runs in the database whose runs list is opened (runs_list_ms; default 50000; 0: skip)")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=cmd_bench_app)
 
@@ -149,7 +152,7 @@ def _demo_progress(done: int, total: int | None, message: str = "") -> None:
 def cmd_bench_app(args) -> int:
     from tttr.app.bench import measure
 
-    figures = measure(args.events)
+    figures = measure(args.events, runs=args.runs)
     if args.json:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}))
         return 0
@@ -165,4 +168,7 @@ def cmd_bench_app(args) -> int:
               f"CPU {figures['compare_open_cpu_s']:.3f} s)")
         print(f"  compare_keypress_ms  {figures['compare_keypress_ms']:.1f}   (rows, n/p, page; "
               f"max {figures['compare_keypress_max_ms']:.1f})")
+    if "runs_list_ms" in figures:
+        print(f"  runs_list_ms  {figures['runs_list_ms']:.0f}   (start → runs list painted, {figures['runs']:,} runs "
+              f"generated in {figures['runs_generate_s']:.1f} s; {figures['runs_list_rows']} rows read so far)")
     return 0

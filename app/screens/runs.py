@@ -1,10 +1,11 @@
 """The runs screen: every run of the database, forks as a tree under their parent; open
 one, mark two and compare them, name or delete a run. It follows the file: a run still
-being recorded grows on screen, and runs another process adds or finishes appear."""
+being recorded grows on screen, and runs another process adds or finishes appear.
+
+The table holds a window of the list at a time (`RunsListing`): the first when the screen
+shows, the next whenever the cursor or the scroll comes within a screen of its last row."""
 
 from __future__ import annotations
-
-from collections import defaultdict
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,6 +14,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from tttr.app import describe
+from tttr.app.runs_listing import PAGE, RunsListing
 from tttr.app.screens.confirm import ConfirmScreen
 from tttr.app.screens.footer import FittedFooter
 from tttr.sessions.safe_text import visible
@@ -20,43 +22,6 @@ from tttr.sessions.safe_text import visible
 COLUMNS = ("", "run", "task", "model", "kernels", "seed", "steps", "outcome", "status", "lineage")
 POLL_S = 0.5  # how often the screen asks the file whether anything was committed (one PRAGMA)
 LIVE_POLLS = 4  # while a run reads "recording", list again every this many polls (its writer may die)
-MAX_DEPTH = 12  # tree levels drawn; a deeper fork is shown at this depth, its depth written out
-
-
-def fork_tree(runs: list) -> list[tuple[object, str]]:
-    """(run, tree prefix) in display order: each run, then its forks and replays under it,
-    recursively, by id. A run whose parent is not listed (or a cycle a hand-edited file
-    made) is shown as a root, so every run is shown once."""
-    ids = {run.id for run in runs}
-    children: dict[int, list] = defaultdict(list)
-    roots = []
-    for run in runs:
-        parent = run.parent
-        if isinstance(parent, int) and parent in ids and parent != run.id:
-            children[parent].append(run)
-        else:
-            roots.append(run)
-    out: list[tuple[object, str]] = []
-    seen: set[int] = set()
-
-    def walk(root) -> None:
-        stack = [(root, "", "", 0)]  # (run, prefix of its children's lines, its own glyph, depth)
-        while stack:
-            run, prefix, glyph, depth = stack.pop()
-            if run.id in seen:
-                continue
-            seen.add(run.id)
-            out.append((run, prefix + glyph if depth <= MAX_DEPTH else f"{prefix}…{depth} {glyph}"))
-            kids = children.get(run.id, [])
-            below = prefix if depth == 0 or depth >= MAX_DEPTH else prefix + ("   " if glyph == "└─ " else "│  ")
-            for i in range(len(kids) - 1, -1, -1):
-                stack.append((kids[i], below, "└─ " if i == len(kids) - 1 else "├─ ", depth + 1))
-
-    for run in roots:
-        walk(run)
-    for run in runs:  # only a cycle of parents leaves runs unreached
-        walk(run)
-    return out
 
 
 class RunsScreen(FittedFooter, Screen):
@@ -79,6 +44,10 @@ class RunsScreen(FittedFooter, Screen):
         self.seen_version: int | None = None  # the file's data_version when last listed
         self.live = False  # some run reads "recording"
         self.polls = 0
+        self.listing: RunsListing | None = None
+        self.loaded = 0  # rows of `listing.order` in the table: order[:loaded]
+        self.problem: str | None = None  # why the runs cannot be listed, if they cannot
+        self.fresh = False
 
     def compose(self) -> ComposeResult:
         yield Static("", id="runs-title")
@@ -90,11 +59,18 @@ class RunsScreen(FittedFooter, Screen):
         for column in COLUMNS:
             table.add_column(column, key=column or "mark")
         self.action_reload()
+        self.fresh = True  # listed just now: showing the screen for the first time need not list again
         table.focus()
+        self.watch(table, "scroll_y", lambda: self._load_near(table.scroll_y + table.size.height), init=False)
         self.set_interval(POLL_S, self.poll)
 
     def on_screen_resume(self) -> None:
-        self.action_reload()
+        if not self.fresh:
+            self.action_reload()
+        self.fresh = False
+
+    def on_screen_suspend(self) -> None:
+        self.fresh = False  # a screen above may change the file: coming back lists afresh
 
     def poll(self) -> None:
         """List the runs again when another connection committed (a recorder's step, a
@@ -110,58 +86,98 @@ class RunsScreen(FittedFooter, Screen):
             self.action_reload()
 
     def action_reload(self) -> None:
+        """Read every run's place in the tree again, and the rows down to the cursor's (a
+        window at least); the cursor stays on its run."""
         store = self.app.store
         table = self.query_one(DataTable)
         current, row = self._current(), table.cursor_row
         table.clear()
-        title = Text(visible(self.app.db_path.name, newlines=False), style="bold")
+        self.loaded = 0
+        if self.listing is None or self.listing.store is not store:
+            self.listing = RunsListing(store)
+        listing = self.listing
         try:
             self.seen_version = store.data_version()
-            runs = store.runs()
+            listing.read()
+            at = listing.position.get(current, row) if current is not None else 0
+            self._read_rows(max(PAGE, at + PAGE))
         except Exception as exc:  # noqa: BLE001 - a database whose runs do not read is reported
-            title.append(f"  · cannot list the runs: {describe.short(exc, 200)}", style="bold red")
+            self.problem = f"cannot list the runs: {describe.short(exc, 200)}"
+            self.live = False
+            self._show_title()
+            return
+        self.problem = None
+        self.marked = [m for m in self.marked if m in listing.position]
+        if table.row_count:
+            row = table.get_row_index(str(current)) if str(current) in table.rows else min(row, table.row_count - 1)
+            table.move_cursor(row=row, scroll=False)
+        self.live = bool(listing.recording)
+        self._show_title()
+
+    def _read_rows(self, stop: int) -> None:
+        """Read the rows after those in the table, down to `order[stop]`, into it."""
+        table = self.query_one(DataTable)
+        for listed in self.listing.rows(self.loaded, stop):
+            table.add_row(*self._cells(listed.row, listed.prefix), key=str(listed.row.run.id))
+        self.loaded = min(stop, len(self.listing))
+
+    def _load_near(self, row: int) -> None:
+        """Read the next window into the table when `row` is within a screen of its last row."""
+        listing = self.listing
+        if listing is None or self.problem or self.loaded >= len(listing):
+            return
+        if row + max(self.query_one(DataTable).size.height, 10) < self.loaded:
+            return
+        try:
+            self._read_rows(self.loaded + PAGE)
+        except Exception as exc:  # noqa: BLE001 - the rows above stay; the title says why there are no more
+            self.problem = f"cannot list more runs: {describe.short(exc, 200)}"
+        self._show_title()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._load_near(event.cursor_row)
+
+    def _show_title(self) -> None:
+        title = Text(visible(self.app.db_path.name, newlines=False), style="bold")
+        listing = self.listing
+        if listing is not None and (self.problem is None or self.loaded):
+            title.append(f"  · {len(listing)} runs", style="dim")
+            if self.loaded < len(listing):
+                title.append(f" ({self.loaded:,} listed, more as you scroll)", style="dim")
+        if self.problem:
+            title.append(f"  · {self.problem}", style="bold red")
             self.query_one("#runs-title", Static).update(title)
             return
-        self.marked = [m for m in self.marked if any(run.id == m for run in runs)]
-        by_id = {run.id: run for run in runs}
-        for run, prefix in fork_tree(runs):
-            table.add_row(*self._cells(store, run, prefix, by_id), key=str(run.id))
-        if runs:
-            keys = {run.id for run in runs}
-            row = table.get_row_index(str(current)) if current in keys else min(row, len(runs) - 1)
-            table.move_cursor(row=row, scroll=False)
-        self.live = any(run.status == "recording" for run in runs)
-        title.append(f"  · {len(runs)} runs", style="dim")
-        recording = [run.id for run in runs if run.status == "recording"]
-        if recording:
-            title.append(f"  · recording: {', '.join(f'#{r}' for r in recording)}", style="cyan")
+        if listing is not None and listing.recording:
+            title.append(f"  · recording: {', '.join(f'#{r}' for r in listing.recording)}", style="cyan")
         if self.marked:
             title.append(f"  · marked for diff: {', '.join(f'#{m}' for m in self.marked)}", style="magenta")
         self.query_one("#runs-title", Static).update(title)
 
-    def _cells(self, store, run, prefix: str = "", runs: dict | None = None) -> list[Text]:
+    def _cells(self, row, prefix: str = "") -> list[Text]:
         """One row of the table. Every cell is Text: a DataTable reads a str cell as markup,
         and recorded text is never markup."""
-        try:
-            steps = str(store.steps(run.id))
-        except Exception:  # noqa: BLE001 - a count the store cannot give is unknown
-            steps = "?"
+        run = row.run
         label = Text(prefix, style="dim")
         label.append(f"#{run.id}", style="bold")
         if run.name:
             label.append(" " + describe.short(run.name, 40), style="italic")
+        lineage = {a.id: a for a in row.ancestors}
         return [
-            Text("●" if run.id in self.marked else "", style="bold magenta"),
+            self._mark(run.id),
             label,
-            Text(describe.short(describe.task_label(run, runs), 40)),  # a recorded program: its command line
+            Text(describe.short(describe.task_label(run, lineage), 40)),  # a recorded program: its command line
             Text(describe.short(run.model_id or "", 28)),
             Text(describe.short(run.kernel_mode or "", 12)),
             Text(describe.short(run.seed, 20)),
-            Text(steps),
+            Text(str(row.steps)),
             describe.outcome_label(run),
             describe.status_label(run),
             describe.run_problem(run) or Text(describe.lineage(run)),
         ]
+
+    def _mark(self, run_id: int) -> Text:
+        return Text("●" if run_id in self.marked else "", style="bold magenta")
 
     def _current(self) -> int | None:
         table = self.query_one(DataTable)
@@ -182,11 +198,16 @@ class RunsScreen(FittedFooter, Screen):
         run_id = self._current()
         if run_id is None:
             return
+        before = set(self.marked)
         if run_id in self.marked:
             self.marked.remove(run_id)
         else:
             self.marked = (self.marked + [run_id])[-2:]
-        self.action_reload()
+        table = self.query_one(DataTable)
+        for changed in before.symmetric_difference(self.marked):
+            if str(changed) in table.rows:
+                table.update_cell(str(changed), "mark", self._mark(changed), update_width=True)
+        self._show_title()
 
     def action_diff(self) -> None:
         """Compare the two marked runs; with one marked, it and the run under the cursor;
