@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from tttr.recorders.scratch import scratch_dir
+from tttr.recorders.snapshot import overlay
 from tttr.recorders.treeio import remove_tree
 import sys
 import threading
@@ -174,9 +175,11 @@ class _Endpoint:
 
 def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: datetime, seed: int,
                    model: str | None = None, check: str | None = None, timeout_s: float = 600.0,
-                   unsafe_no_sandbox: bool = False, progress=None) -> ProgramResult:
+                   unsafe_no_sandbox: bool = False, progress=None, in_place: bool = False) -> ProgramResult:
     """Record `argv` run in the sandbox as one run of `db`. Everything a user can get wrong
-    (the program, the tree, the model path, the sandbox) is refused before `db` is touched."""
+    (the program, the tree, the model path, the sandbox) is refused before `db` is touched.
+    The program runs in a copy of `tree` (the end tree is in the database), so recording twice
+    starts from the same files; `in_place` runs it in `tree` itself."""
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
     from tttr.recorders.limits import Limits
@@ -184,16 +187,18 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
 
     say = progress or (lambda text: None)
     host = HostPython.current()
-    own_tree = tree is None
+    own_tree = tree is None or not in_place
+    if tree is not None and not Path(tree).is_dir():
+        raise ProgramRunError(f"--tree {tree!r} is not a directory: create it or pass an existing one")
     tree_dir = scratch_dir("tttr-program-tree-") if own_tree else Path(tree).resolve()
     work = scratch_dir("tttr-program-")
     try:
-        if not tree_dir.is_dir():
-            raise ProgramRunError(f"--tree {tree!r} is not a directory: create it or pass an existing one")
+        check_tree(Path(tree) if tree is not None else tree_dir)
+        if tree is not None and own_tree:  # a copy: links copied as links, nothing followed
+            overlay(tree, tree_dir)
         if check is not None and not check.strip():  # an empty shell line exits 0: every end tree would pass
             raise ProgramRunError("--check is empty: give a shell command that exits 0 when the end tree is right, "
                                   "e.g. --check 'grep -q picnic plan.txt'")
-        check_tree(tree_dir)
         program = check_program(argv, tree_dir, host)
         limits = Limits(timeout_s=timeout_s, tree_mb=1024)
         service = Service(model, kernel_mode="invariant", any_model=True)  # a wrong model path is refused here

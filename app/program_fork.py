@@ -423,9 +423,9 @@ _TOOL_REQUEST = ("function", "args", "kwargs", "cmd", "cwd", "timeout_s")
 
 def _same_request(kind: str, recorded: dict, live: dict) -> bool:
     if kind == "token":
-        from tttr.app.program_replay import _first_difference
+        from tttr.engine.replay.diff import first_request_difference
 
-        return _first_difference(recorded, live) is None
+        return first_request_difference(recorded, live) is None
     keys = ("function", "args", "kwargs") if "function" in recorded else ("cmd", "cwd", "timeout_s")
     if "tree_before" in recorded and "tree_before" in live:  # sdk.shell's cassette: the same files too
         keys += ("tree_before",)

@@ -44,7 +44,7 @@ from tttr.app.program_divergence import (
     RESPONSES_ROUTE, call_divergence, in_responses_terms, noting_responses, responses_body,
 )
 from tttr.engine.replay.events import stored_text
-from tttr.engine.replay.diff import Divergence
+from tttr.engine.replay.diff import Divergence, first_request_difference
 from tttr.engine.serve.sdk_tree import program_file
 from tttr.recorders.program import SOCKET_NAME, HostPython, api_dir, check_program, endpoint_env, sandboxed_command
 from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, site, site_parts
@@ -162,23 +162,6 @@ def _text(store, value) -> str:
 
 
 # ---------------------------------------------------------------------------- the answers
-def _first_difference(recorded: dict, live: dict) -> tuple[str, object, object] | None:
-    """(what, recorded value, live value) of the first message, then parameter, that differs."""
-    rec_msgs, live_msgs = recorded.get("messages"), live.get("messages")
-    if isinstance(rec_msgs, list) and isinstance(live_msgs, list):
-        for i in range(max(len(rec_msgs), len(live_msgs))):
-            a = rec_msgs[i] if i < len(rec_msgs) else None
-            b = live_msgs[i] if i < len(live_msgs) else None
-            if a != b:
-                return f"message {i}", a, b
-    elif rec_msgs != live_msgs:
-        return "messages", rec_msgs, live_msgs
-    for key in sorted((set(recorded) | set(live)) - {"messages"}):
-        if recorded.get(key) != live.get(key):
-            return f"parameter {key}", recorded.get(key), live.get(key)
-    return None
-
-
 def _response(endpoint: str, step: _Step, prompt: dict, model: str) -> dict:
     by_kind = {e.kind: e.value for e in step.events if site_parts(e.site)[2] is None}
     message = by_kind.get("message") if isinstance(by_kind.get("message"), dict) else {}
@@ -252,7 +235,7 @@ class Replayer:
                 prompt = next(e.value for e in step.events if e.kind == "prompt")
                 recorded = prompt.get("request") if isinstance(prompt.get("request"), dict) else {}
                 index = self.calls
-                diff = _first_difference(recorded, body)
+                diff = first_request_difference(recorded, body)
                 if prompt.get("endpoint", endpoint) != endpoint:
                     diff = ("endpoint", prompt.get("endpoint"), endpoint)
                 if diff is None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tttr.recorders.treestate import file_text, tree_at
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
 from tests.program_helpers import cli_json, replay_json
@@ -35,8 +36,8 @@ def test_example_solves_write_line_replays_faithfully_and_forks(tmp_path, capsys
                             "--check", "sh check.sh", "--json", "--", "python3", example])
     assert rec["exit_code"] == 0 and rec["passed"] is True and rec["calls"] == 2, rec["stderr"]
     assert "greeting.txt: 'hello world' (exit 0)" in rec["stdout"] and "[2026-03-02 09:05]" in rec["stdout"]
-    assert (tree / "greeting.txt").read_text() == "hello world\n"
     with Store.open(db, readonly=True) as store:
+        assert file_text(store, tree_at(store, rec["run_id"]).files["greeting.txt"]).text == "hello world\n"
         kinds = [e.kind for e in store.load_run(rec["run_id"])[1]]
     assert kinds.count("message") == 2 and kinds.count("clock") == 2 and kinds.count("tool") == 4, kinds  # setup:clock
 

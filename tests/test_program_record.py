@@ -6,12 +6,14 @@ random numbers inside the program."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import textwrap
 
 import pytest
 
 from tttr.app.cli import main
+from tttr.recorders.treestate import tree_at
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
 from tests.program_helpers import program_tree, record_one_call, record_program
@@ -40,8 +42,9 @@ def test_program_records_one_run_and_repeats_clock_and_randomness(tmp_path, caps
     lines = first["stdout"].splitlines()
     assert lines[0] == "2026-03-02 10:00:00"
     assert lines[:2] == second["stdout"].splitlines()[:2]  # same --seed and --clock: same values
-    assert (tmp_path / "a" / "answer.txt").exists()
+    assert not (tmp_path / "a" / "answer.txt").exists()  # recorded in a copy: --tree is left as it was
     with Store.open(db, readonly=True) as store:
+        assert "answer.txt" in tree_at(store, first["run_id"]).files  # the end tree is in the database
         run, events = store.load_run(first["run_id"])
         assert run.task == "program:python3" and run.status == "complete"
         kinds = [(e.step, e.kind) for e in events]
@@ -147,8 +150,8 @@ def test_unsafe_mode_reaches_the_model_over_the_hosts_loopback(tmp_path, capsys,
     db = tmp_path / "s.db"
     assert main(["record", "--db", str(db), "--", "true"]) == 2  # refused without the flag, nothing written
     assert "--unsafe-no-sandbox" in capsys.readouterr().err and not db.exists()
-    record_one_call(capsys, db, program_tree(tmp_path, "a", PROGRAM), "--unsafe-no-sandbox")
-    assert (tmp_path / "a" / "answer.txt").exists()
+    record_one_call(capsys, db, program_tree(tmp_path, "a", PROGRAM), "--unsafe-no-sandbox", "--in-place")
+    assert (tmp_path / "a" / "answer.txt").exists()  # --in-place: the program changed --tree itself
 
 
 SDK_PROGRAM = textwrap.dedent("""\
@@ -175,3 +178,32 @@ def test_the_sdk_inside_a_recorded_program_lands_in_its_run(tmp_path, capsys):
         kinds = [(e.step, e.kind) for e in events]
         assert (0, "tool") in kinds and (1, "clock") in kinds, kinds
         assert kinds[-2:] == [(2, "tool"), (2, "outcome")]
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_recording_twice_starts_from_the_same_files_unless_in_place(tmp_path, capsys):
+    """A program that writes its report once: recorded twice from one --tree, the second run
+    does not find the first one's report (the program ran in a copy); --in-place changes the
+    folder itself, and says it needs --tree."""
+    tree, db = program_tree(tmp_path, "t", WRITES_ONCE), tmp_path / "s.db"
+    first, second = (record_program(capsys, db, tree, "--check", "test -f report.txt") for _ in range(2))
+    assert first["stdout"] == second["stdout"] == "writing the report\n", (first, second)
+    assert sorted(os.listdir(tree)) == ["prog.py"]
+    in_place = record_program(capsys, db, tree, "--in-place")
+    assert in_place["stdout"] == "writing the report\n" and (tree / "report.txt").read_text() == "done\n"
+    assert record_program(capsys, db, tree, "--in-place")["stdout"] == "the report is there already\n"
+    assert main(["record", "--db", str(db), "--in-place", "--", "true"]) == 2
+    assert "--in-place" in capsys.readouterr().err
+    assert main(["record", "--db", str(db), "--task", "write-line", "--in-place"]) == 2
+    assert "--in-place goes with -- PROGRAM" in capsys.readouterr().err
+
+
+WRITES_ONCE = (
+    "import os\n"
+    "if os.path.exists('report.txt'):\n"
+    "    print('the report is there already')\n"
+    "else:\n"
+    "    open('report.txt', 'w').write('done\\n')\n"
+    "    print('writing the report')\n"
+)

@@ -245,3 +245,39 @@ def test_diff_of_an_agent_run_and_a_program_run_says_why_no_row_pairs(tmp_path, 
     assert f"note: run {agent} is the built-in agent's run and run {program} a recorded program's run" in err, err
     assert main(["diff", str(program), str(program), "--db", str(db)]) == 0
     assert "note:" not in capsys.readouterr().err
+
+
+def test_the_first_cause_is_the_earliest_divergence_in_consumption_order_not_the_first_layer():
+    """A clock read changed at step 0 changes the logits and tokens of the next step: the clock
+    is the first cause, named first, though the tensor layer comes first in the layers' order."""
+    from tttr.engine.replay.diff import RunDiff
+
+    a = [_E("0:clock", "clock", {"t": "09:00"}), _E("1:logits:0", "logits", {"digest": "aa"}),
+         _E("1:token:0", "token", {"id": 1})]
+    b = [_E("0:clock", "clock", {"t": "09:01"}), _E("1:logits:0", "logits", {"digest": "bb"}),
+         _E("1:token:0", "token", {"id": 2})]
+    first, counts = divergences(a, b)
+    d = RunDiff(1, 2, [], first, counts)
+    assert d.first_cause.site == "0:clock" and d.first_cause.layer == "trace"
+    assert [x.layer for x in d.by_cause()] == ["trace", *[layer for layer in first if layer != "trace"]]
+    assert d.to_json()["first_cause"]["site"] == "0:clock"
+    assert RunDiff(1, 2).first_cause is None and RunDiff(1, 2).by_cause() == []
+
+
+def test_the_first_differing_request_names_the_message_and_both_values():
+    from tttr.engine.replay.diff import first_request_difference, prompt_change
+
+    class P(_E):
+        def __init__(self, step, request):
+            super().__init__(f"{step}:prompt", "prompt", {"request": request})
+            self.step = step
+
+    said = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "it is 09:00"}],
+            "max_tokens": 8}
+    moved = {**said, "messages": [said["messages"][0], {"role": "user", "content": "it is 09:01"}]}
+    assert first_request_difference(said, said) is None
+    assert first_request_difference(said, {**said, "max_tokens": 9}) == ("parameter max_tokens", 8, 9)
+    change = prompt_change([P(0, said), P(1, said)], [P(0, said), P(1, moved)])
+    assert (change.step, change.what) == (1, "message 1")
+    assert change.a["content"] == "it is 09:00" and change.b["content"] == "it is 09:01"
+    assert prompt_change([P(0, said)], [P(0, said)]) is None

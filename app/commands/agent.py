@@ -27,7 +27,10 @@ def register(sub, bench_sub) -> None:
     )
     p.add_argument("--task", help="task name (see `tttr tasks`)")
     p.add_argument("program", nargs="*", metavar="PROGRAM ARG", help="after --: a program to record instead of --task")
-    p.add_argument("--tree", help="with a PROGRAM: its working tree, at /work (default: a fresh empty directory)")
+    p.add_argument("--tree", help="with a PROGRAM: its start tree, copied to /work (default: an empty one); the "
+                                  "end tree is kept in the database (tttr files RUN), DIR is left as it was")
+    p.add_argument("--in-place", action="store_true",
+                   help="with --tree: run the program in DIR itself, which it then changes (default: in a copy)")
     p.add_argument("--check", metavar="CMD", help="with a PROGRAM: a shell command run on the end tree; exit 0 = passed "
                                                  "(default: none, no verdict)")
     p.add_argument("--timeout", type=_timeout,
@@ -223,11 +226,11 @@ def cmd_record(args) -> int:
                             "-- PROGRAM ARG...: a program's model calls sample as each request asks, under the "
                             "invariant kernels, for as long as it runs (--timeout)")
         return cmd_record_program(args)
-    for name in ("tree", "check", "timeout"):
-        if getattr(args, name) is not None:
+    for name in ("tree", "check", "timeout", "in_place"):
+        if getattr(args, name) not in (None, False):
             from tttr.sessions.errors import TTTRError
 
-            raise TTTRError(f"--{name} goes with -- PROGRAM ARG..., not with --task")
+            raise TTTRError(f"--{name.replace('_', '-')} goes with -- PROGRAM ARG..., not with --task")
     for name, value in TASK_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -264,6 +267,10 @@ def cmd_record_program(args) -> int:
 
     clock = _clock_arg(args.clock) if args.clock is not None else sandbox_clock(datetime.now(), "--clock")
     seed = args.seed if args.seed is not None else random.randrange(2**31)
+    if args.in_place and args.tree is None:
+        from tttr.sessions.errors import TTTRError
+
+        raise TTTRError("--in-place runs the program in --tree DIR itself: give --tree DIR, or drop --in-place")
 
     def progress(text: str) -> None:
         if not args.json:
@@ -271,7 +278,7 @@ def cmd_record_program(args) -> int:
 
     res = record_program(args.db, list(args.program), tree=args.tree, clock=clock, seed=seed, model=args.model,
                          check=args.check, timeout_s=args.timeout or 600.0, unsafe_no_sandbox=args.unsafe_no_sandbox,
-                         progress=progress)
+                         progress=progress, in_place=args.in_place)
     print_result(res, args.db, args.json)
     return 0
 
@@ -444,10 +451,16 @@ def cmd_diff(args) -> int:
     console.print(table)
     if d.identical:
         console.print("the runs are identical at every compared site")
-    for layer, div in d.first_divergence.items():
-        more = d.differing_sites.get(layer, 1) - 1
-        tail = f"; {more} more differing site{'s' if more != 1 else ''} in the {layer} layer" if more else ""
-        console.print(shown(f"first divergence: {div.describe()}{tail}"))
+    for i, div in enumerate(d.by_cause()):  # the first cause first, then each other layer's first
+        more = d.differing_sites.get(div.layer, 1) - 1
+        tail = f"; {more} more differing site{'s' if more != 1 else ''} in the {div.layer} layer" if more else ""
+        head = "first divergence" if i == 0 else f"then, in the {div.layer} layer"
+        console.print(shown(f"{head}: {div.describe()}{tail}"))
+    if d.prompt_change is not None:
+        p = d.prompt_change
+        console.print(shown(f"the prompt of step {p.step} differs at {p.what}:"))
+        for run_id, value in ((args.run_a, p.a), (args.run_b, p.b)):
+            console.print(shown(f"  run {run_id}: {json.dumps(value, ensure_ascii=False)[:2000]}"))
     return 0
 
 

@@ -66,6 +66,20 @@ class DiffRow:
     same: bool
 
 
+@dataclass(frozen=True, slots=True)
+class PromptChange:
+    """Where the request of the first model call whose prompts differ parts: its step,
+    what differs (`message 2`, `parameter max_tokens`) and both values."""
+
+    step: int
+    what: str
+    a: Any
+    b: Any
+
+    def to_json(self) -> dict:
+        return {"step": self.step, "what": self.what, "a": self.a, "b": self.b}
+
+
 @dataclass(slots=True)
 class RunDiff:
     run_a: int
@@ -75,17 +89,32 @@ class RunDiff:
     # Per layer with a divergence: how many of its sites differ (or only one run has),
     # the first included.
     differing_sites: dict[str, int] = field(default_factory=dict)
+    prompt_change: PromptChange | None = None  # recorded programs and served calls: the first differing request
 
     @property
     def identical(self) -> bool:
         return not self.first_divergence and all(r.same for r in self.rows)
 
+    @property
+    def first_cause(self) -> Divergence | None:
+        """The earliest divergence of any layer, in the order the run consumed its values (a
+        clock read before the tokens it changed): the first cause, where the others follow."""
+        return min(self.first_divergence.values(), key=lambda d: site_order(d.site), default=None)
+
+    def by_cause(self) -> list[Divergence]:
+        """Each layer's first divergence, the first cause first, then the rest by layer."""
+        first = self.first_cause
+        return [] if first is None else [first, *(d for d in self.first_divergence.values() if d is not first)]
+
     def to_json(self) -> dict:
+        first = self.first_cause
         return {
             "run_a": self.run_a,
             "run_b": self.run_b,
             "identical": self.identical,
+            "first_cause": None if first is None else first.to_json(),
             "first_divergence": {k: v.to_json() for k, v in self.first_divergence.items()},
+            "prompt_change": None if self.prompt_change is None else self.prompt_change.to_json(),
             "differing_sites": dict(self.differing_sites),
             "rows": [
                 {"a_step": r.a_step, "b_step": r.b_step, "a_action": r.a_action,
@@ -93,6 +122,39 @@ class RunDiff:
                 for r in self.rows
             ],
         }
+
+
+def first_request_difference(a: dict, b: dict) -> tuple[str, Any, Any] | None:
+    """(what, a's value, b's value) of the first message, then parameter, where two model
+    requests (OpenAI chat or completions bodies) differ; None when they are the same."""
+    a_msgs, b_msgs = a.get("messages"), b.get("messages")
+    if isinstance(a_msgs, list) and isinstance(b_msgs, list):
+        for i in range(max(len(a_msgs), len(b_msgs))):
+            x = a_msgs[i] if i < len(a_msgs) else None
+            y = b_msgs[i] if i < len(b_msgs) else None
+            if x != y:
+                return f"message {i}", x, y
+    elif a_msgs != b_msgs:
+        return "messages", a_msgs, b_msgs
+    for key in sorted((set(a) | set(b)) - {"messages"}):
+        if a.get(key) != b.get(key):
+            return f"parameter {key}", a.get(key), b.get(key)
+    return None
+
+
+def prompt_change(a_events: list, b_events: list) -> PromptChange | None:
+    """The first step (in order) at which both runs made a model call with a recorded request
+    and the requests differ (a recorded program's or a served API's runs)."""
+    def requests(events) -> dict[int, dict]:
+        return {e.step: e.value["request"] for e in events if e.kind == "prompt" and isinstance(e.value, dict)
+                and isinstance(e.value.get("request"), dict)}
+
+    a, b = requests(a_events), requests(b_events)
+    for step in sorted(set(a) & set(b)):
+        found = first_request_difference(a[step], b[step])
+        if found is not None:
+            return PromptChange(step, *found)
+    return None
 
 
 def action_text(value: dict) -> str:
@@ -238,7 +300,7 @@ def diff_runs(store, run_a: int, run_b: int) -> RunDiff:
         a_actions = [p.key for p in program_steps(a_events)]
         b_actions = [p.key for p in program_steps(b_events)]
     first, counts = divergences(a_events, b_events)
-    return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts)
+    return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts, prompt_change(a_events, b_events))
 
 
 
@@ -302,7 +364,7 @@ def scan_runs(store, run_a: int, run_b: int, *, progress=None, cancelled=None) -
         a_actions = [p.key for p in program_steps(events["a"])]
         b_actions = [p.key for p in program_steps(events["b"])]
     first, counts = _first_per_layer(keyed)
-    return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts)
+    return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts, prompt_change(events["a"], events["b"]))
 
 
 def _check_readable(store, run_id: int) -> None:
