@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import shlex
 import shutil
-
-from tttr.recorders.treeio import remove_tree
 import statistics
 import subprocess
 import sys
@@ -44,6 +42,7 @@ from pathlib import Path
 from typing import Callable
 
 from tttr.app.program import ProgramRunError, Stopwatch, _Endpoint
+from tttr.recorders.treeio import remove_tree
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "assets" / "examples" / "openai_agent.py"
 TASK = "write-line"
