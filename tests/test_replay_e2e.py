@@ -102,6 +102,22 @@ def test_fork_a_clock_value(recorded, runtime):
     assert child.commands_run >= 1  # the command could not come from the cassette at another time
 
 
+def test_a_command_asked_again_in_the_same_state_takes_the_answer_the_database_holds(recorded, runtime):
+    """The world as a function of its state: a second fork identical to a first runs no
+    command (the first fork asked each of them in the same tree, clock, seed and
+    environment), and says where each answer came from; the decisions are the same."""
+    store, res, _ = recorded
+    first = fork(store, res.run_id, "0:clock", "+17d", runtime=runtime)  # no other test asks this day
+    assert first.commands_run >= 1
+    second = fork(store, res.run_id, "0:clock", "+17d", runtime=runtime)
+    assert second.commands_run == 0 and second.actions == first.actions
+    tools = {e.site: e.value for e in store.events(second.run_id, kind="tool")}
+    reused = {at: v["reused_from"] for at, v in tools.items() if "reused_from" in v}
+    assert reused and all(v["off_record"] for at, v in tools.items() if at in reused)
+    assert {r["run"] for r in reused.values()} == {first.run_id}, reused
+    assert all(store.event_at(r["run"], r["site"]).value["stdout"] == tools[at]["stdout"] for at, r in reused.items())
+
+
 def test_fork_the_setup_clock_from_the_command_line_in_either_spelling(recorded, capsys):
     """`--at setup:clock` and the old `--at -1:clock` (as its own argument, which argparse
     alone reads as an option) fork the same site; events, diff and the fork's record all

@@ -8,6 +8,7 @@ and after the command it is snapshotted again so a later replay can restore it.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
@@ -40,6 +41,7 @@ class World:
         self._tree_dir_digest: str | None = None
         self._executor = None
         self._executor_tree: Path | None = None
+        self._answer_index: dict | None = None  # known_answer's, read at its first use
 
     # ------------------------------------------------------------------ the tree
     def _executor_for(self, tree_dir: Path):
@@ -110,6 +112,46 @@ class World:
             "exports_after": dict(res.state_after.exports),
         }
 
+    def known_answer(self, step: int, cmd: str, clock: datetime) -> dict | None:
+        """The world as a function of its state: a tool value that some run of this task in
+        the database recorded for this command in this state (tree, working directory,
+        exports, and the environment it saw, which holds the clock and the step's seed), as
+        that state's answer, marked `reused_from` (run, site); None when no run has asked.
+        A live re-run of the same command in the same state can answer otherwise (a
+        pipeline's stderr interleaves by scheduling), so a replay that needs a command its
+        source never ran takes the answer the database already holds."""
+        index = self._answers()
+        if not index:
+            return None
+        shell = self.shell
+        expected = {**self._executor_for(self._materialise()).base_env(clock, step), **shell.exports}
+        found = index.get(_state_key(cmd, shell.cwd, shell.exports, self.tree, expected))
+        if found is None:
+            return None
+        run_id, at, value = found
+        if value.get("snapshot") and value.get("tree_after"):
+            self._manifests.setdefault(value["tree_after"], value["snapshot"])
+        return {**value, "reused_from": {"run": run_id, "site": at}}
+
+    def _answers(self) -> dict:
+        """(state key) -> (run, site, tool value) over the task's recorded runs, read once."""
+        if self._answer_index is None:
+            self._answer_index = {}
+            runs = getattr(self.store, "runs", None)
+            for run in (runs() if runs is not None else ()):
+                if run.task != self.task.name or run.problem:
+                    continue
+                for e in self.store.events(run.id, kind="tool"):
+                    v = e.value
+                    if not isinstance(v, dict) or v.get("mutated") or not isinstance(v.get("env"), dict) \
+                            or not isinstance(v.get("cmd"), str) or not isinstance(v.get("exports", {}), dict):
+                        continue
+                    env = {k: x for k, x in v["env"].items() if k != "LD_PRELOAD"}
+                    key = _state_key(v["cmd"], v.get("cwd"), v.get("exports", {}), v.get("tree_before"), env)
+                    self._answer_index.setdefault(key, (run.id, e.site, {k: x for k, x in v.items()
+                                                                        if k not in ("off_record", "reused_from")}))
+        return self._answer_index
+
     def _unrunnable(self, cmd: str, stderr: str) -> dict:
         """A command no shell can be given (the model wrote a NUL byte): a failed tool call,
         as a shell reports a command it cannot run, not the end of the run. Nothing ran,
@@ -139,3 +181,7 @@ class World:
 
     def close(self) -> None:
         remove_tree(self._workdir)
+
+
+def _state_key(cmd: str, cwd, exports: dict, tree: str | None, env: dict) -> str:
+    return json.dumps([cmd, cwd, sorted(exports.items()), tree, sorted(env.items())], default=str)
