@@ -188,6 +188,12 @@ def _text_or_blob(v):
     return f"is {_name(v)}, not text or a blob reference"
 
 
+def _reused(v):
+    if type(v) is not dict or not is_int(v.get("run"), 1) or type(v.get("site")) is not str:
+        return "is not {run, site}: the run and site whose answer was taken"
+    return None
+
+
 def _rng(v):
     if type(v) is not list or len(v) != 3 or not all(x is None or type(x) is int for x in v):
         return "is not a list of three integers (seed, step, position)"
@@ -220,7 +226,7 @@ RULES: dict[str, tuple[dict[str, Check], tuple[str, ...]]] = {
         "stdout_size": _optional(_count), "stderr_size": _optional(_count), "truncated": _bool,
         "limit_hit": _optional(_text), "tree_before": _optional(_text), "tree_after": _optional(_text), "snapshot": _optional(_text),
         "cwd_after": _text, "exports_after": _text_map, "mutated": _bool, "off_record": _bool,
-        "function": _text, "args": _list, "kwargs": _object, "error": _optional(_object),  # an SDK tool call
+        "reused_from": _reused, "function": _text, "args": _list, "kwargs": _object, "error": _optional(_object),  # an SDK tool call
     }, ()),
     "token": ({
         "id": _count, "text": _text, "forced": _bool, "logprob": _optional(_number), "rng": _rng,
