@@ -204,7 +204,7 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
         service = Service(model, kernel_mode="invariant", any_model=True)  # a wrong model path is refused here
         sock_dir = api_dir(work / "api", host)
         executor = Executor(tree_dir, seed=seed, unsafe_no_sandbox=unsafe_no_sandbox, limits=limits,
-                            binds=host.binds(sock_dir))
+                            binds=host.binds(sock_dir), logical_clock=True)
         name = f"program:{Path(argv[0]).name}"
         recorder = CallRecorder(db, service, default_run=name)
         owner = tree_dir.stat()

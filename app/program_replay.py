@@ -377,7 +377,8 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
         sock_dir = api_dir(work / "api", host)
         seed = fork.run_seed(rec.run.seed) if fork is not None else rec.run.seed  # an experiment may change it
         executor = Executor(tree_dir, seed=seed or 0, unsafe_no_sandbox=unsafe_no_sandbox,
-                            limits=Limits(timeout_s=timeout_s, tree_mb=1024), binds=host.binds(sock_dir))
+                            limits=Limits(timeout_s=timeout_s, tree_mb=1024), binds=host.binds(sock_dir),
+                            logical_clock=True)
         try:
             return _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
                            fork, model, code is not None)

@@ -4,7 +4,9 @@ Nothing else in the product executes agent commands. Each command runs in a fres
 bubblewrap sandbox (new PID, network, UTS, IPC and, where allowed, user namespaces) with
 the task tree at /work, a pinned environment, a virtual clock (libfaketime) set to the
 step's value, randomness seeded from (run seed, step), and resource limits. Shell state
-(cwd, exports) is carried explicitly from one command to the next.
+(cwd, exports) is carried explicitly from one command to the next. With `logical_clock`,
+the clock a command reads starts at the step's value and moves only with its reads and
+sleeps, never with real time (recorders/logicalclock.py).
 
 Whoever runs TTTR, the command cannot change the host outside its tree: it runs as an
 unprivileged host uid (as root, the launcher drops to SANDBOX_HOST_UID and the tree is
@@ -29,6 +31,7 @@ from tttr.recorders.errors import SandboxError
 from tttr.recorders.filetimes import SLACK_NS, clamp_times
 from tttr.recorders.launcher import SECCOMP_FD, STAGE, launch_prefix
 from tttr.recorders.limits import ExecutorCgroup, Limits
+from tttr.recorders.logicalclock import VARIABLE as LOGICAL_CLOCK, logical_clock_value
 from tttr.recorders.output import CappedBuffer, pump
 from tttr.recorders.probe import NAMESPACE_FLAGS, SandboxSupport, probe, shim_path
 from tttr.recorders.rootfs import READ_ONLY_TAIL, RUNTIME, SANDBOX_ROOT, UID, bwrap_fs_args, runtime_dir, step_args
@@ -95,11 +98,14 @@ class _Prepared:
 
 class Executor:
     """Runs agent commands against one tree. `seed` is the run's seed: the randomness a
-    command sees depends only on (seed, step)."""
+    command sees depends only on (seed, step). `logical_clock`: every clock read returns a
+    value that depends only on the command's reads and sleeps, not on elapsed real time
+    (for recorded programs, whose replays run under other loads); without it, libfaketime's
+    clock starts at the step's value and runs in real time."""
 
     def __init__(self, tree: Path | str, seed: int = 0, unsafe_no_sandbox: bool = False,
                  limits: Limits = Limits(), clamp_file_times: bool = True,
-                 binds: tuple[tuple[str, str], ...] = ()):
+                 binds: tuple[tuple[str, str], ...] = (), logical_clock: bool = False):
         self.tree = Path(tree).resolve()
         # (host directory, path inside) bound read-only: the host's Python, the model's socket
         self.binds = tuple((str(src), str(dest)) for src, dest in binds)
@@ -115,6 +121,7 @@ class Executor:
         self.sandboxed = self.support.ok
         self.clamp_file_times = clamp_file_times
         self._shim = shim_path(self.support)
+        self.logical_clock = logical_clock and self._shim is not None  # the shim keeps it
         inside = tuple(self._preload_libs(inside=True)) if self.sandboxed else ()
         self._runtime = runtime_dir(self._shim, inside)
         self._cgroup: ExecutorCgroup | None = None
@@ -132,6 +139,8 @@ class Executor:
             mech.append("unsafe-no-sandbox")
         if self.clamp_file_times:
             mech.append("file-times-clamped")
+        if self.logical_clock:
+            mech.append("logical-clock")
         return tuple(mech)
 
     def base_env(self, clock: datetime, step: int) -> dict[str, str]:
@@ -149,6 +158,8 @@ class Executor:
             env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
             env["DONT_FAKE_MONOTONIC"] = "1"  # the name before libfaketime 0.9.10
             env["FAKETIME_DISABLE_SHM"] = "1"  # no cross-process shared memory to leak state
+        if self.logical_clock:
+            env[LOGICAL_CLOCK] = logical_clock_value(clock)
         return env
 
     def run(self, command: str, clock: datetime, step: int = 0, state: ShellState | None = None) -> CommandResult:

@@ -1,7 +1,9 @@
 """The seeded-randomness shim: a preloaded library that answers getrandom, getentropy
 and arc4random from a stream seeded by (run seed, step, pid), and pins the variables
-that steer the virtual clock. It also passes monotonic clock_nanosleep() calls to the kernel
-past libfaketime, which answers them with EINVAL when the monotonic clock is real.
+that steer the virtual clock. Its second half, recorders/logicalclock.py, answers the
+clock itself where the logical clock is on, and otherwise passes monotonic
+clock_nanosleep() calls to the kernel past libfaketime, which answers them with EINVAL
+when the monotonic clock is real.
 
 It is shipped as C source and compiled with the system C compiler on first use into
 the cache directory. Seeding by pid as well keeps two processes of one command from
@@ -11,7 +13,7 @@ namespace when the same processes start.
 Inside the sandbox the shim and libfaketime are listed in /etc/ld.so.preload, so they are
 loaded into every dynamically linked process whatever its environment (unsetting
 LD_PRELOAD changes nothing). The shim also answers getenv() for libfaketime's variables
-(FAKE*, DONT_FAKE*, NO_FAKE*) and TTTR_SEED from a read-only file the executor writes for
+(FAKE*, DONT_FAKE*, NO_FAKE*), TTTR_SEED and TTTR_LOGICAL_CLOCK from a read-only file the executor writes for
 each command (PINNED_FILE): setting FAKETIME or FAKETIME_SKIP_CMDS in the sandbox changes
 nothing either. The shim comes first in the preload order, so libfaketime's own getenv()
 calls reach it. Outside the sandbox (no such file) it reads the environment as libc does.
@@ -26,6 +28,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from tttr.recorders.logicalclock import SOURCE as LOGICAL_CLOCK_SOURCE
+from tttr.recorders.logicalclock import VARIABLE as LOGICAL_CLOCK_VARIABLE
 from tttr.sessions.cache import build_shared
 
 STEP_DIR = "/run/tttr-step"             # per-command files, inside the sandbox (read-only)
@@ -64,7 +68,7 @@ static void tttr_load_pinned(void) {
 
 static int tttr_is_pinned(const char *name) {
     return !strncmp(name, "FAKE", 4) || !strncmp(name, "DONT_FAKE", 9) || !strncmp(name, "NO_FAKE", 7)
-        || !strcmp(name, "TTTR_SEED");
+        || !strcmp(name, "TTTR_SEED") || !strcmp(name, "TTTR_LOGICAL_CLOCK");
 }
 
 static char *tttr_lookup(char *const *entries, const char *name, size_t len) {
@@ -82,17 +86,22 @@ static char *tttr_pinned_get(const char *name, size_t len) {
     return NULL;
 }
 
+static void lc_process_start(void);
+
 /* Before main (and before libfaketime reads them, the shim being first in the preload
    order): the environment's clock and seed variables become the pinned ones, and those
    the sandbox does not pin are dropped; for programs such as bash that define their own
-   getenv(), which libfaketime's calls reach instead of ours. */
+   getenv(), which libfaketime's calls reach instead of ours. The logical time a parent
+   passed (TTTR_LOGICAL_AT) is read, then dropped: the program never sees it. */
 __attribute__((constructor)) static void tttr_pin_environ(void) {
     pthread_once(&tttr_pinned_once, tttr_load_pinned);
-    if (!tttr_pinned_ok || !environ) return;
+    lc_process_start();
+    if (!environ) return;
     char **out = environ;
     for (char **e = environ; *e; e++) {
+        if (!strncmp(*e, "TTTR_LOGICAL_AT=", 16)) continue;
         char *eq = strchr(*e, '=');
-        if (eq) {
+        if (eq && tttr_pinned_ok) {
             char name[128];
             size_t len = (size_t)(eq - *e);
             if (len < sizeof name) {
@@ -161,28 +170,12 @@ uint32_t arc4random_uniform(uint32_t upper) {
     return v % upper;
 }
 
-/* libfaketime 0.9.10 answers clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, ...), which
-   Python's time.sleep() uses, with EINVAL when the monotonic clock is not faked. In the
-   sandbox it is real (FAKETIME_DONT_FAKE_MONOTONIC=1), so such a sleep needs no
-   translation and goes straight to the kernel; any other goes on to libfaketime. */
-int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct timespec *rem) {
-    if (clk == CLOCK_MONOTONIC || clk == CLOCK_MONOTONIC_RAW || clk == CLOCK_BOOTTIME) {
-        const char *real = getenv("FAKETIME_DONT_FAKE_MONOTONIC");
-        if (real && real[0] == '1' && !real[1]) {
-            long r = syscall(SYS_clock_nanosleep, clk, flags, req, rem);
-            return r < 0 ? errno : 0;
-        }
-    }
-    static int (*next)(clockid_t, int, const struct timespec *, struct timespec *);
-    if (!next) next = (int (*)(clockid_t, int, const struct timespec *, struct timespec *))dlsym(RTLD_NEXT, "clock_nanosleep");
-    return next ? next(clk, flags, req, rem) : ENOSYS;
-}
 """
 
 
 def build_shim() -> tuple[Path | None, str | None]:
     """(path of the compiled shim, None) or (None, why it could not be built)."""
-    source = SOURCE.replace("PINNED_FILE", PINNED_FILE)
+    source = (SOURCE + LOGICAL_CLOCK_SOURCE).replace("PINNED_FILE", PINNED_FILE)
     return build_shared("seedrandom", source, ["-shared", "-fPIC", "-O2", "-pthread"], "the randomness shim")
 
 
@@ -193,7 +186,7 @@ def pinned_text(env: dict[str, str]) -> str:
 
 def is_pinned_name(name: str) -> bool:
     """The names the shim answers from PINNED_FILE (its tttr_is_pinned())."""
-    return name.startswith(("FAKE", "DONT_FAKE", "NO_FAKE")) or name == "TTTR_SEED"
+    return name.startswith(("FAKE", "DONT_FAKE", "NO_FAKE")) or name in ("TTTR_SEED", LOGICAL_CLOCK_VARIABLE)
 
 
 def urandom_stream(seed: int):
