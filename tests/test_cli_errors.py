@@ -190,6 +190,8 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ("bench", "app"): [["bench", "app", "--events", "10"], ["bench", "app", "--events", "x"]],
     ("bench", "agent"): [["bench", "agent", "--rounds", "0"], ["bench", "agent", "--rounds", "x"],
                          ["bench", "agent", "--model", "{missing}"]],
+    ("bench", "fidelity"): [["bench", "fidelity", "--replays", "0"], ["bench", "fidelity", "--load", "x"],
+                            ["bench", "fidelity", "--model", "{missing}"], ["bench", "fidelity", "--tasks", "nosuch"]],
     ("files",): [
         ["files", "{missing}", "1"], ["files", "{text}", "1"], ["files", "{db}", "999"],
         ["files", "{db}", "1", "--step", "99"], ["files", "{db}", "1", "--diff", "1", "--against", "1"],
@@ -199,7 +201,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
 # What `tttr --help` and `tttr bench --help` list (README's and docs' commands).
 COMMANDS = {"info", "runs", "events", "prompt", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
             "diff", "triage", "bisect", "open", "demo", "bench", "rename", "delete", "gc", "suite", "stats", "files"}
-BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve", "bisect", "agent"}
+BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve", "bisect", "agent", "fidelity"}
 
 
 def command_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = (), help_text: str | None = None):

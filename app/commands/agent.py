@@ -123,6 +123,25 @@ def register(sub, bench_sub) -> None:
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=cmd_bench_agent)
 
+    b = bench_sub.add_parser(
+        "fidelity", help="faithful replays under CPU load, the world's reuse, and how often it answers otherwise",
+        description="While busy processes keep every core loaded: records the three example programs and five "
+                    "built-in tasks and replays each faithfully --replays times (identical_fraction, target 1.0); "
+                    "forks each built-in run twice at setup:clock (world_reuse_fraction: of the commands the forks "
+                    "needed that their source never ran, those answered from the database); runs every recorded "
+                    "command again in its recorded state (same_state_disagreement: how often the world answers "
+                    "otherwise). A few minutes on 2 cores.",
+    )
+    b.add_argument("--replays", type=argtypes.bounded_int(1, 50, "a replay count"), default=5,
+                   help="faithful replays of each recording (default 5)")
+    b.add_argument("--load", type=argtypes.bounded_int(0, 64, "a process count"),
+                   help="busy processes kept running meanwhile (default: one per core; 0: none)")
+    b.add_argument("--examples", metavar="NAMES", help="comma-separated example programs (default: all three)")
+    b.add_argument("--tasks", metavar="NAMES", help="comma-separated built-in tasks (default: five easy ones)")
+    _model_args(b)
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.set_defaults(func=cmd_bench_fidelity)
+
 
 def _timeout(text: str) -> float:
     import argparse
@@ -493,6 +512,40 @@ def cmd_bench_replay(args) -> int:
     if args.json:
         print(json.dumps(result))
     return 0
+
+
+def cmd_bench_fidelity(args) -> int:
+    from tttr.app.bench_fidelity import EXAMPLES, TASKS, format_report, run_bench
+    from tttr.engine.inference.loader import resolve_model_path
+    from tttr.recorders.tasks import load_task
+    from tttr.sessions.errors import TTTRError
+
+    resolve_model_path(args.model)  # a wrong path is refused before any work
+    examples = _names(args.examples, EXAMPLES, "--examples")
+    for name in (tasks := _names(args.tasks, TASKS, "--tasks")):
+        load_task(name)  # an unknown task is refused before any work
+    bad = [e for e in examples if e not in EXAMPLES]
+    if bad:
+        raise TTTRError(f"--examples: no example program {bad[0]!r}: choose among {', '.join(EXAMPLES)}")
+
+    def progress(text: str) -> None:
+        print(f"bench fidelity: {text}", file=sys.stderr, flush=True)
+
+    report = run_bench(replays=args.replays, examples=examples, tasks=tasks, model=args.model, load=args.load,
+                       unsafe_no_sandbox=args.unsafe_no_sandbox, progress=progress)
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0
+
+
+def _names(text: str | None, default: tuple[str, ...], option: str) -> tuple[str, ...]:
+    if text is None:
+        return default
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        from tttr.sessions.errors import TTTRError
+
+        raise TTTRError(f"{option} names nothing: give comma-separated names, e.g. {default[0]}")
+    return names
 
 
 def cmd_bench_agent(args) -> int:
