@@ -66,3 +66,34 @@ def test_two_processes_of_one_command_draw_differently(tmp_path):
     with Executor(tmp_path, seed=5) as ex:
         out = ex.run("mktemp -u; mktemp -u", CLOCK).stdout.split()
     assert len(out) == 2 and out[0] != out[1]
+
+
+# Each value docs/sandbox.md says two sandboxes (or two runs of a recorded program) read alike,
+# and where a test checks it: a command of SEQUENCE above, or a read of tests/test_logical_clock.py's
+# READS program, which is compared on a busy machine and a quiet one.
+COVERED = {
+    "date": "date", "ls -l": "ls -l", "find": "find", "ps": "ps", "mktemp -u": "mktemp -u",
+    "$RANDOM": "echo $RANDOM $RANDOM", "head -c 8\n/dev/urandom": "head -c 16 /dev/urandom | od -An -tx1",
+    "random": "python3 -c 'import random, uuid; print(random.random(), uuid.uuid4())'",
+    "uuid4": "python3 -c 'import random, uuid; print(random.random(), uuid.uuid4())'",
+    "hostname": "hostname; id; echo $$", "id": "hostname; id; echo $$", "$$": "hostname; id; echo $$",
+    "datetime.now()": "READS:datetime.datetime.now()", "time.time()": "READS:time.time()",
+    "time.monotonic()": "READS:time.monotonic()",
+}
+
+
+def test_every_value_the_docs_call_the_same_is_checked_by_a_test():
+    import re
+    from pathlib import Path
+
+    from tests.test_logical_clock import READS
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "sandbox.md").read_text()
+    claim = doc[doc.index("Two sandboxes with the same clock and seed give"):doc.index("What still varies or")]
+    claimed = set(re.findall(r"`([^`]+)`", claim))
+    assert claimed == set(COVERED), f"docs/sandbox.md claims {sorted(claimed - set(COVERED))} without a check here"
+    for name, check in COVERED.items():
+        if check.startswith("READS:"):
+            assert check.removeprefix("READS:") in READS, name
+        else:
+            assert check in SEQUENCE, name
