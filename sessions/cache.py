@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -31,6 +32,17 @@ def _cpu_flags() -> str:
             return next((line for line in f if line.startswith("flags")), "")
     except OSError:
         return ""
+
+
+_LOCAL_INCLUDE = re.compile(r'^#include "([^"/]+)"\n', re.MULTILINE)
+
+
+def c_source(path: Path) -> str:
+    """The C file at `path` as the one text the compiler is handed: each `#include "name"` line
+    replaced by the text of the file `name` beside it (recursively). So `build_shared`'s key
+    covers every part, and the compiler needs no include path into the package. The files
+    ship as package data beside the modules that build them."""
+    return _LOCAL_INCLUDE.sub(lambda m: c_source(path.with_name(m.group(1))), path.read_text())
 
 
 def build_shared(stem: str, source: str, flags: list[str], what: str,

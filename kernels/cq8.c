@@ -1,0 +1,292 @@
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#define G 16
+#define MAXR 4
+#define MAXPARTS 8
+#define BLOCK_BYTES(L) ((L) == 0 ? 2 * G * 4 + 16 * G : (L) == 1 ? G * 4 + 32 * G : 2 * G * 4 + 32 * G)
+#define QOFF(L) ((L) == 1 ? G * 4 : 2 * G * 4)
+
+/* fp32 -> fp16 -> fp32, round to nearest even (ggml's GGML_FP32_TO_FP16 on F16C) */
+static inline float round_half(float f) { return (float)(_Float16)f; }
+
+/* ggml-quants.c's nearest_int: round half to even for |v| < 2^22 */
+static inline int nearest_int(float v) {
+    float t = v + 12582912.f;
+    int i;
+    memcpy(&i, &t, sizeof(int));
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* One row of K inputs to 8-bit blocks of kind 0 (Q8_0), 1 (Q8_1) or 2 (Q8_K): quants q[K],
+   and per 32 inputs the scale d[K/32] and the scaled sum s[K/32] (zero for Q8_0). */
+static void quantize_row(int kind, const float *x, int64_t K, int8_t *q, float *d, float *s) {
+    if (kind == 2) {
+        for (int64_t b0 = 0; b0 < K; b0 += 256) {
+            float max = 0.0f, amax = 0.0f;
+            for (int j = 0; j < 256; j++) {
+                const float ax = fabsf(x[b0 + j]);
+                if (ax > amax) { amax = ax; max = x[b0 + j]; }
+            }
+            float dk = 0.0f;
+            if (amax == 0.0f) {
+                memset(q + b0, 0, 256);
+            } else {
+                const float iscale = -127.f / max;
+                for (int j = 0; j < 256; j++) {
+                    const int v = nearest_int(iscale * x[b0 + j]);
+                    q[b0 + j] = (int8_t)(v < 127 ? v : 127);
+                }
+                dk = 1.0f / iscale;
+            }
+            for (int c = 0; c < 8; c++) {
+                int sum = 0;
+                for (int j = 0; j < 32; j++) sum += q[b0 + 32 * c + j];
+                d[b0 / 32 + c] = dk;
+                s[b0 / 32 + c] = dk * (float)sum;
+            }
+        }
+        return;
+    }
+    for (int64_t b = 0; b < K / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        const float db = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            const int v = (int)nearbyintf(xb[j] * id);
+            q[32 * b + j] = (int8_t)v;
+            sum += v;
+        }
+        d[b] = round_half(db);
+        s[b] = kind == 1 ? round_half(db * (float)sum) : 0.0f;
+    }
+}
+
+/* One group (16 outputs) of a layout-L weight (kquants.py) for R <= MAXR quantized rows:
+   quants xq (row stride ldq), scales xd and sums xs (row stride ldb); out row stride ldo. */
+#if defined(__AVX2__)
+#define KERNEL_NAME "avx2"
+/* inputs 4c .. 4c + 3 of the block's 16 outputs as two vectors (outputs 0-7, 8-15), each
+   output's four bytes in input order: the layout holds them input by input */
+static inline __attribute__((always_inline)) void gather4(const int L, const uint8_t *qs, int c, __m256i *lo,
+                                                          __m256i *hi) {
+    __m256i a, b;
+    if (L == 0) { /* byte p*16 + n: input 2p (low nibble), 2p + 1 (high); pairs 2c, 2c + 1 */
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 2 * c * G)), m = _mm256_set1_epi8(15);
+        a = _mm256_and_si256(v, m);                         /* [input 4c | 4c + 2] */
+        b = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);   /* [4c + 1 | 4c + 3] */
+    } else { /* byte j*16 + n: input j */
+        const __m256i v0 = _mm256_loadu_si256((const __m256i *)(qs + 4 * c * G));        /* [4c | 4c + 1] */
+        const __m256i v1 = _mm256_loadu_si256((const __m256i *)(qs + (4 * c + 2) * G));  /* [4c + 2 | 4c + 3] */
+        a = _mm256_permute2x128_si256(v0, v1, 0x20);  /* [4c | 4c + 2] */
+        b = _mm256_permute2x128_si256(v0, v1, 0x31);  /* [4c + 1 | 4c + 3] */
+    }
+    /* words (4c, 4c+1) of outputs 0-7 | (4c+2, 4c+3) of outputs 0-7, and the same for 8-15 */
+    const __m256i pat = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
+                                         0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
+    *lo = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(_mm256_unpacklo_epi8(a, b), 0xD8), pat);
+    *hi = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(_mm256_unpackhi_epi8(a, b), 0xD8), pat);
+}
+
+static inline __attribute__((always_inline)) void group(const int L, const uint8_t *gw, int64_t nb, const int8_t *xq,
+                                                        const float *xd, const float *xs, int64_t ldq, int64_t ldb,
+                                                        const int R, float *out, int64_t ldo) {
+    __m256 acc[MAXR][2];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = gw + b * BLOCK_BYTES(L);
+        const uint8_t *qs = blk + QOFF(L);
+        __m256i s0[MAXR][2], s1[MAXR][2];
+        for (int r = 0; r < R; r++) s0[r][0] = s0[r][1] = s1[r][0] = s1[r][1] = _mm256_setzero_si256();
+        for (int c = 0; c < 8; c++) {
+            __m256i w[2];
+            gather4(L, qs, c, &w[0], &w[1]);
+            const int sgn = L == 1 || L == 3;  /* signed quants: |w| times x with w's sign */
+            __m256i wa[2];
+            if (sgn) { wa[0] = _mm256_abs_epi8(w[0]); wa[1] = _mm256_abs_epi8(w[1]); }
+            for (int r = 0; r < R; r++) {
+                int32_t x4;
+                memcpy(&x4, xq + r * ldq + b * 32 + 4 * c, 4);
+                const __m256i xv = _mm256_set1_epi32(x4);
+                for (int h = 0; h < 2; h++) {
+                    const __m256i p = sgn ? _mm256_maddubs_epi16(wa[h], _mm256_sign_epi8(xv, w[h]))
+                                          : _mm256_maddubs_epi16(w[h], xv);
+                    const __m256i p32 = _mm256_madd_epi16(p, ones);
+                    if (L == 3 && c >= 4) s1[r][h] = _mm256_add_epi32(s1[r][h], p32);
+                    else s0[r][h] = _mm256_add_epi32(s0[r][h], p32);
+                }
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256 A = _mm256_loadu_ps((const float *)blk + 8 * h);
+            const __m256 B = L == 1 ? A : _mm256_loadu_ps((const float *)blk + G + 8 * h);
+            for (int r = 0; r < R; r++) {
+                const __m256 dx = _mm256_set1_ps(xd[r * ldb + b]);
+                acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(A, dx), _mm256_cvtepi32_ps(s0[r][h]), acc[r][h]);
+                if (L == 0 || L == 2)
+                    acc[r][h] = _mm256_fmadd_ps(B, _mm256_set1_ps(xs[r * ldb + b]), acc[r][h]);
+                else if (L == 3)
+                    acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(B, dx), _mm256_cvtepi32_ps(s1[r][h]), acc[r][h]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < 2; h++) _mm256_storeu_ps(out + r * ldo + 8 * h, acc[r][h]);
+}
+#else
+#define KERNEL_NAME "c"
+static inline void group(const int L, const uint8_t *gw, int64_t nb, const int8_t *xq, const float *xd,
+                         const float *xs, int64_t ldq, int64_t ldb, const int R, float *out, int64_t ldo) {
+    float acc[MAXR][G];
+    for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) acc[r][n] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = gw + b * BLOCK_BYTES(L);
+        const float *A = (const float *)blk, *B = A + G;
+        const uint8_t *qs = blk + QOFF(L);
+        for (int n = 0; n < G; n++) {
+            int w[32];
+            for (int j = 0; j < 32; j++)
+                w[j] = L == 0 ? (j & 1 ? qs[(j / 2) * G + n] >> 4 : qs[(j / 2) * G + n] & 15) : (int8_t)qs[j * G + n];
+            for (int r = 0; r < R; r++) {
+                const int8_t *x = xq + r * ldq + b * 32;
+                int S0 = 0, S1 = 0;
+                for (int j = 0; j < 16; j++) S0 += w[j] * x[j];
+                for (int j = 16; j < 32; j++) S1 += w[j] * x[j];
+                const float dx = xd[r * ldb + b];
+                if (L == 3) {
+                    acc[r][n] = fmaf(A[n] * dx, (float)S0, acc[r][n]);
+                    acc[r][n] = fmaf(B[n] * dx, (float)S1, acc[r][n]);
+                } else {
+                    acc[r][n] = fmaf(A[n] * dx, (float)(S0 + S1), acc[r][n]);
+                    if (L != 1) acc[r][n] = fmaf(B[n], xs[r * ldb + b], acc[r][n]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) out[r * ldo + n] = acc[r][n];
+}
+#endif
+
+typedef void (*group_fn)(const uint8_t *, int64_t, const int8_t *, const float *, const float *, int64_t, int64_t,
+                         float *, int64_t);
+#define SPECIALISE(L, R) static void group_##L##_##R(const uint8_t *g, int64_t nb, const int8_t *q, const float *d, \
+        const float *s, int64_t ldq, int64_t ldb, float *o, int64_t ldo) { group(L, g, nb, q, d, s, ldq, ldb, R, o, ldo); }
+#define ALL(L) SPECIALISE(L, 1) SPECIALISE(L, 2) SPECIALISE(L, 3) SPECIALISE(L, 4)
+#define ROW(L) {0, group_##L##_1, group_##L##_2, group_##L##_3, group_##L##_4}
+ALL(0)
+ALL(1)
+ALL(2)
+ALL(3)
+static const group_fn group_fns[4][MAXR + 1] = {ROW(0), ROW(1), ROW(2), ROW(3)};
+
+const char *tttr_q8_kernel(void) { return KERNEL_NAME; }
+
+/* The rows x[M, K] quantized as kind (0 Q8_0, 1 Q8_1, 2 Q8_K): q [M, K], d and s [M, K/32]. */
+int tttr_q8_quantize(int kind, const float *x, int64_t M, int64_t K, int8_t *q, float *d, float *s) {
+    if (kind < 0 || kind > 2 || K % (kind == 2 ? 256 : 32) || M < 0) return 1;
+    for (int64_t r = 0; r < M; r++) quantize_row(kind, x + r * K, K, q + r * K, d + r * (K / 32), s + r * (K / 32));
+    return 0;
+}
+
+/* The activations one call needs: per kind (Q8_0, Q8_1, Q8_K) that a part asks for, all M rows
+   quantized (quants [M, K], scales and sums [M, K/32]), in one allocation. */
+typedef struct { int8_t *q[3]; float *d[3], *s[3]; void *mem; } acts;
+
+static int acts_alloc(acts *a, const int need[3], int64_t M, int64_t K) {
+    const int64_t nb = K / 32;
+    size_t bytes = 0;
+    for (int k = 0; k < 3; k++) if (need[k]) bytes += (size_t)(M * K) + 2 * sizeof(float) * (size_t)(M * nb);
+    a->mem = malloc(bytes ? bytes : 1);
+    if (!a->mem) return 1;
+    float *f = (float *)a->mem;
+    for (int k = 0; k < 3; k++) {
+        if (!need[k]) { a->q[k] = 0; a->d[k] = a->s[k] = 0; continue; }
+        a->d[k] = f; a->s[k] = f + M * nb; f += 2 * M * nb;
+    }
+    int8_t *q = (int8_t *)f;
+    for (int k = 0; k < 3; k++) if (need[k]) { a->q[k] = q; q += M * K; }
+    return 0;
+}
+
+static inline void one_group(int64_t g, int nparts, const int64_t *first, const int *formats, const uint8_t *const *ws,
+                             int64_t nb, int64_t K, const acts *a, int64_t M, float *out, int64_t N) {
+    int i = 0;
+    while (i + 1 < nparts && g >= first[i + 1]) i++;
+    const int L = formats[i] & 15, k = formats[i] >> 4;
+    const uint8_t *gw = ws[i] + (g - first[i]) * nb * BLOCK_BYTES(L);
+    const group_fn *fns = group_fns[L];
+    for (int64_t r0 = 0; r0 < M; r0 += MAXR) {
+        const int R = M - r0 < MAXR ? (int)(M - r0) : MAXR;
+        fns[R](gw, nb, a->q[k] + r0 * K, a->d[k] + r0 * nb, a->s[k] + r0 * nb, K, nb, out + r0 * N + g * G, N);
+    }
+}
+
+/* out[M, N] = x[M, K] @ w^T with the rows of x quantized for each part as it asks, for a weight
+   stacked from nparts parts: part i of ns[i] rows (a multiple of 16) at ws[i], formats[i] =
+   its layout | activation kind << 4 (kinds: 0 Q8_0, 1 Q8_1, 2 Q8_K); K a multiple of 32 (of
+   256 for a Q8_K part). The same arguments as kernels.cquant's tttr_qlinear_parts, so the
+   compiled decode step can call either through one pointer type: from inside an active OpenMP
+   region, called by every thread of the team with the same arguments, each thread quantizes
+   the rows for itself (the same bits; M * K is small beside the product), the team shares the
+   groups and each thread returns after its share (the caller synchronises before reading out);
+   otherwise the call opens a region
+   of `threads` threads. Each group of 16 outputs is one thread's. Returns nonzero on bad sizes
+   (2: out of memory). */
+int tttr_q8_linear_parts(int nparts, const int *formats, const uint8_t *const *ws, const int64_t *ns, int64_t K,
+                         const float *x, int64_t M, float *out, int threads) {
+    if (K % 32 || M < 0 || nparts < 1 || nparts > MAXPARTS) return 1;
+    int64_t first[MAXPARTS + 1];
+    int need[3] = {0, 0, 0};
+    first[0] = 0;
+    for (int i = 0; i < nparts; i++) {
+        const int L = formats[i] & 15, k = formats[i] >> 4;
+        if (ns[i] % G || L > 3 || k < 0 || k > 2 || (k == 2 && K % 256)) return 1;
+        first[i + 1] = first[i] + ns[i] / G;
+        need[k] = 1;
+    }
+    if (M == 0) return 0;
+    const int64_t nb = K / 32, groups = first[nparts], N = groups * G;
+    acts a;
+    if (omp_in_parallel()) {
+        const int failed = acts_alloc(&a, need, M, K);
+        if (!failed)
+            for (int k = 0; k < 3; k++)
+                if (need[k])
+                    for (int64_t r = 0; r < M; r++)
+                        quantize_row(k, x + r * K, K, a.q[k] + r * K, a.d[k] + r * nb, a.s[k] + r * nb);
+        /* every thread reaches the loop, a failed one taking no groups; each frees its own
+           activations and returns without waiting for the others, as cquant's products do: the
+           caller synchronises before reading out (libgomp's barrier would spin ~300,000 pauses
+           before it sleeps, on a loaded machine milliseconds, four times a layer) */
+        #pragma omp for schedule(static) nowait
+        for (int64_t g = 0; g < groups; g++)
+            if (!failed) one_group(g, nparts, first, formats, ws, nb, K, &a, M, out, N);
+        if (failed) return 2;
+        free(a.mem);
+        return 0;
+    }
+    if (acts_alloc(&a, need, M, K)) return 2;
+    #pragma omp parallel num_threads(threads)
+    {
+        for (int k = 0; k < 3; k++) {
+            if (!need[k]) continue;
+            #pragma omp for schedule(static)
+            for (int64_t r = 0; r < M; r++)
+                quantize_row(k, x + r * K, K, a.q[k] + r * K, a.d[k] + r * nb, a.s[k] + r * nb);
+        }
+        #pragma omp for schedule(static)
+        for (int64_t g = 0; g < groups; g++) one_group(g, nparts, first, formats, ws, nb, K, &a, M, out, N);
+    }
+    free(a.mem);
+    return 0;
+}

@@ -1,0 +1,235 @@
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#define G 16
+#define MAXR 8
+#define MAXPARTS 8
+
+/* One group (16 outputs) of a layout-FMT weight (kquants.py: 0 nibbles, w = fma(A, q, B);
+   1 int8, w = A * q; 2 int8, w = fma(A, q, B); 3 int8, w = (k < 16 ? A : B) * q; a constant
+   once inlined) for R <= 8 input rows x (row stride ldx); out row stride ldo. Per 32-input
+   block and input pair p, the two weight vectors are expanded and every row takes its two
+   fused multiply-adds. The three bodies below run the same fused multiply-adds in the same
+   order. */
+#define BLOCK_BYTES(FMT) ((FMT) == 0 ? 2 * G * 4 + 16 * G : (FMT) == 1 ? G * 4 + 32 * G : 2 * G * 4 + 32 * G)
+#define QOFF(FMT) ((FMT) == 1 ? G * 4 : 2 * G * 4)
+#if defined(__AVX512F__)
+#define KERNEL_NAME "avx512"
+static inline __attribute__((always_inline)) void group(const int fmt, const uint8_t *gw, int64_t nb, const float *x,
+                                                        int64_t ldx, const int R, float *out, int64_t ldo) {
+    __m512 acc0[MAXR], acc1[MAXR];
+    for (int r = 0; r < R; r++) { acc0[r] = _mm512_setzero_ps(); acc1[r] = _mm512_setzero_ps(); }
+    const __m512i low = _mm512_set1_epi32(15);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
+        const __m512 A = _mm512_loadu_ps((const float *)blk);
+        const __m512 B = fmt == 1 ? A : _mm512_loadu_ps((const float *)blk + G);
+        const uint8_t *qs = blk + QOFF(fmt);
+        const float *xb = x + b * 32;
+        for (int p = 0; p < 16; p++) {
+            __m512 w0, w1;
+            if (fmt == 0) {
+                const __m512i qv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + p * G)));
+                w0 = _mm512_fmadd_ps(A, _mm512_cvtepi32_ps(_mm512_and_si512(qv, low)), B);
+                w1 = _mm512_fmadd_ps(A, _mm512_cvtepi32_ps(_mm512_srli_epi32(qv, 4)), B);
+            } else {
+                const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + 2 * p * G))));
+                const __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + (2 * p + 1) * G))));
+                if (fmt == 2) {
+                    w0 = _mm512_fmadd_ps(A, q0, B);
+                    w1 = _mm512_fmadd_ps(A, q1, B);
+                } else {
+                    const __m512 s = fmt == 3 && p >= 8 ? B : A;
+                    w0 = _mm512_mul_ps(s, q0);
+                    w1 = _mm512_mul_ps(s, q1);
+                }
+            }
+            for (int r = 0; r < R; r++) {
+                acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
+                acc1[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + 2 * p + 1]), w1, acc1[r]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * ldo, _mm512_add_ps(acc0[r], acc1[r]));
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+#define KERNEL_NAME "avx2"
+/* a group is two 8-lane halves: lanes 0-7 and 8-15; expand8 expands input pair p of one half */
+static inline __attribute__((always_inline)) void expand8(const int fmt, const __m256 A, const __m256 B,
+                                                          const uint8_t *qs, const int p, __m256 *w0, __m256 *w1) {
+    if (fmt == 0) {
+        const __m256i qv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + p * G)));
+        *w0 = _mm256_fmadd_ps(A, _mm256_cvtepi32_ps(_mm256_and_si256(qv, _mm256_set1_epi32(15))), B);
+        *w1 = _mm256_fmadd_ps(A, _mm256_cvtepi32_ps(_mm256_srli_epi32(qv, 4)), B);
+    } else {
+        const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 2 * p * G))));
+        const __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + (2 * p + 1) * G))));
+        if (fmt == 2) {
+            *w0 = _mm256_fmadd_ps(A, q0, B);
+            *w1 = _mm256_fmadd_ps(A, q1, B);
+        } else {
+            const __m256 s = fmt == 3 && p >= 8 ? B : A;
+            *w0 = _mm256_mul_ps(s, q0);
+            *w1 = _mm256_mul_ps(s, q1);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void group(const int fmt, const uint8_t *gw, int64_t nb, const float *x,
+                                                        int64_t ldx, const int R, float *out, int64_t ldo) {
+    if (R <= 2) {
+        /* Few rows (decode): both halves in one pass, so four or eight accumulator chains are in
+           flight instead of two or four (one pass per half waits on the fused multiply-add's
+           latency). Each lane's sums are the same, in the same order, as below. */
+        __m256 acc0[2][2], acc1[2][2];
+        for (int h = 0; h < 2; h++)
+            for (int r = 0; r < R; r++) { acc0[h][r] = _mm256_setzero_ps(); acc1[h][r] = _mm256_setzero_ps(); }
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
+            const __m256 A0 = _mm256_loadu_ps((const float *)blk), A1 = _mm256_loadu_ps((const float *)blk + 8);
+            const __m256 B0 = fmt == 1 ? A0 : _mm256_loadu_ps((const float *)blk + G);
+            const __m256 B1 = fmt == 1 ? A1 : _mm256_loadu_ps((const float *)blk + G + 8);
+            const uint8_t *qs = blk + QOFF(fmt);
+            const float *xb = x + b * 32;
+            for (int p = 0; p < 16; p++) {
+                __m256 w0[2], w1[2];
+                expand8(fmt, A0, B0, qs, p, &w0[0], &w1[0]);
+                expand8(fmt, A1, B1, qs + 8, p, &w0[1], &w1[1]);
+                for (int r = 0; r < R; r++) {
+                    const __m256 x0 = _mm256_set1_ps(xb[r * ldx + 2 * p]), x1 = _mm256_set1_ps(xb[r * ldx + 2 * p + 1]);
+                    for (int h = 0; h < 2; h++) {
+                        acc0[h][r] = _mm256_fmadd_ps(x0, w0[h], acc0[h][r]);
+                        acc1[h][r] = _mm256_fmadd_ps(x1, w1[h], acc1[h][r]);
+                    }
+                }
+            }
+        }
+        for (int h = 0; h < 2; h++)
+            for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * ldo + 8 * h, _mm256_add_ps(acc0[h][r], acc1[h][r]));
+        return;
+    }
+    for (int h = 0; h < 2; h++) {
+        __m256 acc0[MAXR], acc1[MAXR];
+        for (int r = 0; r < R; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
+            const __m256 A = _mm256_loadu_ps((const float *)blk + 8 * h);
+            const __m256 B = fmt == 1 ? A : _mm256_loadu_ps((const float *)blk + G + 8 * h);
+            const uint8_t *qs = blk + QOFF(fmt) + 8 * h;
+            const float *xb = x + b * 32;
+            for (int p = 0; p < 16; p++) {
+                __m256 w0, w1;
+                expand8(fmt, A, B, qs, p, &w0, &w1);
+                for (int r = 0; r < R; r++) {
+                    acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
+                    acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p + 1]), w1, acc1[r]);
+                }
+            }
+        }
+        for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * ldo + 8 * h, _mm256_add_ps(acc0[r], acc1[r]));
+    }
+}
+#else
+#define KERNEL_NAME "c"
+static inline void group(const int fmt, const uint8_t *gw, int64_t nb, const float *x, int64_t ldx, const int R,
+                         float *out, int64_t ldo) {
+    float acc0[MAXR][G], acc1[MAXR][G];
+    for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) acc0[r][n] = acc1[r][n] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
+        const float *A = (const float *)blk, *B = A + G;
+        const uint8_t *qs = blk + QOFF(fmt);
+        const int8_t *qi = (const int8_t *)qs;
+        for (int p = 0; p < 16; p++)
+            for (int n = 0; n < G; n++) {
+                float w0, w1;
+                if (fmt == 0) {
+                    w0 = fmaf(A[n], (float)(qs[p * G + n] & 15), B[n]);
+                    w1 = fmaf(A[n], (float)(qs[p * G + n] >> 4), B[n]);
+                } else if (fmt == 2) {
+                    w0 = fmaf(A[n], (float)qi[2 * p * G + n], B[n]);
+                    w1 = fmaf(A[n], (float)qi[(2 * p + 1) * G + n], B[n]);
+                } else {
+                    const float s = fmt == 3 && p >= 8 ? B[n] : A[n];
+                    w0 = s * (float)qi[2 * p * G + n];
+                    w1 = s * (float)qi[(2 * p + 1) * G + n];
+                }
+                for (int r = 0; r < R; r++) {
+                    acc0[r][n] = fmaf(x[r * ldx + b * 32 + 2 * p], w0, acc0[r][n]);
+                    acc1[r][n] = fmaf(x[r * ldx + b * 32 + 2 * p + 1], w1, acc1[r][n]);
+                }
+            }
+    }
+    for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) out[r * ldo + n] = acc0[r][n] + acc1[r][n];
+}
+#endif
+
+typedef void (*group_fn)(const uint8_t *, int64_t, const float *, int64_t, float *, int64_t);
+#define SPECIALISE(FMT, R) static void group_##FMT##_##R(const uint8_t *g, int64_t nb, const float *x, int64_t ldx, \
+                                                          float *o, int64_t ldo) { group(FMT, g, nb, x, ldx, R, o, ldo); }
+#define ALL(FMT) SPECIALISE(FMT, 1) SPECIALISE(FMT, 2) SPECIALISE(FMT, 3) SPECIALISE(FMT, 4) \
+                 SPECIALISE(FMT, 5) SPECIALISE(FMT, 6) SPECIALISE(FMT, 7) SPECIALISE(FMT, 8)
+#define ROW(FMT) {0, group_##FMT##_1, group_##FMT##_2, group_##FMT##_3, group_##FMT##_4, group_##FMT##_5, \
+                  group_##FMT##_6, group_##FMT##_7, group_##FMT##_8}
+ALL(0)
+ALL(1)
+ALL(2)
+ALL(3)
+static const group_fn group_fns[4][MAXR + 1] = {ROW(0), ROW(1), ROW(2), ROW(3)};
+
+const char *tttr_qlinear_kernel(void) { return KERNEL_NAME; }
+
+/* Outputs g*16 .. g*16+15 of all M rows: the same calls whichever thread runs it. */
+static inline void one_group(int64_t g, const int64_t *first, const int *formats, const uint8_t *const *ws,
+                             int64_t nb, int64_t K, const float *x, int64_t M, float *out, int64_t N) {
+    int i = 0;
+    while (g >= first[i + 1]) i++;
+    const int fmt = formats[i];
+    const uint8_t *gw = ws[i] + (g - first[i]) * nb * BLOCK_BYTES(fmt);
+    const group_fn *fns = group_fns[fmt];
+    for (int64_t r0 = 0; r0 < M; r0 += MAXR) {
+        const int R = M - r0 < MAXR ? (int)(M - r0) : MAXR;
+        fns[R](gw, nb, x + r0 * K, K, out + r0 * N + g * G, N);
+    }
+}
+
+/* out[M, N] = x[M, K] @ w^T for a weight stacked from nparts parts, part i of ns[i] rows (a
+   multiple of 16) in layout formats[i] at ws[i]; N the sum; K a multiple of 32. Each group of
+   16 outputs is one thread's, whatever part it is in. Returns nonzero on bad sizes.
+   Called from inside an active OpenMP parallel region (the compiled decode step's one region
+   a pass), by every thread of its team with the same arguments, each thread computes its
+   share of the groups and returns without waiting for the others (`threads` is not read):
+   the caller synchronises before reading out. Otherwise the call opens a region of `threads`
+   threads of its own. */
+int tttr_qlinear_parts(int nparts, const int *formats, const uint8_t *const *ws, const int64_t *ns, int64_t K,
+                       const float *x, int64_t M, float *out, int threads) {
+    if (K % 32 || M < 0 || nparts < 1 || nparts > MAXPARTS) return 1;
+    int64_t first[MAXPARTS + 1];
+    first[0] = 0;
+    for (int i = 0; i < nparts; i++) {
+        if (ns[i] % G || formats[i] < 0 || formats[i] > 3) return 1;
+        first[i + 1] = first[i] + ns[i] / G;
+    }
+    const int64_t nb = K / 32, groups = first[nparts], N = groups * G;
+    if (omp_in_parallel()) {
+        #pragma omp for schedule(static) nowait
+        for (int64_t g = 0; g < groups; g++) one_group(g, first, formats, ws, nb, K, x, M, out, N);
+        return 0;
+    }
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t g = 0; g < groups; g++) one_group(g, first, formats, ws, nb, K, x, M, out, N);
+    return 0;
+}
+
+/* The same for a weight of one part. */
+int tttr_qlinear(int format, const uint8_t *w, int64_t N, int64_t K, const float *x, int64_t M,
+                 float *out, int threads) {
+    return tttr_qlinear_parts(1, &format, &w, &N, K, x, M, out, threads);
+}
+#include "kquants.h"
