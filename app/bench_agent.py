@@ -41,7 +41,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from tttr.app.program import ProgramRunError, Stopwatch, _Endpoint
+from tttr.engine.program.record import ProgramRunError, Stopwatch, _Endpoint
 from tttr.recorders.treeio import remove_tree
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "assets" / "examples" / "openai_agent.py"
@@ -206,8 +206,8 @@ def _fork_site(db: str, run_id: int) -> tuple[str, str]:
 
 
 def _fork(db: str, run_id: int, site: str, value: str, model: str | None, unsafe_no_sandbox: bool):
-    from tttr.app.program_fork import check_program_fork
-    from tttr.app.program_replay import replay_program
+    from tttr.engine.program.fork import check_program_fork
+    from tttr.engine.program.replay import replay_program
     from tttr.sessions.store import Store
 
     with Store.open(db, create=False, readonly=True) as reader:
@@ -218,8 +218,8 @@ def _fork(db: str, run_id: int, site: str, value: str, model: str | None, unsafe
 # ---------------------------------------------------------------------------- the bench
 def measure(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: bool = False,
             progress: Callable[[str], None] = lambda text: None) -> Figures:
-    from tttr.app.program import record_program
-    from tttr.app.program_replay import replay_program
+    from tttr.engine.program.record import record_program
+    from tttr.engine.program.replay import replay_program
     from tttr.recorders.tasks import load_task
 
     clock = load_task(TASK).clock

@@ -72,8 +72,8 @@ def _program_tree(parent: Path, example: str) -> Path:
 
 
 def _programs(db: str, work: Path, examples, replays: int, model, unsafe: bool, say) -> list[bool]:
-    from tttr.app.program import record_program
-    from tttr.app.program_replay import replay_program
+    from tttr.engine.program.record import record_program
+    from tttr.engine.program.replay import replay_program
     from tttr.recorders.tasks import load_task
 
     clock = load_task(PROGRAM_TASK).clock

@@ -180,7 +180,7 @@ def test_triage_replays_finishing_out_of_order_are_said_as_they_finish_and_liste
     says each as it comes, the table lists them tensor, token, trace. The experiment itself is
     stood in for (its replays are tested in tests/test_triage.py); the screen is what is tested."""
     from tests.test_program_triage import program_run
-    from tttr.app import program_triage
+    from tttr.engine.program import triage as program_triage
     from tttr.engine.replay.deltas import Delta
     from tttr.engine.replay.triage import BATCHED, LayerResult, Triage
     from tttr.engine.replay.trial import Trial

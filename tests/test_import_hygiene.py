@@ -42,7 +42,7 @@ def test_domain_never_loads_textual(package):
 
 # What replaying a recorded program needs: reading the recording, the sandbox, the server
 # that answers from it. None of it may load torch (seconds of every `tttr replay`).
-REPLAY_ONLY = ("tttr.app.program_replay", "tttr.app.server", "tttr.engine.serve.recorder",
+REPLAY_ONLY = ("tttr.engine.program.replay", "tttr.app.server", "tttr.engine.serve.recorder",
                "tttr.recorders.sandbox", "tttr.recorders.snapshot", "tttr.recorders.sdk")
 
 

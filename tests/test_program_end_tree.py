@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from tttr.app.program_replay import same_files
+from tttr.engine.program.replay import same_files
 from tttr.recorders.snapshot import snapshot
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox

@@ -195,8 +195,8 @@ def test_fork_at_a_clock_read_moves_it_and_later_reads_and_the_setup_clock_moves
 def test_a_fork_cancelled_while_its_program_runs_is_stored_incomplete_without_a_verdict(tmp_path, capsys):
     import threading
 
-    from tttr.app.program_fork import check_program_fork
-    from tttr.app.program_replay import replay_program
+    from tttr.engine.program.fork import check_program_fork
+    from tttr.engine.program.replay import replay_program
 
     db, rec = _record(capsys, tmp_path)
     with Store.open(db, readonly=True) as store:

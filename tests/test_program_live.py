@@ -1,4 +1,4 @@
-"""The live model of a program's replay or fork (app/program_live.py) loads beside the program,
+"""The live model of a program's replay or fork (engine/program/live.py) loads beside the program,
 not before it: a fork's checks import no torch, `start_loading` returns at once, and the thread
 that imported torch and loaded the model lasts until `close` (a pool started by a thread that
 then ends makes later generation several times slower)."""
@@ -24,7 +24,7 @@ def test_checking_a_calls_recorded_sampling_imports_no_torch():
 
 
 def test_the_model_loads_in_a_thread_that_lasts_until_close(monkeypatch):
-    from tttr.app import program_live
+    from tttr.engine.program import live as program_live
 
     release = threading.Event()
     threads: list[threading.Thread] = []
@@ -55,7 +55,7 @@ def test_the_model_loads_in_a_thread_that_lasts_until_close(monkeypatch):
 
 
 def test_a_failed_load_is_raised_where_the_model_is_wanted(monkeypatch):
-    from tttr.app import program_live
+    from tttr.engine.program import live as program_live
 
     def load(self):
         self._loaded.append(RuntimeError("no such model"))

@@ -19,11 +19,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from tttr.app.program import ProgramResult, print_result
-from tttr.app.program_divergence import (
+from tttr.app.commands.program_output import print_result
+from tttr.engine.program.record import ProgramResult
+from tttr.engine.program.divergence import (
     call_divergence, in_responses_terms, message_sources, noting_responses, responses_body,
 )
-from tttr.app.program_replay import DEFAULT_TIMEOUT_S, NAMES, recorded_timeout
+from tttr.engine.program.replay import DEFAULT_TIMEOUT_S, NAMES, recorded_timeout
 from tttr.sessions.store import Store
 from sandbox_helpers import needs_sandbox
 from tests.program_helpers import cli_json, program_tree, record_program, replay_json

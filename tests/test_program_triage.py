@@ -57,7 +57,7 @@ def program_run(store: Store, *, argv=ARGV, clock: str = "2026-03-02T10:01:00", 
 
 
 def _deltas(store, base: int, other: int):
-    from tttr.app.program_deltas import ProgramPair, deltas
+    from tttr.engine.program.deltas import ProgramPair, deltas
 
     return deltas(ProgramPair.load(store, base, other))
 
@@ -104,7 +104,7 @@ def test_a_shell_commands_delta_needs_the_same_files_before_and_carries_its_effe
 
 
 def test_a_programs_actions_are_its_sdk_tool_calls_then_its_end_tree(tmp_path):
-    from tttr.app.program_triage import program_actions
+    from tttr.engine.program.triage import program_actions
 
     with Store.open(tmp_path / "s.db") as store:
         sunny, rain = program_run(store), program_run(store, result="rain")
@@ -113,7 +113,7 @@ def test_a_programs_actions_are_its_sdk_tool_calls_then_its_end_tree(tmp_path):
 
 
 def test_pairs_that_cannot_be_compared_are_refused_in_one_line(tmp_path):
-    from tttr.app.program_deltas import ProgramPair, differing
+    from tttr.engine.program.deltas import ProgramPair, differing
     from tttr.engine.replay.deltas import DeltaError
 
     with Store.open(tmp_path / "s.db") as store:
@@ -128,8 +128,8 @@ def test_pairs_that_cannot_be_compared_are_refused_in_one_line(tmp_path):
 
 
 def test_a_fork_plan_takes_one_change_per_site():
-    from tttr.app.program import ProgramRunError
-    from tttr.app.program_fork import Change, ForkPlan
+    from tttr.engine.program.record import ProgramRunError
+    from tttr.engine.program.fork import Change, ForkPlan
     from tttr.sessions.vocabulary import Site
 
     one = Change(Site(2, "tool"), {"result": "x"}, "x")
@@ -150,8 +150,8 @@ def test_an_experiments_tests_share_one_model_and_record_into_their_own_runs(mon
     from concurrent.futures import ThreadPoolExecutor
     from types import SimpleNamespace
 
-    from tttr.app import program_live
-    from tttr.app.program_triage import SharedModel
+    from tttr.engine.program import live as program_live
+    from tttr.engine.program.triage import SharedModel
 
     loads, go = [], threading.Event()
 
@@ -234,7 +234,7 @@ def record_pair(capsys, tmp_path: Path) -> tuple[Path, int, int]:
 @needs_sandbox
 def test_triage_names_the_planted_layer_and_bisect_finds_the_planted_site(tmp_path, capsys, monkeypatch):
     """bisect twice: batched (the default) and --one-at-a-time, with the same results."""
-    from tttr.app.program_triage import SharedModel
+    from tttr.engine.program.triage import SharedModel
 
     db, good, bad = record_pair(capsys, tmp_path)
     with Store.open(db, readonly=True) as store:
@@ -362,8 +362,8 @@ def test_an_experiments_changes_apply_at_their_steps_or_where_their_request_come
     applies to the live call that asks what it asked."""
     from types import SimpleNamespace
 
-    from tttr.app.program_fork import Change, ForkPlan
-    from tttr.app.program_replay import _Recording, _Step
+    from tttr.engine.program.fork import Change, ForkPlan
+    from tttr.engine.program.replay import _Recording, _Step
     from tttr.sessions.vocabulary import Site
 
     def step(n, kind, value):

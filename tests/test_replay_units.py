@@ -164,7 +164,7 @@ def test_an_sdk_tool_result_that_differs_is_a_trace_divergence():
 
 
 def _program_run(store, decided: str, later: str, t: str = "2026-03-02T10:00:05") -> int:
-    """A run in a recorded program's shape (app/program.py): the setup, a model call, an
+    """A run in a recorded program's shape (engine/program/record.py): the setup, a model call, an
     @sdk.tool call, an sdk.now() read, a second call, the program's end."""
     run = store.begin_run(task="program:python3", meta={"source": "tttr record", "program": ["python3", "a.py"]})
     steps = [

@@ -165,7 +165,7 @@ BIG = textwrap.dedent("""\
 def test_a_fork_value_at_a_cut_output_keeps_the_truncated_flag_true_to_its_outputs():
     """What a fork gives the SDK and records for a command whose output was cut: the flag and
     both whole sizes follow the outputs it ends up with (recorders/sdk.py's rule)."""
-    from tttr.app.program_fork import _new_tool, _tool_answer
+    from tttr.engine.program.fork import _new_tool, _tool_answer
 
     cut = {"cmd": "big", "cwd": "/work", "timeout_s": 30, "stdout": {"$blob": "ab", "size": sdk.MAX_OUTPUT},
            "stderr": "err\n", "exit_code": 0, "truncated": True, "stdout_size": 1_500_000, "stderr_size": 4}

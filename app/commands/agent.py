@@ -281,7 +281,8 @@ def cmd_record_program(args) -> int:
     import random
     from datetime import datetime
 
-    from tttr.app.program import print_result, record_program
+    from tttr.app.commands.program_output import print_result
+    from tttr.engine.program.record import record_program
     from tttr.engine.replay.runs import sandbox_clock
 
     clock = _clock_arg(args.clock) if args.clock is not None else sandbox_clock(datetime.now(), "--clock")
@@ -338,14 +339,15 @@ def cmd_replay(args) -> int:
 
 def _is_program(args) -> bool:
     """Whether run `args.run` of `args.db` is a recorded program (`tttr record -- PROGRAM`)."""
-    from tttr.app.program_replay import is_program_run
+    from tttr.engine.program.replay import is_program_run
 
     with _open_readonly(args.db) as reader:
         return is_program_run(reader.run(args.run))
 
 
 def cmd_replay_program(args, policy) -> int:
-    from tttr.app.program_replay import print_replay, replay_program
+    from tttr.app.commands.program_output import print_replay
+    from tttr.engine.program.replay import replay_program
     from tttr.sessions.errors import TTTRError
 
     if not policy.faithful or args.seed is not None:
@@ -363,8 +365,9 @@ def cmd_replay_program(args, policy) -> int:
 
 
 def cmd_fork_program(args) -> int:
-    from tttr.app.program_fork import check_program_fork, print_fork
-    from tttr.app.program_replay import replay_program
+    from tttr.app.commands.program_output import print_fork
+    from tttr.engine.program.fork import check_program_fork
+    from tttr.engine.program.replay import replay_program
 
     with _open_readonly(args.db) as reader:  # checked before anything is written
         plan = check_program_fork(reader, args.run, args.at, args.value, model=args.model)
@@ -485,7 +488,7 @@ def cmd_diff(args) -> int:
 
 def _run_kind(run) -> str:
     """What recorded a run: the built-in agent, a program (`tttr record -- PROGRAM`), or `tttr serve`."""
-    from tttr.app.program_replay import is_program_run
+    from tttr.engine.program.replay import is_program_run
     from tttr.engine.replay.calls import is_call_run
 
     if is_program_run(run):

@@ -88,7 +88,7 @@ def _pair_args(p) -> None:
 def _checked(args, prepare):
     """The runs are agent runs of one task that differ, GOOD passes on a faithful replay and
     BAD fails: checked on a read-only connection, so refused input writes nothing."""
-    from tttr.app.program_replay import is_program_run
+    from tttr.engine.program.replay import is_program_run
     from tttr.engine.replay.calls import is_call_run
     from tttr.sessions.errors import TTTRError
 
@@ -135,7 +135,7 @@ def _fixed(args, fixed: bool | None) -> str:
 
 def _programs(args) -> bool:
     """Whether GOOD and BAD are recorded programs (both: a mixed pair is refused by `_checked`)."""
-    from tttr.app.program_replay import is_program_run
+    from tttr.engine.program.replay import is_program_run
 
     with _open_readonly(args.db) as reader:
         return all(is_program_run(reader.run(rid)) for rid in (args.good, args.bad))
@@ -167,8 +167,8 @@ def _on_layer(args):
 
 
 def _triage_programs(args):
-    """Triage of two recorded programs: app/program_triage.py."""
-    from tttr.app.program_triage import prepare, triage
+    """Triage of two recorded programs: engine/program/triage.py."""
+    from tttr.engine.program.triage import prepare, triage
 
     setup = prepare(args.db, args.bad, args.good, args.good, args.judge, model=args.model,
                     unsafe_no_sandbox=args.unsafe_no_sandbox)  # refused input: one line, nothing written
@@ -216,7 +216,7 @@ def _bisect(args) -> int:
     args.command = "bisect"
     on_round, on_trial = _bisect_progress(args)
     if _programs(args):
-        from tttr.app.program_triage import bisect as bisect_programs, prepare as prepare_programs
+        from tttr.engine.program.triage import bisect as bisect_programs, prepare as prepare_programs
 
         setup = prepare_programs(args.db, args.good, args.bad, args.good, args.judge, model=args.model,
                                  unsafe_no_sandbox=args.unsafe_no_sandbox)  # refused input: one line, nothing written

@@ -11,7 +11,8 @@ import re
 import threading
 from functools import partial
 
-from tttr.app import describe, program_edit
+from tttr.app import describe
+from tttr.engine.program import edit as program_edit
 from tttr.app.forking import ForkFailed, ForkFinished, ForkProgressed, run_fork
 from tttr.app.runview import BLOB_PREVIEW, EDITABLE_KINDS, TOO_LARGE, RunView, is_blob, value_problem
 from tttr.app.screens.edit import EditScreen

@@ -133,7 +133,7 @@ class ExperimentScreen(FittedFooter, Screen):
 
     def _work(self, cancel: threading.Event) -> None:
         """In a worker thread, on a writable connection of its own (the app's is read-only)."""
-        from tttr.app.program_replay import is_program_run
+        from tttr.engine.program.replay import is_program_run
         from tttr.engine.replay.calls import is_call_run
         from tttr.engine.replay.deltas import Pair, differing
         from tttr.sessions.store import Store
@@ -146,8 +146,8 @@ class ExperimentScreen(FittedFooter, Screen):
                     if not programs and (is_program_run(store.run(rid)) or is_call_run(store.run(rid))):
                         raise ValueError(f"run {rid} is a recorded program or API calls, the other is not: {self.kind} "
                                          "works on two shell agent's runs or two runs of one recorded program")
-                if programs:  # app/program_triage.py: the program is replayed, its model loads if a call is generated
-                    from tttr.app.program_deltas import ProgramPair, differing as program_differing
+                if programs:  # engine/program/triage.py: the program is replayed, its model loads if a call is generated
+                    from tttr.engine.program.deltas import ProgramPair, differing as program_differing
 
                     program_differing(ProgramPair.load(store, self.good, self.bad))
                     runtime = None
@@ -195,7 +195,7 @@ class ExperimentScreen(FittedFooter, Screen):
 
         self._say(f"replaying BAD run {self.bad} with each layer taken from GOOD run {self.good} …")
         if runtime is None:  # two recorded programs
-            from tttr.app.program_triage import triage as triage_programs
+            from tttr.engine.program.triage import triage as triage_programs
 
             res = triage_programs(str(self.app.db_path), self.good, self.bad, judge=self.judge, model=self.app.model,
                                   on_layer=on_layer, unsafe_no_sandbox=self.app.unsafe_no_sandbox, cancel=cancel)
@@ -224,7 +224,7 @@ class ExperimentScreen(FittedFooter, Screen):
         self._say(f"replaying GOOD run {self.good} with subsets of BAD run {self.bad}'s differences …")
         try:
             if runtime is None:  # two recorded programs: a round's tests run at once, one engine for their calls
-                from tttr.app.program_triage import bisect as bisect_programs
+                from tttr.engine.program.triage import bisect as bisect_programs
 
                 res = bisect_programs(str(self.app.db_path), self.good, self.bad, judge=self.judge,
                                       max_replays=MAX_REPLAYS, model=self.app.model, on_round=on_round,

@@ -6,7 +6,7 @@ the failure disappear — with the replays used and each tested subset as a stor
 `ddmin` is the algorithm alone, over any items and any test; `run_rounds` drives a bisect's
 tests (the whole set, then ddmin's rounds, batched or not) for any kind of run, `at_once`
 running a batch side by side (triage's layer replays too); `bisect` runs it on two
-recordings of the built-in agent (app/program_triage.py on two recorded programs). With
+recordings of the built-in agent (engine/program/triage.py on two recorded programs). With
 `batch`, the independent tests of a round (its parts, then its complements) run side by
 side, each in its own thread and store connection, so their forward passes share the
 engine's batches and their commands run at once; the whole set's test runs beside the first
@@ -205,7 +205,7 @@ def run_rounds(out: Bisect, test: Callable[[list[Delta]], Trial], *, max_replays
                test_aside: Callable[[list[Delta]], Trial] | None = None, on_round: Callable | None = None,
                on_trial: Callable[[Trial], None] | None = None) -> Bisect:
     """The bisect's rounds, for any kind of run (the built-in agent's here, a recorded
-    program's in app/program_triage.py): the whole set `out.deltas`, then ddmin. `test(subset)`
+    program's in engine/program/triage.py): the whole set `out.deltas`, then ddmin. `test(subset)`
     runs one test in this thread; with `out.batched`, a round's independent tests run side by
     side, each `test_aside(subset)` (default `test`) in a thread of its own. Each trial goes to
     `out.trials` and `on_trial`; ddmin's verdict to `out.result`. ReplayError if the whole set

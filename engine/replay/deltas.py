@@ -105,7 +105,7 @@ def deltas(pair: Pair) -> list[Delta]:
 def with_run_level(found: list[Delta], base, other) -> list[Delta]:
     """A pair's step deltas `found` with its run-level ones (`base` and `other` are the runs:
     their seed, their kernel mode), in site order (run-level last). For any kind of run: the
-    built-in agent's here, a recorded program's in app/program_deltas.py."""
+    built-in agent's here, a recorded program's in engine/program/deltas.py."""
     out = list(found)
     if base.seed != other.seed:
         out.append(Delta(SEED, "token", base.seed, other.seed))

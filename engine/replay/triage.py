@@ -119,7 +119,7 @@ def replay_layers(out: Triage, found: list[Delta], replay: Callable[[list[Delta]
                   stop: threading.Event, replay_aside: Callable[[list[Delta]], Trial] | None = None,
                   on_layer: Callable[[LayerResult], None] | None = None) -> Triage:
     """A triage's replays, for any kind of run (the built-in agent's here, a recorded
-    program's in app/program_triage.py): `replay(subset)` once per layer with deltas in
+    program's in engine/program/triage.py): `replay(subset)` once per layer with deltas in
     `found`, in this thread; with `out.batched` and two layers or more, all at once, each
     `replay_aside(subset)` (default `replay`) in a thread of its own. `on_layer` hears of each
     layer as it is done: one at a time in RECORDED_LAYERS order; batched, the layers without

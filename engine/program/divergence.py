@@ -1,4 +1,4 @@
-"""How a replayed program's first differing model call is reported (app/program_replay.py):
+"""How a replayed program's first differing model call is reported (engine/program/replay.py):
 what differs, named as the program sent it, and both values.
 
 A call that came through OpenAI's Responses API (`POST /v1/responses`) is compared as the chat

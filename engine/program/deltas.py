@@ -1,7 +1,7 @@
 """The differences between two recorded runs of one program (`tttr record -- PROGRAM`), as
 deltas: each value the program got from outside that differs between the runs where it is
 comparable, with its layer and its site as `tttr events` prints it, ready to apply to one run
-as a change of a program fork (app/program_fork.py's `Change`: the other run's value there).
+as a change of a program fork (engine/program/fork.py's `Change`: the other run's value there).
 
 Steps are compared by number (a program's steps are numbered in the order it made its
 requests, and a fork keeps its parent's numbering):
@@ -36,7 +36,7 @@ _EFFECTS = ("tree_after", "snapshot")  # a tool's effects on the files, which a 
 
 @dataclass(frozen=True, slots=True)
 class ProgramPair:
-    """Two recordings of one program, loaded (app/program_replay.py's recordings): the base
+    """Two recordings of one program, loaded (engine/program/replay.py's recordings): the base
     (deltas apply to it) and the other."""
 
     base: object
@@ -44,8 +44,8 @@ class ProgramPair:
 
     @classmethod
     def load(cls, store, base: int, other: int) -> "ProgramPair":
-        from tttr.app.program import ProgramRunError
-        from tttr.app.program_replay import _load, is_program_run
+        from tttr.engine.program.record import ProgramRunError
+        from tttr.engine.program.replay import _load, is_program_run
 
         if base == other:
             raise DeltaError(f"runs {base} and {other} are the same run: give two runs of one program")
@@ -109,7 +109,7 @@ def _value(step, kind: str):
 
 
 def _setup_clock(base, other) -> list[Delta]:
-    from tttr.app.program_fork import Change
+    from tttr.engine.program.fork import Change
 
     a, b = (r.setup.get("clock") or (r.run.meta or {}).get("clock") for r in (base, other))
     if not (isinstance(a, str) and isinstance(b, str)) or a == b:
@@ -120,7 +120,7 @@ def _setup_clock(base, other) -> list[Delta]:
 
 
 def _clock(base, other, mine, theirs) -> list[Delta]:
-    from tttr.app.program_fork import Change
+    from tttr.engine.program.fork import Change
 
     a, b = (_value(mine, "clock") or {}).get("t"), (_value(theirs, "clock") or {}).get("t")
     if not (isinstance(a, str) and isinstance(b, str)) or a == b:
@@ -130,7 +130,7 @@ def _clock(base, other, mine, theirs) -> list[Delta]:
 
 
 def _tool(base, other, mine, theirs) -> list[Delta]:
-    from tttr.app.program_fork import Change
+    from tttr.engine.program.fork import Change
 
     a, b = _value(mine, "tool"), _value(theirs, "tool")
     if not (isinstance(a, dict) and isinstance(b, dict)):
@@ -159,7 +159,7 @@ def _shown(tool: dict):
 
 
 def _token(base, other, mine, theirs) -> list[Delta]:
-    from tttr.app.program_fork import Change
+    from tttr.engine.program.fork import Change
 
     pa, pb = _value(mine, "prompt"), _value(theirs, "prompt")
     if not (isinstance(pa, dict) and isinstance(pb, dict)) or pa.get("ids_digest") != pb.get("ids_digest"):

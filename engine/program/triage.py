@@ -1,9 +1,9 @@
 """`tttr triage` and `tttr bisect` on recorded programs (`tttr record -- PROGRAM`): the
 built-in agent's experiments (engine/replay/triage.py, bisect.py) with a program's replay.
 
-A test is a program fork with several changes at once (app/program_fork.py, not strict):
+A test is a program fork with several changes at once (engine/program/fork.py, not strict):
 the replayed run with a subset of the deltas between the two recordings
-(app/program_deltas.py) put in place, each where its site comes as recorded or, after the
+(engine/program/deltas.py) put in place, each where its site comes as recorded or, after the
 program diverged, where its request comes again. It is stored as a child run, and judged:
 
 - `outcome`: the --check the program was recorded with, run again on the test's end tree
@@ -30,21 +30,21 @@ a scratch copy of the database."""
 from __future__ import annotations
 
 import json
-from tttr.recorders.scratch import scratch_dir
-from tttr.recorders.treeio import remove_tree
 import sqlite3
 import threading
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
 
-from tttr.app.program_deltas import ProgramPair, differing
-from tttr.app.program_live import LiveCalls
+from tttr.engine.program.deltas import ProgramPair, differing
+from tttr.engine.program.live import LiveCalls
 from tttr.engine.replay.bisect import Bisect, choose_batching, run_rounds
 from tttr.engine.replay.deltas import SEED, Delta, counted
 from tttr.engine.replay.result import ReplayError
 from tttr.engine.replay.triage import LayerResult, Triage, replay_layers
 from tttr.engine.replay.trial import Judge, Trial
+from tttr.recorders.scratch import scratch_dir
+from tttr.recorders.treeio import remove_tree
 from tttr.sessions.vocabulary import site_order
 
 ONE_AT_A_TIME = "tests run one at a time, each program in a sandbox of its own"
@@ -69,13 +69,13 @@ class SharedModel:
     """The model an experiment's tests generate their calls on: loaded once, by the first test
     that needs it, kept until the experiment ends (`release`). Tests may run at once (a
     batched bisect round), so each test binds a view of its own (`bind(recorder)`, from
-    app/program_fork.py's replayer) that records its calls into its own run, while every call
+    engine/program/fork.py's replayer) that records its calls into its own run, while every call
     goes to the one engine, where the calls of tests running at once share forward passes."""
 
     def __init__(self, model: str | None, model_id: str | None):
         self.model, self.model_id = model, model_id
         self._lock = threading.Lock()
-        # The load, in a thread that lasts until `release` (app/program_live.py); it records
+        # The load, in a thread that lasts until `release` (engine/program/live.py); it records
         # nothing: a test's calls are recorded by its own view.
         self._loader = LiveCalls(model, SimpleNamespace(service=None), model_id)
 
@@ -139,7 +139,7 @@ def _passed(store, run_id: int) -> bool | None:
 def prepare(db: str, base: int, other: int, good: int, how: str, *, model: str | None = None,
             unsafe_no_sandbox: bool = False) -> Setup:
     """Everything checked before anything is written to `db`; DeltaError/ReplayError (one line)."""
-    from tttr.app.program_fork import recorded_check
+    from tttr.engine.program.fork import recorded_check
     from tttr.sessions.store import Store
 
     bad = other if good == base else base
@@ -191,8 +191,8 @@ def apply(db: str, base: int, subset: list[Delta], setup: Setup, *, model: str |
           unsafe_no_sandbox: bool = False, cancel: threading.Event | None = None, live: SharedModel | None = None
           ) -> Trial:
     """Replay program run `base` of `db` with `subset` (deltas against it) in place, as a child run."""
-    from tttr.app.program_fork import ForkPlan, _shared
-    from tttr.app.program_replay import replay_program
+    from tttr.engine.program.fork import ForkPlan, _shared
+    from tttr.engine.program.replay import replay_program
     from tttr.engine.replay.source import Source
     from tttr.sessions.store import Store
 

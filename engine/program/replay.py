@@ -1,4 +1,4 @@
-"""`tttr replay RUN` of a recorded program (task `program:NAME`, see app/program.py).
+"""`tttr replay RUN` of a recorded program (task `program:NAME`, see engine/program/record.py).
 
 The recorded command line runs again in the sandbox, on a tree restored from the recorded
 start snapshot (setup:setup), with the recorded clock and seed, against an in-process server in
@@ -15,8 +15,8 @@ replay mode: the program's requests are met, in order, by the recorded steps.
 The first request that differs (another kind of step, another message, argument or
 parameter, or a step the recording lacks) is the divergence, reported with the call's
 index and both values (a call through OpenAI's Responses API in its own terms, `instructions`
-or `input[i]`: app/program_divergence.py). From there on SDK tools run live, the clock is live, and model calls
-are generated live by the recorded model (app/program_live.py; loaded then, not before), so
+or `input[i]`: engine/program/divergence.py). From there on SDK tools run live, the clock is live, and model calls
+are generated live by the recorded model (engine/program/live.py; loaded then, not before), so
 the program runs on as it would have. At the end the program's stdout, exit code and end tree are compared
 with the recorded ones (an SDK tool answered from the recording has its recorded effects on the
 files put back by the server: engine/serve/sdk_tree.py). The trees are compared by content:
@@ -33,14 +33,13 @@ from __future__ import annotations
 
 from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.treeio import remove_tree
-import sys
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from tttr.app.program import ProgramRunError, _Endpoint, running_clock
-from tttr.app.program_divergence import (
+from tttr.engine.program.record import ProgramRunError, _Endpoint, running_clock
+from tttr.engine.program.divergence import (
     RESPONSES_ROUTE, call_divergence, in_responses_terms, noting_responses, responses_body,
 )
 from tttr.engine.replay.events import stored_text
@@ -189,7 +188,7 @@ class Replayer:
     """Meets the program's requests with the recording's steps, in order."""
 
     def __init__(self, rec: _Recording, recorder, name: str, model: str | None = None):
-        from tttr.app.program_live import LiveCalls
+        from tttr.engine.program.live import LiveCalls
 
         self.rec, self.recorder, self.name = rec, recorder, name
         self.live = LiveCalls(model, recorder, rec.run.model_id)  # model calls after the divergence
@@ -347,7 +346,7 @@ def lay_code(code: str, tree_dir: Path) -> list[str]:
 def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, timeout_s: float | None = None,
                    progress=None, fork=None, model: str | None = None, code: str | None = None) -> ReplayResult:
     """Replay recorded program run `run_id` of `db` as a child run; see the module's text.
-    `fork` (app/program_fork.py's ForkPlan, checked already) makes it a fork at one site.
+    `fork` (engine/program/fork.py's ForkPlan, checked already) makes it a fork at one site.
     `timeout_s`: the recording's --timeout unless given (a program that hung when recorded
     is stopped after as long again, not after the default 600 s). `code`: a folder whose
     files are laid over the recorded start tree (lay_code)."""
@@ -493,41 +492,4 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         replayer.close()
 
 
-def print_replay(res: ReplayResult, as_json: bool, verb: str = "replayed") -> None:
-    import json
-
-    from tttr.sessions.safe_text import visible
-
-    if as_json:
-        print(json.dumps(res.to_json()))
-        return
-    if res.stdout:
-        sys.stdout.write(visible(res.stdout) + ("" if res.stdout.endswith("\n") else "\n"))
-
-    def say(text: str) -> None:
-        print(visible(text, newlines=False))
-
-    say(f"{verb} run {res.run_id} (child of {res.parent}): exit code {res.exit_code}, "
-        f"{res.calls_answered} steps answered from the recording")
-    if "fork_site" in res.extra:
-        say(f"forked at {res.extra['fork_site']}" + ("" if res.extra.get("forked") else " (the program never got there)")
-            + f", {res.extra.get('calls_generated', 0)} model calls generated")
-    if "fork_site" not in res.extra and res.extra.get("calls_generated"):
-        say(f"{res.extra['calls_generated']} model calls generated after the divergence")
-    if res.identical and res.extra.get("forked"):
-        say("identical to the recording: the program did the same with the new value")
-    else:
-        say("identical to the recording" if res.identical else "differs from the recording")
-    if res.divergence is not None:
-        say(f"{verb.removesuffix('ed')} diverged at {res.divergence.describe()}"
-            if verb == "replayed" else f"the program diverged after the fork at {res.divergence.describe()}")
-    if not res.same_stdout:
-        say("stdout differs from the recording")
-    if res.exit_code != res.recorded_exit_code:
-        say(f"exit code {res.recorded_exit_code} in the recording, {res.exit_code} here")
-    say("end tree " + ("identical to the recording" if res.same_tree
-                       else "differs from the recording"))
-    say(f"  logits computed: {res.logits_computed}, tools run: {res.tools_run}")
-
-
-__all__ = ["ReplayResult", "Replayer", "is_program_run", "print_replay", "replay_program"]
+__all__ = ["ReplayResult", "Replayer", "is_program_run", "replay_program"]

@@ -1,5 +1,5 @@
-"""Model calls a program's replay or fork generates live (app/program_replay.py,
-app/program_fork.py): after the divergence, and at a token fork's site.
+"""Model calls a program's replay or fork generates live (engine/program/replay.py,
+engine/program/fork.py): after the divergence, and at a token fork's site.
 
 The model loads once, on the first call that needs it (or in the background from the
 start, for a token fork, whose site's call needs it for sure), and must be the one the run
@@ -10,7 +10,7 @@ It loads in a thread of its own that lasts until `close`: torch's import, its CP
 pool's start and the weights' load all happen there, while the program starts (for a fork,
 `import torch` alone was ~1.9 s before the program could start). The thread must not end
 while the model is in use: a pool first started by a thread that then exits leaves every
-later generation several times slower (app/program.py, `own_torch_threads`)."""
+later generation several times slower (engine/program/record.py, `own_torch_threads`)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class LiveCalls:
             self._loaded.append(exc)
 
     def _load_and_stay(self) -> None:
-        from tttr.app.program import own_torch_threads
+        from tttr.engine.program.record import own_torch_threads
 
         try:
             try:

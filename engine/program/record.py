@@ -18,10 +18,6 @@ recorders/program.py."""
 from __future__ import annotations
 
 import os
-from tttr.recorders.scratch import scratch_dir
-from tttr.recorders.snapshot import overlay
-from tttr.recorders.treeio import remove_tree
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +26,9 @@ from pathlib import Path
 
 from tttr.engine.replay.events import stored_text
 from tttr.engine.serve.requests import ROUTES
+from tttr.recorders.scratch import scratch_dir
+from tttr.recorders.snapshot import overlay
+from tttr.recorders.treeio import remove_tree
 from tttr.recorders.treeown import hand_over
 from tttr.recorders.program import (
     PORT, SOCKET_NAME, HostPython, api_dir, check_program, check_tree, endpoint_env, sandboxed_command,
@@ -312,24 +311,3 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         server.shutdown()
 
 
-def print_result(res: ProgramResult, db: str, as_json: bool) -> None:
-    import json
-
-    from tttr.sessions.safe_text import visible
-
-    if as_json:
-        print(json.dumps(res.to_json()))
-        return
-    if res.stdout:  # the program's own output, as it would have printed it (control characters shown)
-        sys.stdout.write(visible(res.stdout) + ("" if res.stdout.endswith("\n") else "\n"))
-    if res.stderr:
-        sys.stderr.write(visible(res.stderr) + ("" if res.stderr.endswith("\n") else "\n"))
-    outcome = "" if res.passed is None else f", check {'passed' if res.passed else 'failed'}"
-    limit = f", stopped: {res.limit_hit}" if res.limit_hit else ""
-    print(visible(f"recorded run {res.run_id} into {db}: exit code {res.exit_code}, {res.calls} model calls"
-                  f"{outcome}{limit}", newlines=False))
-    if res.refused:
-        print(f"note: the server answered {res.refused} of the program's model calls with an error, unrecorded "
-              "(the program's stderr says why)", file=sys.stderr)
-    elif res.calls == 0:
-        print("note: the program made no model call (it was given OPENAI_BASE_URL)", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""`tttr fork RUN --at SITE --set VALUE` of a recorded program (see app/program_replay.py).
+"""`tttr fork RUN --at SITE --set VALUE` of a recorded program (see engine/program/replay.py).
 
 The program runs again as in a faithful replay: every step before the fork site is answered
 from the recording. At the site:
@@ -19,11 +19,11 @@ from the recording. At the site:
 
 After the site, requests that still equal the recording are answered from it; the first one
 that differs is the divergence, and from there on model calls are generated live
-(app/program_live.py) and SDK tools run live. The child run records its parent, fork site and
+(engine/program/live.py) and SDK tools run live. The child run records its parent, fork site and
 mutation; when the recording was made with --check, the check runs again on the fork's end tree.
 
 A plan may hold several changes at once (`ForkPlan.changes`): triage and bisect apply a set of
-deltas between two recordings that way (app/program_triage.py), each change at its own site,
+deltas between two recordings that way (engine/program/triage.py), each change at its own site,
 and a changed seed for the run's sandbox."""
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from tttr.app.program import ProgramRunError
-from tttr.app.program_replay import Replayer, _load, _Step, recorded_clock
+from tttr.engine.program.record import ProgramRunError
+from tttr.engine.program.replay import Replayer, _load, _Step, recorded_clock
 from tttr.engine.serve.errors import APIError
 from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, Site, SiteError, site, site_parts
 
@@ -67,7 +67,7 @@ class Change:
 @dataclass(slots=True)
 class ForkPlan:
     """A checked fork: its changes (one for `tttr fork`; several for an experiment's replay,
-    app/program_triage.py), and how the child run is written.
+    engine/program/triage.py), and how the child run is written.
 
     `strict` (a user's fork): a clock read's new value moves every later read by as much.
     Not strict (an experiment, each differing read a change of its own): a change replaces
@@ -84,7 +84,7 @@ class ForkPlan:
     check: str | None = None  # the recorded --check, run on the end tree
     meta: dict | None = None  # the child run's meta
     mutation: dict | None = None  # the child run's mutation column (default: the one change's)
-    live: object = None  # an experiment's model (app/program_triage.py's SharedModel): each test binds its own view
+    live: object = None  # an experiment's model (engine/program/triage.py's SharedModel): each test binds its own view
     # From the app's worker: progress(done, total, text) after each step, and an Event that,
     # once set, refuses the program's next model calls so that it ends early.
     progress: object = None
@@ -287,7 +287,7 @@ class ForkReplayer(Replayer):
     """A replay that takes the plan's new values at their sites and runs live after the divergence."""
 
     def __init__(self, rec, recorder, name: str, plan: ForkPlan):
-        from tttr.app.program import running_clock
+        from tttr.engine.program.record import running_clock
 
         super().__init__(rec, recorder, name, plan.model)
         self.plan = plan
@@ -494,13 +494,4 @@ def recorded_check(store, run) -> str | None:
     return None
 
 
-def print_fork(res, as_json: bool) -> None:
-    from tttr.app.program_replay import print_replay
-
-    if as_json:
-        print_replay(res, True)
-        return
-    print_replay(res, False, verb="forked")
-
-
-__all__ = ["Change", "ForkPlan", "ForkReplayer", "check_program_fork", "print_fork", "recorded_check"]
+__all__ = ["Change", "ForkPlan", "ForkReplayer", "check_program_fork", "recorded_check"]

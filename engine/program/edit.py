@@ -3,7 +3,7 @@
 The timeline's edit dialog and fork worker come here for a program run, and to the
 built-in agent's fork (app/forking.py) for any other: what the dialog offers at an event
 (the setup clock at the setup event, an SDK function's result as JSON, the rest as for the
-agent), the check of a typed value (app/program_fork.py's, the command line's), and the fork
+agent), the check of a typed value (engine/program/fork.py's, the command line's), and the fork
 itself, re-running the program in the worker with progress and cancel. No textual here.
 """
 
@@ -34,11 +34,11 @@ class ProgramFork:
 
     run_id: int
     status: str
-    result: object  # app/program_replay.py's ReplayResult
+    result: object  # engine/program/replay.py's ReplayResult
 
 
 def is_program(run) -> bool:
-    from tttr.app.program_replay import is_program_run
+    from tttr.engine.program.replay import is_program_run
 
     return is_program_run(run)
 
@@ -62,8 +62,8 @@ def offer(run, event) -> EditOffer | str | None:
 
 def check(store, run, site_text: str, value: str, model) -> str | None:
     """None when `value` is a valid new value at `site_text` of program run `run`, else why not."""
-    from tttr.app.program import ProgramRunError
-    from tttr.app.program_fork import check_program_fork
+    from tttr.engine.program.record import ProgramRunError
+    from tttr.engine.program.fork import check_program_fork
 
     try:
         runtime = _runtime(model) if Site.parse(site_text).name == "token" else None
@@ -91,8 +91,8 @@ def run_fork(db_path: Path, run_id: int, site_text: str, value: str, *, runtime,
     """Fork program run `run_id` at `site_text` with `value`, as `tttr fork` does, reporting
     `progress(done, total, text)`; once `cancel` is set the program's next model call is
     refused, and the run is stored incomplete."""
-    from tttr.app.program_fork import check_program_fork
-    from tttr.app.program_replay import replay_program
+    from tttr.engine.program.fork import check_program_fork
+    from tttr.engine.program.replay import replay_program
     from tttr.sessions.store import Store
 
     model = str(runtime.path) if runtime is not None else None
