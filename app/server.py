@@ -23,38 +23,48 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tttr.engine.serve import responses as shape
 from tttr.engine.serve.errors import APIError
-from tttr.engine.serve.requests import ROUTES, parse_chat, parse_completion
+from tttr.engine.serve.requests import MAX_BODY_MB, ROUTES, parse_chat, parse_completion
 from tttr.engine.serve.sdk_events import parse_clock, parse_tool
 from tttr.engine.serve.service import Call, Cancelled, Service
 
 if TYPE_CHECKING:
     from tttr.engine.serve import proxy
 
-MAX_BODY = 16 << 20  # bytes; a larger body is refused with 413
 RUN_HEADER = "x-tttr-run"
-MAX_RUN_NAME = 200
+MAX_RUN_NAME = 512  # above the names the recorder gives: a program's run is program:NAME, NAME up to 255 bytes
 
 
 def _error(exc: APIError) -> JSONResponse:
     return JSONResponse(exc.to_json(), status_code=exc.status)
 
 
-async def _body(request: Request) -> object:
+def _too_large(limit: int, size: str) -> APIError:
+    return APIError(f"the request body is {size} bytes; this server takes at most {limit >> 20} MiB "
+                    "(tttr serve --max-body-mb)", status=413, code="request_too_large")
+
+
+async def _body(request: Request, limit: int) -> object:
+    """The body as JSON, read only while it is within `limit` bytes: Content-Length is checked
+    before anything is read, a chunked body as it arrives. A client that goes away mid-body
+    gets a 499 that nobody reads (its call is simply not made)."""
     size = request.headers.get("content-length")
-    if size is not None and size.isdigit() and int(size) > MAX_BODY:
-        raise APIError(f"the request body is {int(size)} bytes; the limit is {MAX_BODY}", status=413,
-                       code="request_too_large")
+    if size is not None and size.isdigit() and int(size) > limit:
+        raise _too_large(limit, size)
     raw = bytearray()
-    async for part in request.stream():
-        raw += part
-        if len(raw) > MAX_BODY:
-            raise APIError(f"the request body is over {MAX_BODY} bytes", status=413, code="request_too_large")
+    try:
+        async for part in request.stream():
+            raw += part
+            if len(raw) > limit:
+                raise _too_large(limit, f"over {limit}")
+    except ClientDisconnect:
+        raise APIError("the client went away before sending the whole body", status=499,
+                       code="client_closed_request") from None
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -85,8 +95,10 @@ def _run_name(request: Request) -> str | None:
 class Server:
     """The routes, over one Service and (with --db) one CallRecorder."""
 
-    def __init__(self, service: Service | None, recorder=None, *, announce=None, upstream=None):
+    def __init__(self, service: Service | None, recorder=None, *, announce=None, upstream=None,
+                 max_body_mb: int = MAX_BODY_MB):
         self.service = service
+        self.max_body = max_body_mb << 20
         self.upstream: proxy.Upstream | None = upstream
         self.recorder = recorder
         self.announce = announce or (lambda text: None)
@@ -189,7 +201,7 @@ class Server:
         from tttr.engine.serve import responses_api
 
         try:
-            body = await _body(request)
+            body = await _body(request, self.max_body)
             chat = responses_api.to_chat(body)
         except APIError as exc:
             return _error(exc)
@@ -225,7 +237,7 @@ class Server:
         from the recording when replaying, else {"recorded": false}: run it, then post it."""
         try:
             name = self._sdk_run(request)
-            post = parse_tool(await _body(request))
+            post = parse_tool(await _body(request, self.max_body))
         except APIError as exc:
             return _error(exc)
         tree = self.sdk_tree
@@ -273,7 +285,7 @@ class Server:
         """A clock read: the recording's value when replaying, else the server's clock, recorded."""
         try:
             name = self._sdk_run(request)
-            parse_clock(await _body(request))
+            parse_clock(await _body(request, self.max_body))
         except APIError as exc:
             return _error(exc)
         answer = self._recorded_answer(name, "clock", {})
@@ -290,7 +302,7 @@ class Server:
         `body`: the request's, read already (else it is read here), as for `_proxy` and `_call`."""
         try:
             name = _run_name(request)
-            body = await _body(request) if body is None else body
+            body = await _body(request, self.max_body) if body is None else body
             if type(body) is not dict:
                 raise APIError(f"the request body is a JSON object, not {type(body).__name__}")
             if name is None and self.recorder is not None:
@@ -311,7 +323,7 @@ class Server:
         from tttr.engine.serve import proxy  # loaded already where there is an upstream; its HTTP client is not cheap
         try:
             name = _run_name(request)
-            plan = self.upstream.plan(endpoint, await _body(request) if body is None else body)
+            plan = self.upstream.plan(endpoint, await _body(request, self.max_body) if body is None else body)
             if plan.stream:
                 response = await self.upstream.open_stream(plan)
             else:
@@ -355,7 +367,7 @@ class Server:
     async def _call(self, request: Request, parse, endpoint: str, body: object = None):
         try:
             name = _run_name(request)
-            req = parse(await _body(request) if body is None else body)
+            req = parse(await _body(request, self.max_body) if body is None else body)
             prepared = await run_in_threadpool(self.service.prepare, req)
         except APIError as exc:
             return _error(exc)
@@ -527,11 +539,12 @@ def _failure(call: Call) -> APIError | None:
     return APIError(f"generation failed: {exc}", status=500, code="engine_error")
 
 
-def create_app(service: Service | None, recorder=None, *, announce=None, upstream=None) -> Starlette:
+def create_app(service: Service | None, recorder=None, *, announce=None, upstream=None,
+               max_body_mb: int = MAX_BODY_MB) -> Starlette:
     """The ASGI app. The model loads in the background at startup; until then the model
     routes answer 503. With `upstream` (a `proxy.Upstream`; `service` None) every call is
-    forwarded there instead."""
-    server = Server(service, recorder, announce=announce, upstream=upstream)
+    forwarded there instead. A request body over `max_body_mb` MiB is refused (413) unread."""
+    server = Server(service, recorder, announce=announce, upstream=upstream, max_body_mb=max_body_mb)
 
     async def not_found(request: Request, exc: HTTPException) -> JSONResponse:
         if exc.status_code == 404:

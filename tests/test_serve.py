@@ -645,3 +645,162 @@ def test_ctrl_c_on_the_server_does_not_log_the_calls_it_cancels_as_errors():
     assert not quiet_shutdown(record("ASGI callable returned without completing response."))
     assert quiet_shutdown(record("Exception in ASGI application\n", RuntimeError("a real bug")))
     assert quiet_shutdown(record("Invalid HTTP request received."))
+
+
+# ---------------------------------------------------------------------------- bodies a server must not take
+def _raw(port: int, head: bytes, *parts: bytes) -> tuple[int, dict]:
+    """Send `head` and `parts` as they are on a new connection; the response's status and JSON."""
+    import http.client
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:  # a hang guard only
+        sock.sendall(head)
+        for part in parts:
+            sock.sendall(part)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        return response.status, json.loads(response.read())
+
+
+def _post_head(path: str, **headers: str) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
+             *(f"{k.replace('_', '-')}: {v}" for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read():
+    """A 15 MiB chat body cost the server 76 s of CPU and 1.7 GiB (the limit was 16 MiB): over
+    --max-body-mb (default 8) it is a 413 in OpenAI's shape, from its Content-Length before a
+    byte of it is read, and as soon as a chunked body passes the limit."""
+    from tttr.app.server import create_app
+    from tttr.engine.serve.requests import MAX_BODY_MB
+    from tttr.engine.serve.service import Service
+
+    assert MAX_BODY_MB == 8
+    running = Running(create_app(Service()), lifespan="off")
+    try:
+        limit = MAX_BODY_MB << 20
+        for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/tttr/v1/tool"):
+            status, got = _raw(running.port, _post_head(path, content_length=str(limit + 1), x_tttr_run="r"))  # no body
+            assert status == 413 and got["error"]["code"] == "request_too_large", got
+            assert set(got["error"]) == {"message", "type", "param", "code"} and "8 MiB" in got["error"]["message"]
+        status, got = _raw(running.port, _post_head("/v1/chat/completions", transfer_encoding="chunked"),
+                           *[_chunk(b" " * (1 << 20))] * MAX_BODY_MB, _chunk(b" "))  # and no last chunk
+        assert status == 413 and got["error"]["code"] == "request_too_large", got
+        body = json.dumps({"messages": USER}).encode()
+        body += b" " * (limit - len(body))  # at the limit: read, and answered (the model is not loaded)
+        assert _raw(running.port, _post_head("/v1/chat/completions", content_length=str(limit)), body)[0] == 503
+    finally:
+        running.stop()
+
+
+def test_the_body_limit_is_an_option_of_serve():
+    import openai
+
+    from tttr.app.cli import build_parser
+    from tttr.app.server import create_app
+    from tttr.engine.serve.service import Service
+
+    from tttr.engine.serve.requests import MAX_BODY_MB
+
+    serve = dict(build_parser()._subparsers._group_actions[0].choices)["serve"]
+    assert f"(default {MAX_BODY_MB};" in " ".join(serve.format_help().split())  # the help says the default
+    assert build_parser().parse_args(["serve", "--max-body-mb", "64"]).max_body_mb == 64
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--max-body-mb", "0"])
+    service = Service()
+    running = Running(create_app(service, max_body_mb=1), lifespan="off")
+    try:
+        status, got = _raw(running.port, _post_head("/v1/chat/completions", content_length=str((1 << 20) + 1)))
+        assert status == 413 and "1 MiB" in got["error"]["message"], got
+        client = openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.APIStatusError) as info:  # well under 1 MiB: read, then refused as not loaded
+            client.chat.completions.create(model=service.model_id, messages=[{"role": "user", "content": "x" * 500_000}])
+        assert info.value.status_code == 503
+    finally:
+        running.stop()
+
+
+def test_a_message_without_content_is_a_400_naming_it():
+    """`content: null` in a user message was answered 200 (as an empty message); OpenAI answers
+    400. Only an assistant message with tool_calls (or a refusal) may have none."""
+    call = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    for role in ("user", "system", "developer", "tool", "assistant"):
+        err = _refused(parse_chat, {"messages": [*USER, {"role": role, "content": None}]}, "messages[1].content")
+        assert err.code == "invalid_value" and "null" in err.message
+        err = _refused(parse_chat, {"messages": [{"role": role}]}, "messages[0].content")
+        assert err.code == "missing_required_parameter"
+    req = parse_chat({"messages": [*USER, {"role": "assistant", "content": None, "tool_calls": call},
+                                   {"role": "assistant", "content": None, "refusal": "I can't."}, *USER]})
+    assert [m["content"] for m in req.messages] == ["hi", "", "I can't.", "hi"]
+
+
+def test_a_null_content_is_refused_with_the_official_client():
+    import openai
+
+    from tttr.app.server import create_app
+    from tttr.engine.serve.service import Service
+
+    running = Running(create_app(Service()), lifespan="off")  # refused before the model is needed
+    try:
+        client = openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="m", messages=[{"role": "system", "content": "Be brief."},
+                                                                {"role": "user", "content": None}])
+        assert info.value.body["param"] == "messages[1].content", info.value.body
+    finally:
+        running.stop()
+
+
+def test_a_client_that_goes_away_mid_body_is_not_an_error(capfd):
+    """The server logged a ClientDisconnect traceback; now the call is simply not made."""
+    import socket
+    import threading
+
+    from tttr.app.server import create_app
+    from tttr.engine.serve.service import Service
+
+    inner = create_app(Service())
+    ended, raised = threading.Event(), []
+
+    async def app(scope, receive, send):  # the app, and whether handling the request raised
+        try:
+            await inner(scope, receive, send)
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+        finally:
+            ended.set()
+
+    running = Running(app, lifespan="off")
+    try:
+        with socket.create_connection(("127.0.0.1", running.port)) as sock:
+            sock.sendall(_post_head("/v1/chat/completions", content_length="1000") + b'{"messages": [')
+        assert ended.wait(60)  # a hang guard only
+    finally:
+        running.stop()
+    err = capfd.readouterr().err
+    assert raised == [] and "Traceback" not in err and "internal error" not in err, err
+
+
+@pytest.mark.slow
+def test_a_prompt_far_over_the_context_is_refused_without_tokenizing_it(client, served, monkeypatch):
+    """A prompt of megabytes cannot fit the context; tokenizing it took seconds and gigabytes
+    before the context check refused it."""
+    import openai
+
+    tok = served.service.tokenizer
+    encoded: list[int] = []
+    encode = tok.encode
+    monkeypatch.setattr(tok, "encode", lambda text, *a, **kw: encoded.append(len(text)) or encode(text, *a, **kw))
+    context = served.service.model.config.context_length
+    for words in (800_000, 9000):  # far over: refused as it is; a little over: tokenized and counted
+        with pytest.raises(openai.BadRequestError) as info:
+            _ask(client, "word " * words)
+        assert info.value.code == "context_length_exceeded" and info.value.body["param"] == "messages", info.value.body
+        assert f"maximum context length is {context} tokens" in info.value.message
+    assert encoded and max(encoded) < 1 << 20, encoded

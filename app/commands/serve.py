@@ -10,6 +10,7 @@ from tttr.kernels.mode import MODES
 from tttr.sessions.errors import TTTRError
 
 port_number = argtypes.bounded_int(0, 65535, "a port")
+body_mb = argtypes.bounded_int(1, 4096, "a size in MiB")
 
 
 class ServeError(TTTRError):
@@ -45,6 +46,9 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--upstream-key-env", default=None, metavar="NAME",
                    help="the environment variable that holds the upstream's API key (sent as a bearer "
                         "token, never recorded)")
+    p.add_argument("--max-body-mb", type=body_mb, default=None, metavar="MB",  # None: requests.MAX_BODY_MB
+                   help="refuse a request body over this many MiB with a 413, before reading it (default 8; "
+                        "a prompt longer than the model's context is a 400 however large)")
     p.set_defaults(func=cmd_serve)
 
     b = bench_sub.add_parser(
@@ -135,11 +139,13 @@ def cmd_serve(args) -> int:
     import uvicorn
 
     from tttr.app.server import create_app
+    from tttr.engine.serve.requests import MAX_BODY_MB
 
     def announce(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    app = create_app(service, recorder, announce=announce, upstream=upstream)
+    app = create_app(service, recorder, announce=announce, upstream=upstream,
+                     max_body_mb=args.max_body_mb or MAX_BODY_MB)
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     where = f"recording to {args.db}" if args.db else "not recording (pass --db FILE)"
     serving = (f"proxy to {upstream.shown} (token layer only)" if upstream is not None

@@ -18,6 +18,9 @@ from tttr.engine.serve.errors import bad_request
 SEED_LIMIT = 2**63
 MAX_TOP_LOGPROBS = 20
 MAX_STOPS = 4
+# A request body over this many MiB is refused (413) before it is read or parsed: `tttr serve
+# --max-body-mb` sets it, and the in-process servers of `tttr record` and replay use it.
+MAX_BODY_MB = 8
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # The model routes, by endpoint (CallRequest.endpoint, and the Responses API translated into a chat call).
 ROUTES = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "responses": "/v1/responses"}
@@ -182,7 +185,15 @@ def _messages(body: dict) -> tuple[dict, ...]:
         role = m.get("role")
         if role not in ROLES:
             raise bad_request(f"{where}.role", f"{where}.role={role!r} is not one of {', '.join(ROLES)}")
-        msg: dict = {"role": "system" if role == "developer" else role, "content": _text(m.get("content"), where)}
+        content = m.get("content")
+        if content is None and role == "assistant" and isinstance(m.get("refusal"), str):
+            content = m["refusal"]  # an earlier refusal, sent back as OpenAI returned it
+        if content is None and not (role == "assistant" and m.get("tool_calls")):
+            raise bad_request(f"{where}.content", f"{where}.content is {'null' if 'content' in m else 'missing'}: "
+                              f"a {role} message needs content (a string or a list of text parts); only an "
+                              "assistant message with tool_calls may have none",
+                              "invalid_value" if "content" in m else "missing_required_parameter")
+        msg: dict = {"role": "system" if role == "developer" else role, "content": _text(content, where)}
         calls = m.get("tool_calls")
         if calls is not None:
             if role != "assistant" or not isinstance(calls, list):

@@ -36,6 +36,11 @@ from tttr.engine.serve.tools import call_format, supports_tools
 from tttr.kernels.mode import check_mode, is_invariant
 
 TOP_LOGPROBS = 20  # the engine keeps this many alternatives per position (OpenAI's maximum)
+# A prompt of more than (context x the vocabulary's longest token, in UTF-8 bytes) x this is refused
+# before it is tokenized, since it cannot fit: tokenizing megabytes takes seconds and holds
+# gigabytes. The slack covers a tokenizer that shortens text first (NFC composes up to 3 jamo,
+# 9 bytes, into one 3-byte syllable); a prompt below the bound is tokenized and counted exactly.
+UNTOKENIZED_SLACK = 4
 PREFIX_CACHE_ENV = "TTTR_PREFIX_CACHE_MB"
 PREFIX_CACHE_MB = 256  # the default bound; at ~46 KB a position (the default model) ~5,700 positions
 
@@ -108,6 +113,7 @@ class Service:
         self.model = None
         self.engine = None
         self.fingerprint: dict = {}
+        self.max_token_bytes = 0  # the vocabulary's longest token in UTF-8 bytes, measured at load
         self.load_error: str | None = None
         self._ready = threading.Event()
 
@@ -126,6 +132,8 @@ class Service:
 
                 self.engine.prefixes = PrefixCache(max_bytes=self.prefix_cache_mb << 20)
             self.fingerprint = {**fingerprint(), "model_path": str(self.path)}
+            tok = self.model.tokenizer
+            self.max_token_bytes = max(len(tok.token_text(i).encode()) for i in range(tok.vocab_size))
             self._warm_up()
             self._ready.set()
         except Exception as exc:  # noqa: BLE001 - reported by /health and every request
@@ -217,6 +225,7 @@ class Service:
                                             eos_token=_piece(tok, tok.eos_token_id), **extra)
             except EngineError as exc:
                 raise APIError(str(exc), param="messages") from None
+            self._refuse_untokenized(text, "messages")
             ids = tok.encode(text)
         elif isinstance(req.prompt, tuple):
             vocab = tok.vocab_size
@@ -225,6 +234,7 @@ class Service:
                 raise APIError(f"prompt token id {bad[0]} is outside the vocabulary of {vocab} tokens", param="prompt")
             ids = list(req.prompt)
         else:
+            self._refuse_untokenized(req.prompt, "prompt")
             ids = tok.encode(req.prompt)
         if not ids:
             raise APIError("the prompt is empty after tokenization", param="messages" if req.endpoint == "chat" else "prompt")
@@ -239,6 +249,16 @@ class Service:
                 param="messages" if req.endpoint == "chat" else "prompt", code="context_length_exceeded")
         seed = req.seed if req.seed is not None else secrets.randbelow(SEED_LIMIT)
         return Prepared(req, tuple(ids), seed, req.seed is None, req.max_tokens or room, tool_format, names)
+
+    def _refuse_untokenized(self, text: str, param: str) -> None:
+        """A prompt far too long for the context is refused without tokenizing it."""
+        context = self.model.config.context_length
+        bound = context * self.max_token_bytes * UNTOKENIZED_SLACK
+        size = len(text.encode()) if len(text) * 4 > bound else 0  # a character is at most 4 bytes
+        if self.max_token_bytes and size > bound:
+            raise APIError(f"This model's maximum context length is {context} tokens. However, the prompt is "
+                           f"{size} bytes, far more than {context} tokens hold. Shorten the prompt.",
+                           param=param, code="context_length_exceeded")
 
     def start(self, prepared: Prepared, on_token: Callable | None = None, *, forced: dict | None = None) -> Call:
         """Submit the call to the engine; `on_token(record)` runs on the engine's thread.
