@@ -40,3 +40,110 @@ def test_suite_records_four_conditions_and_stats_reads_them(tmp_path, capsys):
     pinned = data["tasks"][0]["conditions"]["pinned"]
     assert data["tasks"][0]["task"] == "write-line" and pinned["pairs"] == 1
     assert pinned["agreement"] == 1.0 and data["residual_ok"] is True
+
+
+# A `tttr suite` whose engine never finishes a generation unless it is cancelled: every run
+# waits in its first message until Ctrl-C. The tokenizer, the tasks and the sandbox are real.
+# With $STUCK_CANCEL set, a cancel never returns either: a run that cannot end (as one in a long command).
+STUCK_SUITE = """
+import os, sys, threading
+from concurrent.futures import Future
+from tttr.engine.replay.runtime import Runtime
+
+class Stuck:
+    prefixes = None
+    def __init__(self):
+        self.pending = {}
+    def submit(self, seq):
+        self.pending[id(seq)] = future = Future()
+        sys.stderr.write("generating\\n")
+        return future
+    def cancel(self, seq):
+        sys.stderr.write("cancelling\\n")
+        if os.environ.get("STUCK_CANCEL"):
+            threading.Event().wait()
+        self.pending.pop(id(seq)).set_result([])
+        return True
+
+stuck = Stuck()
+Runtime.engine = property(lambda self: stuck)
+from tttr.app.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _interrupt_suite(argv: list[str], *waits: tuple[str, int], env: dict | None = None) -> tuple[int, list[str]]:
+    """`python ARGV` (a `tttr suite`) in a process of its own, sent SIGINT once for each of
+    `waits` (a text and a count: once stderr has said it that many times); its exit status and
+    its stderr lines, less STUCK_SUITE's and the progress lines."""
+    import os
+    import queue
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    proc = subprocess.Popen([sys.executable, *argv], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env={**os.environ, **(env or {})})
+    lines: queue.SimpleQueue = queue.SimpleQueue()
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        for after, times in waits:
+            seen = 0
+            while seen < times:
+                line = lines.get(timeout=300)  # a hang guard only
+                assert line is not None, f"the suite ended before saying {after!r} {times} times: exit {proc.wait()}"
+                seen += line.count(after)
+            proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)  # a hang guard only: it ends in a second or two
+    finally:
+        proc.kill()
+    err = []
+    while (line := lines.get(timeout=30)) is not None:
+        line = line.rstrip("\n")
+        for said in ("generating", "cancelling"):  # STUCK_SUITE's
+            line = line.replace(said, "")
+        if line and not line.startswith("["):
+            err.append(line)
+    return code, err
+
+
+def _statuses(db) -> dict[int, str]:
+    with Store.open(db, readonly=True, create=False) as store:
+        return {r.id: r.status for r in store.runs()}
+
+
+def _stuck_suite(db) -> list[str]:
+    return ["-c", STUCK_SUITE, "suite", "--runs", "2", "--tasks", "write-line", "--db", str(db)]
+
+
+def test_ctrl_c_ends_the_runs_in_the_middle_of_a_generation_at_once(tmp_path):
+    """The suite waited for every run in flight to finish its step (a generation, then a
+    command); with a slow model it ran on for a minute and a half after Ctrl-C."""
+    db = tmp_path / "suite.db"
+    code, err = _interrupt_suite(_stuck_suite(db), ("generating", 2))
+    assert code == 130, err
+    assert len(err) == 1 and err[0].startswith("tttr suite: interrupted;") and "marked incomplete" in err[0], err
+    assert _statuses(db) == {1: "incomplete", 2: "incomplete"}
+
+
+def test_a_second_ctrl_c_stops_waiting_for_runs_that_do_not_end(tmp_path):
+    db = tmp_path / "suite.db"
+    code, err = _interrupt_suite(_stuck_suite(db), ("generating", 2), ("cancelling", 2), env={"STUCK_CANCEL": "1"})
+    assert code == 130 and len(err) == 1 and err[0].startswith("tttr suite: interrupted;"), err
+    assert _statuses(db) == {1: "incomplete", 2: "incomplete"}
+
+
+def test_ctrl_c_keeps_the_finished_runs_and_marks_the_rest_incomplete(tmp_path):
+    db = tmp_path / "suite.db"
+    code, err = _interrupt_suite(["-m", "tttr.app", "suite", "--runs", "2", "--tasks", "write-line", "--max-steps", "1",
+                                  "--db", str(db)], ("[1/8]", 1))
+    assert code == 130 and len(err) == 1 and err[0].startswith("tttr suite: interrupted;"), err
+    statuses = _statuses(db)
+    assert "recording" not in statuses.values() and "complete" in statuses.values(), statuses

@@ -26,7 +26,8 @@ def register(sub, bench_sub) -> None:
                     "run) and pinned (everything pinned: must agree 100%). The pinned conditions are "
                     "replays of each task's first free run. Runs go through the engine side by side "
                     "(--batch at a time, sharing its batches: the kernels are batch-invariant). "
-                    "Progress on stderr; Ctrl-C keeps the finished runs. Read them with `tttr stats`.",
+                    "Progress on stderr; Ctrl-C keeps the finished runs and ends the ones in flight at once, marked "
+                    "incomplete (exit 130). Read them with `tttr stats`.",
     )
     p.add_argument("--runs", type=argtypes.bounded_int(2, 1000, "a run count"), required=True,
                    help="runs per task and condition (at least 2: agreement compares pairs)")
@@ -109,8 +110,8 @@ def cmd_suite(args) -> int:
                             suite_id=suite_id, progress=progress, cancel=cancel)
     except KeyboardInterrupt:
         cancel.set()
-        print(f"tttr suite: interrupted; the finished runs are kept in {args.db} "
-              f"(tttr stats --db {args.db} --suite {suite_id})", file=sys.stderr)
+        print(f"tttr suite: interrupted; the finished runs are kept in {args.db}, the ones in flight are "
+              f"marked incomplete (tttr stats --db {args.db} --suite {suite_id})", file=sys.stderr)
         return 130
     finally:
         runtime.close()

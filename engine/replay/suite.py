@@ -21,14 +21,15 @@ land in: the tensor layer is pinned by construction. The sandbox's seeded random
 
 Runs go through the engine side by side (one thread per run, `batch` at a time): their
 forward passes share the scheduler's batches, which changes no result because the kernels
-are batch-invariant. Each run is stored as soon as it finishes; a cancelled suite keeps them.
+are batch-invariant. Each run is stored as soon as it finishes; a cancelled suite keeps them,
+and the runs it was in the middle of end at once, stored as incomplete.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable
@@ -94,6 +95,50 @@ def read_run(store, run) -> SuiteRun | None:
     return SuiteRun(run.id, run.task, info["condition"], index, run.status, passed, state_actions(tools))
 
 
+CANCEL_POLL_S = 0.05  # how often a run waiting for its generation looks at the suite's cancel
+
+
+class Interrupted(KeyboardInterrupt):
+    """The suite's Ctrl-C, raised in a run's own thread from the generation it was waiting
+    for: the run ends there, stored as incomplete, as `tttr record` ends on Ctrl-C."""
+
+
+class _Interruptible:
+    """The runtime as a suite's runs use it: a generation also ends when the suite is
+    cancelled (the sequence is dropped from the engine and `Interrupted` raised), so that a
+    Ctrl-C does not wait for every run in flight to finish its step."""
+
+    def __init__(self, runtime, cancel: threading.Event):
+        self._runtime = runtime
+        self._cancel = cancel
+
+    def __getattr__(self, name: str):
+        return getattr(self._runtime, name)
+
+    @property
+    def generate(self):
+        return self.generate_in(self._runtime.kernel_mode)
+
+    def generate_in(self, mode: str):
+        from tttr.kernels.mode import check_mode, kernel_mode
+
+        mode = check_mode(mode)
+
+        def generate(seq):
+            if self._cancel.is_set():
+                raise Interrupted("the suite was interrupted")
+            engine = self._runtime.engine
+            with kernel_mode(mode):
+                future = engine.submit(seq)
+            while not self._cancel.wait(CANCEL_POLL_S):
+                if future.done():
+                    return future.result()
+            engine.cancel(seq)
+            raise Interrupted("the suite was interrupted")
+
+        return generate
+
+
 def run_suite(
     db: str,
     tasks: list[str],
@@ -108,7 +153,12 @@ def run_suite(
     progress: Callable[[Finished], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> tuple[str, list[SuiteRun]]:
-    """Record the suite into `db`; the suite id and the runs that finished (complete or not)."""
+    """Record the suite into `db`; the suite id and the runs that finished (complete or not).
+
+    Ctrl-C (KeyboardInterrupt, raised on again once the runs in flight have ended): runs not
+    begun are not begun, and each run in flight ends at once, stored as incomplete (one that
+    is running a command ends when the command does). A second Ctrl-C stops waiting for
+    them: their runs are marked incomplete from here."""
     from tttr.engine.replay.agent import AgentLimits
     from tttr.engine.replay.runs import record, replay
     from tttr.sessions.store import Store
@@ -116,16 +166,20 @@ def run_suite(
     suite_id = suite_id or new_suite_id()
     limits = AgentLimits(max_steps=max_steps)
     cancel = cancel or threading.Event()
+    runtime = _Interruptible(runtime, cancel)
     total = len(tasks) * runs * len(CONDITIONS)
     finished: list[SuiteRun] = []
     lock = threading.Lock()
+    stores: set = set()  # the stores of the runs in flight
     Store.open(db, create=True).close()  # created and migrated once, before the threads open it
 
     def one(task: str, condition: str, index: int, anchor: int | None) -> SuiteRun | None:
-        if cancel.is_set():
-            return None
+        with lock:
+            if cancel.is_set():
+                return None
+            store = Store.open(db, create=False)
+            stores.add(store)
         meta = _suite_meta(suite_id, condition, index, anchor)
-        store = Store.open(db, create=False)
         try:
             if condition == "free":
                 res = record(store, task, runtime=runtime, temperature=temperature, limits=limits,
@@ -137,6 +191,8 @@ def run_suite(
                 return None
             return read_run(store, store.run(res.run_id))
         finally:
+            with lock:
+                stores.discard(store)
             store.close()
 
     def report(task, condition, index, run, error=None):
@@ -148,23 +204,48 @@ def run_suite(
                 progress(Finished(done, total, task, condition, index, run, error))
 
     def phase(jobs: list[tuple[str, str, int, int | None]]) -> None:
-        with ThreadPoolExecutor(max_workers=max(1, min(batch, len(jobs)))) as pool:
-            futures = {pool.submit(one, *job): job for job in jobs}
+        """The jobs, `batch` at a time, each in a daemon thread: nothing a run is doing can
+        keep the process from exiting once the suite gives up on it."""
+        todo: queue.SimpleQueue = queue.SimpleQueue()
+        results: queue.SimpleQueue = queue.SimpleQueue()
+        for job in jobs:
+            todo.put(job)
+
+        def worker() -> None:
+            while True:
+                try:
+                    job = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    results.put((job, one(*job), None))
+                except BaseException as exc:  # noqa: BLE001 - reported by the suite's thread
+                    results.put((job, None, exc))
+
+        threads = [threading.Thread(target=worker, name="tttr-suite-run", daemon=True)
+                   for _ in range(max(1, min(batch, len(jobs))))]
+        for t in threads:
+            t.start()
+        try:
+            for _ in jobs:
+                (task, condition, index, _), run, exc = results.get()
+                if isinstance(exc, Interrupted):
+                    continue
+                if exc is not None:  # one failed run is reported; the suite goes on
+                    report(task, condition, index, None, f"{type(exc).__name__}: {exc}")
+                elif run is not None:
+                    report(task, condition, index, run)
+        except KeyboardInterrupt:
+            cancel.set()  # runs not begun are not begun; the ones in flight end now, incomplete
             try:
-                for fut in as_completed(futures):
-                    task, condition, index, _ = futures[fut]
-                    try:
-                        run = fut.result()
-                    except Exception as exc:  # noqa: BLE001 - one failed run is reported; the suite goes on
-                        report(task, condition, index, None, f"{type(exc).__name__}: {exc}")
-                        continue
-                    if run is not None:
-                        report(task, condition, index, run)
-            except KeyboardInterrupt:
-                cancel.set()  # the runs in flight stop at their next step, marked incomplete
-                for f in futures:
-                    f.cancel()
-                raise
+                for t in threads:
+                    t.join()
+            except KeyboardInterrupt:  # again: stop waiting; mark the runs still in flight incomplete
+                with lock:
+                    left = list(stores)
+                for store in left:
+                    store.close()
+            raise
 
     phase([(t, "free", i, None) for t in tasks for i in range(runs)])
     anchors = {}
