@@ -26,7 +26,7 @@ from tttr.engine.replay.result import ReplayError, RunResult, kernels_note, same
 from tttr.engine.replay.runtime import Runtime
 from tttr.engine.replay.source import Source
 from tttr.recorders.clock import normalize_clock
-from tttr.recorders.errors import SandboxError
+from tttr.recorders.errors import SandboxError, TaskError
 from tttr.recorders.probe import probe
 from tttr.recorders.sandbox import REFUSAL, Executor
 from tttr.recorders.tasks import load_task
@@ -38,7 +38,15 @@ def _fresh_seed() -> int:
     return int.from_bytes(os.urandom(4), "little")
 
 
+NAME_MAX = 255  # bytes in a file name: a longer task name names no task folder
+
+
 def _load_task(name: str):
+    """The task a run names. A name longer than a file name (a database may say anything) is
+    an unknown task, not an OSError from looking for its folder."""
+    if len(name.encode("utf-8", "surrogatepass")) > NAME_MAX:
+        raise TaskError(f"unknown task {name[:60]!r}… ({len(name)} characters): no task folder can have this name; "
+                        "`tttr tasks` lists the tasks")
     return load_task(name)
 
 
