@@ -136,7 +136,7 @@ class _Unrecorded:
     """The program in the sandbox against `tttr serve`'s app without a database (this process)."""
 
     def __init__(self, work: Path, model: str | None, unsafe_no_sandbox: bool):
-        from tttr.app.server import create_app
+        from tttr.engine.serve.server import create_app
         from tttr.engine.serve.service import Service
         from tttr.recorders.program import HostPython, api_dir
 

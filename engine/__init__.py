@@ -6,7 +6,7 @@
 - `tttr.engine.replay`: record, replay, fork and diff of agent runs — the shell agent's loop,
   the oracle it asks for every value it could not predict, the replay policy, mutations.
 - `tttr.engine.serve`: the OpenAI API over the engine, without HTTP (requests, prompts and
-  tools, responses, recording each call as a run); `tttr.app.server` is its HTTP face.
+  tools, responses, recording each call as a run); `tttr.engine.serve.server` is its HTTP face.
 
 `replay` and `serve` use `inference`; `inference` imports neither.
 """

@@ -39,7 +39,7 @@ class Running:
 def recording_server(db, **service_kw) -> Running:
     """A real `tttr serve --db DB` (the default model, loaded) on a free port: the Running, with
     its `db`, `service` and `recorder`; the caller stops it."""
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
 

@@ -42,7 +42,7 @@ def test_domain_never_loads_textual(package):
 
 # What replaying a recorded program needs: reading the recording, the sandbox, the server
 # that answers from it. None of it may load torch (seconds of every `tttr replay`).
-REPLAY_ONLY = ("tttr.engine.program.replay", "tttr.app.server", "tttr.engine.serve.recorder",
+REPLAY_ONLY = ("tttr.engine.program.replay", "tttr.engine.serve.server", "tttr.engine.serve.recorder",
                "tttr.recorders.sandbox", "tttr.recorders.snapshot", "tttr.recorders.sdk")
 
 
@@ -165,7 +165,7 @@ def test_a_command_parses_alone_as_among_all():
 # Parsing is the standard library and the command modules: nothing of the domain, no
 # third-party package. These are what cost start-up most (each measured at 0.05-0.3 s).
 HEAVY = ("torch", "numpy", "textual", "rich", "starlette", "sse_starlette", "uvicorn", "httpx", "httpx2", "openai",
-         "tokenizers", "rapidfuzz", "tttr.app.server", "tttr.engine.replay.runs", "tttr.sessions.store",
+         "tokenizers", "rapidfuzz", "tttr.engine.serve.server", "tttr.engine.replay.runs", "tttr.sessions.store",
          "tttr.recorders.treestate")
 
 

@@ -173,3 +173,25 @@ def test_inference_imports_neither_replay_nor_serve():
                  if module.startswith("tttr.engine.inference") for target in sorted(targets)
                  if target.startswith(("tttr.engine.replay", "tttr.engine.serve"))]
     assert not offenders, "the model side imports what is built on it:\n" + "\n".join(offenders)
+
+
+def _third_party_imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_the_app_is_the_cli_and_the_tui_and_the_http_server_is_engine_code():
+    """A run kind's record/replay/fork lives in the engine (a recorded program's in
+    tttr.engine.program), and so does the HTTP server (tttr.engine.serve.server, Starlette):
+    app/ holds the command line and the terminal app. Only the server's package imports
+    Starlette; the app starts uvicorn (`tttr serve`), the engine's runners start it too."""
+    modules = _modules()
+    assert not [m for m in modules if m.startswith(("tttr.app.program", "tttr.app.server"))]
+    starlette = sorted(m for m, path in modules.items() if "starlette" in _third_party_imports(path))
+    assert starlette and all(m.startswith("tttr.engine.serve.") for m in starlette), starlette
+    assert "tttr.engine.program.record" in modules and "tttr.engine.serve.server" in modules

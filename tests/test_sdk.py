@@ -62,7 +62,7 @@ def test_outside_a_recording_every_call_just_does_its_work(tmp_path):
 @pytest.fixture()
 def unloaded(tmp_path):
     """A `tttr serve --db` whose model never loads: the SDK routes do not need it."""
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
 
@@ -292,7 +292,7 @@ def test_model_calls_and_sdk_events_share_one_run(tmp_path, monkeypatch, capsys)
     import openai
 
     from tttr.app.cli import main
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
 

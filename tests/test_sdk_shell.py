@@ -86,7 +86,7 @@ def test_a_tree_is_synced_in_place_to_a_snapshot(tmp_path):
 
 def test_a_large_output_is_cut_alike_for_program_and_recording_and_stored_as_a_blob(tmp_path, monkeypatch):
     """A real server (its model never loads: the SDK's routes do not need it) and store."""
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
     from serve_helpers import Running

@@ -281,7 +281,7 @@ def _http(url: str, data: bytes | None = None, method: str | None = None) -> tup
 
 
 def test_errors_have_openai_shape_while_the_model_loads():
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.service import Service
 
     service = Service()  # never loaded: the routes that need it answer 503
@@ -598,7 +598,7 @@ def test_an_abandoned_calls_outcome_is_not_logged_as_never_retrieved():
     import gc
     from types import SimpleNamespace
 
-    from tttr.app.server import Server
+    from tttr.engine.serve.server import Server
     from tttr.engine.serve.service import Cancelled
 
     class Gone:
@@ -676,7 +676,7 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read():
     """A 15 MiB chat body cost the server 76 s of CPU and 1.7 GiB (the limit was 16 MiB): over
     --max-body-mb (default 8) it is a 413 in OpenAI's shape, from its Content-Length before a
     byte of it is read, and as soon as a chunked body passes the limit."""
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.requests import MAX_BODY_MB
     from tttr.engine.serve.service import Service
 
@@ -702,7 +702,7 @@ def test_the_body_limit_is_an_option_of_serve():
     import openai
 
     from tttr.app.cli import build_parser
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.service import Service
 
     from tttr.engine.serve.requests import MAX_BODY_MB
@@ -742,7 +742,7 @@ def test_a_message_without_content_is_a_400_naming_it():
 def test_a_null_content_is_refused_with_the_official_client():
     import openai
 
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.service import Service
 
     running = Running(create_app(Service()), lifespan="off")  # refused before the model is needed
@@ -761,7 +761,7 @@ def test_a_client_that_goes_away_mid_body_is_not_an_error(capfd):
     import socket
     import threading
 
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.service import Service
 
     inner = create_app(Service())

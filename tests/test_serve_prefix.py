@@ -77,7 +77,7 @@ def _recorded(store, task: str) -> list[tuple]:
 def test_a_conversation_served_with_prefix_reuse_is_the_same_as_without(tmp_path):
     import openai
 
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.sessions.store import Store
 

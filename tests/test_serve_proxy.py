@@ -58,7 +58,7 @@ def test_a_streamed_answer_is_assembled_for_the_record():
 
 
 def test_an_unreachable_upstream_is_a_502():
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
 
     dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     running = Running(create_app(None, upstream=Upstream(dead)), lifespan="off")
@@ -78,7 +78,7 @@ def test_an_unreachable_upstream_is_a_502():
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """A tttr serve (recording to up.db) and a proxy in front of it (recording to proxy.db)."""
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
 

@@ -111,7 +111,7 @@ def recorded(tmp_path_factory):
     import openai
 
     from serve_helpers import Running
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.proxy import Upstream
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service

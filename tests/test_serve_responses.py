@@ -191,7 +191,7 @@ def test_a_replayed_chat_stream_becomes_the_responses_event_sequence(chat):
 
     from openai.types.responses import Response
 
-    from tttr.app.server import _replayed_stream
+    from tttr.engine.serve.server import _replayed_stream
 
     async def chunks():
         return [c async for c in _replayed_stream(chat, "chat", True)]
@@ -217,7 +217,7 @@ def test_a_replayed_stream_uses_recorded_pieces_only_when_they_add_up(sizes, sen
     """A recording's pieces are untrusted: whole numbers above 0 adding up to the text, or the text whole."""
     import asyncio
 
-    from tttr.app.server import _replayed_stream
+    from tttr.engine.serve.server import _replayed_stream
 
     async def chunks():
         return [json.loads(c["data"]) async for c in _replayed_stream({**CHAT, "tttr": {"pieces": sizes}}, "chat", False)
@@ -363,7 +363,7 @@ def test_a_responses_call_is_the_chat_call_it_means_streamed_or_not_and_recorded
 def test_a_chat_error_is_told_in_the_responses_names_and_a_loading_model_is_a_503():
     import openai
 
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.responses_api import error_from_chat
     from tttr.engine.serve.service import Service
 
@@ -444,7 +444,7 @@ def test_an_agents_sdk_program_records_one_run_that_replays_forks_and_diffs(tmp_
     import sys
 
     from tttr.app.cli import main
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
     from tttr.sessions.store import Store

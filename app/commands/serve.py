@@ -1,4 +1,4 @@
-"""`tttr serve`: the OpenAI-compatible API on the engine (see app/server.py)."""
+"""`tttr serve`: the OpenAI-compatible API on the engine (see engine/serve/server.py)."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def cmd_serve(args) -> int:
 
     import uvicorn
 
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.requests import MAX_BODY_MB
 
     def announce(text: str) -> None:

@@ -222,7 +222,7 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
 
 def _record(recorder, service, executor, host, program, argv, name, tree_dir, clock, seed, check, sock_dir,
             say, timeout_s) -> ProgramResult:
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.sdk_tree import SDKTree, program_file
     from tttr.recorders.clock import iso
     from tttr.recorders.shell import ShellState

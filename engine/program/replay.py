@@ -389,7 +389,7 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
 
 def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
             fork=None, model=None, new_code=False) -> ReplayResult:
-    from tttr.app.server import create_app
+    from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.sdk_tree import SDKTree
     from tttr.recorders.clock import iso

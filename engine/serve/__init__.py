@@ -1,3 +1,3 @@
 """The OpenAI-compatible API over the engine, without HTTP: validating a request, rendering
 its prompt (tools included), running it as a Sequence, shaping OpenAI's response objects,
-and recording each call as a run. `tttr.app.server` puts this behind HTTP."""
+and recording each call as a run. `tttr.engine.serve.server` puts this behind HTTP."""

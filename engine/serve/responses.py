@@ -144,7 +144,7 @@ class TextStream:
 
 def stream_pieces(tokenizer, token_ids, stops: tuple[str, ...]) -> list[int]:
     """The lengths (in characters) of the text pieces a streamed answer of these tokens is
-    sent in (app/server.py's stream, which sends each non-empty delta of a TextStream, then
+    sent in (engine/serve/server.py's stream, which sends each non-empty delta of a TextStream, then
     what it held back): recorded, so that a replay streams the same pieces."""
     text = TextStream(tokenizer, stops)
     pieces = [len(d) for d in map(text.push, token_ids) if d]
