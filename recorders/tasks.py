@@ -107,10 +107,18 @@ def list_tasks(root: Path = TASKS_DIR) -> list[Task]:
 
 def load_task(name: str, root: Path = TASKS_DIR) -> Task:
     path = root / name
-    if "/" in name or name.startswith(".") or not (path / "task.json").is_file():
+    if "/" in name or name.startswith(".") or not _is_task(path):
         known = ", ".join(t.name for t in list_tasks(root))
-        raise TaskError(f"unknown task {name!r}: choose one of {known} (see `tttr tasks`)")
+        raise TaskError(f"unknown task {name[:80]!r}{'…' if len(name) > 80 else ''}: choose one of {known} "
+                        "(see `tttr tasks`)")
     return _load(path)
+
+
+def _is_task(path: Path) -> bool:
+    try:
+        return (path / "task.json").is_file()
+    except (OSError, ValueError):  # a name longer than a file name, or holding a NUL: no such task
+        return False
 
 
 def self_check(task: Task, seed: int = 0, unsafe_no_sandbox: bool = False,

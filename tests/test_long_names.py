@@ -76,3 +76,13 @@ def test_a_program_with_a_long_file_name_records_replays_and_forks(tmp_path, cap
     fork = cli_json(capsys, ["fork", str(rec["run_id"]), "--db", str(db), "--at", "1:tool", "--set", '{"result": 99}',
                              "--json"])
     assert fork["forked"] is True and fork["stdout"].startswith("99 "), fork
+
+
+def test_record_of_a_task_name_longer_than_a_file_name_is_one_line_and_creates_nothing(tmp_path, capsys):
+    from tttr.app.cli import main
+
+    db = tmp_path / "new.db"
+    assert main(["record", "--task", "x" * 300, "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown task" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not db.exists()
