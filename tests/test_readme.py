@@ -44,6 +44,12 @@ def test_the_readme_shows_commands():
     assert len(_documented_commands()) >= 20
 
 
+def test_the_readme_is_a_users_guide():
+    lines = len(README.splitlines())
+    assert lines <= 300, (f"README.md has {lines} lines: it is a user's guide (what it is, install, how to use it, "
+                          "where to read more); move reference detail to docs/reference.md or the doc it belongs to")
+
+
 @pytest.mark.parametrize("line", _documented_commands())
 def test_every_documented_command_line_parses(line):
     build_parser().parse_args(shlex.split(line)[1:])  # argparse exits 2 on anything it does not know
