@@ -518,7 +518,7 @@ def files_label(changes) -> Text:
         return Text("unknown (no snapshot recorded for this step)", style="dim")
     if not changes:
         return Text("none", style="dim")
-    marks = {"added": ("+", "green"), "removed": ("-", "red"), "modified": ("~", "yellow")}
+    marks = {"added": ("+", "green"), "removed": ("-", "red"), "changed": ("~", "yellow")}
     text = Text()
     for i, change in enumerate(changes[:SHOWN_LINES]):
         mark, colour = marks.get(change.change, ("?", "white"))

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
+from tttr.recorders.treestate import FileChange, diff_manifests
 from tttr.sessions import values
 from tttr.sessions.records import Event
 from tttr.sessions.safe_text import visible
@@ -89,12 +89,6 @@ def read_blob_text(store, ref: Any, limit: int = BLOB_PREVIEW) -> str:
         total = f"{size:,} bytes" if isinstance(size, int) and not isinstance(size, bool) else "more"
         text += f"\n… {TOO_LARGE}: the first {min(len(data), limit):,} bytes of {total}"
     return text
-
-
-@dataclass(frozen=True, slots=True)
-class FileChange:
-    path: str
-    change: str  # "added" | "removed" | "modified"
 
 
 class RunView:
@@ -391,12 +385,7 @@ def token_pos(event) -> int | None:
 
 
 def _diff_trees(store, before: str | None, after: str) -> list[FileChange] | None:
-    from tttr.recorders.snapshot import diff_trees  # the trace layer owns the manifest format
-
     try:
-        diff = diff_trees(before, after, store)
+        return list(diff_manifests(store, before, after))  # the trace layer owns the manifest format
     except Exception:  # noqa: BLE001 - a manifest that does not read shows as "unknown"
         return None
-    names = {"added": "added", "removed": "removed", "changed": "modified"}
-    return sorted((FileChange(visible(p, newlines=False), names[k]) for k in names for p in diff.get(k, [])),
-                  key=lambda c: c.path)

@@ -265,14 +265,3 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
-
-
-def diff_trees(a: str | None, b: str, store: BlobStore) -> dict[str, list[str]]:
-    """Paths added, removed and changed (content, mode, mtime or kind) from tree a to b."""
-    old = {e.path: e for e in read_manifest(a, store)} if a else {}
-    new = {e.path: e for e in read_manifest(b, store)}
-    return {
-        "added": sorted(p for p in new if p not in old),
-        "removed": sorted(p for p in old if p not in new),
-        "changed": sorted(p for p in new if p in old and new[p] != old[p] and p != "."),
-    }

@@ -218,6 +218,17 @@ def diff_trees(a: TreeAt, b: TreeAt) -> TreeDiff:
     return TreeDiff(a, b, tuple(sorted(changes, key=lambda c: c.path)))
 
 
+def diff_manifests(store, before: str | None, after: str) -> tuple[FileChange, ...]:
+    """What changed from the tree of manifest `before` (None: an empty tree) to that of
+    `after`, by path: the same FileChange rows as `diff_trees`. SnapshotError when either
+    manifest cannot be read."""
+    a = TreeAt(0, 0, before, None, tuple(read_manifest(before, store)) if before else ())
+    b = TreeAt(0, 0, after, None, tuple(read_manifest(after, store)))
+    if before is None:  # an empty tree before: everything the after tree holds was added
+        return tuple(FileChange(p, "added", None, e) for p, e in sorted(b.files.items()))
+    return diff_trees(a, b).changes
+
+
 def diff_steps(store, run_id: int, step_a: int, step_b: int) -> TreeDiff:
     trees = RunTrees(store, run_id)
     return diff_trees(trees.at(step_a), trees.at(step_b))

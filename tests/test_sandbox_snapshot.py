@@ -9,7 +9,8 @@ import pytest
 
 from tttr.recorders.errors import SnapshotError
 from tttr.recorders.memstore import MemoryStore
-from tttr.recorders.snapshot import diff_trees, read_manifest, restore, snapshot, tree_digest
+from tttr.recorders.snapshot import read_manifest, restore, snapshot, tree_digest
+from tttr.recorders.treestate import diff_manifests
 
 
 def _tree(root):
@@ -69,7 +70,8 @@ def test_each_content_is_stored_once(tmp_path):
     (src / "three.txt").write_text("same\n")
     d2 = snapshot(src, store)
     assert store.puts == 1  # only the new manifest
-    assert diff_trees(None, d2, store)["added"][0] == "."
+    added = diff_manifests(store, None, d2)
+    assert {c.change for c in added} == {"added"} and "three.txt" in {c.path for c in added}
     assert [e.path for e in read_manifest(d2, store) if e.kind == "f"] == [
         "a/b/deep.txt", "one.txt", "run.sh", "three.txt", "two.txt"]
 
@@ -125,6 +127,6 @@ def test_thousand_file_tree_snapshot_and_restore(tmp_path):
     for p in paths[:10]:
         p.write_text("changed\n")
     d2 = snapshot(src, store)
-    assert len(diff_trees(d1, d2, store)["changed"]) == 10
+    assert [c.change for c in diff_manifests(store, d1, d2)] == ["changed"] * 10
     restore(d2, store, tmp_path / "r")
     assert tree_digest(tmp_path / "r") == d2
