@@ -203,14 +203,6 @@ def _runtime(args, kernel_mode: str | None = None):
     return Runtime(args.model, kernel_mode=kernel_mode or "invariant")
 
 
-def _runtime_for(args, run):
-    """The runtime a replay or fork of `run` computes with: in the run's kernel mode (a
-    proxied run's calls, if ever generated here, in the local default)."""
-    from tttr.engine.replay.calls import is_call_run, local_kernel_mode
-
-    return _runtime(args, local_kernel_mode(run) if is_call_run(run) else run.kernel_mode)
-
-
 def _clock_arg(text: str):
     """--clock: an ISO date-time the virtual clock can show (one line, exit 2 otherwise)."""
     from datetime import datetime
@@ -304,102 +296,49 @@ def cmd_record_program(args) -> int:
 
 
 def cmd_replay(args) -> int:
+    from tttr.engine.kinds import ReplayRequest, kind_of
     from tttr.engine.replay.policy import Policy
 
-    policy = Policy.parse(args.free)
-    if _is_program(args):
-        return cmd_replay_program(args, policy)
-    if args.code is not None:
-        from tttr.sessions.errors import TTTRError
-
-        raise TTTRError(f"--code lays a program's files over its start tree, and run {args.run} is no recorded "
-                        "program (tttr record -- PROGRAM): drop --code")
-    if args.seed is not None and policy.pinned("token"):
-        from tttr.engine.replay.policy import PolicyError
-
-        raise PolicyError("--seed seeds a freed token layer, and this replay pins it (the recorded tokens): "
-                          "add --free token, or drop --seed")
-    from tttr.engine.replay.runs import check_replay, replay  # a program's replay needs neither (~0.3 s to import)
-
-    # Checked on a read-only connection first: a run that cannot be replayed (a value of the
-    # wrong shape, a clock the sandbox cannot show, another model) is refused with the file untouched.
-    with _open_readonly(args.db) as reader:
-        runtime = _runtime_for(args, reader.run(args.run))
-        check_replay(reader, args.run, policy, runtime=runtime, unsafe_no_sandbox=args.unsafe_no_sandbox)
-    store = _open_store(args.db, create=False)
-    try:
-        res = replay(store, args.run, policy, runtime=runtime, seed=args.seed,
-                     unsafe_no_sandbox=args.unsafe_no_sandbox,
-                     progress=_progress(not args.json, f"replaying run {args.run} ({policy.describe()}) …"))
-    finally:
-        store.close()
-    _print_result(args, res, "replayed")
-    return 0
-
-
-def _is_program(args) -> bool:
-    """Whether run `args.run` of `args.db` is a recorded program (`tttr record -- PROGRAM`)."""
-    from tttr.engine.program.replay import is_program_run
-
-    with _open_readonly(args.db) as reader:
-        return is_program_run(reader.run(args.run))
-
-
-def cmd_replay_program(args, policy) -> int:
-    from tttr.app.commands.program_output import print_replay
-    from tttr.engine.program.replay import replay_program
-    from tttr.sessions.errors import TTTRError
-
-    if not policy.faithful or args.seed is not None:
-        raise TTTRError(f"run {args.run} is a recorded program: only its faithful replay is supported yet "
-                        "(drop --free and --seed)")
-
-    def progress(text: str) -> None:
-        if not args.json:
-            print(f"tttr replay: {text}", file=sys.stderr, flush=True)
-
-    res = replay_program(args.db, args.run, unsafe_no_sandbox=args.unsafe_no_sandbox, progress=progress,
-                         model=args.model, code=args.code)  # model: for calls after a divergence, generated live
-    print_replay(res, args.json)
-    return 0
-
-
-def cmd_fork_program(args) -> int:
-    from tttr.app.commands.program_output import print_fork
-    from tttr.engine.program.fork import check_program_fork
-    from tttr.engine.program.replay import replay_program
-
+    request = ReplayRequest(Policy.parse(args.free), seed=args.seed, model=args.model, code=args.code,
+                            unsafe_no_sandbox=args.unsafe_no_sandbox)
     with _open_readonly(args.db) as reader:  # checked before anything is written
-        plan = check_program_fork(reader, args.run, args.at, args.value, model=args.model)
-
-    def progress(text: str) -> None:
-        if not args.json:
-            print(f"tttr fork: {text}", file=sys.stderr, flush=True)
-
-    res = replay_program(args.db, args.run, unsafe_no_sandbox=args.unsafe_no_sandbox, progress=progress, fork=plan)
-    print_fork(res, args.json)
+        run = reader.run(args.run)
+        kind = kind_of(run)
+        plan = kind.check_replay(reader, run, request)
+    res = kind.replay(args.db, plan, _reporter(args, kind, "replay",
+                                               f"replaying run {args.run} ({request.policy.describe()}) …"))
+    _show(args, kind, res, "replayed")
     return 0
 
 
 def cmd_fork(args) -> int:
-    if _is_program(args):
-        return cmd_fork_program(args)
-    from tttr.engine.replay.runs import check_fork, fork  # a program's fork needs neither (~0.3 s to import)
+    from tttr.engine.kinds import ForkRequest, kind_of
 
-    # The run, the site and the new value are all checked on a read-only connection before
-    # the file is opened for writing: a refused fork writes nothing and prints no progress.
-    with _open_readonly(args.db) as reader:
-        runtime = _runtime_for(args, reader.run(args.run))
-        check_fork(reader, args.run, args.at, args.value, runtime=runtime, unsafe_no_sandbox=args.unsafe_no_sandbox)
-    store = _open_store(args.db, create=False)
-    try:
-        res = fork(store, args.run, args.at, args.value, runtime=runtime,
-                   unsafe_no_sandbox=args.unsafe_no_sandbox,
-                   progress=_progress(not args.json, f"forking run {args.run} at {args.at} …"))
-    finally:
-        store.close()
-    _print_result(args, res, "forked")
+    request = ForkRequest(args.at, args.value, model=args.model, unsafe_no_sandbox=args.unsafe_no_sandbox)
+    with _open_readonly(args.db) as reader:  # the run, the site and the value, checked before anything is written
+        run = reader.run(args.run)
+        kind = kind_of(run)
+        plan = kind.check_fork(reader, run, request)
+    res = kind.fork(args.db, plan, _reporter(args, kind, "fork", f"forking run {args.run} at {args.at} …"))
+    _show(args, kind, res, "forked")
     return 0
+
+
+def _reporter(args, kind, verb: str, header: str):
+    """How a verb's progress reaches stderr: a program's replay says what it does in lines of
+    its own, the oracle's reports steps under a header printed with the first one."""
+    if kind.name == "program":
+        return None if args.json else (lambda text: print(f"tttr {verb}: {text}", file=sys.stderr, flush=True))
+    return _progress(not args.json, header)
+
+
+def _show(args, kind, res, verb: str) -> None:
+    if kind.name == "program":
+        from tttr.app.commands.program_output import print_fork, print_replay
+
+        print_replay(res, args.json) if verb == "replayed" else print_fork(res, args.json)
+    else:
+        _print_result(args, res, verb)
 
 
 def _verdict(outcome) -> str:
@@ -447,14 +386,15 @@ def _print_result(args, res, verb: str) -> None:
 
 
 def cmd_diff(args) -> int:
+    from tttr.engine.kinds import AGENT, kind_of
     from tttr.engine.replay.diff import diff_runs
 
     with _open_readonly(args.db) as store:  # a diff only reads
         d = diff_runs(store, args.run_a, args.run_b)
-        kinds = [_run_kind(store.run(r)) for r in (args.run_a, args.run_b)]
-    if kinds[0] != kinds[1] and AGENT_RUN in kinds:  # agent actions beside calls: every row differs, and this says why
-        print(f"note: run {args.run_a} is {kinds[0]} and run {args.run_b} {kinds[1]}: their steps are of different "
-              "kinds, so no row can pair up", file=sys.stderr)
+        kinds = [kind_of(store.run(r)) for r in (args.run_a, args.run_b)]
+    if kinds[0] is not kinds[1] and AGENT in kinds:  # agent actions beside calls: every row differs, and this says why
+        print(f"note: run {args.run_a} is {kinds[0].label} and run {args.run_b} {kinds[1].label}: their steps are of "
+              "different kinds, so no row can pair up", file=sys.stderr)
     if args.json:
         print(safe_json(d.to_json(), default=str))
         return 0
@@ -484,21 +424,6 @@ def cmd_diff(args) -> int:
         for run_id, value in ((args.run_a, p.a), (args.run_b, p.b)):
             console.print(shown(f"  run {run_id}: {json.dumps(value, ensure_ascii=False)[:2000]}"))
     return 0
-
-
-def _run_kind(run) -> str:
-    """What recorded a run: the built-in agent, a program (`tttr record -- PROGRAM`), or `tttr serve`."""
-    from tttr.engine.program.replay import is_program_run
-    from tttr.engine.replay.calls import is_call_run
-
-    if is_program_run(run):
-        return "a recorded program's run"
-    if is_call_run(run):
-        return "a served API's calls"
-    return AGENT_RUN
-
-
-AGENT_RUN = "the built-in agent's run"
 
 
 def _s(v) -> str:

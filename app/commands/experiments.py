@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from tttr.app.commands import args as argtypes
-from tttr.app.commands.agent import _common, _model_args, _open_readonly, _open_store, _runtime_for
+from tttr.app.commands.agent import _common, _model_args, _open_readonly, _open_store
 from tttr.app.commands.store import safe_json
 
 
@@ -88,21 +88,21 @@ def _pair_args(p) -> None:
 def _checked(args, prepare):
     """The runs are agent runs of one task that differ, GOOD passes on a faithful replay and
     BAD fails: checked on a read-only connection, so refused input writes nothing."""
-    from tttr.engine.program.replay import is_program_run
-    from tttr.engine.replay.calls import is_call_run
+    from tttr.engine.kinds import PROGRAM, kind_of
     from tttr.sessions.errors import TTTRError
 
     with _open_readonly(args.db) as reader:
         for rid in (args.good, args.bad):
-            run = reader.run(rid)
-            if is_program_run(run):
+            kind = kind_of(reader.run(rid))
+            if kind is PROGRAM:
                 other = args.bad if rid == args.good else args.good
                 raise TTTRError(f"run {rid} is a recorded program, but run {other} is not: give two runs of the "
                                 "same program (tttr record -- PROGRAM)")
-            if is_call_run(run):
+            if not kind.experiments:
                 raise TTTRError(f"run {rid} is recorded API calls: {args.command} works on the shell agent's runs "
                                 "(tttr record --task) and recorded programs (tttr record -- PROGRAM)")
-        runtime = _runtime_for(args, reader.run(args.bad))
+        bad = reader.run(args.bad)
+        runtime = kind_of(bad).runtime(bad, args.model)
         prepare(reader, args.good, args.bad, args.judge, runtime=runtime, unsafe_no_sandbox=args.unsafe_no_sandbox)
     return runtime
 
@@ -135,10 +135,10 @@ def _fixed(args, fixed: bool | None) -> str:
 
 def _programs(args) -> bool:
     """Whether GOOD and BAD are recorded programs (both: a mixed pair is refused by `_checked`)."""
-    from tttr.engine.program.replay import is_program_run
+    from tttr.engine.kinds import PROGRAM, kind_of
 
     with _open_readonly(args.db) as reader:
-        return all(is_program_run(reader.run(rid)) for rid in (args.good, args.bad))
+        return all(kind_of(reader.run(rid)) is PROGRAM for rid in (args.good, args.bad))
 
 
 def cmd_triage(args) -> int:

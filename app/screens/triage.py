@@ -133,17 +133,17 @@ class ExperimentScreen(FittedFooter, Screen):
 
     def _work(self, cancel: threading.Event) -> None:
         """In a worker thread, on a writable connection of its own (the app's is read-only)."""
-        from tttr.engine.program.replay import is_program_run
-        from tttr.engine.replay.calls import is_call_run
+        from tttr.engine.kinds import AGENT, PROGRAM, kind_of
         from tttr.engine.replay.deltas import Pair, differing
         from tttr.sessions.store import Store
 
         try:
             store = Store.open(self.app.db_path, create=False)
             try:
-                programs = all(is_program_run(store.run(rid)) for rid in (self.good, self.bad))
-                for rid in (self.good, self.bad):
-                    if not programs and (is_program_run(store.run(rid)) or is_call_run(store.run(rid))):
+                kinds = [kind_of(store.run(rid)) for rid in (self.good, self.bad)]
+                programs = all(kind is PROGRAM for kind in kinds)
+                for rid, kind in zip((self.good, self.bad), kinds):
+                    if not programs and kind is not AGENT:
                         raise ValueError(f"run {rid} is a recorded program or API calls, the other is not: {self.kind} "
                                          "works on two shell agent's runs or two runs of one recorded program")
                 if programs:  # engine/program/triage.py: the program is replayed, its model loads if a call is generated

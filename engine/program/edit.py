@@ -38,9 +38,9 @@ class ProgramFork:
 
 
 def is_program(run) -> bool:
-    from tttr.engine.program.replay import is_program_run
+    from tttr.engine.kinds import PROGRAM, kind_of
 
-    return is_program_run(run)
+    return kind_of(run) is PROGRAM
 
 
 def offer(run, event) -> EditOffer | str | None:

@@ -1,0 +1,192 @@
+"""A run's kind: what recorded it, and how each verb is done for it.
+
+A run is one of three kinds today: the built-in agent on a task (`tttr record --task`), a set
+of served API calls (`tttr serve --db`), and a user's program (`tttr record -- PROGRAM`). A
+command asks `kind_of(run)` once and calls the kind, as rr's record, replay and diversion are
+kinds of one session: `check_replay` / `check_fork` read the database (read-only) and check
+everything the verb needs into a plan, refusing bad input before anything is written;
+`replay` / `fork` act on that plan. A fourth kind (a trace imported from elsewhere) is one
+more class here and the module that does its work.
+
+The kinds hold no printing: what a command prints of a result is the app's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tttr.sessions.errors import TTTRError
+
+
+class KindError(TTTRError):
+    """A verb or an option that this kind of run does not take."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """What a replay is asked for: the layers to free (a Policy), the seed of a freed token
+    layer, the model for what is computed live, a program's `--code DIR`, and the sandbox."""
+
+    policy: Any
+    seed: int | None = None
+    model: str | None = None
+    code: str | None = None
+    unsafe_no_sandbox: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ForkRequest:
+    site: str
+    value: str
+    model: str | None = None
+    unsafe_no_sandbox: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A checked verb, ready to act on: the run, the request, and what the kind's check
+    built (a runtime, a program's fork plan)."""
+
+    run_id: int
+    request: Any
+    checked: Any = None
+
+
+Progress = Callable[..., None]
+
+
+class RunKind:
+    name = ""
+    label = ""  # how a message names a run of this kind
+    experiments = True  # triage and bisect take two runs of this kind
+
+    def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
+        raise NotImplementedError
+
+    def replay(self, db: str, plan: Plan, progress: Progress | None = None):
+        raise NotImplementedError
+
+    def check_fork(self, reader, run, request: ForkRequest) -> Plan:
+        raise NotImplementedError
+
+    def fork(self, db: str, plan: Plan, progress: Progress | None = None):
+        raise NotImplementedError
+
+
+class AgentRuns(RunKind):
+    """The built-in shell agent on a task: the oracle's replay (engine/replay/runs.py)."""
+
+    name, label = "agent", "the built-in agent's run"
+
+    def kernel_mode(self, run) -> str:
+        return run.kernel_mode
+
+    def runtime(self, run, model: str | None):
+        """The runtime a replay or fork of `run` computes with, in the kernel mode it names."""
+        from tttr.engine.replay.runtime import Runtime
+
+        return Runtime(model, kernel_mode=self.kernel_mode(run) or "invariant")
+
+    def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
+        from tttr.engine.replay.policy import PolicyError
+        from tttr.engine.replay.runs import check_replay
+
+        if request.code is not None:
+            raise KindError(f"--code lays a program's files over its start tree, and run {run.id} is no recorded "
+                            "program (tttr record -- PROGRAM): drop --code")
+        if request.seed is not None and request.policy.pinned("token"):
+            raise PolicyError("--seed seeds a freed token layer, and this replay pins it (the recorded tokens): "
+                              "add --free token, or drop --seed")
+        # Checked on a read-only connection: a run that cannot be replayed (a value of the wrong
+        # shape, a clock the sandbox cannot show, another model) is refused with the file untouched.
+        runtime = self.runtime(run, request.model)
+        check_replay(reader, run.id, request.policy, runtime=runtime, unsafe_no_sandbox=request.unsafe_no_sandbox)
+        return Plan(run.id, request, runtime)
+
+    def replay(self, db: str, plan: Plan, progress: Progress | None = None):
+        from tttr.engine.replay.runs import replay
+        from tttr.sessions.store import Store
+
+        r = plan.request
+        with Store.open(db, create=False) as store:
+            return replay(store, plan.run_id, r.policy, runtime=plan.checked, seed=r.seed,
+                          unsafe_no_sandbox=r.unsafe_no_sandbox, progress=progress)
+
+    def check_fork(self, reader, run, request: ForkRequest) -> Plan:
+        from tttr.engine.replay.runs import check_fork
+
+        # The run, the site and the new value are all checked before the file is opened for
+        # writing: a refused fork writes nothing and prints no progress.
+        runtime = self.runtime(run, request.model)
+        check_fork(reader, run.id, request.site, request.value, runtime=runtime,
+                   unsafe_no_sandbox=request.unsafe_no_sandbox)
+        return Plan(run.id, request, runtime)
+
+    def fork(self, db: str, plan: Plan, progress: Progress | None = None):
+        from tttr.engine.replay.runs import fork
+        from tttr.sessions.store import Store
+
+        r = plan.request
+        with Store.open(db, create=False) as store:
+            return fork(store, plan.run_id, r.site, r.value, runtime=plan.checked,
+                        unsafe_no_sandbox=r.unsafe_no_sandbox, progress=progress)
+
+
+class ServedCalls(AgentRuns):
+    """Calls recorded by `tttr serve --db`: replayed and forked call by call (engine/replay/calls.py,
+    reached through the same entry points); no experiments yet."""
+
+    name, label, experiments = "calls", "a served API's calls", False
+
+    def kernel_mode(self, run) -> str:
+        from tttr.engine.replay.calls import local_kernel_mode
+
+        return local_kernel_mode(run)  # a proxied run's calls, if ever generated here, in the local default
+
+
+class RecordedProgram(RunKind):
+    """A user's program run in the sandbox (engine/program/)."""
+
+    name, label = "program", "a recorded program's run"
+
+    def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
+        if not request.policy.faithful or request.seed is not None:
+            raise KindError(f"run {run.id} is a recorded program: only its faithful replay is supported yet "
+                            "(drop --free and --seed)")
+        return Plan(run.id, request)
+
+    def replay(self, db: str, plan: Plan, progress: Progress | None = None):
+        from tttr.engine.program.replay import replay_program
+
+        r = plan.request
+        return replay_program(db, plan.run_id, unsafe_no_sandbox=r.unsafe_no_sandbox, progress=progress,
+                              model=r.model, code=r.code)  # model: for calls after a divergence, generated live
+
+    def check_fork(self, reader, run, request: ForkRequest) -> Plan:
+        from tttr.engine.program.fork import check_program_fork
+
+        return Plan(run.id, request, check_program_fork(reader, run.id, request.site, request.value,
+                                                        model=request.model))
+
+    def fork(self, db: str, plan: Plan, progress: Progress | None = None):
+        from tttr.engine.program.replay import replay_program
+
+        return replay_program(db, plan.run_id, unsafe_no_sandbox=plan.request.unsafe_no_sandbox,
+                              progress=progress, fork=plan.checked)
+
+
+AGENT, CALLS, PROGRAM = AgentRuns(), ServedCalls(), RecordedProgram()
+KINDS = (AGENT, CALLS, PROGRAM)
+
+
+def kind_of(run) -> RunKind:
+    """The kind of `run` (a sessions Run): what recorded it, read from its metadata."""
+    from tttr.engine.program.replay import is_program_run
+    from tttr.engine.replay.calls import is_call_run
+
+    if is_program_run(run):
+        return PROGRAM
+    if is_call_run(run):
+        return CALLS
+    return AGENT

@@ -1,0 +1,58 @@
+"""A run's kind is asked once (tttr.engine.kinds.kind_of) and called: the command line and the
+terminal app hold no "which kind is this run?" of their own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tttr.engine.kinds import AGENT, CALLS, KINDS, PROGRAM, ForkRequest, KindError, ReplayRequest, kind_of
+from tttr.engine.replay.policy import Policy
+from tttr.sessions.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _runs(tmp_path) -> tuple[Path, dict[str, int]]:
+    db = tmp_path / "kinds.db"
+    with Store.open(db, create=True) as store:
+        ids = {
+            "agent": store.begin_run(task="write-line", model_id="m", kernel_mode="invariant", seed=1, meta={}),
+            "calls": store.begin_run(task="api:chat", model_id="m", kernel_mode="invariant", seed=1,
+                                     meta={"source": "tttr serve"}),
+            "program": store.begin_run(task="program:python3", model_id="m", kernel_mode="invariant", seed=1,
+                                       meta={"source": "tttr record", "program": ["python3", "a.py"]}),
+        }
+    return db, ids
+
+
+def test_each_run_has_one_kind_named_by_its_metadata(tmp_path):
+    db, ids = _runs(tmp_path)
+    with Store.open(db, readonly=True) as store:
+        found = {name: kind_of(store.run(rid)) for name, rid in ids.items()}
+    assert found == {"agent": AGENT, "calls": CALLS, "program": PROGRAM}
+    assert [k.name for k in KINDS] == ["agent", "calls", "program"] and len({k.label for k in KINDS}) == 3
+    assert AGENT.experiments and PROGRAM.experiments and not CALLS.experiments
+
+
+def test_a_kind_refuses_what_it_does_not_take_before_anything_is_read_or_written(tmp_path):
+    db, ids = _runs(tmp_path)
+    before = db.read_bytes()
+    with Store.open(db, readonly=True) as store:
+        agent, program = store.run(ids["agent"]), store.run(ids["program"])
+        with pytest.raises(KindError, match="--code lays a program's files"):
+            AGENT.check_replay(store, agent, ReplayRequest(Policy.parse(""), code="somewhere"))
+        with pytest.raises(KindError, match="only its faithful replay"):
+            PROGRAM.check_replay(store, program, ReplayRequest(Policy.parse("token")))
+        with pytest.raises(KindError, match="only its faithful replay"):
+            PROGRAM.check_replay(store, program, ReplayRequest(Policy.parse(""), seed=3))
+        assert PROGRAM.check_replay(store, program, ReplayRequest(Policy.parse(""), code="d")).run_id == program.id
+        assert isinstance(ForkRequest("1:tool", "x"), ForkRequest)
+    assert db.read_bytes() == before
+
+
+def test_the_app_asks_a_runs_kind_through_kind_of_only():
+    asked = [str(p.relative_to(ROOT)) for p in (ROOT / "app").rglob("*.py")
+             if "is_program_run" in p.read_text() or "is_call_run" in p.read_text()]
+    assert not asked, f"these app modules decide a run's kind themselves: {asked}"
