@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 from tttr.recorders.treestate import FileChange, diff_manifests
@@ -386,6 +387,7 @@ def token_pos(event) -> int | None:
 
 def _diff_trees(store, before: str | None, after: str) -> list[FileChange] | None:
     try:
-        return list(diff_manifests(store, before, after))  # the trace layer owns the manifest format
+        # the trace layer owns the manifest format; a file's name is the program's: shown, never obeyed
+        return [replace(c, path=visible(c.path, newlines=False)) for c in diff_manifests(store, before, after)]
     except Exception:  # noqa: BLE001 - a manifest that does not read shows as "unknown"
         return None
