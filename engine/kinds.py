@@ -53,6 +53,19 @@ class Plan:
     checked: Any = None
 
 
+@dataclass(frozen=True, slots=True)
+class ExperimentRequest:
+    """Triage or bisect of two runs of one kind: GOOD passed, BAD failed by `judge`."""
+
+    good: int
+    bad: int
+    judge: str = "outcome"
+    model: str | None = None
+    batch: bool = True
+    max_replays: int = 50
+    unsafe_no_sandbox: bool = False
+
+
 Progress = Callable[..., None]
 
 
@@ -71,6 +84,18 @@ class RunKind:
         raise NotImplementedError
 
     def fork(self, db: str, plan: Plan, progress: Progress | None = None):
+        raise NotImplementedError
+
+    def check_experiment(self, reader, db: str, verb: str, request: ExperimentRequest) -> Plan:
+        """`verb` ("triage" or "bisect") checked read-only: the pair, its deltas, GOOD's faithful
+        replay and BAD's failure; one line and nothing written when it cannot run."""
+        raise KindError(f"run {request.bad} is {self.label}: {verb} works on the shell agent's runs "
+                        "(tttr record --task) and recorded programs (tttr record -- PROGRAM)")
+
+    def triage(self, db: str, plan: Plan, on_layer=None):
+        raise NotImplementedError
+
+    def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None):
         raise NotImplementedError
 
 
@@ -133,6 +158,35 @@ class AgentRuns(RunKind):
                         unsafe_no_sandbox=r.unsafe_no_sandbox, progress=progress)
 
 
+    def check_experiment(self, reader, db: str, verb: str, request: ExperimentRequest) -> Plan:
+        from tttr.engine.replay import bisect, triage
+
+        prepare = triage.prepare if verb == "triage" else bisect.prepare
+        bad = reader.run(request.bad)
+        runtime = self.runtime(bad, request.model)
+        prepare(reader, request.good, request.bad, request.judge, runtime=runtime,
+                unsafe_no_sandbox=request.unsafe_no_sandbox)
+        return Plan(request.bad, request, runtime)
+
+    def triage(self, db: str, plan: Plan, on_layer=None):
+        from tttr.engine.replay.triage import triage
+        from tttr.sessions.store import Store
+
+        r = plan.request
+        with Store.open(db, create=False) as store:
+            return triage(store, r.good, r.bad, judge=r.judge, runtime=plan.checked, batch=r.batch,
+                          unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer)
+
+    def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None):
+        from tttr.engine.replay.bisect import bisect
+        from tttr.sessions.store import Store
+
+        r = plan.request
+        with Store.open(db, create=False) as store:
+            return bisect(store, r.good, r.bad, judge=r.judge, max_replays=r.max_replays, runtime=plan.checked,
+                          batch=r.batch, unsafe_no_sandbox=r.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial)
+
+
 class ServedCalls(AgentRuns):
     """Calls recorded by `tttr serve --db`: replayed and forked call by call (engine/replay/calls.py,
     reached through the same entry points); no experiments yet."""
@@ -143,6 +197,8 @@ class ServedCalls(AgentRuns):
         from tttr.engine.replay.calls import local_kernel_mode
 
         return local_kernel_mode(run)  # a proxied run's calls, if ever generated here, in the local default
+
+    check_experiment = RunKind.check_experiment  # refused: no deltas of calls yet
 
 
 class RecordedProgram(RunKind):
@@ -176,8 +232,47 @@ class RecordedProgram(RunKind):
                               progress=progress, fork=plan.checked)
 
 
+    def check_experiment(self, reader, db: str, verb: str, request: ExperimentRequest) -> Plan:
+        from tttr.engine.program.triage import prepare
+
+        # triage replays BAD with GOOD's values, bisect GOOD with BAD's: the base run first
+        base, other = (request.bad, request.good) if verb == "triage" else (request.good, request.bad)
+        return Plan(request.bad, request, prepare(db, base, other, request.good, request.judge, model=request.model,
+                                                  unsafe_no_sandbox=request.unsafe_no_sandbox))
+
+    def triage(self, db: str, plan: Plan, on_layer=None):
+        from tttr.engine.program.triage import triage
+
+        r = plan.request
+        return triage(db, r.good, r.bad, judge=r.judge, model=r.model, batch=r.batch,
+                      unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, setup=plan.checked)
+
+    def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None):
+        from tttr.engine.program.triage import bisect
+
+        r = plan.request
+        return bisect(db, r.good, r.bad, judge=r.judge, max_replays=r.max_replays, model=r.model, batch=r.batch,
+                      unsafe_no_sandbox=r.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial,
+                      setup=plan.checked)
+
+
 AGENT, CALLS, PROGRAM = AgentRuns(), ServedCalls(), RecordedProgram()
 KINDS = (AGENT, CALLS, PROGRAM)
+
+
+def pair_kind(good, bad, verb: str) -> RunKind:
+    """The kind an experiment over runs `good` and `bad` runs as: both of one kind, and one
+    experiments take (KindError naming the odd one out, or the kind that has none)."""
+    kinds = kind_of(good), kind_of(bad)
+    for run, kind in ((good, kinds[0]), (bad, kinds[1])):
+        if kind is PROGRAM and kinds[0] is not kinds[1]:
+            other = bad if run is good else good
+            raise KindError(f"run {run.id} is a recorded program, but run {other.id} is not: give two runs of the "
+                            "same program (tttr record -- PROGRAM)")
+        if not kind.experiments:
+            raise KindError(f"run {run.id} is recorded API calls: {verb} works on the shell agent's runs "
+                            "(tttr record --task) and recorded programs (tttr record -- PROGRAM)")
+    return kinds[0]
 
 
 def kind_of(run) -> RunKind:

@@ -56,3 +56,16 @@ def test_the_app_asks_a_runs_kind_through_kind_of_only():
     asked = [str(p.relative_to(ROOT)) for p in (ROOT / "app").rglob("*.py")
              if "is_program_run" in p.read_text() or "is_call_run" in p.read_text()]
     assert not asked, f"these app modules decide a run's kind themselves: {asked}"
+
+
+def test_an_experiment_takes_two_runs_of_one_kind_that_has_experiments(tmp_path):
+    from tttr.engine.kinds import pair_kind
+
+    db, ids = _runs(tmp_path)
+    with Store.open(db, readonly=True) as store:
+        agent, calls, program = (store.run(ids[k]) for k in ("agent", "calls", "program"))
+        assert pair_kind(agent, agent, "triage") is AGENT and pair_kind(program, program, "bisect") is PROGRAM
+        with pytest.raises(KindError, match=f"run {program.id} is a recorded program, but run {agent.id} is not"):
+            pair_kind(agent, program, "triage")
+        with pytest.raises(KindError, match=f"run {calls.id} is recorded API calls: bisect works on"):
+            pair_kind(agent, calls, "bisect")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from tttr.app.commands import args as argtypes
-from tttr.app.commands.agent import _common, _model_args, _open_readonly, _open_store
+from tttr.app.commands.agent import _common, _model_args, _open_readonly
 from tttr.app.commands.store import safe_json
 
 
@@ -85,26 +85,18 @@ def _pair_args(p) -> None:
     _common(p)  # --db FILE (default tttr.db) and --json, as tttr diff takes them
 
 
-def _checked(args, prepare):
-    """The runs are agent runs of one task that differ, GOOD passes on a faithful replay and
-    BAD fails: checked on a read-only connection, so refused input writes nothing."""
-    from tttr.engine.kinds import PROGRAM, kind_of
-    from tttr.sessions.errors import TTTRError
+def _planned(args, verb: str):
+    """(kind, plan): the runs are two runs of one kind experiments take, of one task or
+    program, that differ, GOOD passes on a faithful replay and BAD fails; checked on a
+    read-only connection, so refused input writes nothing."""
+    from tttr.engine.kinds import ExperimentRequest, pair_kind
 
+    request = ExperimentRequest(args.good, args.bad, judge=args.judge, model=args.model,
+                                batch=not args.one_at_a_time, max_replays=getattr(args, "max_replays", 50),
+                                unsafe_no_sandbox=args.unsafe_no_sandbox)
     with _open_readonly(args.db) as reader:
-        for rid in (args.good, args.bad):
-            kind = kind_of(reader.run(rid))
-            if kind is PROGRAM:
-                other = args.bad if rid == args.good else args.good
-                raise TTTRError(f"run {rid} is a recorded program, but run {other} is not: give two runs of the "
-                                "same program (tttr record -- PROGRAM)")
-            if not kind.experiments:
-                raise TTTRError(f"run {rid} is recorded API calls: {args.command} works on the shell agent's runs "
-                                "(tttr record --task) and recorded programs (tttr record -- PROGRAM)")
-        bad = reader.run(args.bad)
-        runtime = kind_of(bad).runtime(bad, args.model)
-        prepare(reader, args.good, args.bad, args.judge, runtime=runtime, unsafe_no_sandbox=args.unsafe_no_sandbox)
-    return runtime
+        kind = pair_kind(reader.run(args.good), reader.run(args.bad), verb)
+        return kind, kind.check_experiment(reader, args.db, verb, request)
 
 
 def _say(text: str) -> None:
@@ -133,30 +125,16 @@ def _fixed(args, fixed: bool | None) -> str:
     return "the failure disappears" if fixed else "still fails"
 
 
-def _programs(args) -> bool:
-    """Whether GOOD and BAD are recorded programs (both: a mixed pair is refused by `_checked`)."""
-    from tttr.engine.kinds import PROGRAM, kind_of
-
-    with _open_readonly(args.db) as reader:
-        return all(kind_of(reader.run(rid)) is PROGRAM for rid in (args.good, args.bad))
-
-
 def cmd_triage(args) -> int:
-    from tttr.engine.replay.triage import prepare, triage
+    from tttr.engine.kinds import PROGRAM
 
-    args.command = "triage"
-    if _programs(args):
-        return _print_triage(args, _triage_programs(args))
-    runtime = _checked(args, prepare)
-    on_layer = _on_layer(args)
-    _err(args, f"triage: replaying run {args.bad} with each layer taken from run {args.good} …")
-    store = _open_store(args.db, create=False)
-    try:
-        res = triage(store, args.good, args.bad, judge=args.judge, runtime=runtime, batch=not args.one_at_a_time,
-                     unsafe_no_sandbox=args.unsafe_no_sandbox, on_layer=on_layer)
-    finally:
-        store.close()
-    return _print_triage(args, res)
+    kind, plan = _planned(args, "triage")
+    if kind is PROGRAM:
+        _err(args, f"triage: replaying program run {args.bad} with each layer taken from run {args.good}"
+                   + (", one replay at a time …" if args.one_at_a_time else " …"))
+    else:
+        _err(args, f"triage: replaying run {args.bad} with each layer taken from run {args.good} …")
+    return _print_triage(args, kind.triage(args.db, plan, on_layer=_on_layer(args)))
 
 
 def _on_layer(args):
@@ -164,18 +142,6 @@ def _on_layer(args):
         _err(args, f"  {r.layer}: " + ("no differences, not replayed" if r.trial is None
                                        else f"{_outcome(r.trial)}: {_fixed(args, r.fixed)}"))
     return on_layer
-
-
-def _triage_programs(args):
-    """Triage of two recorded programs: engine/program/triage.py."""
-    from tttr.engine.program.triage import prepare, triage
-
-    setup = prepare(args.db, args.bad, args.good, args.good, args.judge, model=args.model,
-                    unsafe_no_sandbox=args.unsafe_no_sandbox)  # refused input: one line, nothing written
-    _err(args, f"triage: replaying program run {args.bad} with each layer taken from run {args.good}"
-               + (", one replay at a time …" if args.one_at_a_time else " …"))
-    return triage(args.db, args.good, args.bad, judge=args.judge, model=args.model, batch=not args.one_at_a_time,
-                  unsafe_no_sandbox=args.unsafe_no_sandbox, on_layer=_on_layer(args), setup=setup)
 
 
 def _print_triage(args, res) -> int:
@@ -211,30 +177,16 @@ def cmd_bisect(args) -> int:
 
 
 def _bisect(args) -> int:
-    from tttr.engine.replay.bisect import bisect, prepare
+    from tttr.engine.kinds import PROGRAM
 
-    args.command = "bisect"
     on_round, on_trial = _bisect_progress(args)
-    if _programs(args):
-        from tttr.engine.program.triage import bisect as bisect_programs, prepare as prepare_programs
-
-        setup = prepare_programs(args.db, args.good, args.bad, args.good, args.judge, model=args.model,
-                                 unsafe_no_sandbox=args.unsafe_no_sandbox)  # refused input: one line, nothing written
+    kind, plan = _planned(args, "bisect")
+    if kind is PROGRAM:
         _err(args, f"bisect: program run {args.good} with subsets of run {args.bad}'s differences"
                    + (", one replay at a time …" if args.one_at_a_time else " …"))
-        return _print_bisect(args, bisect_programs(
-            args.db, args.good, args.bad, judge=args.judge, max_replays=args.max_replays, model=args.model,
-            batch=not args.one_at_a_time, unsafe_no_sandbox=args.unsafe_no_sandbox, on_round=on_round,
-            on_trial=on_trial, setup=setup))
-    runtime = _checked(args, prepare)
-    _err(args, f"bisect: GOOD run {args.good} with subsets of BAD run {args.bad}'s differences …")
-    store = _open_store(args.db, create=False)
-    try:
-        res = bisect(store, args.good, args.bad, judge=args.judge, max_replays=args.max_replays, runtime=runtime,
-                     batch=not args.one_at_a_time, unsafe_no_sandbox=args.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial)
-    finally:
-        store.close()
-    return _print_bisect(args, res)
+    else:
+        _err(args, f"bisect: GOOD run {args.good} with subsets of BAD run {args.bad}'s differences …")
+    return _print_bisect(args, kind.bisect(args.db, plan, on_round=on_round, on_trial=on_trial))
 
 
 def _bisect_progress(args):
