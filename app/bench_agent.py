@@ -119,15 +119,15 @@ def format_report(r: dict) -> str:
 
 
 # ---------------------------------------------------------------------------- the parts
-def _tree(parent: Path, n: int) -> Path:
-    """A fresh `write-line` start tree with the example and the task's checker in it."""
+def _tree(parent: Path, n: int | str, example: Path = EXAMPLE) -> Path:
+    """A fresh `write-line` start tree with the example (`parent/tree-N`) and the task's checker in it."""
     from tttr.recorders.tasks import load_task
 
     task = load_task(TASK)
     tree = parent / f"tree-{n}"
     tree.mkdir()
     subprocess.run(["sh", str(task.path / "setup.sh")], cwd=tree, check=True, capture_output=True)
-    shutil.copy(EXAMPLE, tree)
+    shutil.copy(example, tree)
     shutil.copy(task.path / "check.sh", tree)
     return tree
 

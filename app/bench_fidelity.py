@@ -20,20 +20,19 @@ end) keep the machine's cores busy, as a shared CI box or a laptop building some
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
+from tttr.app.bench_agent import TASK as PROGRAM_TASK, _tree
 from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.treeio import remove_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ("openai_agent.py", "langgraph_agent.py", "agents_sdk_agent.py")
 TASKS = ("write-line", "make-dir", "copy-file", "rename-file", "count-lines")
-PROGRAM_TASK = "write-line"
 SEED = 1
 REPLAYS = 5
 TARGET = 1.0
@@ -59,18 +58,6 @@ class Load:
         self.stop()
 
 
-def _program_tree(parent: Path, example: str) -> Path:
-    from tttr.recorders.tasks import load_task
-
-    task = load_task(PROGRAM_TASK)
-    tree = parent / f"tree-{Path(example).stem}"
-    tree.mkdir()
-    subprocess.run(["sh", str(task.path / "setup.sh")], cwd=tree, check=True, capture_output=True)
-    shutil.copy(ROOT / "assets" / "examples" / example, tree)
-    shutil.copy(task.path / "check.sh", tree)
-    return tree
-
-
 def _programs(db: str, work: Path, examples, replays: int, model, unsafe: bool, say) -> list[bool]:
     from tttr.engine.program.record import record_program
     from tttr.engine.program.replay import replay_program
@@ -80,7 +67,8 @@ def _programs(db: str, work: Path, examples, replays: int, model, unsafe: bool, 
     identical = []
     for example in examples:
         say(f"recording {example} …")
-        rec = record_program(db, ["python3", example], tree=str(_program_tree(work, example)), clock=clock, seed=SEED,
+        tree = _tree(work, Path(example).stem, ROOT / "assets" / "examples" / example)  # bench agent's tree
+        rec = record_program(db, ["python3", example], tree=str(tree), clock=clock, seed=SEED,
                              model=model, check="sh check.sh", unsafe_no_sandbox=unsafe)
         for i in range(replays):
             res = replay_program(db, rec.run_id, unsafe_no_sandbox=unsafe, model=model)

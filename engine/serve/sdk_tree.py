@@ -117,13 +117,11 @@ def sync_tree(tree: Path, manifest: str, store, since_ns: int | None = None, kee
     old = {e.path: e for e in scan(root)}
     written: list[str] = []
     with treeio.opened_root(root) as root_fd:
-        gone: list[str] = []
-        for dir_fd, rel, name, st in treeio.walk(root_fd):
+        for dir_fd, rel, name, st in treeio.walk(root_fd):  # a directory removed here is not entered
             e = wanted.get(rel)
-            if rel == keep or any(rel.startswith(g + "/") for g in gone) or (e is not None and e.kind == _kind(st)):
+            if rel == keep or (e is not None and e.kind == _kind(st)):
                 continue
             treeio.remove_at(dir_fd, name)
-            gone.append(rel)
             written.append(rel.rpartition("/")[0] or ".")
         dirs = treeio.DirCache(root_fd)
         try:
