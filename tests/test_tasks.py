@@ -84,3 +84,108 @@ def test_cli_tasks_and_task_check():
     assert "1/1 tasks ok" in out.stdout
     out = subprocess.run([sys.executable, "-m", "tttr.app", "task", "check"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2 and "--all" in out.stderr
+
+
+# ---------------------------------------------------------------------------- a user's own tasks (issue 30)
+
+def _task(root: Path, name: str, check: str = '[ "$(cat out.txt)" = hi ]\n', **files: str) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "instruction.md").write_text("Write hi into out.txt.\n")
+    if check is not None:
+        (d / "check.sh").write_text(check)
+    for rel, text in files.items():
+        p = d / rel.replace("__", "/")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return d
+
+
+def test_a_task_folder_needs_an_instruction_and_a_check(tmp_path):
+    from tttr.recorders.tasks import load_task_dir, tasks_in
+
+    d = _task(tmp_path, "no-check", check=None)
+    with pytest.raises(TaskError, match="has no check.sh") as info:
+        load_task_dir(d)
+    assert info.value.exit_code == 2
+    (d / "check.sh").write_text("true\n")
+    (d / "instruction.md").write_text("  \n")
+    with pytest.raises(TaskError, match="instruction.md is empty"):
+        load_task_dir(d)
+    e = _task(tmp_path, "bad-json", **{"task.json": "[1]"})
+    with pytest.raises(TaskError, match="JSON object"):
+        load_task_dir(e)
+    with pytest.raises(TaskError, match="not a folder"):
+        tasks_in(tmp_path / "missing")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(TaskError, match="holds no task folder"):
+        tasks_in(empty)
+    t = load_task_dir(_task(tmp_path, "fine"))
+    assert (t.name, t.difficulty, t.clock) == ("fine", "medium", datetime(2026, 3, 2, 10))
+
+
+def test_a_check_bash_cannot_run_and_odd_start_trees_are_refused(tmp_path):
+    import os
+
+    from tttr.recorders.tasks import check_task_files, load_task_dir
+
+    t = load_task_dir(_task(tmp_path, "syntax", check="if then fi\n"))
+    with pytest.raises(TaskError, match="bash cannot run it"):
+        check_task_files(t)
+    t = load_task_dir(_task(tmp_path, "fifo", **{"tree__a.txt": "x"}))
+    os.mkfifo(t.path / "tree" / "pipe")
+    with pytest.raises(TaskError, match="files, folders and links only"):
+        check_task_files(t)
+
+
+def test_tasks_dir_names_must_be_unique_and_go_on_the_search_path(tmp_path, monkeypatch):
+    from tttr.recorders.tasks import TASKS_PATH_ENV, use_task_dirs
+
+    monkeypatch.delenv(TASKS_PATH_ENV, raising=False)
+    a, b = tmp_path / "a", tmp_path / "b"
+    _task(a, "one")
+    _task(a, "two")
+    _task(b, "one")
+    with pytest.raises(TaskError, match="two task folders are named 'one'"):
+        use_task_dirs([str(a), str(b)])
+    _task(tmp_path / "c", "make-dir")
+    with pytest.raises(TaskError, match="built-in task"):
+        use_task_dirs([str(tmp_path / "c")])
+    with pytest.raises(TaskError, match="unknown task 'two'"):
+        load_task("two")
+    assert [t.name for t in use_task_dirs([str(a)])] == ["one", "two"]
+    assert load_task("two").path == a / "two"  # a replay finds it again by name
+    assert [t.name for t in use_task_dirs([str(b / "one")])] == ["one"]  # one task folder itself
+
+
+@needs_sandbox
+def test_a_user_task_with_a_start_tree_checks_in_the_sandbox(tmp_path):
+    d = _task(tmp_path, "greet", check="grep -qx done notes/todo.txt\n",
+              **{"tree__notes__todo.txt": "buy milk\n", "solution.sh": "echo done >> notes/todo.txt\n",
+                 "setup.sh": "echo extra > notes/extra.txt\n"})
+    (d / "tree" / "link").symlink_to("/etc/passwd")  # copied as a link, never followed
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "task", "check", str(d)], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "1/1 tasks ok" in out.stdout, out.stdout + out.stderr
+    from tttr.recorders.tasks import load_task_dir
+
+    task = load_task_dir(d)
+    tree = tmp_path / "t"
+    tree.mkdir()
+    with Executor(tree) as ex:
+        task.setup(tree, ex)
+    assert (tree / "notes" / "todo.txt").read_text() == "buy milk\n" and (tree / "notes" / "extra.txt").exists()
+    assert (tree / "link").is_symlink()
+    d2 = _task(tmp_path, "no-solution")
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "task", "check", str(d2)], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "solution absent" in out.stdout, out.stdout + out.stderr
+    (d2 / "check.sh").write_text("true\n")  # a check that passes with nothing done
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "task", "check", str(d2)], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and "nothing PASSES" in out.stdout
+    (d2 / "check.sh").unlink()
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "task", "check", str(d2)], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "has no check.sh" in out.stderr

@@ -80,7 +80,7 @@ def register(sub, bench_sub) -> None:
         description="For each task, in the sandbox and a fresh tree each time: setup, the reference "
                     "solution, then the checker (must pass); and setup then the checker (must fail).",
     )
-    c.add_argument("name", nargs="?", help="task name (see `tttr tasks`)")
+    c.add_argument("name", nargs="?", help="task name (see `tttr tasks`) or a task folder of your own (docs/suites.md)")
     c.add_argument("--all", action="store_true", help="check every task")
     c.add_argument("--seed", type=argtypes.seed, default=0, help="run seed for the sandbox's randomness (default 0)")
     c.add_argument("--clock", help="virtual clock for every task, ISO, e.g. 2026-03-02T10:00:00 "
@@ -194,11 +194,11 @@ def cmd_tasks(args) -> int:
 def cmd_task_check(args) -> int:
     from tttr.recorders.clock import parse_clock
     from tttr.recorders.errors import TaskError
-    from tttr.recorders.tasks import list_tasks, load_task, self_check
+    from tttr.recorders.tasks import list_tasks, resolve_task, self_check
 
     if args.all == bool(args.name):
         raise TaskError("give one task NAME or --all (see `tttr tasks`)")
-    tasks = list_tasks() if args.all else [load_task(args.name)]
+    tasks = list_tasks() if args.all else [resolve_task(args.name)]
     clock = parse_clock(args.clock) if args.clock is not None else None
     results = []
     for task in tasks:
@@ -206,7 +206,7 @@ def cmd_task_check(args) -> int:
         results.append(r)
         if not args.json:
             verdict = "ok  " if r.ok else "FAIL"
-            print(f"{verdict} {task.name:<16} solution {'passes' if r.solution_passes else 'FAILS'}, "
+            print(f"{verdict} {task.name:<16} solution {({True: 'passes', None: 'absent'}).get(r.solution_passes, 'FAILS')}, "
                   f"nothing {'fails' if r.nothing_fails else 'PASSES'}" + (f"  ({r.detail})" if r.detail else ""))
     bad = [r.name for r in results if not r.ok]
     if args.json:
