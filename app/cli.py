@@ -40,6 +40,7 @@ COMMANDS = {
     "experiments": ("triage", "bisect"),
     "suite": ("suite", "stats"),
     "serve": ("serve",),
+    "traces": ("export", "import"),
     "ui": ("open", "demo"),
 }
 COMMAND_MODULES = tuple(COMMANDS)

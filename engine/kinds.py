@@ -256,8 +256,30 @@ class RecordedProgram(RunKind):
                       setup=plan.checked)
 
 
-AGENT, CALLS, PROGRAM = AgentRuns(), ServedCalls(), RecordedProgram()
-KINDS = (AGENT, CALLS, PROGRAM)
+class ImportedTrace(RunKind):
+    """A trace imported from an OpenTelemetry export (engine/traces/): its messages and tool
+    results, no program, clock, randomness, trees or tokens; the verbs that re-run refuse it."""
+
+    name, label, experiments = "imported", "an imported trace", False
+
+    def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
+        from tttr.engine.traces.kind import check_replay
+
+        return Plan(run.id, request, check_replay(reader, run, request))
+
+    def check_fork(self, reader, run, request: ForkRequest) -> Plan:
+        from tttr.engine.traces.kind import check_fork
+
+        return Plan(run.id, request, check_fork(reader, run, request))
+
+    def check_experiment(self, reader, db: str, verb: str, request: ExperimentRequest) -> Plan:
+        from tttr.engine.traces.kind import check_experiment
+
+        return check_experiment(reader.run(request.bad), verb)
+
+
+AGENT, CALLS, PROGRAM, IMPORTED = AgentRuns(), ServedCalls(), RecordedProgram(), ImportedTrace()
+KINDS = (AGENT, CALLS, PROGRAM, IMPORTED)
 
 
 def pair_kind(good, bad, verb: str) -> RunKind:
@@ -270,7 +292,7 @@ def pair_kind(good, bad, verb: str) -> RunKind:
             raise KindError(f"run {run.id} is a recorded program, but run {other.id} is not: give two runs of the "
                             "same program (tttr record -- PROGRAM)")
         if not kind.experiments:
-            raise KindError(f"run {run.id} is recorded API calls: {verb} works on the shell agent's runs "
+            raise KindError(f"run {run.id} is {'recorded API calls' if kind is CALLS else kind.label}: {verb} works on the shell agent's runs "
                             "(tttr record --task) and recorded programs (tttr record -- PROGRAM)")
     return kinds[0]
 
@@ -279,7 +301,10 @@ def kind_of(run) -> RunKind:
     """The kind of `run` (a sessions Run): what recorded it, read from its metadata."""
     from tttr.engine.program.replay import is_program_run
     from tttr.engine.replay.calls import is_call_run
+    from tttr.engine.traces.imported import is_imported_run
 
+    if is_imported_run(run):
+        return IMPORTED
     if is_program_run(run):
         return PROGRAM
     if is_call_run(run):

@@ -1,0 +1,111 @@
+"""`tttr export` and `tttr import`: runs out as OpenTelemetry GenAI traces (OTLP/JSON or a
+collector over OTLP/HTTP), and traces in as runs of the imported kind. `tttr bench export`.
+
+A thin layer over `tttr.engine.traces.transfer`; what it prints of a trace (its names come
+from a file) is printed with control characters made visible."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tttr.app.commands import args as argtypes
+
+FORMATS = ("otlp", "openinference", "langfuse")  # engine.traces.conventions.FORMATS, without importing it
+
+
+def register(sub, bench_sub) -> None:
+    p = sub.add_parser(
+        "export",
+        help="runs as OpenTelemetry GenAI traces: an OTLP/JSON file or a collector",
+        description="Each run as one trace by the OpenTelemetry GenAI conventions: invoke_agent (the run), chat per "
+                    "model call, execute_tool per tool call, clock reads and the end as span events, TTTR's own "
+                    "facts under tttr.*; a fork or replay links to its parent. The same run exports with the same "
+                    "ids. Messages, arguments and results only with --content. Read-only.",
+    )
+    p.add_argument("runs", nargs="+", type=argtypes.run_id, metavar="RUN", help="run ids (see `tttr runs DB`)")
+    p.add_argument("--db", required=True, metavar="DB", help="session database file")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--otlp", metavar="FILE.json", help="write OTLP/JSON to this file")
+    where.add_argument("--endpoint", metavar="URL",
+                       help="send OTLP/HTTP (protobuf) to a collector, e.g. http://127.0.0.1:4318/v1/traces")
+    p.add_argument("--content", action="store_true",
+                   help="include messages, tool arguments and results (off by default, as the conventions say)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=export)
+
+    p = sub.add_parser(
+        "import",
+        help="an OTLP/JSON trace file as runs (one per trace) of the imported kind",
+        description="Each trace of an OTLP/JSON file (tttr export, an OpenTelemetry collector's file exporter, "
+                    "Phoenix, Langfuse) as a run: one event per model call and per tool call, in causal order. "
+                    "GenAI attribute names first; OpenInference's and Langfuse's as fallbacks (--format picks "
+                    "which is read first). Nothing is written unless the whole file reads.",
+    )
+    p.add_argument("file", metavar="FILE.json", help="the OTLP/JSON file")
+    p.add_argument("--db", required=True, metavar="DB", help="session database file (made if missing)")
+    p.add_argument("--format", choices=FORMATS, default="otlp",
+                   help="whose attribute names to read first (default otlp: the GenAI conventions)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=import_)
+
+    p = bench_sub.add_parser(
+        "export",
+        help="traces: export and import spans per second, and the round trip",
+        description="Export and import a 10,000-span trace (a recorded program's calls and tools, imported) "
+                    "through a session database, and check that export, import, export gives the same file.",
+    )
+    p.add_argument("--spans", type=argtypes.bench_events, default=10_000, help="spans in the trace (default 10,000)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=bench)
+
+
+def export(args: argparse.Namespace) -> int:
+    from tttr.engine.traces import transfer
+
+    traces = transfer.run_traces(args.db, args.runs, content=args.content)
+    spans = sum(len(t.spans) for t in traces)
+    if args.otlp is not None:
+        transfer.write_file(traces, args.otlp)
+        where = args.otlp
+    else:
+        from tttr.engine.traces.otlp import endpoint_url, send
+
+        send(traces, args.endpoint)
+        where = endpoint_url(args.endpoint)
+    if args.json:
+        from tttr.sessions.export import safe_json
+
+        print(safe_json({"runs": list(dict.fromkeys(args.runs)), "traces": [t.trace_id for t in traces],
+                         "spans": spans, "to": where, "content": args.content}))
+    else:
+        from tttr.sessions.safe_text import visible
+
+        print(f"exported {len(traces)} run(s) as {len(traces)} trace(s), {spans} spans, to "
+              f"{visible(where, newlines=False)}" + ("" if args.content else " (no content: add --content for messages)"))
+    return 0
+
+
+def import_(args: argparse.Namespace) -> int:
+    from tttr.engine.traces import transfer
+    from tttr.sessions.safe_text import visible
+
+    done = transfer.import_file(args.file, args.db, args.format)
+    if args.json:
+        from tttr.sessions.export import safe_json
+
+        print(safe_json({"db": args.db, "runs": [d.to_json() for d in done]}))
+        return 0
+    for d in done:
+        missing = f"; the trace lacks {', '.join(d.missing)}" if d.missing else ""
+        print(f"imported trace {d.trace_id} as run {d.run_id}: {d.spans} spans, {d.model_calls} model call(s), "
+              f"{d.tool_calls} tool call(s){visible(missing, newlines=False)}")
+    return 0
+
+
+def bench(args: argparse.Namespace) -> int:
+    from tttr.engine.traces.bench import lines, run_bench
+
+    result = run_bench(spans=args.spans)
+    print(json.dumps(result) if args.json else "\n".join(lines(result)))
+    return 0

@@ -1,0 +1,15 @@
+"""Traces in and out: a run as OpenTelemetry GenAI spans, and a trace from elsewhere as a run.
+
+- `spans`: the trace and span values both directions share, and the stable ids of a run's spans.
+- `from_run`: a recorded run (any kind) as one trace: `invoke_agent`, `chat`, `execute_tool`.
+- `otlp`: traces to OTLP (the official protobuf messages; JSON through protobuf's json_format,
+  or OTLP/HTTP to a collector) and OTLP/JSON files back to traces, checked.
+- `conventions`: reading a span's model call or tool call by the GenAI conventions' names,
+  then OpenInference's (Phoenix) and Langfuse's.
+- `imported`: a trace written into a session database as a run of the imported kind, and that
+  kind (engine/kinds.py registers it).
+- `bench`: `tttr bench export`.
+
+Nothing here imports the app; only this package imports `opentelemetry`, and only when a
+trace is written as OTLP (the `otel` extra).
+"""
