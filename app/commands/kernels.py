@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from tttr.app.commands import args as argtypes
+from tttr.app.commands.generate import SYNTHETIC_SHAPES
 
 
 def register(sub, bench_sub) -> None:
@@ -22,6 +24,9 @@ def register(sub, bench_sub) -> None:
     d.add_argument("--tokens", type=argtypes.positive, default=40, help="tokens per generation (default 40)")
     d.add_argument("--seed", type=argtypes.seed, default=1234, help="seed of the batch compositions and the sampler (default 1234)")
     d.add_argument("--threads", type=argtypes.threads, help="torch threads (default: torch's)")
+    d.add_argument("--synthetic", choices=SYNTHETIC_SHAPES, default=None,
+                   help="on random weights in a real model's shape (as bench engine --synthetic) instead of the "
+                        "default model")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=cmd_determinism)
 
@@ -50,7 +55,13 @@ def cmd_determinism(args) -> int:
     _threads(args)
     from tttr.engine.inference import determinism  # noqa: PLC0415 - loads torch; only when this command runs
 
-    result = determinism.run(determinism.Config(runs=args.runs, tokens=args.tokens, seed=args.seed))
+    model = None
+    if args.synthetic:
+        from tttr.engine.inference import synthetic  # noqa: PLC0415
+        from tttr.engine.inference.model import load_model  # noqa: PLC0415
+
+        model = load_model(synthetic.ensure(args.synthetic, progress=lambda line: print(line, file=sys.stderr)))
+    result = determinism.run(determinism.Config(runs=args.runs, tokens=args.tokens, seed=args.seed), model=model)
     print(json.dumps(result, indent=1) if args.json else "\n".join(determinism.lines(result)))
     return 0
 

@@ -67,17 +67,21 @@ def _load(path: str, n_ctx: int = 512, threads: int | None = None):
     return Llama(model_path=path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
 
 
-def _greedy(llm, ids: list[int], n: int) -> tuple[list[int], float]:
-    """(n greedy token ids after `ids`, seconds): from an empty cache, prefill included."""
+def _greedy(llm, ids: list[int], n: int) -> tuple[list[int], float, float]:
+    """(n greedy token ids after `ids`, seconds, seconds to the first token): from an empty
+    cache, prefill included."""
     llm.reset()  # no prefix reuse: every run prefills the whole prompt
     out: list[int] = []
     t = time.perf_counter()
+    first = 0.0
     if n:
         for token in llm.generate(ids, temp=0.0, top_k=1, repeat_penalty=1.0):
             out.append(int(token))
+            if len(out) == 1:
+                first = time.perf_counter() - t
             if len(out) == n:
                 break
-    return out, time.perf_counter() - t
+    return out, time.perf_counter() - t, first
 
 
 def _cmd_generate(a) -> int:
@@ -92,7 +96,7 @@ def _cmd_generate(a) -> int:
     _greedy(llm, ids, min(a.n, 8))  # warm-up, as the bench warms TTTR up
     rounds, out = [], []
     for _ in range(a.rounds):
-        out, seconds = _greedy(llm, ids, a.n)
+        out, seconds, _ = _greedy(llm, ids, a.n)
         rounds.append(a.n / seconds if a.n else 0.0)
     print(json.dumps({"load_s": round(load_s, 3), "tok_s": round(max(rounds, default=0.0), 2),
                       "rounds_tok_s": [round(x, 2) for x in rounds], "prompt_ids": ids, "ids": out,
@@ -121,7 +125,8 @@ def _cmd_cold(a) -> int:
 
 
 def _cmd_serve(a) -> int:
-    """First line out: {"load_s"}. Then for each line in: {"ids": [...], "n": N} -> {"ids", "seconds"};
+    """First line out: {"load_s"}. Then for each line in: {"ids": [...], "n": N} -> {"ids", "seconds",
+    "first_s"} (first_s: to the first token);
     an empty line (or end of input) -> {"peak_rss_mib"} and exit."""
     t = time.perf_counter()
     llm = _load(a.file, a.ctx, a.threads)
@@ -130,8 +135,8 @@ def _cmd_serve(a) -> int:
         if not line.strip():
             break
         req = json.loads(line)
-        out, seconds = _greedy(llm, req["ids"], req["n"])
-        print(json.dumps({"ids": out, "seconds": seconds}), flush=True)
+        out, seconds, first = _greedy(llm, req["ids"], req["n"])
+        print(json.dumps({"ids": out, "seconds": seconds, "first_s": first}), flush=True)
     print(json.dumps({"peak_rss_mib": round(_peak_rss_mib())}), flush=True)
     return 0
 
@@ -239,12 +244,17 @@ class LlamaCppProcess:
         return json.loads(line)
 
     def run(self, ids: list[int], n: int) -> tuple[list[int], float]:
+        got = self.timed(ids, n)
+        return got["ids"], got["seconds"]
+
+    def timed(self, ids: list[int], n: int) -> dict:
+        """{"ids", "seconds", "first_s"}: the n greedy ids, the whole run's seconds and the
+        seconds to the first token (the prompt's prefill and one step)."""
         try:
             self._proc.stdin.write(json.dumps({"ids": list(ids), "n": n}) + "\n")
         except OSError:  # it died: _read says how
             pass
-        got = self._read()
-        return got["ids"], got["seconds"]
+        return self._read()
 
     def close(self) -> float | None:
         if self._proc.poll() is None:
