@@ -7,11 +7,16 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/select.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/timeb.h>
 #ifndef MONOTONIC_BASE_S
 #error "MONOTONIC_BASE_S (the monotonic clock's value at a command's start) is defined by recorders/seedrandom.py's build: -DMONOTONIC_BASE_S=..."
+#endif
+#ifndef CLOCK_SHARE_FILE
+#error "CLOCK_SHARE_FILE (the clock file shared with the host, a string) is defined by recorders/seedrandom.py's build: -DCLOCK_SHARE_FILE=..."
 #endif
 
 #define LC_NS 1000000000LL
@@ -24,6 +29,27 @@ static int lc_on;
 static int64_t lc_start_s, lc_step;   /* the realtime clock at logical 0, in seconds (to 2999) */
 static _Atomic int64_t lc_ns;    /* this process's logical time since its command started */
 static pthread_once_t lc_once = PTHREAD_ONCE_INIT;
+
+/* The clock file shared with the host (recorders/logicalclock.py's ClockShare), mapped when
+   it is there: [0] the offset (ns) the host adds to every realtime read from now on (a fork
+   of a clock site), [1] the last realtime value read by any process, in µs since the epoch
+   (the host records it with each model call). */
+enum { LC_SHARE_OFFSET, LC_SHARE_LAST, LC_SHARE_WORDS };
+static volatile int64_t *lc_share;
+
+static void lc_map_share(void) {
+    const char *path = environ ? tttr_lookup(environ, "TTTR_CLOCK_SHARE", 16) : NULL;
+    int fd = open(path && *path ? path : CLOCK_SHARE_FILE, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return;
+    struct stat st;
+    if (!fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size >= (off_t)(LC_SHARE_WORDS * sizeof(int64_t))) {
+        void *m = mmap(NULL, LC_SHARE_WORDS * sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m != MAP_FAILED) lc_share = m;
+    }
+    close(fd);
+}
+
+static inline int64_t lc_offset(void) { return lc_share ? lc_share[LC_SHARE_OFFSET] : 0; }
 
 static void lc_init(void) {
     pthread_once(&tttr_pinned_once, tttr_load_pinned);
@@ -39,6 +65,7 @@ static void lc_init(void) {
     lc_start_s = start;
     lc_step = step;
     atomic_store(&lc_ns, from > 0 ? from : 0);
+    lc_map_share();
     lc_on = 1;
 }
 
@@ -81,12 +108,37 @@ static struct timespec lc_value(int kind, int64_t v) {
     return t;
 }
 
+/* `t` moved by `ns` (the shared offset, within ±LC_MAX_WAIT). */
+static struct timespec lc_shift(struct timespec t, int64_t ns) {
+    struct timespec d = lc_ns_ts(ns);
+    t.tv_sec += d.tv_sec;
+    t.tv_nsec += d.tv_nsec;
+    if (t.tv_nsec >= LC_NS) { t.tv_nsec -= LC_NS; t.tv_sec++; }
+    return t;
+}
+
+static inline int64_t lc_offset_capped(void) {
+    int64_t off = lc_offset();
+    return off > LC_MAX_WAIT ? LC_MAX_WAIT : off < -LC_MAX_WAIT ? -LC_MAX_WAIT : off;
+}
+
+/* A read of a clock of `kind`: the next logical value, a realtime one moved by the shared
+   offset and told to the host. */
+static struct timespec lc_clock_read(int kind) {
+    struct timespec t = lc_value(kind, lc_read());
+    if (kind != LC_REAL || !lc_share) return t;
+    t = lc_shift(t, lc_offset_capped());
+    lc_share[LC_SHARE_LAST] = (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+    return t;
+}
+
 /* The logical time from now until `t` on a clock of `kind` (negative when past), capped. */
 static int64_t lc_until(int kind, const struct timespec *t) {
     int64_t base = lc_base_s(kind), limit = LC_MAX_WAIT / LC_NS;
     if (t->tv_sec > base + limit) return LC_MAX_WAIT;
     if (t->tv_sec < base - limit) return -LC_MAX_WAIT;
-    return ((int64_t)t->tv_sec - base) * LC_NS + t->tv_nsec - lc_now();
+    int64_t off = kind == LC_REAL ? lc_offset_capped() : 0;
+    return ((int64_t)t->tv_sec - base) * LC_NS + t->tv_nsec - lc_now() - off;
 }
 
 static int64_t lc_cap(int64_t ns) { return ns < 0 ? 0 : ns > LC_MAX_WAIT ? LC_MAX_WAIT : ns; }
@@ -116,13 +168,13 @@ static void *lc_sym(const char *name, int libc) {
 int clock_gettime(clockid_t clk, struct timespec *ts) {
     int kind = lc_active() ? lc_kind(clk) : LC_OTHER;
     if (kind == LC_OTHER) return NEXT(clock_gettime)(clk, ts);
-    *ts = lc_value(kind, lc_read());
+    *ts = lc_clock_read(kind);
     return 0;
 }
 
 int gettimeofday(struct timeval *restrict tv, void *restrict tz) {
     if (!lc_active()) return NEXT(gettimeofday)(tv, tz);
-    struct timespec t = lc_value(LC_REAL, lc_read());
+    struct timespec t = lc_clock_read(LC_REAL);
     tv->tv_sec = t.tv_sec;
     tv->tv_usec = (suseconds_t)(t.tv_nsec / 1000);
     if (tz) memset(tz, 0, sizeof(struct timezone));
@@ -131,14 +183,14 @@ int gettimeofday(struct timeval *restrict tv, void *restrict tz) {
 
 time_t time(time_t *out) {
     if (!lc_active()) return NEXT(time)(out);
-    time_t v = lc_value(LC_REAL, lc_read()).tv_sec;
+    time_t v = lc_clock_read(LC_REAL).tv_sec;
     if (out) *out = v;
     return v;
 }
 
 int ftime(struct timeb *tb) {
     if (!lc_active()) return NEXT(ftime)(tb);
-    struct timespec t = lc_value(LC_REAL, lc_read());
+    struct timespec t = lc_clock_read(LC_REAL);
     tb->time = t.tv_sec;
     tb->millitm = (unsigned short)(t.tv_nsec / 1000000);
     tb->timezone = 0;
@@ -148,7 +200,7 @@ int ftime(struct timeb *tb) {
 
 int timespec_get(struct timespec *ts, int base) {
     if (!lc_active() || base != TIME_UTC) return NEXT(timespec_get)(ts, base);
-    *ts = lc_value(LC_REAL, lc_read());
+    *ts = lc_clock_read(LC_REAL);
     return base;
 }
 

@@ -28,21 +28,109 @@ Each process keeps one counter, logical ns, as Hermit does:
   reads and removes from its environment before main; fork keeps the counter as it keeps
   memory.
 
+A recorded program's realtime reads are also shared with the host, through a small file
+(`ClockShare`) bound read-write into the sandbox at CLOCK_FILE (elsewhere, named by
+TTTR_CLOCK_SHARE): the shim writes the last realtime value any process read, which the
+in-process server records with each model call (`STEP:clock`), and adds the offset the host
+writes there to every realtime read (a fork at a clock site; monotonic clocks, and so sleeps
+and timeouts, are not moved). A realtime deadline is moved with it.
+
 The shim's own real time comes from raw system calls, its real waits from libc itself
 (looked up in libc.so.6, past libfaketime, which would take a real deadline for a faked one).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import os
+import struct
+from datetime import datetime, timedelta
+from pathlib import Path
 
 from tttr.recorders.clock import clock_epoch
 
 VARIABLE = "TTTR_LOGICAL_CLOCK"
 STEP_NS = 1000                 # what one clock read advances the clock by
 MONOTONIC_BASE_S = 1000        # the monotonic clock's value at the command's start
+CLOCK_DIR = "/run/tttr-clock"  # the shared clock file's folder, inside the sandbox (read-write)
+CLOCK_FILE = f"{CLOCK_DIR}/clock"
+SHARE_VARIABLE = "TTTR_CLOCK_SHARE"  # its path where there is no sandbox
+_WORDS = struct.Struct("<qq")  # the offset (ns), the last realtime read (µs since the epoch); 0: none yet
+_EPOCH = datetime(1970, 1, 1)
 
 
 def logical_clock_value(clock: datetime) -> str:
     """TTTR_LOGICAL_CLOCK for a command whose clock starts at `clock`."""
     return f"{clock_epoch(clock)} {STEP_NS}"
+
+
+class ClockShare:
+    """The host's side of the clock file a program's shim maps (see the module's text). The
+    folder is the host's (the sandbox may write the file, never add one beside it); the
+    file is read through the descriptor opened when it was made, a bounded read, and what
+    it holds is the program's to write: a value out of the calendar reads as no value."""
+
+    def __init__(self, folder: Path):
+        folder = Path(folder)
+        folder.mkdir(mode=0o755)
+        self.path = folder / "clock"
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        os.fchmod(self._fd, 0o666)  # the sandbox's uid writes it (the umask took that bit)
+        os.pwrite(self._fd, _WORDS.pack(0, 0), 0)
+        self.folder = folder
+        self._last: int | None = None
+
+    def bind(self) -> tuple[str, str, str]:
+        """(host folder, its path inside, "rw") for the executor's binds."""
+        return str(self.folder), CLOCK_DIR, "rw"
+
+    def env(self) -> dict[str, str]:
+        """The program's environment where it runs unsandboxed (the file at its host path)."""
+        return {SHARE_VARIABLE: str(self.path)}
+
+    def _read(self) -> tuple[int, int]:
+        data = os.pread(self._fd, _WORDS.size, 0)
+        return _WORDS.unpack(data) if len(data) == _WORDS.size else (0, 0)
+
+    @property
+    def offset(self) -> timedelta:
+        return timedelta(microseconds=self._read()[0] // 1000)
+
+    def set_offset(self, shift: timedelta) -> None:
+        """Move every realtime read the program makes from now on by `shift` (from the recorded clock)."""
+        ns = (shift.days * 86400 + shift.seconds) * 10**9 + shift.microseconds * 1000
+        os.pwrite(self._fd, struct.pack("<q", ns), 0)
+
+    def last_read(self) -> datetime | None:
+        """The last realtime value the program read (naive UTC), None before its first read."""
+        us = self._read()[1]
+        if us <= 0:
+            return None
+        try:
+            return _EPOCH + timedelta(microseconds=us)
+        except OverflowError:
+            return None
+
+    def current(self) -> dict | None:
+        """A model call's `clock` event: the program's last realtime read as the call was
+        asked, with the offset it was read under; None when it read none since the last
+        call's event (`event`)."""
+        t = self.last_read()
+        if t is None or t == self._last:
+            return None
+        out = {"t": t.isoformat(), "source": "program"}
+        offset = self._read()[0]
+        if offset:
+            out["offset_s"] = offset / 1e9
+        return out
+
+    def event(self) -> dict | None:
+        """`current()`, taken: the next call's event holds only reads made after it."""
+        out = self.current()
+        if out is not None:
+            self._last = datetime.fromisoformat(out["t"])
+        return out
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

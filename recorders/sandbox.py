@@ -105,10 +105,11 @@ class Executor:
 
     def __init__(self, tree: Path | str, seed: int = 0, unsafe_no_sandbox: bool = False,
                  limits: Limits = Limits(), clamp_file_times: bool = True,
-                 binds: tuple[tuple[str, str], ...] = (), logical_clock: bool = False):
+                 binds: tuple[tuple[str, ...], ...] = (), logical_clock: bool = False):
         self.tree = Path(tree).resolve()
-        # (host directory, path inside) bound read-only: the host's Python, the model's socket
-        self.binds = tuple((str(src), str(dest)) for src, dest in binds)
+        # (host directory, path inside) bound read-only: the host's Python, the model's socket;
+        # (host directory, path inside, "rw") read-write: a recorded program's shared clock file
+        self.binds = tuple((str(b[0]), str(b[1]), *b[2:]) for b in binds)
         if not self.tree.is_dir():
             raise SandboxError(f"tree {str(tree)!r} is not a directory: create it or pass an existing one")
         if not isinstance(seed, int) or seed < 0:
@@ -322,7 +323,7 @@ class Executor:
             binds = None
             if self._host_uid is not None:  # bwrap, unprivileged, opens them at the stage
                 binds = {"w": str(self.tree), "r": str(self._runtime)}
-                binds |= {f"x{i}": src for i, (src, _) in enumerate(self.binds)}
+                binds |= {f"x{i}": b[0] for i, b in enumerate(self.binds)}
                 if step_dir:
                     binds["s"], step_src = step_dir, f"{STAGE}/s"
             argv += launch_prefix(sup.launcher, sup.seccomp, self._host_uid, binds)
@@ -354,8 +355,8 @@ class Executor:
         argv += bwrap_fs_args(tree, runtime, self.limits.tmp_mb << 20, sup.proc_entries,
                               preload=bool(self._preload_libs(inside=True)))
         staged = sup.launcher and self._host_uid is not None
-        for i, (src, dest) in enumerate(self.binds):
-            argv += ["--ro-bind", f"{STAGE}/x{i}" if staged else src, dest]
+        for i, (src, dest, *rw) in enumerate(self.binds):
+            argv += ["--bind" if rw == ["rw"] else "--ro-bind", f"{STAGE}/x{i}" if staged else src, dest]
         return argv
 
 

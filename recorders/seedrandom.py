@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from tttr.recorders.logicalclock import MONOTONIC_BASE_S, VARIABLE as LOGICAL_CLOCK_VARIABLE
+from tttr.recorders.logicalclock import CLOCK_FILE, MONOTONIC_BASE_S, VARIABLE as LOGICAL_CLOCK_VARIABLE
 from tttr.sessions.cache import build_shared, c_source
 
 STEP_DIR = "/run/tttr-step"             # per-command files, inside the sandbox (read-only)
@@ -40,7 +40,8 @@ SOURCE = c_source(Path(__file__).with_name("seedrandom.c"))  # with logicalclock
 
 def build_shim() -> tuple[Path | None, str | None]:
     """(path of the compiled shim, None) or (None, why it could not be built)."""
-    defines = [f'-DPINNED_FILE="{PINNED_FILE}"', f"-DMONOTONIC_BASE_S={MONOTONIC_BASE_S}"]
+    defines = [f'-DPINNED_FILE="{PINNED_FILE}"', f"-DMONOTONIC_BASE_S={MONOTONIC_BASE_S}",
+               f'-DCLOCK_SHARE_FILE="{CLOCK_FILE}"']
     return build_shared("seedrandom", SOURCE, ["-shared", "-fPIC", "-O2", "-pthread", *defines], "the randomness shim")
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from tttr.engine.program.record import ProgramRunError
-from tttr.engine.program.replay import Replayer, _load, _Step, recorded_clock
+from tttr.engine.program.replay import Replayer, _load, _Step, recorded_clock, recorded_clock_read
 from tttr.engine.serve.errors import APIError
 from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, Site, SiteError, site, site_parts
 
@@ -231,12 +231,13 @@ def _check_clock(rec, source, at: Site, step, value_text: str) -> ForkPlan:
     """A clock read's (or the setup clock's) new value, and how far it moves the run's clock."""
     from tttr.engine.replay.mutation import MutationError, _clock
 
+    program_read = step is not None and recorded_clock_read(step) is not None  # the program's own, before a call
     if at.step == SETUP_STEP:
         recorded = rec.setup.get("clock") or (rec.run.meta or {}).get("clock")
         fork_seq, shared = 0, frozenset()
-    elif step is None or step.kind != "clock":
-        raise ProgramRunError(f"site {at} is not a clock read (sdk.now()) of run {rec.run.id}: "
-                              f"`tttr events DB {rec.run.id}` lists its sites")
+    elif step is None or (step.kind != "clock" and not program_read):
+        raise ProgramRunError(f"site {at} is not a clock read (sdk.now(), or the program's clock before a model "
+                              f"call) of run {rec.run.id}: `tttr events DB {rec.run.id}` lists its sites")
     else:
         recorded = next(e.value for e in step.events if e.kind == "clock").get("t")
         fork_seq, shared = source.seq_of(str(at)), _shared(source, at)
@@ -245,7 +246,9 @@ def _check_clock(rec, source, at: Site, step, value_text: str) -> ForkPlan:
         new = _utc(_clock(value_text, {"t": recorded}))
     except (MutationError, TypeError, ValueError) as exc:
         raise ProgramRunError(f"run {rec.run.id}, site {at}: {exc}") from None
-    shift = new.replace(microsecond=0) - _utc(old)
+    # a read the program made moves by exactly the shift (to the µs it was read at); an SDK
+    # read or the setup clock, to the second
+    shift = (new if program_read else new.replace(microsecond=0)) - _utc(old)
     return ForkPlan(rec.run.id, (Change(at, (old + shift).isoformat(), value_text, shift=shift),), fork_seq,
                     shared=shared, check=recorded_check(source.store, rec.run))
 
@@ -297,6 +300,7 @@ class ForkReplayer(Replayer):
         self.applied: list[str] = [str(c.site) for c in plan.changes if c.at_setup]
         self.forked = plan.at_setup  # the setup comes before every request
         self.moved = timedelta(0)  # a strict fork's clock change moves the later reads by as much
+        self.read_shift = timedelta(0)  # a change of the program's clock before a call: the offset its later reads get
         if plan.strict and plan.setup_change is not None:
             self.moved = plan.setup_change.shift
         if any(c.site.name == "token" for c in plan.changes):  # the model is needed: it loads while the program starts
@@ -307,8 +311,34 @@ class ForkReplayer(Replayer):
         if self.forked or self.divergence is not None:
             super()._copy(step)
         else:  # before the first change: the parent's events are the child's, shared, not written again
+            if self.clock is not None and step.kind == "call":
+                self.clock.event()  # taken: the next call's read is its own
             self.cursor += 1
             self.answered += 1
+            self.arm_clock()
+
+    # -- the program's clock before a call (S:clock of a call step) -------------------------
+    def _clock_at(self, step: _Step, index: int) -> None:
+        change = self._change_at(step, "clock") if step.kind == "call" else None
+        if change is None:
+            return super()._clock_at(step, index)
+        self._take_change(change)  # read moved already: the offset was set before the program got here
+        if self.plan.strict:
+            self.moved = self.read_shift = change.shift
+
+    def expected_clock(self, step: _Step) -> str | None:
+        """The recorded read moved as this fork moves the program's clock: by a changed
+        setup clock, or from a changed read before a call on."""
+        t = super().expected_clock(step)
+        setup = self.plan.setup_change.shift if self.plan.strict and self.plan.setup_change is not None else timedelta(0)
+        moved = setup + self.read_shift
+        return t if t is None or not moved else (datetime.fromisoformat(t) + moved).isoformat()
+
+    def offset_at(self, step: _Step) -> float | None:
+        offset = super().offset_at(step)
+        change = self.pending.get((step.step, "clock")) if step.kind == "call" else None
+        shift = change.shift if change is not None else self.read_shift
+        return offset if offset is None else offset + shift.total_seconds()
 
     # -- the changes -----------------------------------------------------------------------
     def _change_at(self, step: _Step, kind: str) -> Change | None:
@@ -335,6 +365,7 @@ class ForkReplayer(Replayer):
         self._take_change(change)
         self.cursor += 1
         self.calls += 1
+        self.arm_clock()
         return self.live.generate(name, endpoint, body, forced=change.forced, settings=change.settings)
 
     def _live_call(self, name, endpoint: str, body: dict):
@@ -353,6 +384,7 @@ class ForkReplayer(Replayer):
         events = [(e.kind, site_parts(e.site)[2], new if e.kind == "tool" else e.value) for e in step.events]
         self.recorder.record_copy(self.name, events)
         self.cursor += 1
+        self.arm_clock()
         return _tool_answer(value, new)
 
     def _answer_clock(self, step: _Step, recorded: dict) -> dict:
@@ -370,6 +402,7 @@ class ForkReplayer(Replayer):
         self.recorder.record_copy(self.name, [(e.kind, site_parts(e.site)[2], {**e.value, "t": t}
                                                if e.kind == "clock" else e.value) for e in step.events])
         self.cursor += 1
+        self.arm_clock()
         return {"t": t}
 
     def answer_call(self, name, endpoint: str, body: dict):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from tttr.engine.replay.events import stored_text
 from tttr.engine.serve.requests import ROUTES
+from tttr.recorders.logicalclock import ClockShare
 from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.snapshot import overlay
 from tttr.recorders.treeio import remove_tree
@@ -202,16 +203,19 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
         limits = Limits(timeout_s=timeout_s, tree_mb=1024)
         service = Service(model, kernel_mode="invariant", any_model=True)  # a wrong model path is refused here
         sock_dir = api_dir(work / "api", host)
+        share = ClockShare(work / "clock")
         executor = Executor(tree_dir, seed=seed, unsafe_no_sandbox=unsafe_no_sandbox, limits=limits,
-                            binds=host.binds(sock_dir), logical_clock=True)
+                            binds=(*host.binds(sock_dir), share.bind()), logical_clock=True)
         name = f"program:{Path(argv[0]).name}"
         recorder = CallRecorder(db, service, default_run=name)
+        recorder.program_clock = share.event  # each model call records the clock the program read before it
         owner = tree_dir.stat()
         try:
             return _record(recorder, service, executor, host, program, argv, name, tree_dir, clock, seed, check,
-                           sock_dir, say, timeout_s)
+                           sock_dir, say, timeout_s, share)
         finally:
             executor.close()
+            share.close()
             if not own_tree and executor.sandboxed:  # the sandbox's uid owned it while the program ran
                 hand_over(str(tree_dir), owner.st_uid, owner.st_gid)
     finally:
@@ -221,7 +225,7 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
 
 
 def _record(recorder, service, executor, host, program, argv, name, tree_dir, clock, seed, check, sock_dir,
-            say, timeout_s) -> ProgramResult:
+            say, timeout_s, share) -> ProgramResult:
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.sdk_tree import SDKTree, program_file
     from tttr.recorders.clock import iso
@@ -260,7 +264,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         sandboxed = executor.sandboxed
         refused = RefusedCalls(app)
         endpoint = _Endpoint(refused, str(sock_dir / SOCKET_NAME) if sandboxed else None)
-        env = {**(host.env() if sandboxed else {"PATH": host.path}), **endpoint_env(endpoint.base, name)}
+        env = {**(host.env() if sandboxed else {"PATH": host.path, **share.env()}), **endpoint_env(endpoint.base, name)}
         command = sandboxed_command(program, host) if sandboxed else program
         server.clock = running_clock(clock)
         say(f"running {program} …")

@@ -31,12 +31,14 @@ for something else."""
 
 from __future__ import annotations
 
+from tttr.recorders.logicalclock import ClockShare
 from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.treeio import remove_tree
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 from tttr.engine.program.record import ProgramRunError, _Endpoint, running_clock
 from tttr.engine.program.divergence import (
@@ -56,6 +58,14 @@ NAMES = ("recorded", "live")
 def is_program_run(run) -> bool:
     meta = run.meta if isinstance(run.meta, dict) else {}
     return meta.get("source") == RECORDED_BY or (isinstance(run.task, str) and run.task.startswith("program:"))
+
+
+class _Event(NamedTuple):
+    """An event of a step written anew (the live clock read in place of the recorded one)."""
+
+    kind: str
+    value: object
+    site: str
 
 
 @dataclass(slots=True)
@@ -132,6 +142,14 @@ def _load(store, run_id: int) -> _Recording:
     return _Recording(run, setup, steps, final, outcome, setup_clock)
 
 
+def recorded_clock_read(step: _Step) -> dict | None:
+    """A model call's recorded `S:clock` (the program's last realtime read before it), if any."""
+    if step.kind != "call":
+        return None
+    value = next((e.value for e in step.events if e.kind == "clock"), None)
+    return value if isinstance(value, dict) and isinstance(value.get("t"), str) else None
+
+
 def recorded_clock(rec: _Recording) -> datetime:
     """The virtual clock the program started at, checked before anything is written (a
     hostile or damaged database gets one line, not a run left incomplete)."""
@@ -196,6 +214,11 @@ class Replayer:
         self.calls = 0  # model calls met so far (the call index)
         self.answered = 0
         self.divergence: Divergence | None = None
+        # The program's clock (recorders.logicalclock.ClockShare), set by the runner: what it read
+        # before each call, compared with the recorded S:clock, and the offset each read is moved by.
+        self.clock = None
+        self.clock_divergence: Divergence | None = None  # the first differing clock read
+        self.request_divergence: Divergence | None = None  # the first differing request
         self._lock = threading.Lock()
 
     def _diverge(self, where: str, a, b) -> None:
@@ -218,9 +241,54 @@ class Replayer:
         return step
 
     def _copy(self, step: _Step) -> None:
-        self.recorder.record_copy(self.name, [(e.kind, site_parts(e.site)[2], e.value) for e in step.events])
+        self.recorder.record_copy(self.name, [(e.kind, site_parts(e.site)[2], e.value) for e in self._events(step)])
         self.cursor += 1
         self.answered += 1
+        self.arm_clock()
+
+    # -- the program's clock (a model call's S:clock) --------------------------------------
+    def _events(self, step: _Step) -> list:
+        """A recorded call step's events as this run has them: its clock read the live one."""
+        if step.kind != "call" or self.clock is None:
+            return step.events
+        live = self.clock.event()
+        out = [e for e in step.events if e.kind != "clock"]
+        return out if live is None else [_Event("clock", live, f"{step.step}:clock"), *out]
+
+    def _clock_at(self, step: _Step, index: int) -> None:
+        """Compare the clock the program read before call `index` with the recorded one;
+        the first that differs is kept as the clock's divergence."""
+        if self.clock is None or self.clock_divergence is not None:
+            return
+        live = self.clock.current()
+        a, b = self.expected_clock(step), live.get("t") if live else None
+        if a != b:
+            self.clock_divergence = Divergence(f"{step.step}:clock (the clock read before call {index})", "trace",
+                                               a if a is not None else "(no clock read)",
+                                               b if b is not None else "(no clock read)", NAMES)
+
+    def expected_clock(self, step: _Step) -> str | None:
+        """The clock value the program should read before recorded call `step`: the recorded one."""
+        read = recorded_clock_read(step)
+        return read["t"] if read else None
+
+    def offset_at(self, step: _Step) -> float | None:
+        """How far (s) the program's realtime reads before recorded step `step` are moved: as recorded."""
+        read = recorded_clock_read(step)
+        if read is None:
+            return None
+        offset = read.get("offset_s", 0)
+        return float(offset) if type(offset) in (int, float) and abs(offset) < 1e11 else 0.0
+
+    def arm_clock(self) -> None:
+        """Before the program goes on to the next recorded step: the offset its clock reads then get."""
+        if self.clock is None or self.divergence is not None:
+            return
+        for step in self.rec.steps[self.cursor:]:
+            offset = self.offset_at(step)
+            if offset is not None:
+                self.clock.set_offset(timedelta(seconds=offset))
+                return
 
     def answer_call(self, name, endpoint: str, body: dict):
         asked = responses_body()  # the Responses request this chat call means, if it came as one
@@ -234,6 +302,7 @@ class Replayer:
                 prompt = next(e.value for e in step.events if e.kind == "prompt")
                 recorded = prompt.get("request") if isinstance(prompt.get("request"), dict) else {}
                 index = self.calls
+                self._clock_at(step, index)
                 diff = first_request_difference(recorded, body)
                 if prompt.get("endpoint", endpoint) != endpoint:
                     diff = ("endpoint", prompt.get("endpoint"), endpoint)
@@ -243,7 +312,9 @@ class Replayer:
                 if asked is not None:
                     where = f"call {index} (step {step.step}, POST {RESPONSES_ROUTE})"
                     diff = in_responses_terms(*diff, asked)
-                self.divergence = call_divergence(where, *diff, NAMES)
+                # a changed clock read before it is the first cause: named first, the request then
+                self.request_divergence = call_divergence(where, *diff, NAMES)
+                self.divergence = self.clock_divergence or self.request_divergence
             return self._live_call(name, endpoint, body)
 
     def _answer_call(self, name, endpoint: str, body: dict, step: _Step, prompt: dict):
@@ -299,8 +370,11 @@ class Replayer:
         return {k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit", "truncated")}
 
     def finish(self) -> None:
-        """A recording with steps the program never asked for diverges at the first of them."""
+        """A recording with steps the program never asked for diverges at the first of them;
+        one whose requests all matched but whose clock reads did not, at the first such read."""
         with self._lock:
+            if self.divergence is None and self.clock_divergence is not None:
+                self.divergence = self.clock_divergence
             if self.divergence is None and self.cursor < len(self.rec.steps):
                 step = self.rec.steps[self.cursor]
                 self._diverge(f"step {step.step}", f"a {'model call' if step.kind == 'call' else 'SDK ' + step.kind}",
@@ -375,20 +449,22 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
             clock = fork.start_clock(clock)
         sock_dir = api_dir(work / "api", host)
         seed = fork.run_seed(rec.run.seed) if fork is not None else rec.run.seed  # an experiment may change it
+        share = ClockShare(work / "clock")
         executor = Executor(tree_dir, seed=seed or 0, unsafe_no_sandbox=unsafe_no_sandbox,
-                            limits=Limits(timeout_s=timeout_s, tree_mb=1024), binds=host.binds(sock_dir),
-                            logical_clock=True)
+                            limits=Limits(timeout_s=timeout_s, tree_mb=1024),
+                            binds=(*host.binds(sock_dir), share.bind()), logical_clock=True)
         try:
             return _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
-                           fork, model, code is not None)
+                           fork, model, code is not None, share)
         finally:
             executor.close()
+            share.close()
     finally:
         remove_tree(work)
 
 
 def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
-            fork=None, model=None, new_code=False) -> ReplayResult:
+            fork=None, model=None, new_code=False, share=None) -> ReplayResult:
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.sdk_tree import SDKTree
@@ -403,6 +479,8 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
     app = create_app(None, recorder)
     server = app.state.server
     replayer = fork.replayer(rec, recorder, name) if fork is not None else Replayer(rec, recorder, name, model)
+    replayer.clock = share  # the program's clock reads: compared per call, moved as recorded (or forked)
+    recorder.program_clock = share.event if share is not None else None  # a live call's clock read
     server.answer_call = replayer.answer_call
     server.answer_from_recording = replayer.answer_sdk
     server.replay_model = {"id": run.model_id or "tttr", "object": "model", "created": 0, "owned_by": "tttr"}
@@ -429,8 +507,9 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
             fork.adopt(recorder, child, rec.setup, rec.setup_clock)
         sandboxed = executor.sandboxed
         endpoint = _Endpoint(noting_responses(app), str(sock_dir / SOCKET_NAME) if sandboxed else None)
-        env = {**(host.env() if sandboxed else {"PATH": host.path}), **endpoint_env(endpoint.base, name),
-               "TTTR_REPLAY": "1"}
+        env = {**(host.env() if sandboxed else {"PATH": host.path, **(share.env() if share else {})}),
+               **endpoint_env(endpoint.base, name), "TTTR_REPLAY": "1"}
+        replayer.arm_clock()  # the reads before the first call
         command = sandboxed_command(program, host) if sandboxed else program
         server.clock = running_clock(clock)  # live reads, after a divergence: as when recording
         say(f"{'forking' if fork is not None else 'replaying'} {program} …")

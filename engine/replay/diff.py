@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from rapidfuzz.distance import Levenshtein
 
 from tttr.sessions.safe_text import brief
-from tttr.sessions.vocabulary import KIND_LAYER, LAYERS, site_order
+from tttr.sessions.vocabulary import KIND_LAYER, LAYERS, site_order, site_parts
 
 # What counts as "the value" of an event when comparing two runs, per kind.
 _COMPARED = {
@@ -90,6 +90,9 @@ class RunDiff:
     # the first included.
     differing_sites: dict[str, int] = field(default_factory=dict)
     prompt_change: PromptChange | None = None  # recorded programs and served calls: the first differing request
+    # Steps whose clock was read before their model call (a recorded program's `S:clock`, taken
+    # as the request came), where the agent's clock of a step is read after its message.
+    clock_first: frozenset = frozenset()
 
     @property
     def identical(self) -> bool:
@@ -99,7 +102,8 @@ class RunDiff:
     def first_cause(self) -> Divergence | None:
         """The earliest divergence of any layer, in the order the run consumed its values (a
         clock read before the tokens it changed): the first cause, where the others follow."""
-        return min(self.first_divergence.values(), key=lambda d: site_order(d.site), default=None)
+        return min(self.first_divergence.values(), key=lambda d: consumed_order(d.site, self.clock_first),
+                   default=None)
 
     def by_cause(self) -> list[Divergence]:
         """Each layer's first divergence, the first cause first, then the rest by layer."""
@@ -122,6 +126,25 @@ class RunDiff:
                 for r in self.rows
             ],
         }
+
+
+def consumed_order(text: str, clock_first: frozenset = frozenset()) -> tuple:
+    """`site_order`, but a clock read at one of the `clock_first` steps comes before the
+    step's model call: the order a recorded program consumed them in."""
+    key = site_order(text)
+    parts = site_parts(str(text))
+    if parts is not None and parts[1] == "clock" and parts[0] in clock_first:
+        return (key[0], -1, *key[2:])
+    return key
+
+
+def clock_first_steps(*runs: list) -> frozenset:
+    """The steps at which a run's events hold a clock read recorded before its prompt (`consumed_order`)."""
+    out = set()
+    for events in runs:
+        clocks = {e.step: e.seq for e in events if e.kind == "clock"}
+        out |= {e.step for e in events if e.kind == "prompt" and e.step in clocks and clocks[e.step] < e.seq}
+    return frozenset(out)
 
 
 def first_request_difference(a: dict, b: dict) -> tuple[str, Any, Any] | None:
@@ -300,7 +323,8 @@ def diff_runs(store, run_a: int, run_b: int) -> RunDiff:
         a_actions = [p.key for p in program_steps(a_events)]
         b_actions = [p.key for p in program_steps(b_events)]
     first, counts = divergences(a_events, b_events)
-    return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts, prompt_change(a_events, b_events))
+    return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts, prompt_change(a_events, b_events),
+                   clock_first_steps(a_events, b_events))
 
 
 
@@ -364,7 +388,8 @@ def scan_runs(store, run_a: int, run_b: int, *, progress=None, cancelled=None) -
         a_actions = [p.key for p in program_steps(events["a"])]
         b_actions = [p.key for p in program_steps(events["b"])]
     first, counts = _first_per_layer(keyed)
-    return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts, prompt_change(events["a"], events["b"]))
+    return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts, prompt_change(events["a"], events["b"]),
+                   clock_first_steps(events["a"], events["b"]))
 
 
 def _check_readable(store, run_id: int) -> None:

@@ -65,6 +65,7 @@ class CallRecord:
     response_id: str = ""
     top_logprobs: int = 0
     pieces: tuple[int, ...] | None = None  # a streamed answer's text pieces as sent (their lengths)
+    clock: dict | None = None  # a recorded program's clock as the call was asked (S:clock, before S:prompt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +100,15 @@ class CallRecorder:
         self.recorded = 0
         self.failed = 0
         self.posted: dict[str, int] = {}  # SDK events posted by kind (in a replay: values obtained live)
+        # A recorded program's clock (recorders.logicalclock.ClockShare.event): read as each call is handed over
+        self.program_clock = None
         self._thread = threading.Thread(target=self._loop, name="tttr-serve-recorder", daemon=True)
         self._thread.start()
 
     def record(self, call, *, name: str | None, response_id: str) -> None:
         """Record a started call once it finishes (or is cancelled); returns at once."""
-        self._queue.put((call, name if name is not None else self.default_run, response_id))
+        clock = self.program_clock() if self.program_clock is not None else None
+        self._queue.put((call, name if name is not None else self.default_run, response_id, clock))
 
     def adopt(self, name: str, run_id: int, first_step: int = 0) -> None:
         """Calls named `name` become steps first_step, first_step + 1, … of `run_id`, a run the
@@ -172,7 +176,7 @@ class CallRecorder:
             finally:
                 self._queue.task_done()
 
-    def _collect(self, call, name: str | None, response_id: str) -> CallRecord:
+    def _collect(self, call, name: str | None, response_id: str, clock: dict | None = None) -> CallRecord:
         """Wait for the call to end (a cancelled one ends at the engine's next step)."""
         from tttr.engine.serve.responses import output, stream_pieces
 
@@ -194,7 +198,7 @@ class CallRecorder:
             seed_drawn=p.seed_drawn, max_tokens=p.max_tokens, stop=req.stop, records=list(call.seq.records),
             text=out.text, finish_reason=out.finish_reason,
             tool_calls=[c.to_json(f"call_{response_id[-12:]}_{i}") for i, c in enumerate(out.tool_calls)],
-            response_id=response_id, top_logprobs=req.top_logprobs, pieces=pieces,
+            response_id=response_id, top_logprobs=req.top_logprobs, pieces=pieces, clock=clock,
         )
 
     def _begin(self, call: CallRecord) -> tuple[int, int]:
@@ -285,6 +289,8 @@ class CallRecorder:
             if site(step, kind, pos) not in self.shared:
                 store.append(run_id, step, KIND_LAYER[kind], kind, site(step, kind, pos), value)
 
+        if call.clock is not None:
+            emit("clock", call.clock)
         emit("prompt", {
             "ids_digest": ids_digest(call.prompt_ids), "n_tokens": len(call.prompt_ids), "ids": list(call.prompt_ids),
             "endpoint": call.endpoint, "request": call.request, "sampling": call.sampling.to_json(),
