@@ -51,7 +51,7 @@ KIND_LAYER = {
 }
 KINDS = tuple(KIND_LAYER)
 POSITIONAL = ("token", "logits")  # kinds whose site carries a position
-MUTABLE = ("clock", "tool", "token")  # kinds whose value a fork may replace
+MUTABLE = ("clock", "tool", "token", "message")  # kinds whose value a fork may replace
 
 SETUP_STEP = -1  # the setup step: the task's clock and starting tree, before step 0
 SETUP = "setup"  # how a site names the setup step: `setup:clock` (`-1:clock` reads the same)
@@ -127,7 +127,7 @@ class Site:
         m = _USER_SITE.match(text.strip())
         if not m or m.group(2) not in KIND_LAYER:
             raise SiteError(
-                f"bad site {text!r}: use STEP:clock, STEP:tool or STEP:token:POS, or setup:clock "
+                f"bad site {text!r}: use STEP:clock, STEP:tool, STEP:token:POS or STEP:message, or setup:clock "
                 "for the setup step (`tttr events DB RUN` lists every site of a run)"
             )
         if len(m.group(1)) > 10 or (m.group(3) and len(m.group(3)) > 10):

@@ -165,6 +165,30 @@ def test_fork_a_token_and_diff(recorded, runtime):
     assert not d.identical
 
 
+def test_fork_a_whole_answer(recorded, runtime):
+    """`STEP:message` replaces the model's whole answer at a step: its tokens are forced, the
+    message ends there, the command it names runs, and the rest runs on from the change."""
+    store, res, _ = recorded
+    command = "printf 'hello world\\n' > greeting.txt"
+    child = fork(store, res.run_id, "0:message", command, runtime=runtime)
+    first = store.event_at(res.run_id, "0:token:0").seq
+    assert _events(store, child.run_id)[:first] == _events(store, res.run_id)[:first]
+    run = store.run(child.run_id)
+    assert run.parent == res.run_id and run.fork_site == "0:message"
+    tokens = [e.value for e in store.events(child.run_id) if e.kind == "token" and e.step == 0]
+    assert tokens and all(t["forced"] and t["mutated"] for t in tokens)
+    assert runtime.tokenizer.decode([t["id"] for t in tokens]) == command + "\n```"
+    assert child.actions[0] == command
+    assert store.event_at(child.run_id, "0:tool").value["cmd"] == command
+    assert child.outcome["passed"]  # the task asks for exactly that line
+    again = replay(store, child.run_id, (), runtime=runtime)  # a fork replays like any run
+    assert again.identical, again.divergence
+    # As the app's edit dialog offers it: the message event's text, opening fence and all.
+    fenced = fork(store, res.run_id, "0:message", json.dumps("```bash\n" + command + "\n```"), runtime=runtime)
+    assert fenced.actions[0] == command
+    assert [e.value for e in store.events(fenced.run_id) if e.kind == "token" and e.step == 0] == tokens
+
+
 def test_a_forced_nul_token_gives_a_failed_command_not_an_incomplete_fork(recorded, runtime):
     store, res, _ = recorded
     (nul,) = runtime.tokenizer.encode("\x00")
@@ -185,7 +209,11 @@ def test_bad_mutations_are_refused(recorded, runtime):
         ("0:tool", '{"exit_code": "one"}', "must be an integer"),
         ("0:token:0", "999999", "outside the vocabulary"),
         ("0:token:0", "hello world again", "not one"),
-        ("0:message", "x", "cannot be edited"),
+        ("0:action", "x", "cannot be edited"),
+        ("0:message", "   ", "message text is empty"),
+        ("0:message", '"unterminated', "not a valid JSON string"),
+        ("0:message", "word " * 5000, "give at most"),
+        ("9:message", "ls", "does not exist"),
     ]:
         with pytest.raises(MutationError, match=reason):
             parse_mutation(store, res.run_id, site, value, tokenizer=tk)

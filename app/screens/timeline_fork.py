@@ -178,7 +178,7 @@ def editable_text(view: RunView, event) -> str:
     value = event.value if isinstance(event.value, dict) else {}
     if event.kind == "clock":
         return visible(str(value.get("t", "")), newlines=False)
-    if event.kind == "token":
+    if event.kind in ("token", "message"):
         return _json(str(value.get("text", "")))
     # JSON keeps newlines editable on one line, and is a form parse_mutation takes.
     return _json({"stdout": view.text(value.get("stdout")), "exit_code": value.get("exit_code")})

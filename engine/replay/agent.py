@@ -119,7 +119,7 @@ def run_agent(oracle, instruction: str, limits: AgentLimits = AgentLimits()) -> 
             return
         prompt_text = oracle.render(transcript.messages()) + FENCE_OPEN
         max_tokens = min(limits.max_message_tokens, budget)
-        text = oracle.message(step, prompt_text, max_tokens, STOP_STRINGS)
+        text = oracle.message(step, prompt_text, max_tokens, STOP_STRINGS, lead=FENCE_OPEN)
         budget -= oracle.last_message_tokens
         message = FENCE_OPEN + text
         action = parse_action(message)

@@ -42,9 +42,9 @@ from tttr.engine.replay.runtime import Runtime
 from tttr.engine.replay.triage import triage
 from tttr.sessions.errors import TTTRError
 from tttr.sessions.store import Store
-from tttr.sessions.vocabulary import KIND_LAYER, MUTABLE, site
+from tttr.sessions.vocabulary import KIND_LAYER, site
 
-KINDS = MUTABLE  # a plant is named after the kind of value its fork replaces
+KINDS = ("clock", "tool", "token")  # a plant is named after the kind of value its fork replaces
 TARGETS = {"triage_layer_correct_fraction": 1.0, "bisect_found_fraction": 1.0, "batched_speedup": 2.0}
 LIMITS = AgentLimits()  # as `tttr record` runs the agent: today-report then has 6 steps, so n = 6 for its plant
 DATE_TASK, DATE_SEED = "today-report", 2  # the triage test's pair: its steps never create today's report

@@ -154,12 +154,12 @@ def check_call_fork(store, run_id: int, site_text: str, value: str, *, runtime) 
         at = Site.parse(site_text)
     except ValueError:
         at = None
-    if at is not None and at.name != "token":
-        raise ReplayError(f"run {run_id} is recorded API calls: only a token can be changed there "
-                          f"(CALL:token:POS), not {at}")
+    if at is not None and at.name not in ("token", "message"):
+        raise ReplayError(f"run {run_id} is recorded API calls: only a token (CALL:token:POS) or a whole "
+                          f"answer (CALL:message) can be changed there, not {at}")
     _check(source, runtime, computes=True)
     mutation = parse_mutation(store, run_id, site_text, value, tokenizer=runtime.tokenizer)
-    step, pos = mutation.site.step, mutation.site.pos
+    step, pos = mutation.site.step, mutation.site.pos or 0
     _, sampling, _, _ = _call_settings(source, step)
     _recorded_seed(source, sampling)
     before = source.tokens.get(step, [])[:pos]
@@ -181,7 +181,7 @@ def run_calls(oracle: Oracle, source: Source, runtime, *, seed: int | None, last
             oracle.abort("cancelled")
             return texts
         prompt = source.value(site(step, "prompt"))
-        mutated = oracle.mutation is not None and oracle.mutation.at("token", step)
+        mutated = oracle.mutation is not None and (oracle.mutation.at("token", step) or oracle.mutation.at("message", step))
         live = mutated or not oracle.policy.faithful
         if live:
             prompt, sampling, max_tokens, stops = _call_settings(source, step)
@@ -249,7 +249,7 @@ def _child(store, source: Source, runtime, *, policy: Policy, mutation: Mutation
         task=run.task, model_id=run.model_id, kernel_mode=kernel_mode, sampling=run.sampling,
         seed=run.seed if policy.pinned("token") else seed,
         fingerprint=runtime.fingerprint() if live else run.fingerprint,
-        parent=run.id, fork_seq=source.seq_of(str(mutation.site)) if mutation else 0,
+        parent=run.id, fork_seq=source.seq_of(mutation.first_site) if mutation else 0,
         fork_site=str(mutation.site) if mutation else None,
         mutation=mutation.to_json() if mutation else None, meta=meta,
     )

@@ -9,6 +9,8 @@ Values, by site:
   integer is refused); a JSON object may set any of `stdout`, `stderr`, `exit_code`.
 - `STEP:token:POS`: a token id (`1234` or `id:1234`), or text that is exactly one token of
   the model's vocabulary (`" rm"`; quote it as JSON to force text: `"5"`).
+- `STEP:message`: the model's whole answer at the step, as text (quote it as JSON for
+  escapes); it is taken token by token as the model's, and the message ends there.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from tttr.recorders.errors import SandboxError
 from tttr.sessions.errors import TTTRError
 from tttr.sessions.safe_text import visible
 from tttr.sessions.values import ValueProblem, load_json
-from tttr.sessions.vocabulary import MUTABLE, Site, SiteError
+from tttr.sessions.vocabulary import MUTABLE, Site, SiteError, site
 
 
 class MutationError(TTTRError, ValueError):
@@ -46,6 +48,14 @@ class Mutation:
         this the mutated site?")."""
         return self.site.at(kind, step)
 
+    @property
+    def first_site(self) -> str:
+        """The site of the first recorded event this mutation replaces, where a fork parts
+        from its parent: a whole answer replaces its step's tokens from the first."""
+        if self.site.name == "message":
+            return site(self.site.step, "token", 0)
+        return str(self.site)
+
     def to_json(self) -> dict:
         v = self.value.isoformat() if isinstance(self.value, datetime) else self.value
         return {"site": str(self.site), "value": v, "input": self.text}
@@ -62,8 +72,8 @@ def parse_mutation(store, run_id: int, site_text: str, value_text: str, tokenize
         raise MutationError(str(exc)) from None
     if site.name not in MUTABLE:
         raise MutationError(
-            f"site {site} cannot be edited: edit a clock (STEP:clock), a tool result (STEP:tool) "
-            "or a sampled token (STEP:token:POS)"
+            f"site {site} cannot be edited: edit a clock (STEP:clock), a tool result (STEP:tool), "
+            "a sampled token (STEP:token:POS) or a whole answer (STEP:message)"
         )
     event = store.event_at(run_id, str(site))
     if event is not None and event.problem:
@@ -78,6 +88,8 @@ def parse_mutation(store, run_id: int, site_text: str, value_text: str, tokenize
         return Mutation(site, _clock(value_text, event.value), value_text)
     if site.name == "tool":
         return Mutation(site, _tool(value_text), value_text)
+    if site.name == "message":
+        return Mutation(site, _message(value_text, tokenizer), value_text)
     return Mutation(site, _token(value_text, tokenizer), value_text)
 
 
@@ -192,3 +204,27 @@ def _token(text: str, tokenizer) -> int:
             f"text {text!r} is {len(ids)} tokens ({pieces}), not one: give a single token's text or its id"
         )
     return ids[0]
+
+
+MAX_MESSAGE_TOKENS = 4096  # a whole answer longer than this is not one a step could have generated
+
+
+def _message(text: str, tokenizer) -> str:
+    """A whole answer: text, or a JSON string for escapes; refused when empty or longer than
+    any message a step generates."""
+    stripped = text.strip()
+    if stripped.startswith('"'):
+        try:
+            text = json.loads(stripped)
+        except json.JSONDecodeError:
+            raise MutationError(f"message text {stripped[:60]!r} is not a valid JSON string") from None
+        if not isinstance(text, str):
+            raise MutationError(f"message text {stripped[:60]!r} must be a JSON string")
+    if not text.strip():
+        raise MutationError("message text is empty: give the model's whole answer as text")
+    if tokenizer is None:
+        tokenizer = Runtime().tokenizer
+    n = len(tokenizer.encode(text))
+    if n > MAX_MESSAGE_TOKENS:
+        raise MutationError(f"message text is {n} tokens: give at most {MAX_MESSAGE_TOKENS}")
+    return text

@@ -219,7 +219,11 @@ class Oracle:
     def render(self, messages: list[dict]) -> str:
         return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
 
-    def message(self, step: int, prompt_text: str, max_tokens: int, stops: tuple[str, ...]) -> str:
+    def message(self, step: int, prompt_text: str, max_tokens: int, stops: tuple[str, ...], lead: str = "") -> str:
+        """The step's message, generated after `prompt_text`. `lead`: what the prompt ends with
+        that the step's message event shows before the generated text (the agent's opening
+        fence); a whole answer given with it (`STEP:message`, edited from that event) is taken
+        without it."""
         ids = self.tokenizer.encode(prompt_text)
         digest = ids_digest(ids)
         at = site(step, "prompt")
@@ -228,7 +232,7 @@ class Oracle:
         same = recorded is not None and recorded.get("ids_digest") == digest
         if recorded is not None and not same:
             self._compare(at, "agent", recorded.get("ids_digest"), digest)
-        return self.tokenizer.decode(self._message_ids(step, ids, same, max_tokens, stops, None))
+        return self.tokenizer.decode(self._message_ids(step, ids, same, max_tokens, stops, None, lead))
 
     def call(self, step: int, prompt: dict, max_tokens: int, stops: tuple[str, ...], draws: Draws) -> list:
         """The token ids of a recorded API call's message. Its prompt is the recording's own
@@ -238,12 +242,25 @@ class Oracle:
         generated from the prompt's token ids."""
         self.log.emit(step, "prompt", site(step, "prompt"), prompt)
         same = self.source is not None and self._recorded(site(step, "prompt")) is not None
-        return self._message_ids(step, prompt.get("ids"), same, max_tokens, stops, draws)
+        return self._message_ids(step, prompt.get("ids"), same, max_tokens, stops, draws, ends_with_stop=False)
 
     def _message_ids(self, step: int, ids, same: bool, max_tokens: int, stops: tuple[str, ...],
-                     draws: Draws | None) -> list:
+                     draws: Draws | None, lead: str = "", ends_with_stop: bool = True) -> list:
+        """The step's token ids. A whole answer (`STEP:message`) ends with the step's first stop
+        string where `ends_with_stop` (the agent's closing fence), else with the model's stop
+        token (an API call's end of turn)."""
         rec_tokens = self.source.tokens.get(step, []) if same else []
         rec_logits = self.source.logits.get(step, []) if same else []
+
+        whole = self._mutated("message", step)
+        if whole is not None and not same and not self.mutations.strict:
+            whole = None  # as a token delta: only where the context is the recording's
+        if whole is not None:
+            if not same:
+                raise OracleError(f"cannot replace {whole.site}: the context of step {step} is not the recording's")
+            self.mutations.took(whole)
+            text = whole.value.removeprefix(lead) if lead else whole.value
+            return self._took(self.tokens.whole(step, text, stops if ends_with_stop else (), rec_logits, draws))
 
         mutated = self._mutated("token", step)
         if mutated is not None and not same and not self.mutations.strict:

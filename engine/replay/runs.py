@@ -199,7 +199,7 @@ def _plan(source: Source, policy: Policy, mutation: Mutation | None, seed: int |
         base = sandbox_clock(datetime.fromisoformat(recorded), f"run {run.id}: its starting clock")
     else:
         base = datetime.now(timezone.utc).replace(tzinfo=None)
-    fork_seq = source.seq_of(str(mutation.site)) if mutation is not None else 0
+    fork_seq = source.seq_of(mutation.first_site) if mutation is not None else 0
     return _Plan(task, seed, sampling, limits, base, fork_seq)
 
 
@@ -355,5 +355,7 @@ def _check_mutation_site(source: Source, mutation: Mutation) -> None:
     if site.name == "token":
         if f"{site.step}:prompt" not in source.by_site or f"{site.step}:logits:{site.pos}" not in source.by_site:
             raise ReplayError(f"run {source.run.id} has no prompt or logits recorded for {site}: it cannot be forked there")
+    if site.name == "message" and f"{site.step}:prompt" not in source.by_site:
+        raise ReplayError(f"run {source.run.id} has no prompt recorded for {site}: it cannot be forked there")
     if site.name == "tool" and source.value(str(site)) is None:
         raise ReplayError(f"run {source.run.id} has no tool result recorded at {site} to change")

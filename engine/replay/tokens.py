@@ -65,6 +65,26 @@ class Tokens:
         }, at_p)
         return [tv["id"] for tv in tokens[:p]] + [token_id]
 
+    def whole(self, step: int, text: str, stops: tuple[str, ...], logits: list[dict],
+              draws: Draws | None = None) -> list[int]:
+        """A fork's whole answer for the step (a `STEP:message` mutation's text): its tokens,
+        each recorded as forced, ended by the step's first stop string (or the model's stop
+        token) unless the text already ends it; their ids. Only the first position has the
+        recording's logits beside it (its context is the recording's; the later ones' is not)."""
+        d = self.draws(step, draws)
+        if stops and not any(s in text for s in stops):
+            text = text.rstrip("\n") + "\n" + stops[0]
+        ids = list(self.tokenizer.encode(text))
+        if not stops and self._stop_ids() and (not ids or ids[-1] not in self._stop_ids()):
+            ids.append(self._stop_ids()[0])
+        for pos, token_id in enumerate(ids):
+            at_p = logits[0] if pos == 0 and logits else None
+            self.emit(step, pos, {
+                "id": token_id, "text": self.tokenizer.decode([token_id]), "forced": True, "mutated": True,
+                "logprob": _logprob_of(at_p or {}, token_id), "rng": [d.seed, d.rng_step, pos],
+            }, at_p)
+        return ids
+
     def generated(self, step: int, ids: list[int], forced: list[int], max_tokens: int,
                   stops: tuple[str, ...], draws: Draws | None = None) -> list:
         """Generate the rest of the step's message after `forced` live, recording each
