@@ -17,7 +17,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from tttr.app.runview import LAYERS, LOADING, TOO_LARGE, RunView, is_blob, value_problem
-from tttr.sessions.vocabulary import MUTABLE
+from tttr.sessions.vocabulary import MUTABLE, SETUP, SETUP_STEP
 from tttr.sessions.safe_text import short, visible  # noqa: F401 - short: the app calls it describe.short
 
 THEME = "ansi_dark"  # the terminal's own palette, so light and dark terminals both read
@@ -213,6 +213,37 @@ def _summary(event) -> Text:
     return Text(short(preview(v, 400), 80), style="dim")
 
 
+def step_label(step: Any) -> str:
+    """A step as sites write it: `setup` for the setup step, else its number."""
+    return SETUP if step == SETUP_STEP else short(step, 12)
+
+
+def step_line(events: list) -> Text:
+    """A collapsed step in one line: what it did, from its `events` (no prompt, tokens or
+    logits): the command and its exit code, the outcome, the clock; the tool result carries
+    its command, so the action that named it is left out."""
+    has_tool = any(e.kind == "tool" for e in events)
+    order = {"tool": 0, "action": 0, "outcome": 1, "setup": 2, "clock": 3}
+    line = Text()
+    for event in sorted(events, key=lambda e: order.get(e.kind, 2)):
+        if has_tool and event.kind in ("action", "message"):
+            continue
+        if line:
+            line.append("  ")
+        v = event.value
+        if value_problem(event) is not None:
+            line.append_text(summary(event))
+        elif event.kind == "clock":
+            line.append("⏱ " + short(_field(v, "t", "?"), 19).replace("T", " "), style="yellow")
+        elif event.kind == "tool" and "function" not in v:
+            line.append_text(highlight_bash("$ " + short(_text_field(v, "cmd"), 50)))
+            code = _field(v, "exit_code")
+            line.append(f" → exit {short(code, 12)}", style="green" if code == 0 else "bold red")
+        else:
+            line.append_text(summary(event))
+    return line or Text("(no action recorded)", style="dim")
+
+
 def checker_line(v: Any) -> Text:
     passed = _field(v, "passed")
     return Text(f"{'passed' if passed else 'failed'} (checker exit {short(_field(v, 'checker_exit', '?'), 12)})",
@@ -251,7 +282,7 @@ def _indent(text: Text, width: int) -> Text:
 def heading(event) -> Text:
     text = layer_tag(event.layer)
     text.append(f" {short(event.layer, 12)} · {short(event.kind, 20)}", style="bold")
-    text.append(f"   site {short(event.site, 40)}   seq {event.seq}   step {event.step}", style="dim")
+    text.append(f"   site {short(event.site, 40)}   seq {event.seq}   step {step_label(event.step)}", style="dim")
     return text
 
 

@@ -50,8 +50,9 @@ def test_open_lists_runs_and_enter_opens_a_timeline(db):
         await pilot.press("enter")
         assert isinstance(app.screen, TimelineScreen)
         timeline = app.screen.query_one(Timeline)
-        assert timeline.cursor == 0 and timeline.view.run_id == 1
-        assert "clock" in app.screen.query_one(DetailPane).text
+        # on the step tree: the setup step's row, its detail the task set up at its clock
+        assert timeline.on_step_row and timeline.view.event(timeline.cursor).kind == "setup"
+        assert timeline.view.run_id == 1 and "clock" in app.screen.query_one(DetailPane).text
         await pilot.press("escape")
         assert isinstance(app.screen, RunsScreen)
 
@@ -63,7 +64,7 @@ def test_stepping_keys_move_the_cursor_and_the_detail_follows(db):
         timeline = app.screen.query_one(Timeline)
         view: RunView = timeline.view
         detail = app.screen.query_one(DetailPane)
-        await pilot.press("down")
+        await pilot.press("z", "home", "down")  # every step expanded: one row per event
         assert timeline.cursor == 1
         await pilot.press("right")  # next step: the first event of step 0
         assert view.event(timeline.cursor).step == 0

@@ -51,11 +51,14 @@ def test_go_to_an_event_a_step_and_a_site_and_the_position_follows(db):
     async def flow(app, pilot):
         timeline = app.screen.query_one(Timeline)
         view = timeline.view
-        assert timeline.border_subtitle == f"event 0/{view.count} · step setup/{STEPS}"
+        await pilot.press("z", "home")  # every step expanded: one row per event
+        assert timeline.border_subtitle == f"event 0/{view.count - 1} · step setup/{STEPS - 1}"
         await pilot.press("colon", *"57", "enter")
         assert timeline.cursor == 57
         step = view.event(57).step
-        assert timeline.border_subtitle == f"event 57/{view.count} · step {step}/{STEPS}"
+        assert timeline.border_subtitle == f"event 57/{view.count - 1} · step {step}/{STEPS - 1}"
+        await pilot.press("end")  # the last event reads as the last, not one short of a count
+        assert timeline.border_subtitle == f"event {view.count - 1}/{view.count - 1} · step {STEPS - 1}/{STEPS - 1}"
         await pilot.press("colon", *"s3", "enter")
         assert timeline.cursor == view.step_start(3) and view.event(timeline.cursor - 1).step == 2
         await pilot.press("colon", *"5:tool", "enter")
@@ -78,7 +81,7 @@ def test_n_and_N_step_through_the_search_matches_and_wrap(db):
     async def flow(app, pilot):
         timeline = app.screen.query_one(Timeline)
         view = timeline.view
-        await pilot.press("n")
+        await pilot.press("z", "home", "n")
         assert timeline.cursor == 0 and "no search yet: press / to search" in notes(app)
         await pilot.press("slash")
         search = app.screen
@@ -109,8 +112,8 @@ def test_n_and_N_step_through_the_search_matches_and_wrap(db):
 def test_a_move_with_nowhere_to_go_says_so(db):
     async def flow(app, pilot):
         timeline = app.screen.query_one(Timeline)
-        await pilot.press("up")
-        assert timeline.cursor == 0 and "at the first event" in notes(app)
+        await pilot.press("z", "home", "up")
+        assert timeline.cursor == 0 and "at the first row" in notes(app)
         await pilot.press("end", "right")
         assert timeline.cursor == timeline.view.count - 1
         assert "in the last step: no step after it" in notes(app)
@@ -125,7 +128,7 @@ def test_bookmarks_toggle_show_in_the_gutter_jump_and_last_the_app_session(db):
 
     async def flow(app, pilot):
         timeline = app.screen.query_one(Timeline)
-        await pilot.press("apostrophe")
+        await pilot.press("z", "home", "apostrophe")
         assert any(n.startswith("no bookmarks in this run") for n in notes(app))
         marked = []
         for target in ("10", "40", "s5"):
@@ -134,7 +137,7 @@ def test_bookmarks_toggle_show_in_the_gutter_jump_and_last_the_app_session(db):
         assert timeline.bookmarks == set(marked)
         await pilot.press("colon", *str(marked[0]), "enter")
         await pilot.pause()
-        row = marked[0] - timeline.scroll_offset.y
+        row = timeline.rows.row_of(marked[0]) - timeline.scroll_offset.y
         assert BOOKMARK in timeline.render_line(row).text
         assert BOOKMARK not in timeline.render_line(row + 1).text
         await pilot.press("home", "apostrophe")
@@ -253,7 +256,7 @@ def screen_rows(app) -> list[str]:
 def test_a_long_detail_is_not_cut_under_its_scrollbar(db):
     async def flow(app, pilot):
         detail = app.screen.query_one(DetailPane)
-        await pilot.press("right")  # step 0's prompt: a detail that fits, no scrollbar
+        await pilot.press("z", "home", "right")  # step 0's prompt: a detail that fits, no scrollbar
         await pilot.pause()
         assert detail.virtual_size.height <= detail.scrollable_content_region.height
         await pilot.press("down")  # its first token: a detail taller than the pane
@@ -386,11 +389,12 @@ def test_a_timeline_opened_at_a_step_shows_the_cursor_row(db):
         await wait_for(pilot, lambda: isinstance(app.screen, TimelineScreen) and app.screen.view.run_id == 2)
         await pilot.pause()
         timeline = app.screen.query_one(Timeline)
-        assert timeline.view.event(timeline.cursor).step == 6
+        assert timeline.view.event(timeline.cursor).step == 6 and timeline.on_step_row
         top = timeline.scroll_offset.y
-        assert top <= timeline.cursor < top + timeline.scrollable_content_region.height
+        row = timeline.rows.row_of(timeline.cursor)
+        assert top <= row < top + timeline.scrollable_content_region.height
         # back on the setup the strip shrinks; the last row then is a token's, where it grows again
-        await pilot.press("home")
+        await pilot.press("z", "home")
         await pilot.pause()
         last_row = timeline.scrollable_content_region.height - 1
         timeline.cursor = last_row

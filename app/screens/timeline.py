@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from functools import partial
 
+from rich.console import Group
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.message import Message
@@ -57,7 +58,9 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
         Binding("slash", "search", "search"),
         Binding("d", "diff_parent", "diff vs parent"),
         Binding("x", "cancel_fork", "cancel fork"),
-        Binding("f", "files", "files at this step"),
+        Binding("f", "filter", "filter"),
+        Binding("F", "files", "files at this step"),
+        Binding("t", "timing", "timing of the steps", show=False),
         # like a debugger: go to, search matches, bookmarks, copy, export (docs/reference.md)
         Binding("colon", "goto", "go to event/step/site", show=False),
         Binding("n", "search_next", "next search match", show=False),
@@ -134,10 +137,9 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
         if self.view.run.status != "recording":
             self.following.stop()
         if grown:
-            from textual.geometry import Size
-
             timeline = self.timeline
-            timeline.virtual_size = Size(0, self.view.count)
+            timeline.rows.reload()
+            timeline.reshape()
             timeline.forget()  # the last step's bracket closes differently with new events below it
             self.query_one("#run-title", Static).update(self._title())
 
@@ -170,9 +172,17 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
 
     def _show_detail(self, event) -> None:
         """The detail of `event`, from what is loaded; blobs it needs (outputs, snapshots)
-        load in a worker, and the pane shows placeholders until they arrive."""
+        load in a worker, and the pane shows placeholders until they arrive. On a collapsed
+        step's row: a line saying so above the detail of what the step did."""
         prompt = self.app.prompt_of(self.view.run, event.step) if event.kind == "prompt" else None
-        self.query_one(DetailPane).show(describe.detail(self.view, event, self.token_texts, prompt))
+        shown = describe.detail(self.view, event, self.token_texts, prompt)
+        timeline = self.timeline
+        if timeline.on_step_row:
+            rows = timeline.rows
+            i = rows.index_of(event.seq)
+            shown = Group(Text(f"step {describe.step_label(rows.steps[i])}: {rows.events_in(i)} events "
+                               "(space shows them, z every step's)", style="bold reverse"), shown)
+        self.query_one(DetailPane).show(shown)
         wanted = self.view.take_wanted()
         if wanted:
             self.run_worker(partial(self._load_blobs, wanted), thread=True, exclusive=True, group="blobs",
@@ -331,6 +341,21 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
 
     def action_export(self) -> None:
         ask_export(self.app, self.view.run_id)
+
+    def action_filter(self) -> None:
+        """`f`: which layers and kinds the expanded steps show."""
+        from tttr.app.steps import FILTER_HELP, parse_filter
+
+        self.app.push_screen(AskScreen("Filter", FILTER_HELP, parse_filter, str(self.timeline.rows.filter)),
+                             self._filtered)
+
+    def _filtered(self, event_filter) -> None:
+        if event_filter is not None:
+            self.timeline.set_filter(event_filter)
+            self.timeline.focus()
+            if event_filter.active and not self.timeline.rows.expanded:
+                self.notify("the filter applies inside expanded steps: space expands one, z every one",
+                            timeout=4, markup=False)
 
     def action_switch_pane(self) -> None:
         detail = self.query_one(DetailPane)
