@@ -149,7 +149,7 @@ def test_fork_at_a_clock_read_moves_it_and_later_reads_and_the_setup_clock_moves
     assert was["today"] == "2026-03-02"
     with Store.open(db, readonly=True) as store:
         _, events = store.load_run(run)
-        clocks = [e.site for e in events if e.kind == "clock"]
+        clocks = [e.site for e in events if e.kind == "clock" and e.value.get("source") != "program"]
     assert clocks == ["setup:clock", "0:clock", "2:clock"], clocks  # the model call between them is step 1
 
     # One read moved: it and the later read move by the same hour; nothing is generated.
@@ -163,7 +163,8 @@ def test_fork_at_a_clock_read_moves_it_and_later_reads_and_the_setup_clock_moves
     with Store.open(db, readonly=True) as store:
         child, events = store.load_run(res["run_id"])
         assert child.parent == run and child.fork_site == "0:clock" and child.status == "complete"
-        assert [e.value["t"][:19] for e in events if e.kind == "clock" and e.step >= 0] == [now["first"], now["later"]]
+        assert [e.value["t"][:19] for e in events if e.kind == "clock" and e.step >= 0
+                and e.value.get("source") != "program"] == [now["first"], now["later"]]
 
     # The setup clock moved: the whole run happens on another day, the program's own clock included.
     res = _fork(capsys, db, run, "setup:clock", "2026-05-01T08:00:00")
@@ -182,7 +183,7 @@ def test_fork_at_a_clock_read_moves_it_and_later_reads_and_the_setup_clock_moves
     # Bad values and sites: one line, exit 2, nothing written.
     with Store.open(db, readonly=True) as store:
         runs = len(store.runs())
-    for at, value in (("0:clock", "tomorrow"), ("1:clock", "+1"), ("setup:clock", "+900000d")):
+    for at, value in (("0:clock", "tomorrow"), ("3:clock", "+1"), ("setup:clock", "+900000d")):
         assert main(["fork", str(run), "--db", str(db), "--at", at, "--set", value]) == 2, at
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1, err
