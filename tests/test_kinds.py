@@ -32,7 +32,7 @@ def test_each_run_has_one_kind_named_by_its_metadata(tmp_path):
     with Store.open(db, readonly=True) as store:
         found = {name: kind_of(store.run(rid)) for name, rid in ids.items()}
     assert found == {"agent": AGENT, "calls": CALLS, "program": PROGRAM}
-    assert [k.name for k in KINDS] == ["agent", "calls", "program"] and len({k.label for k in KINDS}) == 3
+    assert [k.name for k in KINDS] == ["agent", "calls", "program", "imported"] and len({k.label for k in KINDS}) == 4
     assert AGENT.experiments and PROGRAM.experiments and not CALLS.experiments
 
 
