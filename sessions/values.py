@@ -236,7 +236,8 @@ RULES: dict[str, tuple[dict[str, Check], tuple[str, ...]]] = {
     "action": ({"cmd": _text, "done": _bool}, ()),
     "message": ({"text": _text}, ("text",)),
     "prompt": ({"ids_digest": _text, "n_tokens": _count}, ()),
-    "setup": ({"task": _text, "clock": _time, "tree": _optional(_text), "snapshot": _optional(_text)}, ()),
+    "setup": ({"task": _text, "clock": _time, "tree": _optional(_text), "snapshot": _optional(_text),
+               "exports": _text_map, "mutated": _optional(_text)}, ()),
     "outcome": ({
         "passed": _bool, "checker_exit": _int, "checker_output": _text, "tree": _optional(_text),
         "clock": _time, "reason": _text,

@@ -53,11 +53,17 @@ KINDS = tuple(KIND_LAYER)
 POSITIONAL = ("token", "logits")  # kinds whose site carries a position
 MUTABLE = ("clock", "tool", "token", "message")  # kinds whose value a fork may replace
 
+# Values of the setup step that a fork may replace though no event of their own records
+# them: a file of the start tree (`setup:file:PATH`), a variable of the environment the run
+# starts with (`setup:env:NAME`). Their site carries the path or name; their layer:
+SETUP_VALUES = {"file": "trace", "env": "trace"}
+
 SETUP_STEP = -1  # the setup step: the task's clock and starting tree, before step 0
 SETUP = "setup"  # how a site names the setup step: `setup:clock` (`-1:clock` reads the same)
 
 _RANK = {kind: rank for rank, kind in enumerate(KINDS)} | {"logits": KINDS.index("token")}
 _USER_SITE = re.compile(rf"^(-?\d+|{SETUP}):([a-z]+)(?::(\d+))?$")
+_SETUP_VALUE_SITE = re.compile(rf"^({SETUP}|-1):({'|'.join(SETUP_VALUES)}):(.+)$", re.S)
 
 
 class SiteError(TTTRError, ValueError):
@@ -114,21 +120,30 @@ class Site:
     step: int
     name: str
     pos: int | None = None
+    arg: str | None = None  # a setup value's path or name (`setup:file:notes/a.txt`)
 
     def __str__(self) -> str:
+        if self.arg is not None:
+            return f"{SETUP}:{self.name}:{self.arg}"
         return site(self.step, self.name, self.pos)
 
     @property
     def layer(self) -> str:
-        return KIND_LAYER[self.name]
+        return KIND_LAYER.get(self.name) or SETUP_VALUES[self.name]
 
     @classmethod
     def parse(cls, text: str) -> "Site":
+        setup_value = _SETUP_VALUE_SITE.match(text.strip())
+        if setup_value:
+            arg = setup_value.group(3)
+            if len(arg) > 4096 or "\0" in arg:
+                raise SiteError(f"bad site {text[:60]!r}: its {setup_value.group(2)} is too long or holds a NUL byte")
+            return cls(SETUP_STEP, setup_value.group(2), None, arg)
         m = _USER_SITE.match(text.strip())
         if not m or m.group(2) not in KIND_LAYER:
             raise SiteError(
-                f"bad site {text!r}: use STEP:clock, STEP:tool, STEP:token:POS or STEP:message, or setup:clock "
-                "for the setup step (`tttr events DB RUN` lists every site of a run)"
+                f"bad site {text!r}: use STEP:clock, STEP:tool, STEP:token:POS or STEP:message, or setup:clock, "
+                "setup:file:PATH or setup:env:NAME for the setup step (`tttr events DB RUN` lists every site of a run)"
             )
         if len(m.group(1)) > 10 or (m.group(3) and len(m.group(3)) > 10):
             raise SiteError(f"bad site {text[:40]!r}: its step or position is far beyond any run's")

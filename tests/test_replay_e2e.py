@@ -189,6 +189,28 @@ def test_fork_a_whole_answer(recorded, runtime):
     assert [e.value for e in store.events(fenced.run_id) if e.kind == "token" and e.step == 0] == tokens
 
 
+def test_fork_a_start_tree_file_and_a_starting_variable(recorded, runtime):
+    """`setup:file:PATH` and `setup:env:NAME`: the run starts from another tree or with another
+    variable, so its first command meets a world the recording never had and runs live."""
+    from tttr.recorders.treestate import tree_at
+
+    store, res, _ = recorded
+    child = fork(store, res.run_id, "setup:file:hint.txt", "write hello world", runtime=runtime)
+    start = tree_at(store, child.run_id, -1)
+    assert "hint.txt" in start.files and "hint.txt" not in tree_at(store, res.run_id, -1).files
+    setup = store.event_at(child.run_id, "setup:setup").value
+    assert setup["mutated"] == "setup:file:hint.txt" and setup["tree"] == start.digest
+    assert store.event_at(child.run_id, "0:tool").value["tree_before"] == start.digest
+    assert child.commands_run >= 1
+    assert diff_runs(store, res.run_id, child.run_id).first_divergence["trace"].site == "setup:setup"
+
+    env = fork(store, res.run_id, "setup:env:GREETING", "hi there", runtime=runtime)
+    assert store.event_at(env.run_id, "0:tool").value["exports"] == {"GREETING": "hi there"}
+    assert store.event_at(env.run_id, "setup:setup").value["exports"] == {"GREETING": "hi there"}
+    again = replay(store, env.run_id, (), runtime=runtime)  # starts with the variable again: a cassette hit
+    assert again.identical and again.commands_run == 0, again.divergence
+
+
 def test_a_forced_nul_token_gives_a_failed_command_not_an_incomplete_fork(recorded, runtime):
     store, res, _ = recorded
     (nul,) = runtime.tokenizer.encode("\x00")
@@ -214,6 +236,11 @@ def test_bad_mutations_are_refused(recorded, runtime):
         ("0:message", '"unterminated', "not a valid JSON string"),
         ("0:message", "word " * 5000, "give at most"),
         ("9:message", "ls", "does not exist"),
+        ("setup:file:nowhere/a.txt", "x", "no folder 'nowhere'"),
+        ("setup:file:../a.txt", "x", "not a path inside the start tree"),
+        ("setup:file:/etc/passwd", "x", "not a path inside the start tree"),
+        ("setup:env:LD_PRELOAD", "x", "not a variable a run can start with"),
+        ("setup:env:1X", "x", "not a variable a run can start with"),
     ]:
         with pytest.raises(MutationError, match=reason):
             parse_mutation(store, res.run_id, site, value, tokenizer=tk)

@@ -75,6 +75,18 @@ def test_user_sites_parse_and_refuse():
             Site.parse(bad)
 
 
+
+def test_setup_value_sites_carry_their_path_or_name():
+    at = Site.parse("setup:file:notes/a b.txt")
+    assert (at.step, at.name, at.arg, at.layer) == (-1, "file", "notes/a b.txt", "trace")
+    assert str(at) == "setup:file:notes/a b.txt" and at.at("file", -1)
+    assert str(Site.parse("-1:env:GREETING")) == "setup:env:GREETING"
+    assert Site.parse("2:message") == Site(2, "message")
+    for bad in ("setup:file:", "2:file:a.txt", "setup:env", "setup:file:" + "a" * 5000):
+        with pytest.raises(SiteError):
+            Site.parse(bad)
+
+
 def test_one_divergence_names_its_sides():
     d = Divergence("1:tool", "trace", "a\x1b[2J", {"exit_code": 1}, ("recorded", "live"))
     assert d.to_json() == {"site": "1:tool", "layer": "trace", "recorded": "a\x1b[2J", "live": {"exit_code": 1}}

@@ -11,6 +11,10 @@ Values, by site:
   the model's vocabulary (`" rm"`; quote it as JSON to force text: `"5"`).
 - `STEP:message`: the model's whole answer at the step, as text (quote it as JSON for
   escapes); it is taken token by token as the model's, and the message ends there.
+- `setup:file:PATH`: the text of a file of the start tree (quote it as JSON for escapes); a
+  new file where its folder exists, or an existing regular file's content.
+- `setup:env:NAME`: the value of a variable the run's commands start with (`export`ed
+  before the first step).
 """
 
 from __future__ import annotations
@@ -23,11 +27,11 @@ from typing import Any
 
 from tttr.engine.replay.runtime import Runtime
 from tttr.recorders.clock import normalize_clock
-from tttr.recorders.errors import SandboxError
+from tttr.recorders.errors import RecorderError, SandboxError, SnapshotError
 from tttr.sessions.errors import TTTRError
 from tttr.sessions.safe_text import visible
 from tttr.sessions.values import ValueProblem, load_json
-from tttr.sessions.vocabulary import MUTABLE, Site, SiteError, site
+from tttr.sessions.vocabulary import MUTABLE, SETUP, SETUP_VALUES, Site, SiteError, site
 
 
 class MutationError(TTTRError, ValueError):
@@ -54,6 +58,8 @@ class Mutation:
         from its parent: a whole answer replaces its step's tokens from the first."""
         if self.site.name == "message":
             return site(self.site.step, "token", 0)
+        if self.site.name in SETUP_VALUES:
+            return site(self.site.step, "setup")
         return str(self.site)
 
     def to_json(self) -> dict:
@@ -70,6 +76,8 @@ def parse_mutation(store, run_id: int, site_text: str, value_text: str, tokenize
         site = Site.parse(site_text)
     except SiteError as exc:
         raise MutationError(str(exc)) from None
+    if site.name in SETUP_VALUES:
+        return Mutation(site, _setup_value(store, run_id, site, value_text), value_text)
     if site.name not in MUTABLE:
         raise MutationError(
             f"site {site} cannot be edited: edit a clock (STEP:clock), a tool result (STEP:tool), "
@@ -212,14 +220,7 @@ MAX_MESSAGE_TOKENS = 4096  # a whole answer longer than this is not one a step c
 def _message(text: str, tokenizer) -> str:
     """A whole answer: text, or a JSON string for escapes; refused when empty or longer than
     any message a step generates."""
-    stripped = text.strip()
-    if stripped.startswith('"'):
-        try:
-            text = json.loads(stripped)
-        except json.JSONDecodeError:
-            raise MutationError(f"message text {stripped[:60]!r} is not a valid JSON string") from None
-        if not isinstance(text, str):
-            raise MutationError(f"message text {stripped[:60]!r} must be a JSON string")
+    text = _text_value(text, "message text")
     if not text.strip():
         raise MutationError("message text is empty: give the model's whole answer as text")
     if tokenizer is None:
@@ -227,4 +228,70 @@ def _message(text: str, tokenizer) -> str:
     n = len(tokenizer.encode(text))
     if n > MAX_MESSAGE_TOKENS:
         raise MutationError(f"message text is {n} tokens: give at most {MAX_MESSAGE_TOKENS}")
+    return text
+
+
+MAX_FILE_TEXT = 8 << 20  # a start tree file's new text, at most
+MAX_ENV_TEXT = 64 << 10
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED_ENV = ("TTTR_", "LD_")  # the sandbox's own: a run cannot start without them as they are
+
+
+def _setup_value(store, run_id: int, at: Site, text: str) -> dict:
+    """A setup value's new text: a start-tree file's (`setup:file:PATH`) or a variable's
+    (`setup:env:NAME`), checked against the run's recorded setup."""
+    setup = store.event_at(run_id, site(-1, "setup"))
+    if setup is None or setup.problem or not isinstance(setup.value, dict) or not setup.value.get("tree"):
+        why = f"its setup is unreadable ({visible(setup.problem, newlines=False)})" if setup is not None and setup.problem \
+            else "it has no recorded start tree"
+        raise MutationError(f"run {run_id}: {why}, so {at} cannot be changed")
+    value = _text_value(text, f"{at.name} text")
+    if at.name == "env":
+        if not _ENV_NAME.match(at.arg) or at.arg.startswith(_RESERVED_ENV):
+            raise MutationError(f"{SETUP}:env:{at.arg[:40]} is not a variable a run can start with: give a name of "
+                                "letters, digits and _ (not TTTR_… or LD_…)")
+        if "\0" in value or len(value.encode()) > MAX_ENV_TEXT:
+            raise MutationError(f"the value of {at.arg} holds a NUL byte or is over {MAX_ENV_TEXT >> 10} KiB")
+        return {"name": at.arg, "value": value}
+    parts = at.arg.split("/")
+    if at.arg.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise MutationError(f"{SETUP}:file:{at.arg[:60]!r} is not a path inside the start tree: give one like "
+                            "notes/a.txt (relative, no . or .. parts)")
+    if len(value.encode("utf-8", "surrogateescape")) > MAX_FILE_TEXT:
+        raise MutationError(f"the new text of {at.arg[:60]} is over {MAX_FILE_TEXT >> 20} MiB")
+    _check_start_tree(store, run_id, at.arg)
+    return {"path": at.arg, "text": value}
+
+
+def _check_start_tree(store, run_id: int, path: str) -> None:
+    """The file can be written in the run's start tree: its folder is there (a folder, not a
+    link) and it is a regular file or nothing yet."""
+    from tttr.recorders.treestate import tree_at  # noqa: PLC0415 - reads snapshots; only a file edit needs it
+
+    try:
+        start = tree_at(store, run_id, -1)
+    except (RecorderError, SnapshotError) as exc:
+        raise MutationError(f"run {run_id}: its start tree cannot be read ({exc})") from None
+    if start.note:
+        raise MutationError(f"run {run_id}: its start tree cannot be read ({start.note})")
+    files = start.files
+    folder = path.rpartition("/")[0]
+    if folder and (folder not in files or files[folder].kind != "d"):
+        raise MutationError(f"setup:file:{path[:60]}: the start tree has no folder {folder[:60]!r} to put it in")
+    entry = files.get(path)
+    if entry is not None and entry.kind != "f":
+        what = {"d": "a folder", "l": "a symbolic link"}.get(entry.kind, "not a regular file")
+        raise MutationError(f"setup:file:{path[:60]} is {what} in the start tree: only a regular file's text can be set")
+
+
+def _text_value(text: str, what: str) -> str:
+    stripped = text.strip()
+    if stripped.startswith('"'):
+        try:
+            value = json.loads(stripped)
+        except json.JSONDecodeError:
+            raise MutationError(f"{what} {stripped[:60]!r} is not a valid JSON string") from None
+        if not isinstance(value, str):
+            raise MutationError(f"{what} {stripped[:60]!r} must be a JSON string")
+        return value
     return text

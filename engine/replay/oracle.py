@@ -173,9 +173,29 @@ class Oracle:
             value = self.world.set_up(clock)
             if recorded is not None:
                 self._compare(at, "trace", recorded.get("tree"), value["tree"])
+        value = self._setup_values(value)
         self.log.emit(-1, "setup", at, value)
         self.log.commit()
         self._report(0, "set up")
+
+    def _setup_values(self, value: dict) -> dict:
+        """The setup with a fork's new start-tree file or starting variable in it: the tree
+        (or the shell) the first step meets is then not the recording's, so what depends on it
+        runs live."""
+        for name, v in (value.get("exports") or {}).items():  # a replay of such a fork starts as it did
+            self.world.start_with(name, v)
+        edits = [m for m in (self._mutated("file", -1), self._mutated("env", -1)) if m is not None]
+        if not edits:
+            return value
+        value = dict(value)
+        for m in edits:
+            self.mutations.took(m)
+            if m.site.name == "file":
+                value["tree"], value["snapshot"] = self.world.edit_file(m.value["path"], m.value["text"])
+            else:
+                value["exports"] = self.world.start_with(m.value["name"], m.value["value"])
+        value["mutated"] = ", ".join(str(m.site) for m in edits)
+        return value
 
     def tool(self, step: int, cmd: str) -> dict:
         clock = self._clock(step)

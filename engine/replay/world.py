@@ -9,6 +9,8 @@ and after the command it is snapshotted again so a later replay can restore it.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
@@ -18,7 +20,7 @@ from tttr.engine.replay.source import OracleError
 from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.shell import ShellState
 from tttr.recorders.snapshot import restore, snapshot, tree_digest
-from tttr.recorders.treeio import remove_tree
+from tttr.recorders.treeio import lstat_at, open_dir, open_root, remove_tree, write_file_at
 
 UNRUNNABLE_EXIT = 126  # the shell's "cannot execute"
 NUL_STDERR = "tttr: the command contains a NUL byte (\\x00), which no shell command line can hold; it was not run\n"
@@ -82,6 +84,35 @@ class World:
         self._tree_dir = tree_dir
         self.tree, manifest = self._snapshot(tree_dir)
         return {"task": self.task.name, "clock": clock.isoformat(), "tree": self.tree, "snapshot": manifest}
+
+    def edit_file(self, path: str, text: str) -> tuple[str, str | None]:
+        """Set the text of the file at `path` (relative, "/"-separated) in the tree as it
+        stands, through directory descriptors that never follow a link; the tree's new
+        digest and manifest. A fork's `setup:file:PATH`."""
+        tree_dir = self._materialise()
+        *folders, name = path.split("/")
+        fds = [open_root(str(tree_dir))]
+        try:
+            for folder in folders:
+                fds.append(open_dir(fds[-1], folder))
+            st = lstat_at(fds[-1], name)
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                raise OracleError(f"setup:file:{path}: not a regular file in the start tree")
+            write_file_at(fds[-1], name, text.encode("utf-8", "surrogateescape"),
+                          st.st_mode if st is not None else 0o644)
+        except OSError as exc:
+            raise OracleError(f"setup:file:{path}: cannot write it in the start tree ({exc.strerror})") from None
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.tree, manifest = self._snapshot(tree_dir)
+        return self.tree, manifest
+
+    def start_with(self, name: str, value: str) -> dict[str, str]:
+        """Export `name`=`value` before the first command (a fork's `setup:env:NAME`); the
+        variables the run now starts with."""
+        self.shell = ShellState(self.shell.cwd, {**self.shell.exports, name: value})
+        return dict(self.shell.exports)
 
     def run(self, step: int, cmd: str, clock: datetime) -> dict:
         """Run `cmd` live in the tree as it stands; the tool value to record."""
