@@ -158,30 +158,44 @@ def _check_path(path: str, digest: str) -> None:
 
 
 def restore(digest: str, store: BlobStore, dest: Path | str) -> Path:
-    """Rebuild the tree named by `digest` in `dest` (absent or an empty directory)."""
+    """Rebuild the tree named by `digest` in `dest` (absent or an empty directory).
+
+    Everything is created relative to its parent directory's descriptor, with O_EXCL and
+    O_NOFOLLOW (recorders/treeio.py), so a path is resolved once per directory rather than
+    once per file, and nothing is ever written through a link."""
     entries = read_manifest(digest, store)
     dest = Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise SnapshotError(f"restore target {str(dest)!r} is not an empty directory: give a fresh one")
     dest.mkdir(parents=True, exist_ok=True)
-    root = str(dest.resolve())
-    dirs = {"."}
+    with treeio.opened_root(str(dest.resolve())) as root_fd:
+        dirs = treeio.DirCache(root_fd)
+        try:
+            _restore_into(dirs, entries, store, digest)
+        finally:
+            dirs.close()
+    return dest
+
+
+def _restore_into(dirs: treeio.DirCache, entries: list[Entry], store: BlobStore, digest: str) -> None:
+    made = {"."}
     for e in entries:
         if e.kind == "d" and e.path != ".":
-            parent = e.path.rpartition("/")[0] or "."
-            if parent not in dirs:
+            parent, _, name = e.path.rpartition("/")
+            if (parent or ".") not in made:
                 raise SnapshotError(f"directory {e.path!r} comes before its parent in {digest!r}")
-            os.mkdir(os.path.join(root, e.path), 0o700)
-            dirs.add(e.path)
+            os.mkdir(name, 0o700, dir_fd=dirs.get(parent or "."))
+            made.add(e.path)
     blobs: dict[str, bytes] = {}
+    links = []
     for e in entries:
         if e.kind == "d":
             continue
-        parent = e.path.rpartition("/")[0] or "."
-        if parent not in dirs:  # a parent that is a symlink or missing would let a write escape
+        parent, _, name = e.path.rpartition("/")
+        if (parent or ".") not in made:  # a parent that is a symlink or missing would let a write escape
             raise SnapshotError(f"{e.path!r} has no directory parent in {digest!r}")
-        full = os.path.join(root, e.path)
         if e.kind == "l":
+            links.append(e)
             continue
         data = blobs.get(e.ref)
         if data is None:
@@ -190,23 +204,22 @@ def restore(digest: str, store: BlobStore, dest: Path | str) -> Path:
             except Exception as exc:  # noqa: BLE001
                 raise SnapshotError(f"file {e.path!r}: blob {e.ref} missing from the store ({exc})") from None
             blobs[e.ref] = data
-        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = os.open(name, treeio.NEW_FLAGS, 0o600, dir_fd=dirs.get(parent or "."))
         try:
             _write_all(fd, data)
             os.fchmod(fd, e.mode)
             os.utime(fd, ns=(e.mtime_ns, e.mtime_ns))
         finally:
             os.close(fd)
-    for e in entries:  # symlinks last, so nothing is ever written through one
-        if e.kind == "l":
-            full = os.path.join(root, e.path)
-            os.symlink(e.ref, full)
-            os.utime(full, ns=(e.mtime_ns, e.mtime_ns), follow_symlinks=False)
+    for e in links:  # symlinks last, so nothing is ever written through one
+        parent, _, name = e.path.rpartition("/")
+        pfd = dirs.get(parent or ".")
+        os.symlink(e.ref, name, dir_fd=pfd)
+        treeio.set_time_at(pfd, name, e.mtime_ns)
     for e in sorted((e for e in entries if e.kind == "d"), key=lambda e: e.path.count("/"), reverse=True):
-        full = root if e.path == "." else os.path.join(root, e.path)
-        os.chmod(full, e.mode)
-        os.utime(full, ns=(e.mtime_ns, e.mtime_ns))
-    return dest
+        fd = dirs.get(e.path)
+        os.fchmod(fd, e.mode)
+        os.utime(fd, ns=(e.mtime_ns, e.mtime_ns))
 
 
 def place(dirs: treeio.DirCache, e: Entry, store: BlobStore, now: os.stat_result | None) -> bool:
