@@ -99,7 +99,7 @@ def test_fork_at_a_token_regenerates_the_call_from_there_and_bad_sites_are_refus
         runs = len(store.runs())
     assert len(recorded) >= 2
     new = 0 if recorded[1] != 0 else 1
-    for at, value in (("1:token:0", "5"), ("9:tool", "x"), ("0:clock", "+1"), ("nonsense", "1"),
+    for at, value in (("1:token:0", "5"), ("9:tool", "x"), ("9:clock", "+1"), ("nonsense", "1"),
                       ("0:token:99", "5"), ("1:tool", "exit=3")):
         assert main(["fork", str(rec["run_id"]), "--db", str(db), "--at", at, "--set", value]) == 2, at
         err = capsys.readouterr().err
@@ -114,6 +114,15 @@ def test_fork_at_a_token_regenerates_the_call_from_there_and_bad_sites_are_refus
         tokens = _tokens(store, res["run_id"], 0)
     assert tokens[0] == recorded[0] and tokens[1] == new and tokens != recorded
     assert "answer:" in res["stdout"]
+    # The whole answer of call 0 replaced: the program reads exactly that text.
+    res = _fork(capsys, db, rec["run_id"], "0:message", "Bonjour à tous")
+    assert res["exit_code"] == 0 and res["forked"] is True, res
+    assert "answer: 'Bonjour à tous'" in res["stdout"], res["stdout"]
+    with Store.open(db, readonly=True) as store:
+        run, events = store.load_run(res["run_id"])
+        assert run.fork_site == "0:message"
+        assert next(e.value for e in events if e.site == "0:message")["text"] == "Bonjour à tous"
+        assert all(e.value["forced"] for e in events if e.step == 0 and e.kind == "token")
 
 
 CLOCK_PROGRAM = textwrap.dedent("""\

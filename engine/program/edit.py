@@ -66,7 +66,7 @@ def check(store, run, site_text: str, value: str, model) -> str | None:
     from tttr.engine.program.fork import check_program_fork
 
     try:
-        runtime = _runtime(model) if Site.parse(site_text).name == "token" else None
+        runtime = _runtime(model) if Site.parse(site_text).name in ("token", "message") else None
         check_program_fork(store, run.id, site_text, value, model=model, runtime=runtime)
     except ProgramRunError as exc:
         return str(exc)

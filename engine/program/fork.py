@@ -36,9 +36,10 @@ from datetime import datetime, timedelta, timezone
 from tttr.engine.program.record import ProgramRunError
 from tttr.engine.program.replay import Replayer, _load, _Step, recorded_clock, recorded_clock_read
 from tttr.engine.serve.errors import APIError
-from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, Site, SiteError, site, site_parts
+from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, Site, SiteError, canonical_site, site, site_parts
 
-SITES = "an SDK tool (STEP:tool), a clock read (STEP:clock, or setup:clock) or a model call's token (STEP:token:POS)"
+SITES = ("an SDK tool (STEP:tool), a clock read (STEP:clock, or setup:clock), a model call's token (STEP:token:POS) "
+         "or its whole answer (STEP:message)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,10 +220,10 @@ def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, m
             raise ProgramRunError(str(exc)) from None
         return ForkPlan(run_id, (Change(at, value, value_text),), source.seq_of(str(at)), shared=_shared(source, at),
                         check=recorded_check(store, rec.run))
-    if at.name == "token":
+    if at.name in ("token", "message"):
         if step is None or step.kind != "call":
-            raise ProgramRunError(f"site {at} is not a model call's token in run {run_id}: "
-                                  f"`tttr events DB {run_id}` lists its sites")
+            raise ProgramRunError(f"site {at} is not a model call's {'token' if at.name == 'token' else 'answer'} "
+                                  f"in run {run_id}: `tttr events DB {run_id}` lists its sites")
         return _check_token(store, source, at, value_text, model, runtime)
     raise ProgramRunError(f"a program run forks at {SITES}, not {at}")
 
@@ -271,6 +272,13 @@ def _check_token(store, source, at: Site, value_text: str, model: str | None, ru
     mutation = parse_mutation(store, run.id, str(at), value_text, tokenizer=runtime.tokenizer)
     prompt, sampling, max_tokens, _ = _call_settings(source, at.step)
     seed = _recorded_seed(source, sampling)
+    if at.name == "message":  # the whole answer: every position forced, ended by the end of turn
+        ids = list(runtime.tokenizer.encode(mutation.value)) + list(runtime.tokenizer.stop_token_ids[:1])
+        forced = dict(enumerate(ids))
+        settings = {"ids": list(prompt["ids"]), "seed": seed, "max_tokens": max(max_tokens, len(ids))}
+        return ForkPlan(run.id, (Change(at, mutation.value, value_text, forced, settings),),
+                        source.seq_of(mutation.first_site), model, _shared(source, mutation.first_site),
+                        check=recorded_check(store, run))
     before = source.tokens.get(at.step, [])[:at.pos]
     if not all(type(t.get("id")) is int for t in before):
         raise ProgramRunError(f"run {run.id}, call {at.step}: its tokens before position {at.pos} have no ids")
@@ -281,9 +289,11 @@ def _check_token(store, source, at: Site, value_text: str, model: str | None, ru
                     _shared(source, at), check=recorded_check(store, run))
 
 
-def _shared(source, at: Site) -> frozenset:
+def _shared(source, at) -> frozenset:
+    """The events of `at`'s step before it (a Site, or a site's text): the parent's, shared."""
     seq = source.seq_of(str(at))
-    return frozenset(e.site for e in source.events if e.step == at.step and e.seq < seq)
+    step = source.by_site[canonical_site(str(at))].step
+    return frozenset(e.site for e in source.events if e.step == step and e.seq < seq)
 
 
 class ForkReplayer(Replayer):
@@ -303,7 +313,7 @@ class ForkReplayer(Replayer):
         self.read_shift = timedelta(0)  # a change of the program's clock before a call: the offset its later reads get
         if plan.strict and plan.setup_change is not None:
             self.moved = plan.setup_change.shift
-        if any(c.site.name == "token" for c in plan.changes):  # the model is needed: it loads while the program starts
+        if any(c.site.name in ("token", "message") for c in plan.changes):  # the model is needed: it loads meanwhile
             self.live.start_loading()
         self._live_clock = running_clock(recorded_clock(rec))  # as the server's, for live reads after the site
 
@@ -359,7 +369,7 @@ class ForkReplayer(Replayer):
         return None
 
     def _answer_call(self, name, endpoint: str, body: dict, step: _Step, prompt: dict):
-        change = self._change_at(step, "token")
+        change = self._change_at(step, "token") or self._change_at(step, "message")
         if change is None:
             return super()._answer_call(name, endpoint, body, step, prompt)
         self._take_change(change)
