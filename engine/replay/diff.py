@@ -26,6 +26,7 @@ _COMPARED = {
     "token": ("id",),
     "logits": ("digest",),
     "action": ("cmd", "done"),
+    "setup": ("tree", "exports"),  # the start tree and the variables a run starts with
 }
 
 
@@ -272,9 +273,16 @@ def program_steps(events: list) -> list[ProgramStep]:
     were recorded: a call's message, an SDK tool's call with its result, a clock read, the
     program's end. `tttr diff` and the compare screen align these (one row per step), so a
     fork at an SDK tool's result or a clock read differs on its own row."""
-    picked = sorted((e for e in events if e.kind in PROGRAM_STEP_KINDS and e.step >= 0), key=lambda e: e.seq)
+    picked = sorted((e for e in events if e.kind in PROGRAM_STEP_KINDS and e.step >= 0 and not _call_clock(e)),
+                    key=lambda e: e.seq)
     return [ProgramStep(e.step, e.kind, _program_key(e.kind, e.value if isinstance(e.value, dict) else {}))
             for e in picked]
+
+
+def _call_clock(e) -> bool:
+    """A recorded program's own clock read before a model call (part of the call's step, not a
+    row of its own: compared site by site, `S:clock`)."""
+    return e.kind == "clock" and isinstance(e.value, dict) and e.value.get("source") == "program"
 
 
 def _program_key(kind: str, v: dict) -> str:
