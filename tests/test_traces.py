@@ -227,6 +227,8 @@ def test_an_imported_run_refuses_replay_fork_and_triage_in_one_line(tmp_path, ca
         assert code == 2 and err.count("\n") == 1 and "imported trace" in err, (argv, err)
         assert "clock reads" in err or argv[0] == "triage"
     assert db.read_bytes() == before
+    code, out, _ = _run(capsys, ["info", str(db), "--json"])
+    assert code == 0 and "2 run(s) imported from traces (1, 2)" in out and "no clock reads" in out
     code, out, _ = _run(capsys, ["diff", "1", "2", "--db", str(db), "--json"])
     assert code == 0 and json.loads(out.strip().splitlines()[-1])["identical"] is True
 

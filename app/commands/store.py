@@ -125,11 +125,14 @@ def info(args: argparse.Namespace) -> int:
     with _open(args.db) as store:
         stats = store.stats()
         problems = store.check()
+        from tttr.engine.traces.kind import imported_note  # what runs imported from traces lack
+
+        imported = imported_note(store.runs())
     if problems:
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         raise StoreError(f"{args.db} is corrupt: {problems[0]}{more}; restore it from a copy")
     if args.json:
-        print(safe_json({**stats, "integrity": "ok"}))
+        print(safe_json({**stats, "integrity": "ok", **({"imported": imported} if imported else {})}))
         return 0
     from rich.table import Table
 
@@ -144,6 +147,8 @@ def info(args: argparse.Namespace) -> int:
     table.add_row("events", shown(f"{stats['events']:,}"))
     table.add_row("blobs", shown(f"{stats['blobs']:,}  ({stats['blob_bytes']:,} bytes, {stats['blob_stored_bytes']:,} stored)"))
     table.add_row("integrity", shown("ok", "green"))
+    if imported:
+        table.add_row("imported", shown(imported, "yellow"))
     if stats.get("unreadable_runs"):
         table.add_row("unreadable", shown(f"{stats['unreadable_runs']:,} run(s) with metadata of the wrong type (`tttr runs` names them)", "yellow"))
     _console().print(table)

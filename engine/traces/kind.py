@@ -41,3 +41,13 @@ def check_fork(reader, run, request):
 def check_experiment(run, verb: str):
     raise TraceError(f"run {run.id} is an imported trace: {verb} needs each layer's values ({lacks_line(run)}); "
                      "it works on the shell agent's runs (tttr record --task) and recorded programs")
+
+
+def imported_note(runs) -> str | None:
+    """`tttr info`'s line on the imported runs among `runs`: how many, and what they lack."""
+    ids = [r.id for r in runs if is_imported_run(r)]
+    if not ids:
+        return None
+    shown = ", ".join(map(str, ids[:8])) + (" …" if len(ids) > 8 else "")
+    return (f"{len(ids)} run(s) imported from traces ({shown}): messages and tool results only; "
+            f"no {', '.join(LACKS[:-1])} or {LACKS[-1]}, so replay, fork and triage refuse them")
