@@ -43,6 +43,20 @@ def register(sub, bench_sub) -> None:
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.set_defaults(func=cmd_kernels)
 
+    g = bench_sub.add_parser(
+        "gpu", help="the GPU path: Triton invariant kernels vs cuBLAS, co-batched replays, CPU vs GPU decisions",
+        description="On a CUDA machine, one script: the Triton invariant kernels against torch/cuBLAS at the decode "
+                    "and prefill shapes of the default model and llama-1b (invariant_over_cublas, target >= 0.8), "
+                    "--runs generations of the default model on the GPU co-batched with random prompts (one digest "
+                    "sequence expected), and the bench prompts' greedy ids on CPU and GPU. Without CUDA it runs on "
+                    "the CPU (Triton interpreter, tiny shapes) to show the script works; its figures are not the GPU's.",
+    )
+    g.add_argument("--runs", type=argtypes.positive, default=100, help="co-batched generations (default 100)")
+    g.add_argument("--tokens", type=argtypes.positive, default=24, help="tokens per generation (default 24)")
+    g.add_argument("--cpu", action="store_true", help="run on the CPU even where CUDA is available")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.set_defaults(func=cmd_gpu)
+
 
 def _threads(args) -> None:
     if args.threads:
@@ -73,4 +87,21 @@ def cmd_kernels(args) -> int:
     result = bench.run(rounds=args.rounds, tokens=max(2, args.tokens), e2e=not args.ops_only,
                        progress=bench.progress_stderr)
     print(json.dumps(result, indent=1) if args.json else "\n".join(bench.lines(result)))
+    return 0
+
+
+def cmd_gpu(args) -> int:
+    import subprocess  # noqa: PLC0415
+
+    from tttr.engine.inference import bench_gpu  # noqa: PLC0415 - loads torch; only when this command runs
+
+    if args.cpu or not bench_gpu.cuda_available():
+        env = bench_gpu.interpreter_env()
+        if env is not None:  # the Triton interpreter is chosen when triton is imported: a fresh process
+            return subprocess.call([sys.executable, "-m", "tttr.app", "bench", "gpu", "--cpu",
+                                    "--runs", str(args.runs), "--tokens", str(args.tokens),
+                                    *(["--json"] if args.json else [])], env=env)
+    result = bench_gpu.run(cpu=args.cpu, runs=args.runs, tokens=args.tokens,
+                           progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(json.dumps(result, indent=1) if args.json else "\n".join(bench_gpu.lines(result)))
     return 0

@@ -83,7 +83,8 @@ def _other_prompt(rng: random.Random, vocab: int) -> list[int]:
     return [rng.randrange(100, min(vocab, 40000)) for _ in range(rng.randint(2, 24))]
 
 
-def generations(model, cfg: Config, progress: Callable[[int, int, str], None] | None = None) -> dict:
+def generations(model, cfg: Config, progress: Callable[[int, int, str], None] | None = None,
+                modes: tuple[str, ...] = MODES) -> dict:
     """{"greedy"|"sampled": {mode: summary}} over cfg.runs co-batched generations per cell.
 
     Each run draws one batch composition (0..max_others random neighbours, the target at
@@ -94,12 +95,12 @@ def generations(model, cfg: Config, progress: Callable[[int, int, str], None] | 
     target = tok.encode(tok.apply_chat_template(TARGET_MESSAGES, add_generation_prompt=True))
     vocab = model.config.vocab_size
     samplings = {"greedy": SamplingParams(), "sampled": SamplingParams(temperature=cfg.temperature, seed=cfg.seed)}
-    total = len(MODES) * cfg.runs
+    total = len(modes) * cfg.runs
     done = 0
-    cells = {s: {m: ([], [], set()) for m in MODES} for s in samplings}
+    cells = {s: {m: ([], [], set()) for m in modes} for s in samplings}
     engine = Engine(model, max_running=cfg.max_others + 1)
     try:
-        for mode in MODES:
+        for mode in modes:
             rng = random.Random(cfg.seed)  # the same batch compositions for both modes
             for _ in range(cfg.runs):
                 n_others = rng.randint(0, cfg.max_others)

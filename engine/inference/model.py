@@ -148,10 +148,10 @@ class Model:
         freqs = torch.arange(n, dtype=torch.int64).float()[:, None] * self._inv_freq[None, :]
         emb = torch.cat([freqs, freqs], dim=-1)
         half = self.config.head_dim // 2
-        self._cos = emb.cos().to(self.dtype).contiguous()
+        self._cos = emb.cos().to(self.dtype).contiguous().to(self.device)
         sin = emb.sin().to(self.dtype)
         # rotate_half(x) * sin == roll(x, half) * [-sin, sin]: one roll instead of slice/neg/cat.
-        self._sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1).contiguous()
+        self._sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1).contiguous().to(self.device)
 
     def fingerprint(self) -> dict:
         return fingerprint(self.device, self.dtype)
@@ -168,6 +168,9 @@ class Model:
         Each segment's keys/values are written to its cache before attention reads them;
         the caller advances `cache.length` afterwards."""
         cfg = self.config
+        if self.device.type != "cpu":  # a copy on an accelerator (device.py): the scheduler's indices are CPU tensors
+            tokens, positions = tokens.to(self.device), positions.to(self.device)
+            logit_rows = None if logit_rows is None else logit_rows.to(self.device)
         R = tokens.shape[0]
         H, KVH, hd, eps = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rms_eps
         nqk = H + KVH
@@ -189,7 +192,7 @@ class Model:
         batch = _DecodeBatch(dec, R) if len(dec) > 1 or (dec and dec[0].cache.pool is not None) else None
         rest = [sp for sp in spans if batch is None or sp.end - sp.start != 1]
         if batch is not None and rest:
-            rest_rows = torch.cat([torch.arange(sp.start, sp.end) for sp in rest])
+            rest_rows = torch.cat([torch.arange(sp.start, sp.end, device=tokens.device) for sp in rest])
         linear, rms_norm, add_rms_norm, attention, scale = ops.linear, ops.rms_norm, ops.add_rms_norm, ops.attention, self.scale
         n_layers = len(self.layers)
 
@@ -222,7 +225,7 @@ class Model:
             h = add_rms_norm(x, down, self.layers[li + 1].input_norm if li + 1 < n_layers else self.norm, eps)
         if logit_rows is not None:
             h = h.index_select(0, logit_rows)
-        return linear(h, self.lm_head).float()
+        return linear(h, self.lm_head).float().cpu()  # the sampler and the records read CPU logits
 
 
 class _DecodeBatch:
@@ -236,16 +239,17 @@ class _DecodeBatch:
     def __init__(self, dec: list[_Span], n_rows: int):
         self.dec = dec
         self.all_rows = len(dec) == n_rows
-        self.rows = torch.tensor([sp.start for sp in dec], dtype=torch.int64)
-        self.positions = torch.tensor([sp.cache_start for sp in dec], dtype=torch.int64)
         caches = [sp.cache for sp in dec]
+        device = caches[0].k.device if caches[0].k is not None else caches[0].pool.k.device
+        self.rows = torch.tensor([sp.start for sp in dec], dtype=torch.int64, device=device)
+        self.positions = torch.tensor([sp.cache_start for sp in dec], dtype=torch.int64, device=device)
         pool = caches[0].pool
         self.pool = pool if pool is not None and all(c.pool is pool for c in caches) else None
         # keys read: up to the furthest position, rounded up to a whole attention block
         self.span = -(-(int(self.positions.max()) + 1) // KV_ALIGN) * KV_ALIGN
         if self.pool is not None:
             slots = [c.slot for c in caches]
-            self.slots = torch.tensor(slots, dtype=torch.int64)
+            self.slots = torch.tensor(slots, dtype=torch.int64, device=device)
             self.first = slots[0] if slots == list(range(slots[0], slots[0] + len(slots))) else None
             self.flat = self.slots * self.pool.capacity + self.positions  # row in [slots * cap]
 
