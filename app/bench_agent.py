@@ -136,6 +136,7 @@ class _Unrecorded:
     """The program in the sandbox against `tttr serve`'s app without a database (this process)."""
 
     def __init__(self, work: Path, model: str | None, unsafe_no_sandbox: bool):
+        from tttr.engine.serve.modes import Live
         from tttr.engine.serve.server import create_app
         from tttr.engine.serve.service import Service
         from tttr.recorders.program import HostPython, api_dir
@@ -146,7 +147,7 @@ class _Unrecorded:
         service = Service(model, kernel_mode="invariant", any_model=True)  # as the recording's
         service.load()
         self.service = service
-        self.app = create_app(service, None)
+        self.app = create_app(Live(service), None)
         self.endpoint: _Endpoint | None = None
 
     def run(self, tree: Path, clock: datetime, argv: list[str] = ARGV) -> Stopwatch:

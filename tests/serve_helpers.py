@@ -39,13 +39,14 @@ class Running:
 def recording_server(db, **service_kw) -> Running:
     """A real `tttr serve --db DB` (the default model, loaded) on a free port: the Running, with
     its `db`, `service` and `recorder`; the caller stops it."""
+    from tttr.engine.serve.modes import Live
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
 
     service = Service(**{"kernel_mode": "invariant", **service_kw})
     recorder = CallRecorder(db, service)
-    running = Running(create_app(service, recorder))
+    running = Running(create_app(Live(service), recorder))
     assert service.wait_ready(300), service.load_error
     running.db, running.service, running.recorder = db, service, recorder
     return running

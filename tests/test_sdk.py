@@ -62,6 +62,7 @@ def test_outside_a_recording_every_call_just_does_its_work(tmp_path):
 @pytest.fixture()
 def unloaded(tmp_path):
     """A `tttr serve --db` whose model never loads: the SDK routes do not need it."""
+    from tttr.engine.serve.modes import Live
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
@@ -69,7 +70,7 @@ def unloaded(tmp_path):
     db = tmp_path / "sdk.db"
     service = Service()
     recorder = CallRecorder(db, service)
-    running = Running(create_app(service, recorder), lifespan="off")
+    running = Running(create_app(Live(service), recorder), lifespan="off")
     running.db, running.recorder = db, recorder
     yield running
     running.stop()
@@ -174,7 +175,9 @@ def test_malformed_sdk_posts_get_openai_shaped_400s(unloaded):
 def test_a_replaying_server_answers_tool_calls_and_clock_reads_from_the_recording(unloaded, monkeypatch):
     """The replay hook: a query (a post without the outcome) answered from a recording means
     the tool never runs; an unanswered query means run it live and post the outcome."""
-    server = unloaded.app.state.server
+    from tttr.engine.serve.modes import FromRecording
+    from tttr.engine.serve.server import create_app
+
     asked = []
 
     def answer(name, kind, value):
@@ -187,8 +190,8 @@ def test_a_replaying_server_answers_tool_calls_and_clock_reads_from_the_recordin
             return {"stdout": "recorded\n", "stderr": "", "exit_code": 0}
         return None
 
-    server.answer_from_recording = answer
-    monkeypatch.setenv(sdk.URL_ENV, unloaded.url)
+    replaying = Running(create_app(FromRecording(None, answer, {"id": "tttr"}), unloaded.recorder), lifespan="off")
+    monkeypatch.setenv(sdk.URL_ENV, replaying.url)
     monkeypatch.setenv(sdk.RUN_ENV, "replayed")
     monkeypatch.setenv(sdk.REPLAY_ENV, "1")
     ran = []
@@ -210,6 +213,7 @@ def test_a_replaying_server_answers_tool_calls_and_clock_reads_from_the_recordin
     unloaded.recorder.flush()
     _, events = _events(unloaded.db, "replayed")
     assert [(e.site, e.value.get("result")) for e in events] == [("0:tool", 8)]  # only the live call
+    replaying.stop()
 
 
 def test_an_unreachable_recorder_is_said_once_and_the_program_goes_on(monkeypatch, capsys):
@@ -292,6 +296,7 @@ def test_model_calls_and_sdk_events_share_one_run(tmp_path, monkeypatch, capsys)
     import openai
 
     from tttr.app.cli import main
+    from tttr.engine.serve.modes import Live
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
@@ -299,7 +304,7 @@ def test_model_calls_and_sdk_events_share_one_run(tmp_path, monkeypatch, capsys)
     db = tmp_path / "program.db"
     service = Service(kernel_mode="invariant")
     recorder = CallRecorder(db, service)
-    running = Running(create_app(service, recorder))
+    running = Running(create_app(Live(service), recorder))
     try:
         assert service.wait_ready(300), service.load_error
         monkeypatch.setenv(sdk.URL_ENV, running.url)

@@ -86,6 +86,7 @@ def test_a_tree_is_synced_in_place_to_a_snapshot(tmp_path):
 
 def test_a_large_output_is_cut_alike_for_program_and_recording_and_stored_as_a_blob(tmp_path, monkeypatch):
     """A real server (its model never loads: the SDK's routes do not need it) and store."""
+    from tttr.engine.serve.modes import FromRecording, Live
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
@@ -93,7 +94,7 @@ def test_a_large_output_is_cut_alike_for_program_and_recording_and_stored_as_a_b
 
     service = Service()
     recorder = CallRecorder(tmp_path / "sdk.db", service)
-    running = Running(create_app(service, recorder), lifespan="off")
+    running = Running(create_app(Live(service), recorder), lifespan="off")
     try:
         monkeypatch.setenv(sdk.URL_ENV, running.url)
         monkeypatch.setenv(sdk.RUN_ENV, "big")
@@ -109,9 +110,12 @@ def test_a_large_output_is_cut_alike_for_program_and_recording_and_stored_as_a_b
 
         # Answered from that recording (the replay hook), the program gets the same cut text back.
         recorded = {k: value[k] for k in ("stdout", "stderr", "exit_code", "truncated")}
-        running.app.state.server.answer_from_recording = lambda name, kind, asked: recorded
+        replaying = Running(create_app(FromRecording(None, lambda name, kind, asked: recorded, {"id": "tttr"}),
+                                       recorder), lifespan="off")
+        monkeypatch.setenv(sdk.URL_ENV, replaying.url)
         monkeypatch.setenv(sdk.REPLAY_ENV, "1")
         again = sdk.shell(cmd, timeout=30, cwd=str(tmp_path))
+        replaying.stop()
         assert (again.stdout, again.stderr, again.exit_code, again.truncated) == (out.stdout, "err\n", 0, True)
     finally:
         running.stop()

@@ -281,11 +281,12 @@ def _http(url: str, data: bytes | None = None, method: str | None = None) -> tup
 
 
 def test_errors_have_openai_shape_while_the_model_loads():
+    from tttr.engine.serve.modes import Live
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.service import Service
 
     service = Service()  # never loaded: the routes that need it answer 503
-    running = Running(create_app(service), lifespan="off")
+    running = Running(create_app(Live(service)), lifespan="off")
     try:
         chat = running.url + "/v1/chat/completions"
         body = json.dumps({"messages": USER}).encode()
@@ -598,7 +599,7 @@ def test_an_abandoned_calls_outcome_is_not_logged_as_never_retrieved():
     import gc
     from types import SimpleNamespace
 
-    from tttr.engine.serve.server import Server
+    from tttr.engine.serve.modes import wait
     from tttr.engine.serve.service import Cancelled
 
     class Gone:
@@ -612,7 +613,7 @@ def test_an_abandoned_calls_outcome_is_not_logged_as_never_retrieved():
         asyncio.get_running_loop().set_exception_handler(lambda loop, context: logged.append(context["message"]))
         future = concurrent.futures.Future()
         call = SimpleNamespace(future=future, cancel=lambda: cancelled.append(True))
-        assert await Server(None)._wait(Gone(), call) is False
+        assert await wait(Gone(), call) is False
         future.set_exception(Cancelled("the client went away"))  # the engine's thread, later
         for _ in range(3):
             await asyncio.sleep(0)  # the outcome reaches the loop's future
@@ -676,12 +677,13 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read():
     """A 15 MiB chat body cost the server 76 s of CPU and 1.7 GiB (the limit was 16 MiB): over
     --max-body-mb (default 8) it is a 413 in OpenAI's shape, from its Content-Length before a
     byte of it is read, and as soon as a chunked body passes the limit."""
+    from tttr.engine.serve.modes import Live
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.requests import MAX_BODY_MB
     from tttr.engine.serve.service import Service
 
     assert MAX_BODY_MB == 8
-    running = Running(create_app(Service()), lifespan="off")
+    running = Running(create_app(Live(Service())), lifespan="off")
     try:
         limit = MAX_BODY_MB << 20
         for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/tttr/v1/tool"):
@@ -702,6 +704,7 @@ def test_the_body_limit_is_an_option_of_serve():
     import openai
 
     from tttr.app.cli import build_parser
+    from tttr.engine.serve.modes import Live
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.service import Service
 
@@ -713,7 +716,7 @@ def test_the_body_limit_is_an_option_of_serve():
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--max-body-mb", "0"])
     service = Service()
-    running = Running(create_app(service, max_body_mb=1), lifespan="off")
+    running = Running(create_app(Live(service), max_body_mb=1), lifespan="off")
     try:
         status, got = _raw(running.port, _post_head("/v1/chat/completions", content_length=str((1 << 20) + 1)))
         assert status == 413 and "1 MiB" in got["error"]["message"], got
@@ -742,10 +745,12 @@ def test_a_message_without_content_is_a_400_naming_it():
 def test_a_null_content_is_refused_with_the_official_client():
     import openai
 
+    from tttr.engine.serve.modes import Live
+
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.service import Service
 
-    running = Running(create_app(Service()), lifespan="off")  # refused before the model is needed
+    running = Running(create_app(Live(Service())), lifespan="off")  # refused before the model is needed
     try:
         client = openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0)
         with pytest.raises(openai.BadRequestError) as info:
@@ -761,10 +766,12 @@ def test_a_client_that_goes_away_mid_body_is_not_an_error(capfd):
     import socket
     import threading
 
+    from tttr.engine.serve.modes import Live
+
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.service import Service
 
-    inner = create_app(Service())
+    inner = create_app(Live(Service()))
     ended, raised = threading.Event(), []
 
     async def app(scope, receive, send):  # the app, and whether handling the request raised

@@ -77,6 +77,8 @@ def _recorded(store, task: str) -> list[tuple]:
 def test_a_conversation_served_with_prefix_reuse_is_the_same_as_without(tmp_path):
     import openai
 
+    from tttr.engine.serve.modes import Live
+
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.sessions.store import Store
@@ -84,7 +86,7 @@ def test_a_conversation_served_with_prefix_reuse_is_the_same_as_without(tmp_path
     db = tmp_path / "calls.db"
     service = Service(kernel_mode="invariant", prefix_cache_mb=64)
     recorder = CallRecorder(db, service)
-    running = Running(create_app(service, recorder))
+    running = Running(create_app(Live(service), recorder))
     try:
         assert service.wait_ready(300), service.load_error
         client = openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0)

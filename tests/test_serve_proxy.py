@@ -58,10 +58,11 @@ def test_a_streamed_answer_is_assembled_for_the_record():
 
 
 def test_an_unreachable_upstream_is_a_502():
+    from tttr.engine.serve.modes import Proxied
     from tttr.engine.serve.server import create_app
 
     dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    running = Running(create_app(None, upstream=Upstream(dead)), lifespan="off")
+    running = Running(create_app(Proxied(Upstream(dead))), lifespan="off")
     try:
         status, got = _http(running.url + "/v1/chat/completions", json.dumps({"messages": USER}).encode())
         assert status == 502 and set(got["error"]) == {"message", "type", "param", "code"}, got
@@ -78,6 +79,7 @@ def test_an_unreachable_upstream_is_a_502():
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """A tttr serve (recording to up.db) and a proxy in front of it (recording to proxy.db)."""
+    from tttr.engine.serve.modes import Live, Proxied
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
@@ -85,11 +87,11 @@ def pair(tmp_path_factory):
     folder = tmp_path_factory.mktemp("proxy")
     service = Service(kernel_mode="invariant")
     up_recorder = CallRecorder(folder / "up.db", service)
-    upstream = Running(create_app(service, up_recorder))
+    upstream = Running(create_app(Live(service), up_recorder))
     assert service.wait_ready(300), service.load_error
     proxy_recorder = CallRecorder(folder / "proxy.db", None)
     target = Upstream(upstream.url + "/v1", key="sk-never-recorded")
-    proxied = Running(create_app(None, proxy_recorder, upstream=target))
+    proxied = Running(create_app(Proxied(target), proxy_recorder))
     yield {"up": upstream, "proxy": proxied, "service": service, "up_db": folder / "up.db", "db": folder / "proxy.db",
            "up_recorder": up_recorder, "recorder": proxy_recorder, "target": target}
     proxied.stop()

@@ -72,7 +72,7 @@ def test_a_proxied_run_replays_from_the_recording_alone(tmp_path):
         before = len(store.runs())
         with pytest.raises(ReplayError, match="proxied to http://127.0.0.1:9/v1"):
             check_fork(store, rid, "0:token:1", "42", runtime=runtime)
-        with pytest.raises(ReplayError, match="only a token can be changed"):
+        with pytest.raises(ReplayError, match=r"only a token \(CALL:token:POS\) or a whole answer"):
             check_fork(store, rid, "0:clock", "+1h", runtime=runtime)
         assert len(store.runs()) == before
 
@@ -111,6 +111,7 @@ def recorded(tmp_path_factory):
     import openai
 
     from serve_helpers import Running
+    from tttr.engine.serve.modes import Live, Proxied
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.proxy import Upstream
     from tttr.engine.serve.recorder import CallRecorder
@@ -120,9 +121,9 @@ def recorded(tmp_path_factory):
     db = folder / "calls.db"
     service = Service(kernel_mode="invariant")
     recorder = CallRecorder(db, service)
-    running = Running(create_app(service, recorder))
+    running = Running(create_app(Live(service), recorder))
     proxy_recorder = CallRecorder(folder / "proxy.db", None)
-    proxy = Running(create_app(None, proxy_recorder, upstream=Upstream(running.url + "/v1", key="unused")))
+    proxy = Running(create_app(Proxied(Upstream(running.url + "/v1", key="unused")), proxy_recorder))
     try:
         assert service.wait_ready(300), service.load_error
 
@@ -207,6 +208,13 @@ def test_a_fork_regenerates_from_the_token(recorded, runtime):
         # The tensor layer freed: every call recomputed in the run's kernels, the same tokens and digests.
         freed = replay(store, run_a, free=("tensor",), runtime=runtime)
         assert freed.identical and freed.divergence is None and freed.logits_computed == len(parent)
+        # A whole answer replaced: its tokens forced, ended by the model's end of turn, shown as given.
+        whole = fork(store, run_a, "0:message", "It is Paris.", runtime=runtime)
+        assert whole.actions == ["It is Paris."] and whole.logits_computed == 0
+        tokens = [e.value for e in _events(store, whole.run_id, "token")]
+        assert all(t["forced"] and t["mutated"] for t in tokens)
+        assert tokens[-1]["id"] in runtime.tokenizer.stop_token_ids
+        assert store.run(whole.run_id).fork_site == "0:message"
         d = diff_runs(store, run_a, forks[0].run_id)
         assert d.first_divergence["token"].site == "0:token:2"
         assert d.first_divergence["token"].a == parent[2] and d.first_divergence["token"].b == alt

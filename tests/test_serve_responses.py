@@ -191,7 +191,7 @@ def test_a_replayed_chat_stream_becomes_the_responses_event_sequence(chat):
 
     from openai.types.responses import Response
 
-    from tttr.engine.serve.server import _replayed_stream
+    from tttr.engine.serve.modes import _replayed_stream
 
     async def chunks():
         return [c async for c in _replayed_stream(chat, "chat", True)]
@@ -217,7 +217,7 @@ def test_a_replayed_stream_uses_recorded_pieces_only_when_they_add_up(sizes, sen
     """A recording's pieces are untrusted: whole numbers above 0 adding up to the text, or the text whole."""
     import asyncio
 
-    from tttr.engine.serve.server import _replayed_stream
+    from tttr.engine.serve.modes import _replayed_stream
 
     async def chunks():
         return [json.loads(c["data"]) async for c in _replayed_stream({**CHAT, "tttr": {"pieces": sizes}}, "chat", False)
@@ -363,6 +363,8 @@ def test_a_responses_call_is_the_chat_call_it_means_streamed_or_not_and_recorded
 def test_a_chat_error_is_told_in_the_responses_names_and_a_loading_model_is_a_503():
     import openai
 
+    from tttr.engine.serve.modes import Live
+
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.responses_api import error_from_chat
     from tttr.engine.serve.service import Service
@@ -373,7 +375,7 @@ def test_a_chat_error_is_told_in_the_responses_names_and_a_loading_model_is_a_50
         "message": "max_output_tokens=0 is out of range", "type": "invalid_request_error",
         "param": "max_output_tokens", "code": "invalid_value"}
     assert error_from_chat({}) == {}  # a client gone: nothing to tell
-    running = Running(create_app(Service()), lifespan="off")  # never loaded
+    running = Running(create_app(Live(Service())), lifespan="off")  # never loaded
     try:
         client = openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0)
         for stream in (False, True):
@@ -444,6 +446,7 @@ def test_an_agents_sdk_program_records_one_run_that_replays_forks_and_diffs(tmp_
     import sys
 
     from tttr.app.cli import main
+    from tttr.engine.serve.modes import Live
     from tttr.engine.serve.server import create_app
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
@@ -452,7 +455,7 @@ def test_an_agents_sdk_program_records_one_run_that_replays_forks_and_diffs(tmp_
     db = tmp_path / "calls.db"
     service = Service(kernel_mode="invariant", any_model=True)
     recorder = CallRecorder(db, service)
-    running = Running(create_app(service, recorder))
+    running = Running(create_app(Live(service), recorder))
     try:
         assert service.wait_ready(300), service.load_error
         env = {**os.environ, "OPENAI_BASE_URL": running.url + "/v1", "OPENAI_API_KEY": "unused",

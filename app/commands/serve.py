@@ -138,14 +138,15 @@ def cmd_serve(args) -> int:
 
     import uvicorn
 
-    from tttr.engine.serve.server import create_app
+    from tttr.engine.serve.modes import Live, Proxied
     from tttr.engine.serve.requests import MAX_BODY_MB
+    from tttr.engine.serve.server import create_app
 
     def announce(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    app = create_app(service, recorder, announce=announce, upstream=upstream,
-                     max_body_mb=args.max_body_mb or MAX_BODY_MB)
+    mode = Proxied(upstream) if upstream is not None else Live(service)
+    app = create_app(mode, recorder, announce=announce, max_body_mb=args.max_body_mb or MAX_BODY_MB)
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     where = f"recording to {args.db}" if args.db else "not recording (pass --db FILE)"
     serving = (f"proxy to {upstream.shown} (token layer only)" if upstream is not None

@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from pathlib import Path
 
 from tttr.engine.replay.events import stored_text
@@ -126,8 +126,9 @@ def own_torch_threads() -> None:
 def running_clock(start: datetime):
     """SDK clock reads (`sdk.now()`): the virtual clock, running from `start` in whole
     seconds from now, as the sandbox's faketime clock runs from it in each process."""
-    began = time.monotonic()
-    return lambda: (start + timedelta(seconds=int(time.monotonic() - began))).replace(tzinfo=timezone.utc)
+    from tttr.engine.serve.sdk_events import ProgramClock
+
+    return ProgramClock(start).begin()
 
 
 class _Endpoint:
@@ -226,16 +227,19 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
 
 def _record(recorder, service, executor, host, program, argv, name, tree_dir, clock, seed, check, sock_dir,
             say, timeout_s, share) -> ProgramResult:
-    from tttr.engine.serve.server import create_app
+    from tttr.engine.serve.modes import Live
+    from tttr.engine.serve.sdk_events import ProgramClock
     from tttr.engine.serve.sdk_tree import SDKTree, program_file
+    from tttr.engine.serve.server import create_app
     from tttr.recorders.clock import iso
     from tttr.recorders.shell import ShellState
     from tttr.recorders.snapshot import snapshot, tree_digest
 
     store = recorder.store
-    app = create_app(service, recorder)
+    sdk_clock = ProgramClock(clock)  # runs from the program's start
+    app = create_app(Live(service), recorder, clock=sdk_clock,
+                     tree=SDKTree(tree_dir, store, program=program_file(argv)))  # SDK tool events carry the tree's digests
     server = app.state.server
-    server.sdk_tree = SDKTree(tree_dir, store, program=program_file(argv))  # SDK tool events carry the tree's digests
     endpoint = None
     run_id = None
     try:
@@ -266,7 +270,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         endpoint = _Endpoint(refused, str(sock_dir / SOCKET_NAME) if sandboxed else None)
         env = {**(host.env() if sandboxed else {"PATH": host.path, **share.env()}), **endpoint_env(endpoint.base, name)}
         command = sandboxed_command(program, host) if sandboxed else program
-        server.clock = running_clock(clock)
+        sdk_clock.begin()
         say(f"running {program} …")
         watch.start()
         res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))

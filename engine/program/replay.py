@@ -40,7 +40,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
-from tttr.engine.program.record import ProgramRunError, _Endpoint, running_clock
+from tttr.engine.program.record import ProgramRunError, _Endpoint
 from tttr.engine.program.divergence import (
     RESPONSES_ROUTE, call_divergence, in_responses_terms, noting_responses, responses_body,
 )
@@ -465,9 +465,11 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
 
 def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
             fork=None, model=None, new_code=False, share=None) -> ReplayResult:
-    from tttr.engine.serve.server import create_app
+    from tttr.engine.serve.modes import FromRecording
     from tttr.engine.serve.recorder import CallRecorder
+    from tttr.engine.serve.sdk_events import ProgramClock
     from tttr.engine.serve.sdk_tree import SDKTree
+    from tttr.engine.serve.server import create_app
     from tttr.recorders.clock import iso
     from tttr.recorders.shell import ShellState
     from tttr.recorders.snapshot import snapshot
@@ -476,15 +478,15 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
     name = run.task
     recorder = CallRecorder(db, None, default_run=name)
     store = recorder.store
-    app = create_app(None, recorder)
-    server = app.state.server
     replayer = fork.replayer(rec, recorder, name) if fork is not None else Replayer(rec, recorder, name, model)
     replayer.clock = share  # the program's clock reads: compared per call, moved as recorded (or forked)
     recorder.program_clock = share.event if share is not None else None  # a live call's clock read
-    server.answer_call = replayer.answer_call
-    server.answer_from_recording = replayer.answer_sdk
-    server.replay_model = {"id": run.model_id or "tttr", "object": "model", "created": 0, "owned_by": "tttr"}
-    server.sdk_tree = SDKTree(tree_dir, store, recorded_since=run.created, program=_script(argv))  # effects put back
+    sdk_clock = ProgramClock(clock)  # live reads, after a divergence: as when recording
+    app = create_app(FromRecording(replayer.answer_call, replayer.answer_sdk,
+                                   {"id": run.model_id or "tttr", "object": "model", "created": 0, "owned_by": "tttr"}),
+                     recorder, clock=sdk_clock,
+                     tree=SDKTree(tree_dir, store, recorded_since=run.created, program=_script(argv)))  # effects put back
+    server = app.state.server
     endpoint = None
     child = None
     try:
@@ -511,7 +513,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
                **endpoint_env(endpoint.base, name), "TTTR_REPLAY": "1"}
         replayer.arm_clock()  # the reads before the first call
         command = sandboxed_command(program, host) if sandboxed else program
-        server.clock = running_clock(clock)  # live reads, after a divergence: as when recording
+        sdk_clock.begin()
         say(f"{'forking' if fork is not None else 'replaying'} {program} …")
         res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
         endpoint.begin_stop()  # the program and what it started are gone: nothing asks any more

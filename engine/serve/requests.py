@@ -23,7 +23,8 @@ MAX_STOPS = 4
 MAX_BODY_MB = 8
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # The model routes, by endpoint (CallRequest.endpoint, and the Responses API translated into a chat call).
-ROUTES = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "responses": "/v1/responses"}
+ROUTES = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "responses": "/v1/responses",
+          "messages": "/v1/messages"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,9 @@ OpenAI routes; every value is also checked against the store's rule for its kind
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
 from tttr.engine.serve.errors import APIError
 from tttr.sessions.values import check
@@ -110,3 +112,21 @@ def _command(body: dict) -> dict:
 
 def parse_clock(body) -> None:
     _need(type(body) is dict, f"a clock post is a JSON object ({{}}), not {type(body).__name__}", None)
+
+
+class ProgramClock:
+    """What a program's SDK clock reads get: its virtual clock, `start` until `begin()` (called
+    as the program starts), then running from `start` in whole seconds, as the sandbox's
+    faketime clock runs from it in each process."""
+
+    def __init__(self, start: datetime):
+        self.start = start
+        self._began: float | None = None
+
+    def begin(self) -> ProgramClock:
+        self._began = time.monotonic()
+        return self
+
+    def __call__(self) -> datetime:
+        elapsed = int(time.monotonic() - self._began) if self._began is not None else 0
+        return (self.start + timedelta(seconds=elapsed)).replace(tzinfo=timezone.utc)
