@@ -141,7 +141,7 @@ def to_json(traces: list[Trace]) -> str:
                 _hex_ids(span)
                 for link in span.get("links", []):
                     _hex_ids(link)
-    return json.dumps(body, ensure_ascii=False, indent=1) + "\n"
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n"  # compact: the C encoder
 
 
 def _hex_ids(obj: dict) -> None:

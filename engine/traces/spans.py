@@ -115,8 +115,25 @@ class Trace:
         return self.placement[i] if self.placement else (0, 0)
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain(attrs: dict) -> bool:
+    """Whether every value is a scalar or a list of scalars (JSON as it is: the usual case)."""
+    for v in attrs.values():
+        t = type(v)
+        if t in _SCALARS:
+            continue
+        if t is list and all(type(x) in _SCALARS for x in v):
+            continue
+        return False
+    return True
+
+
 def to_json_value(v: Any) -> Any:
     """An attribute value as JSON (bytes as {"$bytes": base64})."""
+    if type(v) is dict and _plain(v):
+        return v
     if isinstance(v, dict):
         return {k: to_json_value(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -127,6 +144,8 @@ def to_json_value(v: Any) -> Any:
 
 
 def from_json_value(v: Any) -> Any:
+    if type(v) is dict and _plain(v):
+        return v
     if isinstance(v, dict):
         if len(v) == 1 and isinstance(v.get("$bytes"), str):
             return Bytes(base64.b64decode(v["$bytes"]))
