@@ -27,7 +27,11 @@ enum { LC_OTHER, LC_REAL, LC_MONO };
 
 static int lc_on;
 static int64_t lc_start_s, lc_step;   /* the realtime clock at logical 0, in seconds (to 2999) */
-static _Atomic int64_t lc_ns;    /* this process's logical time since its command started */
+static _Atomic int64_t lc_ns;    /* time this process slept or waited out since its command started */
+/* Reads of the realtime and of the monotonic clocks, counted apart: a realtime value then
+   depends only on the realtime reads before it (and the waits), never on how many times a
+   socket's timeout loop read the monotonic clock, which depends on when data arrived. */
+static _Atomic int64_t lc_reads[2];
 static pthread_once_t lc_once = PTHREAD_ONCE_INIT;
 
 /* The clock file shared with the host (recorders/logicalclock.py's ClockShare), mapped when
@@ -61,17 +65,25 @@ static void lc_init(void) {
     long long start = strtoll(spec, &end, 10), step = strtoll(end, &end, 10);
     if (start < 0 || step <= 0) return;
     const char *at = environ ? tttr_lookup(environ, LC_AT, LC_AT_LEN - 1) : NULL;
-    long long from = at ? strtoll(at, NULL, 10) : 0;
+    long long from = 0, real = 0, mono = 0;  /* "<waited ns>:<realtime reads>:<monotonic reads>" */
+    if (at) {
+        from = strtoll(at, &end, 10);
+        if (*end == ':') real = strtoll(end + 1, &end, 10);
+        if (*end == ':') mono = strtoll(end + 1, &end, 10);
+    }
     lc_start_s = start;
     lc_step = step;
     atomic_store(&lc_ns, from > 0 ? from : 0);
+    atomic_store(&lc_reads[0], real > 0 ? real : 0);
+    atomic_store(&lc_reads[1], mono > 0 ? mono : 0);
     lc_map_share();
     lc_on = 1;
 }
 
 static inline int lc_active(void) { pthread_once(&lc_once, lc_init); return lc_on; }
-static inline int64_t lc_read(void) { return atomic_fetch_add(&lc_ns, lc_step) + lc_step; }
-static inline int64_t lc_now(void) { return atomic_load(&lc_ns); }
+/* The logical time a clock of `kind` (LC_REAL or LC_MONO) reads next, or reads now. */
+static inline int64_t lc_read(int kind) { return atomic_load(&lc_ns) + (atomic_fetch_add(&lc_reads[kind - 1], 1) + 1) * lc_step; }
+static inline int64_t lc_now(int kind) { return atomic_load(&lc_ns) + atomic_load(&lc_reads[kind - 1]) * lc_step; }
 static inline void lc_advance(int64_t ns) { if (ns > 0) atomic_fetch_add(&lc_ns, ns); }
 
 static int lc_kind(clockid_t clk) {
@@ -125,7 +137,7 @@ static inline int64_t lc_offset_capped(void) {
 /* A read of a clock of `kind`: the next logical value, a realtime one moved by the shared
    offset and told to the host. */
 static struct timespec lc_clock_read(int kind) {
-    struct timespec t = lc_value(kind, lc_read());
+    struct timespec t = lc_value(kind, lc_read(kind));
     if (kind != LC_REAL || !lc_share) return t;
     t = lc_shift(t, lc_offset_capped());
     lc_share[LC_SHARE_LAST] = (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
@@ -138,7 +150,7 @@ static int64_t lc_until(int kind, const struct timespec *t) {
     if (t->tv_sec > base + limit) return LC_MAX_WAIT;
     if (t->tv_sec < base - limit) return -LC_MAX_WAIT;
     int64_t off = kind == LC_REAL ? lc_offset_capped() : 0;
-    return ((int64_t)t->tv_sec - base) * LC_NS + t->tv_nsec - lc_now() - off;
+    return ((int64_t)t->tv_sec - base) * LC_NS + t->tv_nsec - lc_now(kind) - off;
 }
 
 static int64_t lc_cap(int64_t ns) { return ns < 0 ? 0 : ns > LC_MAX_WAIT ? LC_MAX_WAIT : ns; }
@@ -469,16 +481,24 @@ static void lc_process_start(void) {
 #endif
 }
 
-/* "TTTR_LOGICAL_AT=<now>" into `buf` (LC_AT_LEN + 21 bytes); no allocation, no stdio: it
-   runs in vfork children. */
+#define LC_AT_SIZE (LC_AT_LEN + 3 * 21)
+
+/* "TTTR_LOGICAL_AT=<waited ns>:<realtime reads>:<monotonic reads>" into `buf` (LC_AT_SIZE
+   bytes); no allocation, no stdio: it runs in vfork children. */
 static char *lc_at_entry(char *buf) {
-    char digits[21];
-    int n = 0;
-    uint64_t v = (uint64_t)lc_now();
-    do { digits[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+    uint64_t values[3] = { (uint64_t)atomic_load(&lc_ns), (uint64_t)atomic_load(&lc_reads[0]),
+                           (uint64_t)atomic_load(&lc_reads[1]) };
+    size_t k = LC_AT_LEN;
     memcpy(buf, LC_AT, LC_AT_LEN);
-    for (int i = 0; i < n; i++) buf[LC_AT_LEN + i] = digits[n - 1 - i];
-    buf[LC_AT_LEN + n] = 0;
+    for (int j = 0; j < 3; j++) {
+        char digits[21];
+        int n = 0;
+        uint64_t v = values[j];
+        do { digits[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+        if (j) buf[k++] = ':';
+        for (int i = 0; i < n; i++) buf[k++] = digits[n - 1 - i];
+    }
+    buf[k] = 0;
     return buf;
 }
 
@@ -495,7 +515,7 @@ static char **lc_env(char *const *envp, char **out, char *at) {
 
 /* On the stack, so that a vfork child may call it: `name`, the environment to pass on. */
 #define LC_CHILD_ENV(name, envp) \
-    char name##_at[LC_AT_LEN + 21]; char *name[lc_count(envp) + 2]; lc_env(envp, name, lc_at_entry(name##_at))
+    char name##_at[LC_AT_SIZE]; char *name[lc_count(envp) + 2]; lc_env(envp, name, lc_at_entry(name##_at))
 
 static int lc_execve(const char *path, char *const argv[], char *const envp[]) {
     if (!lc_active()) return EXEC_NEXT(execve)(path, argv, envp);
@@ -578,7 +598,7 @@ int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t 
 /* system() and popen() spawn /bin/sh inside libc, with the process's environment: the
    logical time goes into it for the spawn. */
 static void lc_put_at(void) {
-    char buf[LC_AT_LEN + 21];
+    char buf[LC_AT_SIZE];
     setenv("TTTR_LOGICAL_AT", lc_at_entry(buf) + LC_AT_LEN, 1);
 }
 

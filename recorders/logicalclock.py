@@ -5,12 +5,15 @@ MONOTONIC_BASE_S from here.
 
 On only where the pinned variable TTTR_LOGICAL_CLOCK="<start epoch s> <step ns>" is set
 (`Executor(logical_clock=True)`, which recorded programs, their replays and forks use).
-Each process keeps one counter, logical ns, as Hermit does:
+Each process keeps logical time, as Hermit does: the time it slept or waited out, plus
+STEP_NS per read of the clock it reads, counted apart for the realtime and the monotonic
+clocks (so a realtime value never depends on how often a socket's timeout loop read the
+monotonic clock, which depends on when data arrived):
 
-- every clock read adds STEP_NS and returns start + logical ns (the realtime clocks:
-  clock_gettime's REALTIME, REALTIME_COARSE, TAI, gettimeofday, time, ftime, timespec_get)
-  or MONOTONIC_BASE_S + logical ns (MONOTONIC, _COARSE, _RAW, BOOTTIME); CPU-time clocks
-  are real. A step of 1 µs keeps `datetime.now()` to the second at the start time unless
+- a read of a realtime clock (clock_gettime's REALTIME, REALTIME_COARSE, TAI,
+  gettimeofday, time, ftime, timespec_get) returns start + waited + realtime reads x STEP_NS;
+  of a monotonic one (MONOTONIC, _COARSE, _RAW, BOOTTIME), MONOTONIC_BASE_S + waited +
+  monotonic reads x STEP_NS; CPU-time clocks are real. A step of 1 µs keeps `datetime.now()` to the second at the start time unless
   the program slept.
 - a sleep (nanosleep, clock_nanosleep relative or to an absolute deadline on either clock,
   usleep, sleep) really waits the requested (remaining) time, then adds it: the requested

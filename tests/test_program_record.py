@@ -57,7 +57,10 @@ def test_program_records_one_run_and_repeats_clock_and_randomness(tmp_path, caps
         assert len(store.runs()) == 2  # each recording one run, the calls inside it
     assert main(["events", str(db), str(first["run_id"]), "--kind", "clock", "--json"]) == 0
     listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(e["site"], e["value"]) for e in listed] == [("setup:clock", {"t": "2026-03-02T10:00:00"})]
+    assert [(e["site"], e["value"]) for e in listed][:1] == [("setup:clock", {"t": "2026-03-02T10:00:00"})]
+    read = listed[1:]  # the program's own clock, as it asked for its one call (issue 27)
+    assert len(read) == 1 and read[0]["site"] == "0:clock" and read[0]["value"]["source"] == "program"
+    assert read[0]["value"]["t"].startswith("2026-03-02T10:00:00."), read
 
 
 @pytest.mark.slow

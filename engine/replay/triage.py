@@ -9,6 +9,13 @@ the failure disappears.
 A layer with no delta is not replayed (it cannot be the cause on its own). The verdict
 names the layer(s) whose values alone fix BAD, or says the difference needs more than one.
 
+A replay of BAD that goes on past BAD's last step (on GOOD's path, say, once GOOD's token is
+in) reaches steps BAD has no value for; it reads GOOD's clock there (`unreached_clocks`), the
+only recorded one, so that the world is in the state GOOD ran its commands in and answers them
+as it did (engine/replay/world.py's `known_answer`) instead of at a made-up time no recording
+asked about: a pipeline whose processes both write stderr, run live again, can interleave its
+lines otherwise and send the run elsewhere.
+
 The (up to three) replays are independent, so with `batch` they run side by side, each in a
 thread and store connection of its own, their forward passes sharing the engine's batches
 (bisect.py's `at_once`, as a bisect round's tests do). Sound only because the kernels are
@@ -20,13 +27,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from typing import Callable
 
 from tttr.engine.replay.bisect import at_once, choose_batching
 from tttr.engine.replay.deltas import Delta, Pair, by_layer, differing
 from tttr.engine.replay.trial import Judge, Trial, apply, check_ends, recorded_actions
-from tttr.sessions.vocabulary import RECORDED_LAYERS
+from tttr.engine.replay.mutation import Mutation
+from tttr.sessions.vocabulary import RECORDED_LAYERS, Site, site
 
 ONE_AT_A_TIME = "replays run one at a time"
 BATCHED = "the layers' replays ran side by side, batched through the engine (sound: the kernels are batch-invariant)"
@@ -92,6 +101,22 @@ def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbo
     return pair, the_judge, found
 
 
+def unreached_clocks(pair: Pair) -> list[Delta]:
+    """GOOD's clock at each step BAD never reached (`pair`: BAD the base, GOOD the other), as
+    values a replay of BAD takes if it gets there; not deltas (BAD has no value to differ)."""
+    reached = {e.step for e in pair.base.events}
+    out = []
+    for step in sorted({e.step for e in pair.other.events if e.kind == "clock" and e.step >= 0} - reached):
+        value = pair.other.value(site(step, "clock"))
+        try:
+            t = datetime.fromisoformat(value["t"])
+        except (TypeError, KeyError, ValueError):  # a damaged database: that step keeps the made-up clock
+            continue
+        at = Site(step, "clock")
+        out.append(Delta(str(at), "trace", None, value["t"], Mutation(at, t, value["t"])))
+    return out
+
+
 def triage(store, good: int, bad: int, *, judge: str = "outcome", runtime, batch: bool = True,
            unsafe_no_sandbox: bool = False, on_layer: Callable[[LayerResult], None] | None = None,
            cancel: threading.Event | None = None) -> Triage:
@@ -100,15 +125,17 @@ def triage(store, good: int, bad: int, *, judge: str = "outcome", runtime, batch
     choose_batching(out, {pair.base.run.kernel_mode, pair.other.run.kernel_mode}, batch, BATCHED)
     stop = cancel or threading.Event()
 
+    beyond = unreached_clocks(pair)
+
     def replay(subset: list[Delta]) -> Trial:
-        return apply(store, pair, subset, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox,
+        return apply(store, pair, subset + beyond, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox,
                      cancel=stop)
 
     def replay_aside(subset: list[Delta]) -> Trial:
         from tttr.sessions.store import Store
 
         with Store.open(store.path, create=False) as own:  # a connection (and a Pair: apply adds to it) per thread
-            return apply(own, Pair.load(own, bad, good), subset, the_judge, runtime=runtime,
+            return apply(own, Pair.load(own, bad, good), subset + beyond, the_judge, runtime=runtime,
                          unsafe_no_sandbox=unsafe_no_sandbox, cancel=stop)
 
     with runtime.reusing_prefixes():  # the replays of BAD share their live steps' prefixes
