@@ -39,6 +39,7 @@ COMMANDS = {
     "agent": ("record", "replay", "fork", "diff"),
     "experiments": ("triage", "bisect"),
     "suite": ("suite", "stats"),
+    "compare": ("compare", "merge"),
     "serve": ("serve",),
     "traces": ("export", "import"),
     "ui": ("open", "demo"),

@@ -71,3 +71,61 @@ def terminal_plot(stats, width: int = PLOT_WIDTH) -> str:
         charts.append(plt.build())
     plt.clf()
     return "\n".join(charts)
+
+
+# ---------------------------------------------------------------------------- tttr compare
+
+def write_compare_png(c, path: str) -> None:
+    """Two panels: per task and overall, A - B with its 95% interval; pass@k and pass^k of
+    both suites against k."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    how, best = c.best
+    names = [t.task for t in c.tasks] + [f"overall ({how})"]
+    diffs = [t.diff for t in c.tasks] + [best.mean]
+    lows = [t.interval.low for t in c.tasks] + [best.interval.low]
+    highs = [t.interval.high for t in c.tasks] + [best.interval.high]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    ys = list(range(len(names)))[::-1]
+    ax1.errorbar(diffs, ys, xerr=[[d - lo for d, lo in zip(diffs, lows)], [hi - d for d, hi in zip(diffs, highs)]],
+                 fmt="o", capsize=3, color="tab:blue")
+    ax1.axvline(0, color="grey", lw=0.8)
+    ax1.set_yticks(ys)
+    ax1.set_yticklabels(names)
+    ax1.set_xlim(-1.05, 1.05)
+    ax1.set_title("pass rate A - B (95% interval)", fontsize=10)
+    ks = [k for k, _, _ in c.pass_at_k]
+    for series, style in ((c.pass_at_k, "-"), (c.pass_hat_k, "--")):
+        name = "pass@k" if series is c.pass_at_k else "pass^k"
+        ax2.plot(ks, [x for _, x, _ in series], style, marker="o", color="tab:red", label=f"A {name}")
+        ax2.plot(ks, [y for _, _, y in series], style, marker="s", color="tab:green", label=f"B {name}")
+    ax2.set_xticks(ks)
+    ax2.set_ylim(-0.05, 1.05)
+    ax2.set_xlabel("k")
+    ax2.set_title("pass@k (some of k runs pass) and pass^k (all k pass)", fontsize=10)
+    ax2.legend(fontsize=8)
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"tttr compare: A {c.a.suite_id} vs B {c.b.suite_id}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def compare_terminal_plot(c, width: int = PLOT_WIDTH) -> str:
+    """Per task, the pass rates of A and B side by side, as text `width` columns wide."""
+    import plotext as plt
+
+    from tttr.sessions.safe_text import visible
+
+    names = [visible(t.task, newlines=False) for t in c.tasks]
+    a = [t.passed_a / t.runs_a for t in c.tasks]
+    b = [t.passed_b / t.runs_b for t in c.tasks]
+    plt.clf()
+    plt.simple_multiple_bar(names, [a, b], labels=["A", "B"], width=width, title="pass rate per task (free runs)")
+    out = plt.build()
+    plt.clf()
+    return out

@@ -156,6 +156,14 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["suite", "--runs", "2", "--batch", "0", "--db", "{new}"],
         ["suite", "--runs", "2", "--model", "{missing}", "--db", "{new}"],
     ],
+    ("compare",): [
+        ["compare", "{db}", "{db}"], ["compare", "{missing}", "x", "--db", "{missing}"], ["compare", "{text}", "{db}"],
+        ["compare", "{db}", "{db}", "--delta", "0"], ["compare", "{db}", "{db}", "--plot", "{new}"],
+    ],
+    ("merge",): [
+        ["merge", "{db}"], ["merge", "{db}", "--into", "{db}", "--append"], ["merge", "{missing}", "--into", "{new}"],
+        ["merge", "{text}", "--into", "{new}"], ["merge", "{db}", "--into", "{text}"],
+    ],
     ("stats",): [
         ["stats", "--db", "{db}"], ["stats", "--db", "{missing}"], ["stats", "--db", "{text}"],
         ["stats", "--db", "{db}", "--suite", "nosuch"], ["stats", "--db", "{db}", "--plot", "{new}"],
@@ -200,7 +208,8 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
 
 # What `tttr --help` and `tttr bench --help` list (README's and docs' commands).
 COMMANDS = {"info", "runs", "events", "prompt", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
-            "diff", "triage", "bisect", "open", "demo", "bench", "rename", "delete", "gc", "suite", "stats", "files"}
+            "diff", "triage", "bisect", "open", "demo", "bench", "rename", "delete", "gc", "suite", "stats", "files",
+            "compare", "merge"}
 BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve", "bisect", "agent", "fidelity"}
 
 

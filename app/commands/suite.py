@@ -29,9 +29,19 @@ def register(sub, bench_sub) -> None:
                     "Progress on stderr; Ctrl-C keeps the finished runs and ends the ones in flight at once, marked "
                     "incomplete (exit 130). Read them with `tttr stats`.",
     )
-    p.add_argument("--runs", type=argtypes.bounded_int(2, 1000, "a run count"), required=True,
-                   help="runs per task and condition (at least 2: agreement compares pairs)")
-    p.add_argument("--tasks", help="comma-separated task names (default: every task, see `tttr tasks`)")
+    p.add_argument("--runs", type=argtypes.bounded_int(2, 1000, "a run count"),
+                   help="runs per task and condition (at least 2: agreement compares pairs); required unless --resume")
+    p.add_argument("--resume", metavar="SUITE_ID",
+                   help="finish an interrupted suite of --db: run only its runs that are missing, with its own "
+                        "tasks, runs, temperature and step limit (other settings are ignored)")
+    p.add_argument("--tasks", help="comma-separated task names (default: every task, see `tttr tasks`, "
+                                   "or every task of --tasks-dir)")
+    p.add_argument("--tasks-dir", action="append", metavar="DIR",
+                   help="your own tasks: a task folder or a folder of them (docs/suites.md); repeatable")
+    p.add_argument("--label", help="a name for this suite, for `tttr compare` (default: none)")
+    p.add_argument("--seed", type=argtypes.seed,
+                   help="derive the free runs' seeds from this one (default: fresh seeds); two suites given the "
+                        "same seed are compared run by run")
     p.add_argument("--model", help="GGUF file or Hugging Face folder (default: TTTR_MODEL, then the embedded SmolLM2)")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7; must be > 0)")
     p.add_argument("--max-steps", type=argtypes.steps, default=6, help="step limit per run (default 6)")
@@ -57,11 +67,12 @@ def register(sub, bench_sub) -> None:
     p.set_defaults(func=cmd_stats)
 
 
-def _tasks(text: str | None) -> list[str]:
-    from tttr.recorders.tasks import list_tasks, load_task
+def _tasks(text: str | None, dirs: list[str] | None = None) -> list[str]:
+    from tttr.recorders.tasks import list_tasks, load_task, use_task_dirs
 
+    own = [t.name for t in use_task_dirs(dirs)] if dirs else None  # checked, and on the search path
     if text is None:
-        return [t.name for t in list_tasks()]
+        return own if own is not None else [t.name for t in list_tasks()]
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         from tttr.sessions.errors import TTTRError
@@ -81,16 +92,21 @@ def cmd_suite(args) -> int:
     from tttr.sessions.errors import TTTRError
     from tttr.sessions.safe_text import visible
 
+    if args.resume is not None:
+        _resume_settings(args)
+    elif args.runs is None:
+        raise TTTRError("give --runs N (runs per task and condition), or --resume SUITE_ID to finish a suite")
     if not args.temperature > 0:
         raise TTTRError(f"--temperature {args.temperature} leaves nothing to vary: give a temperature > 0")
     SamplingParams(temperature=args.temperature, seed=0)
-    tasks = _tasks(args.tasks)
+    tasks = _tasks(args.tasks, args.tasks_dir)
     runtime = _runtime(args, "invariant")
     check_machine(runtime, args.unsafe_no_sandbox)
-    suite_id = new_suite_id()
+    suite_id = args.resume or new_suite_id()
     total = len(tasks) * args.runs * len(CONDITIONS)
     print(f"suite {suite_id}: {len(tasks)} task(s) x {args.runs} runs x {len(CONDITIONS)} conditions = {total} runs "
-          f"into {args.db}; up to {args.batch} at a time through one engine (batch-invariant kernels)",
+          f"into {args.db}; up to {args.batch} at a time through one engine (batch-invariant kernels)"
+          + ("; resuming: the runs it holds complete are not run again" if args.resume else ""),
           file=sys.stderr, flush=True)
 
     def progress(f) -> None:
@@ -107,7 +123,8 @@ def cmd_suite(args) -> int:
     try:
         _, runs = run_suite(args.db, tasks, args.runs, runtime=runtime, temperature=args.temperature,
                             max_steps=args.max_steps, batch=args.batch, unsafe_no_sandbox=args.unsafe_no_sandbox,
-                            suite_id=suite_id, progress=progress, cancel=cancel)
+                            suite_id=suite_id, label=args.label, resume=args.resume is not None,
+                            task_dirs=args.tasks_dir, seed=args.seed, progress=progress, cancel=cancel)
     except KeyboardInterrupt:
         cancel.set()
         print(f"tttr suite: interrupted; the finished runs are kept in {args.db}, the ones in flight are "
@@ -116,9 +133,35 @@ def cmd_suite(args) -> int:
     finally:
         runtime.close()
     complete = sum(r.status == "complete" for r in runs)
-    print(f"suite {suite_id}: {complete} of {total} runs complete in {args.db}; "
-          f"read them with: tttr stats --db {args.db}")
+    print(f"suite {suite_id}: {complete} of {total} runs complete in {args.db}"
+          + (" (counting only this session's)" if args.resume else "")
+          + f"; read them with: tttr stats --db {args.db}" + (f" --suite {suite_id}" if args.resume else ""))
     return 0
+
+
+def _resume_settings(args) -> None:
+    """--resume ID: the suite's own settings, read from its runs in --db, replace the flags'."""
+    from pathlib import Path
+
+    from tttr.app.commands.agent import _open_readonly
+    from tttr.engine.replay.suite import SuiteError, read_suite
+
+    if not Path(args.db).is_file():
+        raise SuiteError(f"--resume {args.resume}: no database {args.db!r}: give the suite's --db")
+    with _open_readonly(args.db) as store:
+        before = read_suite(store, args.resume)
+    s = before.settings
+    if not s or not isinstance(s.get("tasks"), list) or not isinstance(s.get("runs"), int):
+        raise SuiteError(f"suite {args.resume} does not record its settings (it predates --resume): "
+                         "run a new suite instead")
+    args.tasks = ",".join(str(t) for t in s["tasks"])
+    args.runs = s["runs"]
+    args.temperature = float(s.get("temperature", args.temperature))
+    args.max_steps = int(s.get("max_steps", args.max_steps))
+    args.label = s.get("label") if isinstance(s.get("label"), str) else None
+    args.seed = s.get("seed") if isinstance(s.get("seed"), int) else None
+    dirs = s.get("task_dirs")
+    args.tasks_dir = [str(d) for d in dirs] if isinstance(dirs, list) and dirs else None
 
 
 def _check_plot_path(path: str) -> None:

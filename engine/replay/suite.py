@@ -27,15 +27,18 @@ and the runs it was in the middle of end at once, stored as incomplete.
 
 from __future__ import annotations
 
+import hashlib
 import queue
 import threading
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable
 
 from tttr.engine.replay.variance import CONDITIONS, Decomposition, Outcomes, decompose, outcomes, state_actions
 from tttr.sessions.errors import TTTRError
+from tttr.sessions.vocabulary import SETUP_STEP, site
 
 # The layers each replayed condition computes live (the tensor layer: with invariant kernels).
 FREED = {"token-pinned": ("tensor", "trace"), "trace-pinned": ("tensor", "token"), "pinned": ("tensor",)}
@@ -56,6 +59,9 @@ class SuiteRun:
     status: str
     passed: bool | None
     actions: tuple[str, ...]  # its state-modifying actions
+    seed: int | None = None
+    start_tree: str | None = None  # the digest of its tree after the task's setup
+    label: str | None = None  # the suite's label
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +82,57 @@ def _now_utc() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+def free_seed(seed: int, task: str, index: int) -> int:
+    """Free run `index` of `task` in a suite given `seed`: a 32-bit seed of its own."""
+    digest = hashlib.sha256(f"{seed}/{task}/{index}".encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
 def new_suite_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def _suite_meta(suite_id: str, condition: str, index: int, anchor: int | None) -> dict:
-    return {"suite": {"id": suite_id, "condition": condition, "index": index, "anchor": anchor}}
+def _suite_meta(suite_id: str, condition: str, index: int, anchor: int | None, settings: dict | None = None) -> dict:
+    info = {"id": suite_id, "condition": condition, "index": index, "anchor": anchor}
+    if settings:
+        info.update(settings)
+    return {"suite": info}
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """What a suite already holds, read before a re-run: its settings, the (task, condition,
+    index) slots that have a complete run, and each task's anchor."""
+
+    settings: dict
+    done: frozenset
+    anchors: dict
+    runs: list
+
+
+def read_suite(store, suite_id: str) -> Resumed:
+    """The suite `suite_id` of a store as a re-run resumes it; SuiteError if it is not there."""
+    ids = suite_ids(store)
+    if suite_id not in ids:
+        held = ", ".join(ids) if ids else "none"
+        raise SuiteError(f"no suite {suite_id!r} in the database to resume (it holds: {held})")
+    settings: dict = {}
+    runs = []
+    for run in store.runs():
+        info = run.meta.get("suite") if isinstance(run.meta, dict) else None
+        if not isinstance(info, dict) or info.get("id") != suite_id:
+            continue
+        if not settings and isinstance(info.get("settings"), dict):
+            settings = info["settings"]
+        r = read_run(store, run)
+        if r is not None:
+            runs.append(r)
+    complete = [r for r in runs if r.status == "complete"]
+    anchors: dict = {}
+    for r in sorted(complete, key=lambda r: (r.index, r.run_id)):
+        if r.condition == "free":
+            anchors.setdefault(r.task, r.run_id)
+    return Resumed(settings, frozenset((r.task, r.condition, r.index) for r in complete), anchors, complete)
 
 
 def read_run(store, run) -> SuiteRun | None:
@@ -92,7 +143,12 @@ def read_run(store, run) -> SuiteRun | None:
     tools = [e.value for e in store.events(run.id, kind="tool")]
     passed = run.outcome.get("passed") if isinstance(run.outcome, dict) else None
     index = info.get("index") if isinstance(info.get("index"), int) else 0
-    return SuiteRun(run.id, run.task, info["condition"], index, run.status, passed, state_actions(tools))
+    setup = store.event_at(run.id, site(SETUP_STEP, "setup"))
+    tree = setup.value.get("tree") if setup is not None and isinstance(setup.value, dict) else None
+    settings = info.get("settings") if isinstance(info.get("settings"), dict) else {}
+    label = settings.get("label") if isinstance(settings.get("label"), str) else None
+    return SuiteRun(run.id, run.task, info["condition"], index, run.status, passed, state_actions(tools),
+                    run.seed if isinstance(run.seed, int) else None, tree if isinstance(tree, str) else None, label)
 
 
 CANCEL_POLL_S = 0.05  # how often a run waiting for its generation looks at the suite's cancel
@@ -150,10 +206,19 @@ def run_suite(
     batch: int = 8,
     unsafe_no_sandbox: bool = False,
     suite_id: str | None = None,
+    label: str | None = None,
+    resume: bool = False,
+    task_dirs: list[str] | None = None,
+    seed: int | None = None,
     progress: Callable[[Finished], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> tuple[str, list[SuiteRun]]:
     """Record the suite into `db`; the suite id and the runs that finished (complete or not).
+
+    `seed`: the free runs' seeds follow from it (`free_seed`), so that two suites given the
+    same one pair their runs for `tttr compare`; otherwise each free run gets a fresh seed.
+    `resume`: `suite_id` is in `db` already (an interrupted suite); only the (task, condition,
+    index) slots without a complete run are run, the pinned ones replaying the anchors it has.
 
     Ctrl-C (KeyboardInterrupt, raised on again once the runs in flight have ended): runs not
     begun are not begun, and each run in flight ends at once, stored as incomplete (one that
@@ -167,11 +232,18 @@ def run_suite(
     limits = AgentLimits(max_steps=max_steps)
     cancel = cancel or threading.Event()
     runtime = _Interruptible(runtime, cancel)
-    total = len(tasks) * runs * len(CONDITIONS)
+    settings = {"settings": {"tasks": list(tasks), "runs": runs, "temperature": temperature,
+                             "max_steps": max_steps, "label": label, "seed": seed,
+                             "task_dirs": [str(Path(d).absolute()) for d in task_dirs or ()]}}
+    Store.open(db, create=True).close()  # created and migrated once, before the threads open it
+    before = Resumed({}, frozenset(), {}, [])
+    if resume:
+        with Store.open(db, create=False) as store:
+            before = read_suite(store, suite_id)
+    total = sum((t, c, i) not in before.done for t in tasks for c in CONDITIONS for i in range(runs))
     finished: list[SuiteRun] = []
     lock = threading.Lock()
     stores: set = set()  # the stores of the runs in flight
-    Store.open(db, create=True).close()  # created and migrated once, before the threads open it
 
     def one(task: str, condition: str, index: int, anchor: int | None) -> SuiteRun | None:
         with lock:
@@ -179,10 +251,11 @@ def run_suite(
                 return None
             store = Store.open(db, create=False)
             stores.add(store)
-        meta = _suite_meta(suite_id, condition, index, anchor)
+        meta = _suite_meta(suite_id, condition, index, anchor, settings)
         try:
             if condition == "free":
                 res = record(store, task, runtime=runtime, temperature=temperature, limits=limits,
+                             seed=None if seed is None else free_seed(seed, task, index),
                              clock=_now_utc(), unsafe_no_sandbox=unsafe_no_sandbox, cancel=cancel, meta=meta)
             else:
                 res = replay(store, anchor, FREED[condition], runtime=runtime, cancel=cancel,
@@ -247,13 +320,13 @@ def run_suite(
                     store.close()
             raise
 
-    phase([(t, "free", i, None) for t in tasks for i in range(runs)])
-    anchors = {}
+    phase([(t, "free", i, None) for t in tasks for i in range(runs) if (t, "free", i) not in before.done])
+    anchors = dict(before.anchors)
     for r in sorted(finished, key=lambda r: (r.index, r.run_id)):
         if r.condition == "free" and r.status == "complete":
             anchors.setdefault(r.task, r.run_id)
     phase([(t, c, i, anchors[t]) for c in FREED for t in tasks if t in anchors and not cancel.is_set()
-           for i in range(runs)])
+           for i in range(runs) if (t, c, i) not in before.done])
     return suite_id, finished
 
 
@@ -310,6 +383,11 @@ def suite_stats(store, suite_id: str | None = None) -> SuiteStats:
         suite_id = ids[-1]
     elif suite_id not in ids:
         raise SuiteError(f"no suite {suite_id!r} in the database: it holds {', '.join(ids)}")
+    return stats_of(suite_id, suite_runs(store, suite_id))
+
+
+def suite_runs(store, suite_id: str) -> list[SuiteRun]:
+    """Every run of one suite (complete or not), in the store's order."""
     runs = []
     for run in store.runs():
         info = run.meta.get("suite") if isinstance(run.meta, dict) else None
@@ -317,7 +395,37 @@ def suite_stats(store, suite_id: str | None = None) -> SuiteStats:
             r = read_run(store, run)
             if r is not None:
                 runs.append(r)
-    return stats_of(suite_id, runs)
+    return runs
+
+
+def suite_labels(store) -> dict[str, str | None]:
+    """Each suite of a store (oldest first) and its label (None where it has none)."""
+    labels: dict[str, str | None] = {i: None for i in suite_ids(store)}
+    for run in store.runs():
+        info = run.meta.get("suite") if isinstance(run.meta, dict) else None
+        settings = info.get("settings") if isinstance(info, dict) else None
+        if isinstance(settings, dict) and isinstance(settings.get("label"), str) and info.get("id") in labels:
+            labels[info["id"]] = labels[info["id"]] or settings["label"]
+    return labels
+
+
+def find_suite(store, key: str | None, where: str) -> str:
+    """The suite `key` names in a store: a suite id or a label (None: the store's only suite,
+    else its latest). SuiteError in one line if it names none, or a label names several."""
+    labels = suite_labels(store)
+    if not labels:
+        raise SuiteError(f"{where} holds no suite runs: record some with `tttr suite --runs N --db FILE`")
+    if key is None:
+        return list(labels)[-1]
+    if key in labels:
+        return key
+    named = [i for i, lab in labels.items() if lab == key]
+    if len(named) > 1:
+        raise SuiteError(f"label {key!r} names {len(named)} suites in {where} ({', '.join(named)}): give a suite id")
+    if not named:
+        known = ", ".join(f"{i} ({lab})" if lab else i for i, lab in labels.items())
+        raise SuiteError(f"no suite or label {key!r} in {where}: it holds {known}")
+    return named[0]
 
 
 def stats_of(suite_id: str, runs: list[SuiteRun]) -> SuiteStats:
