@@ -57,6 +57,11 @@ _U16x2 = struct.Struct("<HH")
 def split_site(site: str, step: int, kind: str) -> tuple[int | None, str | None]:
     """(pos, verbatim site or None) to store for `site`: nothing but the position when the
     site is the one `vocabulary.site` writes for this step and kind."""
+    prefix = f"{step}:{kind}:"  # the usual case, a position of this step, without a full parse
+    if site.startswith(prefix):
+        tail = site[len(prefix):]
+        if tail.isascii() and tail.isdigit() and (tail == "0" or tail[0] != "0"):
+            return int(tail), None
     parts = site_parts(site)
     if parts is not None and parts[0] == step and parts[1] == kind:
         return parts[2], None

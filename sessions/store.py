@@ -194,11 +194,12 @@ class Store:
             except sqlite3.DatabaseError:
                 pass  # the runs still read as incomplete: their writer is gone once we return
             try:
-                if not self.readonly:
+                if not self.readonly and self._conn.total_changes:
                     # SQLite checkpoints the WAL into the database file only when its last
                     # connection closes; with a reader still open (the app) the runs written
                     # here would live only in the -wal file, and a user who copies the .db
-                    # alone to share a run would send it without them.
+                    # alone to share a run would send it without them. (A connection that
+                    # wrote nothing has nothing of its own there: a reader skips it.)
                     self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
             except sqlite3.DatabaseError:
                 pass  # a busy or damaged file: the WAL still holds every committed run

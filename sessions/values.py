@@ -35,19 +35,21 @@ class ValueProblem(ValueError):
 
 
 def depth_problem(value: Any, limit: int = MAX_DEPTH) -> str | None:
-    """Nesting deeper than `limit`, measured without recursion."""
-    stack = [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        if type(v) is dict:
-            children = v.values()
-        elif type(v) is list:
-            children = v
-        else:
-            continue
-        if d > limit:
-            return f"the value is nested more than {limit} levels deep"
-        stack.extend((c, d + 1) for c in children)
+    """Nesting deeper than `limit`, measured without recursion, a level at a time."""
+    level, depth = [value], 1
+    while level:
+        below: list = []
+        for v in level:
+            t = type(v)
+            if t is dict:
+                below.extend(v.values())
+            elif t is list:
+                below.extend(v)
+            else:
+                continue
+            if depth > limit:
+                return f"the value is nested more than {limit} levels deep"
+        level, depth = below, depth + 1
     return None
 
 
@@ -87,7 +89,8 @@ def decode_value(kind: str, stored: Any, seed: Any, step: int, pos: Any) -> tupl
             value = load_json(stored)
         except ValueProblem as exc:
             return None, str(exc)
-    problem = check(kind, value)
+    # depth is bounded already: load_json measured it, and a binary record decodes to a fixed shape
+    problem = check_fields(kind, value)
     return (None, problem) if problem else (value, None)
 
 
@@ -246,10 +249,17 @@ RULES: dict[str, tuple[dict[str, Check], tuple[str, ...]]] = {
 
 
 def check(kind: str, value: Any) -> str | None:
-    """What is wrong with `value` as a value of `kind`, or None."""
+    """What is wrong with `value` as a value of `kind`, or None: its fields and its depth
+    (for a value from anywhere: an edit, a user's text)."""
+    return check_fields(kind, value) or depth_problem(value)
+
+
+def check_fields(kind: str, value: Any) -> str | None:
+    """What is wrong with the fields of `value` as a value of `kind`, or None; its depth is
+    not measured (decode_value's values are bounded already)."""
     rule = RULES.get(kind)
     if rule is None:
-        return depth_problem(value)
+        return None
     fields, required = rule
     if type(value) is not dict:
         return f"a {kind} value must be an object, not {_name(value)}"
@@ -261,7 +271,7 @@ def check(kind: str, value: Any) -> str | None:
             wrong = field_check(value[name])
             if wrong:
                 return f"{kind} field {name!r} {wrong}"
-    return depth_problem(value)
+    return None
 
 
 # ---------------------------------------------------------------------------- run metadata
