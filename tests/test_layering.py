@@ -195,3 +195,17 @@ def test_the_app_is_the_cli_and_the_tui_and_the_http_server_is_engine_code():
     starlette = sorted(m for m, path in modules.items() if "starlette" in _third_party_imports(path))
     assert starlette and all(m.startswith("tttr.engine.serve.") for m in starlette), starlette
     assert "tttr.engine.program.record" in modules and "tttr.engine.serve.server" in modules
+
+
+def test_traces_in_and_out_live_in_the_engine_and_only_they_import_opentelemetry():
+    """OpenTelemetry export and import (`tttr export`, `tttr import`) is engine code in
+    tttr.engine.traces: it reads runs of every kind and writes the imported kind's runs, and it
+    is the only package that imports `opentelemetry` (the optional `otel` extra), so nothing
+    else needs the extra installed. It never imports the app."""
+    modules = _modules()
+    assert "tttr.engine.traces.otlp" in modules and not [m for m in modules if m.startswith("tttr.app.traces")]
+    otel = sorted(m for m, path in modules.items() if "opentelemetry" in _third_party_imports(path))
+    assert otel and all(m.startswith("tttr.engine.traces.") for m in otel), otel
+    graph = _graph()
+    assert not [t for m, ts in graph.items() if m.startswith("tttr.engine.traces") for t in ts
+                if t.startswith("tttr.app")]
