@@ -246,6 +246,7 @@ def endpoint_env(base: str, run_name: str) -> dict[str, str]:
     # Nothing but the model is reachable from the sandbox: the Agents SDK's trace upload and
     # LiteLLM's fetch of its model price list (retried for seconds) are turned off.
     return {"OPENAI_BASE_URL": f"{base}/v1", "OPENAI_API_KEY": "tttr", "OPENAI_AGENTS_DISABLE_TRACING": "1",
+            "ANTHROPIC_BASE_URL": base, "ANTHROPIC_API_KEY": "tttr",  # the `anthropic` client adds /v1/messages
             "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TTTR_RECORDER_URL": base, "TTTR_RUN": run_name}
 
 
