@@ -49,6 +49,12 @@ def goto_target(view: RunView, text: str, cursor: int = 0) -> int:
     raise ValueError(f"{text!r} is not a place: {GOTO_HELP}")
 
 
+def names_step(text: str) -> bool:
+    """Whether a go-to answer names a step (`s3`, `setup`) rather than an event or a site."""
+    text = text.strip().lower()
+    return text == SETUP or _STEP.match(text) is not None
+
+
 def next_in(seqs: list[int], cursor: int, forward: bool = True) -> tuple[int | None, bool]:
     """The first of the sorted `seqs` after (or before) `cursor`, wrapping around like
     vim's `n`: (seq, wrapped), or (None, False) when `seqs` is empty."""

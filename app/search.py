@@ -1,7 +1,11 @@
-"""Fuzzy search over a run's commands, outputs and message text (rapidfuzz).
+"""Fuzzy search over every event of a run that says something in words (rapidfuzz).
 
-The corpus is step-level (messages, commands, output lines), read with kind filters, so
-it stays small however many token and logits events the run holds. No textual here.
+Every kind is indexed but the per-position ones (a token's text is in its step's message;
+logits hold numbers): prompts (their rebuilt text when the app has it, else what the record
+holds), messages, actions, clock reads, the setup, commands with their output lines, SDK
+calls, outcomes with their checker's message, and kinds this app does not know, by their
+one-line summary. Rows are read raw and only these are decoded, so the corpus stays small
+and quick however many token and logits events the run holds. No textual here.
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ from rapidfuzz import fuzz, process
 from tttr.app.runview import RunView, value_problem
 
 MAX_OUTPUT_LINES = 400  # per command; the rest of a long output is not indexed
+NOT_INDEXED = ("token", "logits")  # per position: their words are the message's
 
 
 @dataclass(frozen=True, slots=True)
 class Entry:
     seq: int  # the event a hit jumps to
     step: int
-    what: str  # "command" | "output" | "stderr" | "message" | "unreadable"
+    what: str  # "command" | "output" | "stderr" | "message" | "prompt" | "outcome" | a kind | "unreadable"
     text: str
 
 
@@ -29,46 +34,52 @@ class Hit:
     score: float
 
 
-def _events(view: RunView, kind: str) -> list:
-    """The run's events of `kind`; when the store refuses the indexed read (an event it
-    cannot decode), the events read one window at a time, stand-ins included."""
+def _events(view: RunView) -> list:
+    """The run's events but tokens and logits, decoded; when the store refuses to read
+    them raw, read one window at a time, stand-ins for unreadable events included."""
     try:
-        return view.store.events(view.run_id, kind=kind)
+        return [view.store.decode_raw(view.run_id, raw) for batch in view.store.raw_events(view.run_id)
+                for raw in batch if raw.kind not in NOT_INDEXED]
     except Exception:  # noqa: BLE001 - the slow path finds the unreadable one
-        return [e for e in (view.event(i) for i in range(view.count)) if e is not None and e.kind in (kind, "?")]
+        return [e for e in (view.event(i) for i in range(view.count)) if e is not None and e.kind not in NOT_INDEXED]
 
 
-def build_corpus(view: RunView) -> list[Entry]:
+def build_corpus(view: RunView, prompts: dict | None = None) -> list[Entry]:
     """Lines to search. Text is kept as recorded (controls made visible, never markup,
-    where it is shown); an event whose value is unreadable is indexed as such."""
+    where it is shown); an event whose value is unreadable is indexed as such. `prompts`
+    ({step: Prompt}, rebuilt from the record) puts the prompts' text in the corpus."""
+    from tttr.app import describe
+
     entries: list[Entry] = []
-    seen: set[int] = set()
 
-    def unreadable(event) -> bool:
+    def lines(event, what: str, text: str, limit: int | None = None) -> None:
+        found = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        for line in found[:limit]:
+            entries.append(Entry(event.seq, event.step, what, line))
+
+    for event in _events(view):
         problem = value_problem(event)
-        if problem is not None and event.seq not in seen:
-            seen.add(event.seq)
+        if problem is not None:
             entries.append(Entry(event.seq, event.step, "unreadable", f"unreadable {event.site}: {problem}"))
-        return problem is not None
-
-    for event in _events(view, "message"):
-        if unreadable(event):
             continue
-        text = view.text(event.value.get("text"))
-        for line in text.splitlines():
-            if line.strip():
-                entries.append(Entry(event.seq, event.step, "message", line.strip()))
-    for event in _events(view, "tool"):
-        if unreadable(event):
-            continue
-        value = event.value
-        entries.append(Entry(event.seq, event.step, "command", view.text(value.get("cmd"))))
-        for what in ("stdout", "stderr"):
-            lines = [ln for ln in view.text(value.get(what)).splitlines() if ln.strip()]
-            for line in lines[:MAX_OUTPUT_LINES]:
-                entries.append(Entry(event.seq, event.step, "output" if what == "stdout" else what, line.strip()))
-    for event in _events(view, "action"):
-        unreadable(event)
+        value, kind = event.value, event.kind
+        if kind == "message":
+            lines(event, "message", view.text(value.get("text")))
+        elif kind == "tool" and "function" not in value:
+            entries.append(Entry(event.seq, event.step, "command", view.text(value.get("cmd"))))
+            lines(event, "output", view.text(value.get("stdout")), MAX_OUTPUT_LINES)
+            lines(event, "stderr", view.text(value.get("stderr")), MAX_OUTPUT_LINES)
+        elif kind == "prompt":
+            prompt = (prompts or {}).get(event.step)
+            text = getattr(prompt, "text", None)
+            lines(event, "prompt", text if isinstance(text, str) else describe.summary(event).plain)
+        elif kind == "outcome":
+            lines(event, "outcome", describe.summary(event).plain)
+            for key in ("checker_output", "stderr", "error"):
+                if isinstance(value, dict) and value.get(key) is not None:
+                    lines(event, "outcome", view.text(value.get(key)), MAX_OUTPUT_LINES)
+        else:  # actions, clock reads, the setup, SDK calls, and kinds this app does not know
+            lines(event, kind if len(kind) <= 12 else "event", describe.summary(event).plain)
     entries.sort(key=lambda e: (e.seq, e.what != "command"))
     return entries
 

@@ -89,6 +89,7 @@ class StepRows:
     def reload(self) -> None:
         """(Re)read where the steps start (after the run grew)."""
         view = self.view
+        every = bool(getattr(self, "steps", None)) and self.all_expanded  # then new steps open too
         steps, starts = [], []
         try:
             last = view.store.steps(view.run_id)
@@ -113,6 +114,8 @@ class StepRows:
         self._representative.clear()
         if self.flat:
             self.expanded = {0}
+        elif every:
+            self.expanded = set(range(len(steps)))
         else:
             self.expanded = {i for i in self.expanded if i < len(steps)}
         self._recount()
@@ -234,13 +237,13 @@ class StepRows:
         return self.ends[i] - self.starts[i]
 
     def representative(self, i: int) -> int:
-        """The event a collapsed step's row selects: what the step did (its tool result, else
-        its outcome, action or setup, else its first event), for the detail pane, `e` and `y`."""
+        """The event a collapsed step's row selects: what the step did (its outcome, else its
+        tool result, action, setup or clock, else its first event), for the detail pane, `e`, `y`."""
         seq = self._representative.get(i)
         if seq is None:
             events = self.key_events(i)
             seq = self.starts[i]
-            for kind in ("tool", "outcome", "action", "setup", "clock"):
+            for kind in ("outcome", "tool", "action", "setup", "clock"):
                 found = [e for e in events if e.kind == kind]
                 if found:
                     seq = found[-1 if kind == "tool" else 0].seq

@@ -218,6 +218,21 @@ class TTTRApp(App):
         # Posted, not called: a call from this thread would wait forever on an app that quit.
         self.post_message(PromptsRebuilt(run.id, found))
 
+    def prompts_for_search(self, store, run) -> dict | None:
+        """{step: Prompt} of `run` for the search index (called in its worker thread): the
+        ones already rebuilt, else rebuilt now through `store` (a connection of that
+        thread); None when the app has no tokenizer for them (prompts are then indexed by
+        what their events hold)."""
+        found = self._prompts.get(run.id)
+        if isinstance(found, dict) or not self._load_tokenizer:
+            return found if isinstance(found, dict) else None
+        from tttr.engine.replay.prompts import prompts
+
+        try:
+            return {p.step: p for p in prompts(store, run.id, self.prompt_tokenizer(run))}
+        except Exception:  # noqa: BLE001 - no tokenizer or no prompt to rebuild: index without them
+            return None
+
     def on_prompts_rebuilt(self, message: PromptsRebuilt) -> None:
         self._prompts[message.run_id] = message.prompts
         if isinstance(self.screen, TimelineScreen) and self.screen.view.run_id == message.run_id:

@@ -50,7 +50,7 @@ def test_f_on_the_timeline_shows_the_files_after_the_step_marked_against_the_ste
         timeline = app.screen.timeline
         timeline.cursor = app.screen.view.step_start(1)
         await pilot.pause()
-        await pilot.press("f")
+        await pilot.press("F")
         screen = await _files_shown(pilot, app)
         assert _listing(screen) == [("README", None), ("bin.dat", "added"), ("greeting.txt", None)]
         title = str(screen.query_one("#files-title").render())
@@ -66,7 +66,7 @@ def test_f_on_the_timeline_shows_the_files_after_the_step_marked_against_the_ste
         # The setup step: its tree, nothing to mark against.
         timeline.cursor = 0
         await pilot.pause()
-        await pilot.press("f")
+        await pilot.press("F")
         screen = await _files_shown(pilot, app)
         assert _listing(screen) == [("README", None)]
         await wait_for(pilot, lambda: "greeting.txt should say hello world" in screen.detail_text)
@@ -100,7 +100,7 @@ def test_f_on_the_compare_screen_shows_the_same_step_of_both_runs_with_text_diff
         # The last step: the hostile file's text is shown with its controls visible.
         side.cursor = next(i for i, r in enumerate(side.rows) if r.b is not None and r.b.step == 2)
         await pilot.pause()
-        await pilot.press("f")
+        await pilot.press("F")
         screen = await _files_shown(pilot, app)
         assert ("notes.txt", "added") in _listing(screen)
         screen.query_one("#files-list").highlighted = [p for p, _ in _listing(screen)].index("notes.txt")
@@ -170,7 +170,7 @@ def test_a_run_without_snapshots_says_so_in_the_files_view(tmp_path):
         await wait_for(pilot, lambda: isinstance(app.screen, TimelineScreen))
         app.screen.timeline.cursor = app.screen.view.step_start(0)
         await pilot.pause()
-        await pilot.press("f")
+        await pilot.press("F")
         screen = await _files_shown(pilot, app)
         assert screen.listed == []
         await wait_for(pilot, lambda: "no snapshot of tree" in screen.detail_text)

@@ -84,6 +84,9 @@ def test_a_program_run_reads_on_one_timeline(program_db):
 
     async def flow(app, pilot):
         timeline = app.screen.query_one(Timeline)
+        steps = "\n".join(_lines(timeline))  # the step tree: one row per step, what it did
+        assert 'decide("' in steps and "$ python3 prog.py → exit 0" in steps
+        await pilot.press("z")  # every step expanded: one row per event
         lines = "\n".join(_lines(timeline))
         assert "python3 prog.py · clock 2026-03-02T10:00:00" in lines  # the setup: command line and clock
         assert lines.count("sdk.now()") == 1  # the clock read, marked as the program's

@@ -270,7 +270,7 @@ def test_a_run_being_recorded_grows_on_screen_until_it_finishes(tmp_path):
         assert isinstance(screen, TimelineScreen)
         timeline = screen.query_one(Timeline)
         assert timeline.view.count == 13 + 2 * 7 and "recording" in str(screen.query_one("#run-title").render())
-        await pilot.press("down", "down", "down")
+        await pilot.press("z", "home", "down", "down", "down")  # every step expanded, new ones too
         assert timeline.cursor == 3
         step.release()
         await wait_for(pilot, lambda: timeline.view.count == 13 + 3 * 7)

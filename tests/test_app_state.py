@@ -216,8 +216,8 @@ def test_b_opens_the_right_run_scrolled_to_its_step_and_escape_says_where_it_goe
         assert timeline.view.run_id == 2 and timeline.view.event(timeline.cursor).step == 2
         await pilot.pause()
         top, height = timeline.scroll_offset.y, timeline.scrollable_content_region.height
-        assert timeline.cursor >= height  # it needs scrolling to be seen ...
-        assert top <= timeline.cursor < top + height  # ... and it is
+        assert timeline.on_step_row  # the step's row in the step tree, in view
+        assert top <= timeline.rows.row_of(timeline.cursor) < top + height
         assert app.screen.active_bindings["escape"].binding.description == "back to compare"
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)

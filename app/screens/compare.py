@@ -45,7 +45,7 @@ class CompareScreen(FittedFooter, Screen):
     BINDINGS = [
         Binding("enter,a", "open_side('a')", "open left"),
         Binding("b", "open_side('b')", "open right"),
-        Binding("f", "files", "files at this step"),
+        Binding("f,F", "files", "files at this step"),
         Binding("escape", "back", "back"),
     ]
     place = "compare"  # what a screen above says `escape` goes back to

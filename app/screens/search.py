@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
-from tttr.app import search
+from tttr.app import describe, search
 from tttr.app.describe import short
 
 
@@ -58,14 +58,15 @@ class SearchScreen(ModalScreen[int | None]):
     def _refresh_hits(self, query: str) -> None:
         count = self.query_one("#search-count", Label)
         if self.corpus is None:
-            count.update(Text("indexing commands, outputs and messages …", style="italic"))
+            count.update(Text("indexing the run's events …", style="italic"))
             return
         self.hits = search.search(self.corpus, query)
         hits = self.query_one("#search-hits", OptionList)
         hits.clear_options()
         for i, hit in enumerate(self.hits):
-            label = Text(f"step {hit.entry.step:>3} ", style="bold")
-            style = {"command": "yellow", "message": "green", "unreadable": "bold red"}.get(hit.entry.what, "dim")
+            label = Text(f"step {describe.step_label(hit.entry.step):>5} ", style="bold")
+            style = {"command": "yellow", "message": "green", "outcome": "bold", "prompt": "cyan",
+                     "unreadable": "bold red"}.get(hit.entry.what, "dim")
             label.append(f"{hit.entry.what:<8}", style=style)
             label.append(" " + short(hit.entry.text, 90), style="bold red" if hit.entry.what == "unreadable" else "")
             label.append(f"  {hit.score:.0f}", style="dim")

@@ -20,7 +20,7 @@ from textual.widgets import Footer, Static
 from tttr.app import describe
 from tttr.app.runview import (RunView, token_pos)
 from tttr.app.exporting import ask_export
-from tttr.app.navigation import GOTO_HELP, goto_target, next_in, value_text
+from tttr.app.navigation import GOTO_HELP, goto_target, names_step, next_in, value_text
 from tttr.app.screens.ask import AskScreen
 from tttr.app.screens.search import SearchScreen
 from tttr.app.screens.timeline_fork import EditAndFork
@@ -120,7 +120,7 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
         timeline = self.query_one(Timeline)
         timeline.focus()
         if self.start:
-            timeline.cursor = self.start
+            timeline.go_to_step(self.start)  # opened at a step (a compare's `enter`/`b`): its row
             # Laid out only after this: scroll the rows to the cursor once they have a height.
             self.call_after_refresh(timeline.scroll_to_cursor)
         if self.view.run.status == "recording":
@@ -244,7 +244,7 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
         try:
             store = Store.open(self.app.db_path, create=False, readonly=True)
             try:
-                corpus = build_corpus(RunView(store, self.view.run_id))
+                corpus = build_corpus(RunView(store, self.view.run_id), self.app.prompts_for_search(store, self.view.run))
             finally:
                 store.close()
         except Exception as exc:  # noqa: BLE001 - shown in the dialog
@@ -287,12 +287,18 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
 
     # -- go to, bookmarks, copy, export -------------------------------------------------
     def action_goto(self) -> None:
-        check = partial(goto_target, self.view, cursor=self.timeline.cursor)
+        def check(text: str) -> tuple[int, bool]:
+            return goto_target(self.view, text, cursor=self.timeline.cursor), names_step(text)
+
         self.app.push_screen(AskScreen("Go to", GOTO_HELP, check), self._went)
 
-    def _went(self, index: int | None) -> None:
-        if index is not None:
-            self.timeline.go_to(index, f"already at event {index}")
+    def _went(self, answer: tuple[int, bool] | None) -> None:
+        if answer is not None:
+            index, step = answer
+            if step:  # `s3`, `setup`: the step, as the tree shows it
+                self.timeline.go_to_step(index)
+            else:
+                self.timeline.go_to(index, f"already at event {index}")
             self.timeline.focus()
 
     def action_bookmark(self) -> None:

@@ -253,13 +253,7 @@ class Timeline(ScrollView, can_focus=True):
         self.scroll_to_cursor()
 
     def validate_cursor(self, value: int) -> int:
-        value = max(0, min(value, max(0, self.view.count - 1)))
-        rows = self.rows
-        if not self._row_move and not rows.flat and not rows.is_expanded(value):
-            i = rows.index_of(value)
-            if value == rows.starts[i]:
-                return rows.representative(i)  # sent to a collapsed step's start: the step's row
-        return value
+        return max(0, min(value, max(0, self.view.count - 1)))
 
     def scroll_to_cursor(self) -> None:
         height = max(1, self.scrollable_content_region.height)
@@ -339,8 +333,9 @@ class Timeline(ScrollView, can_focus=True):
         self.go_row(self.rows.first_row(i))
 
     def go_to_step(self, seq: int) -> None:
-        """To the step holding event `seq` (`:s3`, a compare's row): its row, not an event in it."""
-        self.go_row(self.rows.row_of(seq), "already at that step")
+        """To the step holding event `seq` (`:s3`, a compare's row): a collapsed step's row
+        (nothing expands), else the step's first row."""
+        self.go_row(self.rows.first_row(self.rows.index_of(seq)), "already at that step")
 
     def action_toggle_step(self) -> None:
         rows = self.rows
