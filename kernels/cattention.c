@@ -132,7 +132,8 @@ static inline void one_head(const float *q, const float *k, const float *v, int6
     const float *kb = k + sq * k_seq + g * D, *vb = v + sq * v_seq + g * D;
     float s[L];
     int64_t j = 0;
-#if defined(__AVX512F__)
+#if defined(TTTR_ONE_KEY)  /* tests: every score by dot_lanes, to compare the multi-key bodies with */
+#elif defined(__AVX512F__)
     if (D % 16 == 0)
         for (; j + 16 <= L; j += 16) scores16(qh, kb + j * k_row, k_row, D, scale, s + j);
 #endif
