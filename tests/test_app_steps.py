@@ -190,3 +190,31 @@ def test_search_covers_outcomes_and_every_kind(failed_db):
         assert "no file greeting.txt" in app.screen.query_one(DetailPane).text
 
     run_app(failed_db, flow)
+
+
+def test_t_shows_each_steps_tokens_and_command_time_and_says_what_is_not_recorded(db):
+    from tttr.app.screens.timing import TimingScreen
+    from tttr.app.steps import TIMING_LACKS, step_timings
+
+    store = open_store(db)
+    try:
+        timings = step_timings(store, 1)
+        view = RunView(store, 1)
+        durations = [view.at(f"{s}:tool").value["duration_ms"] for s in range(STEPS)]
+    finally:
+        store.close()
+    assert [t.step for t in timings] == [-1, *range(STEPS)]
+    assert [t.tokens for t in timings] == [0] + [TOKENS] * STEPS
+    assert [t.tool_ms for t in timings] == [None, *durations]
+
+    async def flow(app, pilot):
+        await pilot.press("t")
+        screen = app.screen
+        assert isinstance(screen, TimingScreen)
+        await wait_for(pilot, lambda: screen.timings is not None)
+        shown = str(screen.query_one("#timing").render())
+        assert "ls -la /var/log" in shown and f"{durations[0]:.1f}" in shown and TIMING_LACKS[:40] in shown
+        await pilot.press("escape")
+        assert not isinstance(app.screen, TimingScreen)
+
+    run_app(db, flow)

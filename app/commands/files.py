@@ -160,7 +160,8 @@ def _show_diff(store, diff, args) -> None:
         return
     console = _console()
     a, b = diff.a, diff.b
-    head = f"run {a.run} step {a.step}" + (f" → step {b.step}" if a.run == b.run else f" → run {b.run} step {b.step}")
+    sa, sb = _step_written(a.step), _step_written(b.step)
+    head = f"run {a.run} step {sa}" + (f" → step {sb}" if a.run == b.run else f" → run {b.run} step {sb}")
     counts = {k: sum(1 for c in changes if c.change == k) for k in MARK}
     if not changes:
         console.print(shown(f"{head}: no file differs" + (f" under {args.path}" if args.path else "")))

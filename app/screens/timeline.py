@@ -363,6 +363,12 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
                 self.notify("the filter applies inside expanded steps: space expands one, z every one",
                             timeout=4, markup=False)
 
+    def action_timing(self) -> None:
+        """`t`: each step's tokens and command time, as bars."""
+        from tttr.app.screens.timing import TimingScreen
+
+        self.app.push_screen(TimingScreen(self.view.run_id))
+
     def action_switch_pane(self) -> None:
         detail = self.query_one(DetailPane)
         (self.timeline if detail.has_focus else detail).focus()
