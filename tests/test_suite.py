@@ -147,3 +147,38 @@ def test_ctrl_c_keeps_the_finished_runs_and_marks_the_rest_incomplete(tmp_path):
     assert code == 130 and len(err) == 1 and err[0].startswith("tttr suite: interrupted;"), err
     statuses = _statuses(db)
     assert "recording" not in statuses.values() and "complete" in statuses.values(), statuses
+
+
+def test_an_interrupted_suite_of_a_task_folder_resumes_the_missing_runs(tmp_path):
+    """Issue 30: a user's task folder, Ctrl-C after the first run, then `--resume ID`: the
+    runs it holds complete are not run again, the missing ones are, and the pinned ones
+    replay the anchor it already had."""
+    task = tmp_path / "tasks" / "append-done"
+    (task / "tree").mkdir(parents=True)
+    (task / "tree" / "todo.txt").write_text("buy milk\n")
+    (task / "instruction.md").write_text("Append the line done to todo.txt.\n")
+    (task / "check.sh").write_text("grep -qx done todo.txt\n")
+    db = tmp_path / "suite.db"
+    code, err = _interrupt_suite(["-m", "tttr.app", "suite", "--runs", "2", "--tasks-dir", str(tmp_path / "tasks"),
+                                  "--max-steps", "1", "--seed", "4", "--label", "mine", "--db", str(db)], ("[1/8]", 1))
+    assert code == 130, err
+    suite_id = err[0].split("--suite ")[1].rstrip(")")
+    before = _statuses(db)
+    kept = {i for i, s in before.items() if s == "complete"}
+    assert kept and len(kept) < 8
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "tttr.app", "suite", "--resume", suite_id, "--db", str(db)],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr
+    with Store.open(db, readonly=True, create=False) as store:
+        runs = [r for r in store.runs() if r.meta["suite"]["id"] == suite_id]
+        complete = [r for r in runs if r.status == "complete"]
+        slots = {(r.meta["suite"]["condition"], r.meta["suite"]["index"]) for r in complete}
+        assert slots == {(c, i) for c in CONDITIONS for i in range(2)} and len(complete) == 8  # none twice
+        assert all(r.task == "append-done" and r.meta["suite"]["settings"]["label"] == "mine" for r in runs)
+        anchor = min((r for r in complete if r.meta["suite"]["condition"] == "free"),
+                     key=lambda r: (r.meta["suite"]["index"], r.id))
+        assert all(r.parent == anchor.id for r in complete if r.meta["suite"]["condition"] != "free")
+    assert main(["stats", "--db", str(db), "--suite", suite_id]) == 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 import threading
 
+from pathlib import Path
+
 from tttr.app.commands import args as argtypes
 from tttr.app.commands.agent import DEFAULT_DB
 
@@ -50,6 +52,11 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--db", default=DEFAULT_DB, help=f"session database (default {DEFAULT_DB})")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run agent commands without bubblewrap where the machine refuses namespaces (unsafe)")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="a program's time limit per run, seconds (default 600; with -- PROGRAM)")
+    p.add_argument("program", nargs="*", metavar="PROGRAM ARG",
+                   help="after --: your agent program, recorded once per task and run like `tttr record -- PROGRAM` "
+                        "(docs/suites.md); default: the built-in agent")
     p.set_defaults(func=cmd_suite)
 
     p = sub.add_parser(
@@ -100,6 +107,8 @@ def cmd_suite(args) -> int:
         raise TTTRError(f"--temperature {args.temperature} leaves nothing to vary: give a temperature > 0")
     SamplingParams(temperature=args.temperature, seed=0)
     tasks = _tasks(args.tasks, args.tasks_dir)
+    if args.program:
+        return _program_suite(args, tasks)
     runtime = _runtime(args, "invariant")
     check_machine(runtime, args.unsafe_no_sandbox)
     suite_id = args.resume or new_suite_id()
@@ -139,6 +148,56 @@ def cmd_suite(args) -> int:
     return 0
 
 
+def _progress_line(f) -> str:
+    from tttr.sessions.safe_text import visible
+
+    what = f"[{f.done}/{f.total}] {f.task} {f.condition} #{f.index}"
+    if f.error is not None:
+        line = f"{what}: failed: {f.error}"
+    elif f.run is None:
+        line = f"{what}: not stored"
+    else:
+        r = f.run
+        verdict = r.status if r.status != "complete" else ("passed" if r.passed else "failed")
+        calls = f", {len(r.calls)} model call(s)" if r.calls is not None else ""
+        line = f"{what}: run {r.run_id} {verdict}, {len(r.actions)} state-modifying action(s){calls}"
+    return visible(line, newlines=False)
+
+
+def _program_suite(args, tasks: list[str]) -> int:
+    """`tttr suite ... -- PROGRAM ARG...`: the user's program as the agent."""
+    from tttr.engine.replay.program_suite import PROGRAM_CONDITIONS, run_program_suite
+    from tttr.engine.replay.suite import new_suite_id
+    from tttr.recorders.program import HostPython, check_program
+    from tttr.sessions.errors import TTTRError
+
+    if not 0 < args.timeout <= 86400:
+        raise TTTRError(f"--timeout {args.timeout}: give seconds in (0, 86400]")
+    if "/" not in args.program[0]:  # a command on PATH: there now, or refused before anything is written
+        check_program(args.program, Path.cwd(), HostPython.current())
+    elif not Path(args.program[0]).exists():
+        raise TTTRError(f"program {args.program[0]!r} not found: give a command on PATH or a file that exists")
+    suite_id = args.resume or new_suite_id()
+    total = len(tasks) * args.runs * len(PROGRAM_CONDITIONS)
+    print(f"suite {suite_id}: {len(tasks)} task(s) x {args.runs} runs x {len(PROGRAM_CONDITIONS)} conditions "
+          f"({', '.join(PROGRAM_CONDITIONS)}) = {total} recordings of {' '.join(args.program)} into {args.db}",
+          file=sys.stderr, flush=True)
+    try:
+        _, runs = run_program_suite(
+            args.db, tasks, args.runs, args.program, model=args.model, timeout_s=args.timeout,
+            unsafe_no_sandbox=args.unsafe_no_sandbox, suite_id=suite_id, label=args.label,
+            resume=args.resume is not None, task_dirs=args.tasks_dir, seed=args.seed,
+            progress=lambda f: print(_progress_line(f), file=sys.stderr, flush=True))
+    except KeyboardInterrupt:
+        print(f"tttr suite: interrupted; the finished runs are kept in {args.db}, the one in flight is marked "
+              f"incomplete (tttr suite --resume {suite_id} --db {args.db} -- ... finishes it)", file=sys.stderr)
+        return 130
+    complete = sum(r.status == "complete" for r in runs)
+    print(f"suite {suite_id}: {complete} of {total} runs complete in {args.db}; "
+          f"read them with: tttr stats --db {args.db} --suite {suite_id}")
+    return 0
+
+
 def _resume_settings(args) -> None:
     """--resume ID: the suite's own settings, read from its runs in --db, replace the flags'."""
     from pathlib import Path
@@ -160,6 +219,9 @@ def _resume_settings(args) -> None:
     args.max_steps = int(s.get("max_steps", args.max_steps))
     args.label = s.get("label") if isinstance(s.get("label"), str) else None
     args.seed = s.get("seed") if isinstance(s.get("seed"), int) else None
+    program = s.get("program")
+    if isinstance(program, list) and program and all(isinstance(a, str) for a in program):
+        args.program = program
     dirs = s.get("task_dirs")
     args.tasks_dir = [str(d) for d in dirs] if isinstance(dirs, list) and dirs else None
 
@@ -235,6 +297,14 @@ def stats_table(stats) -> str:
              for r in [head, *rows]]
     out = [visible(f"suite {stats.suite_id} (runs per condition: free/token-pinned/trace-pinned/pinned)", newlines=False),
            *lines, *RULE_LINES]
+    program = [t for t in [*stats.tasks, stats.overall] if any(o.calls.pairs for o in t.by_condition.values())]
+    if program:  # a program's suite: agreement on its model calls and on its checked outcome too
+        out.append("a program's runs also agree (or not) on their model calls (answers, in order) and checked "
+                   "outcome, per condition:")
+        for t in program:
+            cells = [f"{c} calls {_f(o.calls.fraction)} outcome {_f(o.verdicts.fraction)}"
+                     for c, o in t.by_condition.items()]
+            out.append(visible(f"  {t.task}: " + "; ".join(cells), newlines=False))
     if stats.left_out:
         out.append(f"{stats.left_out} incomplete run(s) left out")
     return "\n".join(out)

@@ -176,7 +176,8 @@ class _Endpoint:
 
 def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: datetime, seed: int,
                    model: str | None = None, check: str | None = None, timeout_s: float = 600.0,
-                   unsafe_no_sandbox: bool = False, progress=None, in_place: bool = False) -> ProgramResult:
+                   unsafe_no_sandbox: bool = False, progress=None, in_place: bool = False,
+                   env: dict | None = None, meta: dict | None = None) -> ProgramResult:
     """Record `argv` run in the sandbox as one run of `db`. Everything a user can get wrong
     (the program, the tree, the model path, the sandbox) is refused before `db` is touched.
     The program runs in a copy of `tree` (the end tree is in the database), so recording twice
@@ -213,7 +214,7 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
         owner = tree_dir.stat()
         try:
             return _record(recorder, service, executor, host, program, argv, name, tree_dir, clock, seed, check,
-                           sock_dir, say, timeout_s, share)
+                           sock_dir, say, timeout_s, share, env or {}, meta or {})  # a suite's (issue 30)
         finally:
             executor.close()
             share.close()
@@ -226,7 +227,7 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
 
 
 def _record(recorder, service, executor, host, program, argv, name, tree_dir, clock, seed, check, sock_dir,
-            say, timeout_s, share) -> ProgramResult:
+            say, timeout_s, share, extra_env=None, extra_meta=None) -> ProgramResult:
     from tttr.engine.serve.modes import Live
     from tttr.engine.serve.sdk_events import ProgramClock
     from tttr.engine.serve.sdk_tree import SDKTree, program_file
@@ -247,7 +248,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
             task=name, model_id=service.model_id, kernel_mode=service.kernel_mode, seed=seed,
             meta={"source": "tttr record", "program": list(argv), "clock": iso(clock),
                   "sandboxed": executor.sandboxed, "timeout_s": timeout_s,  # a replay waits as long
-                  **({"check": check} if check is not None else {})},
+                  **({"check": check} if check is not None else {}), **(extra_meta or {})},
         )
         recorder.adopt(name, run_id)
         watch = Stopwatch()  # the recording's own time, without the model's load (extra)
@@ -268,7 +269,8 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         sandboxed = executor.sandboxed
         refused = RefusedCalls(app)
         endpoint = _Endpoint(refused, str(sock_dir / SOCKET_NAME) if sandboxed else None)
-        env = {**(host.env() if sandboxed else {"PATH": host.path, **share.env()}), **endpoint_env(endpoint.base, name)}
+        env = {**(host.env() if sandboxed else {"PATH": host.path, **share.env()}), **endpoint_env(endpoint.base, name),
+               **(extra_env or {})}
         command = sandboxed_command(program, host) if sandboxed else program
         sdk_clock.begin()
         say(f"running {program} …")

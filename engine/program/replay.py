@@ -34,6 +34,8 @@ from __future__ import annotations
 from tttr.recorders.logicalclock import ClockShare
 from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.treeio import remove_tree
+import os
+import stat
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -46,6 +48,8 @@ from tttr.engine.program.divergence import (
 )
 from tttr.engine.replay.events import stored_text
 from tttr.engine.replay.diff import Divergence, first_request_difference
+from tttr.engine.serve.errors import APIError
+from tttr.engine.replay.program_suite import task_env
 from tttr.engine.serve.sdk_tree import program_file
 from tttr.recorders.program import SOCKET_NAME, HostPython, api_dir, check_program, endpoint_env, sandboxed_command
 from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, site, site_parts
@@ -90,10 +94,22 @@ class ReplayResult:
     logits_computed: int = 0
     tools_run: int = 0
     extra: dict = field(default_factory=dict)
+    # Where the divergence is, for a machine (`--json`'s divergence: call, step, at, and field
+    # {path, recorded, requested}): the call's index (or None), the step, the site (`1:prompt`,
+    # `1:clock`, `2:tool`; None for a step of another kind), the field (`messages[1].content`,
+    # `t`, `args`, `step`), and its recorded and requested values.
+    detail: dict | None = None
+    sealed: bool = False
 
     def to_json(self) -> dict:
-        return {"run_id": self.run_id, "parent": self.parent, "identical": self.identical,
-                "divergence": self.divergence.to_json() if self.divergence else None,
+        divergence = None
+        if self.divergence is not None:
+            d = self.detail or {}
+            divergence = {**self.divergence.to_json(), "call": d.get("call"), "step": d.get("step"), "at": d.get("at"),
+                          "field": {"path": d.get("field"), "recorded": d.get("recorded"),
+                                    "requested": d.get("requested")} if d else None}
+        return {"run_id": self.run_id, "parent": self.parent, "identical": self.identical, "sealed": self.sealed,
+                "divergence": divergence,
                 "exit_code": self.exit_code, "recorded_exit_code": self.recorded_exit_code,
                 "same_stdout": self.same_stdout, "same_tree": self.same_tree, "calls_answered": self.calls_answered,
                 "logits_computed": self.logits_computed, "tools_run": self.tools_run, "stdout": self.stdout,
@@ -140,6 +156,30 @@ def _load(store, run_id: int) -> _Recording:
     outcome = next((e.value for e in events if e.step == final_step and e.kind == "outcome"), None)
     setup_clock = next((e.value for e in events if e.step == SETUP_STEP and e.kind == "clock"), None)
     return _Recording(run, setup, steps, final, outcome, setup_clock)
+
+
+def request_field(a, b, path: str = ""):
+    """(path, a's value, b's value) of the first place two requests differ, as deep as they
+    go (`messages[1].content`, `max_tokens`); None when they are the same. The messages first,
+    then the other keys in order, as `first_request_difference` reads them."""
+    if a == b:
+        return None
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(set(a) | set(b), key=lambda k: (k != "messages", str(k)))
+        for key in keys:
+            if key not in a or key not in b:
+                return f"{path}.{key}".lstrip("."), a.get(key), b.get(key)
+            found = request_field(a[key], b[key], f"{path}.{key}".lstrip("."))
+            if found is not None:
+                return found
+    if isinstance(a, list) and isinstance(b, list):
+        for i in range(max(len(a), len(b))):
+            if i >= len(a) or i >= len(b):
+                return f"{path}[{i}]", a[i] if i < len(a) else None, b[i] if i < len(b) else None
+            found = request_field(a[i], b[i], f"{path}[{i}]")
+            if found is not None:
+                return found
+    return path, a, b
 
 
 def recorded_clock_read(step: _Step) -> dict | None:
@@ -219,10 +259,16 @@ class Replayer:
         self.clock = None
         self.clock_divergence: Divergence | None = None  # the first differing clock read
         self.request_divergence: Divergence | None = None  # the first differing request
+        self.detail: dict | None = None  # the divergence's ReplayResult.detail
+        self._clock_detail: dict | None = None
+        # Sealed (`--sealed`): nothing runs live. After the divergence a model call gets an error
+        # (no model loads, nothing is computed), an SDK tool an error in its place (it never runs).
+        self.sealed = False
         self._lock = threading.Lock()
 
-    def _diverge(self, where: str, a, b) -> None:
+    def _diverge(self, where: str, a, b, detail: dict | None = None) -> None:
         self.divergence = Divergence(where, "trace", a, b, NAMES)
+        self.detail = detail
 
     def _take(self, kind: str, asked, via: str = "") -> _Step | None:
         """The next recorded step if it is a `kind`, else the divergence (and None). `via`:
@@ -230,13 +276,19 @@ class Replayer:
         if self.divergence is not None:
             return None
         what = {"call": f"call {self.calls}{via}", "tool": "an SDK tool call", "clock": "an SDK clock read"}[kind]
+        call = self.calls if kind == "call" else None
         if self.cursor >= len(self.rec.steps):
-            self._diverge(f"step {self.cursor}", "(the recording ends here)", f"{what}: {asked}")
+            last = self.rec.steps[-1].step + 1 if self.rec.steps else 0
+            self._diverge(f"step {self.cursor}", "(the recording ends here)", f"{what}: {asked}",
+                          {"call": call, "step": last, "at": None, "field": "step",
+                           "recorded": None, "requested": {"kind": kind, "value": asked}})
             return None
         step = self.rec.steps[self.cursor]
         if step.kind != kind:
             recorded = {"call": "a model call", "tool": "an SDK tool call", "clock": "an SDK clock read"}[step.kind]
-            self._diverge(f"step {step.step}", recorded, f"{what}: {asked}")
+            self._diverge(f"step {step.step}", recorded, f"{what}: {asked}",
+                          {"call": call, "step": step.step, "at": None, "field": "step",
+                           "recorded": {"kind": step.kind}, "requested": {"kind": kind, "value": asked}})
             return None
         return step
 
@@ -266,6 +318,8 @@ class Replayer:
             self.clock_divergence = Divergence(f"{step.step}:clock (the clock read before call {index})", "trace",
                                                a if a is not None else "(no clock read)",
                                                b if b is not None else "(no clock read)", NAMES)
+            self._clock_detail = {"call": index, "step": step.step, "at": f"{step.step}:clock", "field": "t",
+                                  "recorded": a, "requested": b}
 
     def expected_clock(self, step: _Step) -> str | None:
         """The clock value the program should read before recorded call `step`: the recorded one."""
@@ -315,6 +369,9 @@ class Replayer:
                 # a changed clock read before it is the first cause: named first, the request then
                 self.request_divergence = call_divergence(where, *diff, NAMES)
                 self.divergence = self.clock_divergence or self.request_divergence
+                path, was, now = request_field(recorded, body) or ("endpoint", prompt.get("endpoint"), endpoint)
+                self.detail = self._clock_detail or {"call": index, "step": step.step, "at": f"{step.step}:prompt",
+                                                     "field": path, "recorded": was, "requested": now}
             return self._live_call(name, endpoint, body)
 
     def _answer_call(self, name, endpoint: str, body: dict, step: _Step, prompt: dict):
@@ -324,7 +381,10 @@ class Replayer:
         return _response(endpoint, step, prompt, self.rec.run.model_id or "tttr")
 
     def _live_call(self, name, endpoint: str, body: dict):
-        """A model call after the divergence: generated live, by the recorded model."""
+        """A model call after the divergence: generated live, by the recorded model (sealed: refused)."""
+        if self.sealed:
+            return APIError(f"sealed replay: the recording has no answer for this call ({self.divergence.describe()})",
+                            status=422, code="sealed_replay_miss")
         return self.live.generate(name, endpoint, body)
 
     @property
@@ -341,7 +401,7 @@ class Replayer:
         with self._lock:
             step = self._take(kind, value)
             if step is None:
-                return None  # live from here on
+                return self._sealed_tool(value) if self.sealed and kind == "tool" else None  # live from here on
             recorded = next(e.value for e in step.events if e.kind == kind)
             if kind == "clock":
                 return self._answer_clock(step, recorded)
@@ -351,11 +411,21 @@ class Replayer:
             for key in keys:
                 if recorded.get(key) != value.get(key):
                     label = recorded.get("function") or recorded.get("cmd")
-                    self._diverge(f"step {step.step}, tool {label}: {key}", recorded.get(key), value.get(key))
-                    return None
+                    self._diverge(f"step {step.step}, tool {label}: {key}", recorded.get(key), value.get(key),
+                                  {"call": None, "step": step.step, "at": f"{step.step}:tool", "field": key,
+                                   "recorded": recorded.get(key), "requested": value.get(key)})
+                    return self._sealed_tool(value) if self.sealed else None
             answer = self._answer_sdk(step, recorded, value)
             # the recorded call's effects on the files, which the server puts back (a fork's new value too)
             return {**{k: recorded[k] for k in ("tree_after", "snapshot") if recorded.get(k)}, **answer}
+
+    def _sealed_tool(self, value: dict) -> dict:
+        """What an SDK tool gets in a sealed replay after the divergence, in place of running:
+        an error the program can surface (a function's exception, a command's exit code 125)."""
+        why = f"sealed replay: the recording has no answer for this tool call ({self.divergence.describe()})"
+        if "function" in value:
+            return {"error": {"type": "SealedReplayMiss", "message": why}}
+        return {"stdout": "", "stderr": f"tttr: {why}\n", "exit_code": 125, "limit_hit": None, "truncated": False}
 
     def _answer_clock(self, step: _Step, recorded: dict) -> dict:
         """A clock read at recorded step `step`: the recorded value."""
@@ -374,11 +444,13 @@ class Replayer:
         one whose requests all matched but whose clock reads did not, at the first such read."""
         with self._lock:
             if self.divergence is None and self.clock_divergence is not None:
-                self.divergence = self.clock_divergence
+                self.divergence, self.detail = self.clock_divergence, self._clock_detail
             if self.divergence is None and self.cursor < len(self.rec.steps):
                 step = self.rec.steps[self.cursor]
                 self._diverge(f"step {step.step}", f"a {'model call' if step.kind == 'call' else 'SDK ' + step.kind}",
-                              "(the program ended)")
+                              "(the program ended)",
+                              {"call": self.calls if step.kind == "call" else None, "step": step.step, "at": None,
+                               "field": "step", "recorded": {"kind": step.kind}, "requested": None})
 
 
 # ---------------------------------------------------------------------------- the run
@@ -417,13 +489,67 @@ def lay_code(code: str, tree_dir: Path) -> list[str]:
     return overlay(src, tree_dir)
 
 
+def check_code(code: str, argv: list[str], recorded_argv: list[str]) -> None:
+    """`--code DIR` must hold the program it replays (the recorded one, or `-- PROGRAM`'s):
+    a folder that is not there, or that holds the program under another name, is refused
+    (today's code would not be what runs)."""
+    folder = Path(code)
+    if not folder.is_dir():
+        raise ProgramRunError(f"--code {code!r} is not a directory: give the folder that holds your program's files")
+    script = _script(argv)
+    if script is None or (folder / script).is_file():
+        return
+    others = sorted(p.name for p in folder.iterdir() if p.suffix == Path(script).suffix and p.is_file())
+    hint = (f" (it holds {', '.join(others[:3])}: name it with `-- {' '.join([argv[0], others[0]])}`)" if others
+            else "")
+    named = "the recorded program" if argv == recorded_argv else "the program after --"
+    raise ProgramRunError(f"--code {code!r} holds no {script}, {named} ({' '.join(argv)}){hint}")
+
+
+def renamed(code: str, tree_dir: Path, argv: list[str], recorded_argv: list[str]) -> None:
+    """Today's program under another name (`--code DIR -- python3 NEW.py`, DIR without the
+    recorded OLD.py): OLD.py leaves the restored start tree, as a rename would, so that the
+    files an SDK command sees are the recorded ones (each tree's own program file left out)."""
+    from tttr.recorders.treeio import lstat_at, open_dir, open_root, remove_at
+
+    old, new = _script(recorded_argv), _script(argv)
+    if old is None or new is None or old == new or (Path(code) / old).exists():
+        return
+    *folders, name = old.split("/")
+    fds = [open_root(str(tree_dir))]
+    try:
+        for folder in folders:
+            fds.append(open_dir(fds[-1], folder))
+        st = lstat_at(fds[-1], name)
+        if st is not None and stat.S_ISREG(st.st_mode):
+            remove_at(fds[-1], name)
+    except OSError:  # not there as a file (the start tree never held it): nothing to rename
+        pass
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def check_sealable(rec: _Recording) -> None:
+    """A sealed replay answers the program's tools from their SDK events: a run with none was
+    recorded without the SDK (its tools, if any, ran inside the program, unrecorded)."""
+    if not any(s.kind in ("tool", "clock") for s in rec.steps):
+        raise ProgramRunError(f"run {rec.run.id} was recorded without the SDK (no tool or clock events): a sealed "
+                              "replay could not keep its tools from running; replay it without --sealed, or record "
+                              "it with `from tttr.recorders import sdk` (@sdk.tool, sdk.shell)")
+
+
 def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, timeout_s: float | None = None,
-                   progress=None, fork=None, model: str | None = None, code: str | None = None) -> ReplayResult:
+                   progress=None, fork=None, model: str | None = None, code: str | None = None,
+                   meta: dict | None = None, argv: list[str] | None = None, sealed: bool = False) -> ReplayResult:
     """Replay recorded program run `run_id` of `db` as a child run; see the module's text.
     `fork` (engine/program/fork.py's ForkPlan, checked already) makes it a fork at one site.
     `timeout_s`: the recording's --timeout unless given (a program that hung when recorded
     is stopped after as long again, not after the default 600 s). `code`: a folder whose
-    files are laid over the recorded start tree (lay_code)."""
+    files are laid over the recorded start tree (lay_code). `argv`: another command line
+    (`tttr replay RUN -- PROGRAM ARG...`). `sealed`: nothing runs live (Replayer.sealed); a
+    run whose program used no SDK (its tools ran unrecorded, so nothing could keep them from
+    running again) is refused."""
     from tttr.recorders.limits import Limits
     from tttr.recorders.sandbox import Executor
     from tttr.recorders.snapshot import restore
@@ -436,9 +562,14 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
     try:
         with Store.open(db, create=False, readonly=True) as reader:  # checked before anything is written
             rec = _load(reader, run_id)
-            argv = [str(a) for a in rec.setup["program"]]
+            if sealed:
+                check_sealable(rec)
+            recorded_argv = [str(a) for a in rec.setup["program"]]
+            argv = list(argv) if argv else recorded_argv
             restore(rec.setup["snapshot"], reader, tree_dir)
             if code is not None:
+                check_code(code, argv, recorded_argv)
+                renamed(code, tree_dir, argv, recorded_argv)
                 lay_code(code, tree_dir)
             program = check_program(argv, tree_dir, host)
             recorded_stdout = _text(reader, rec.final.get("stdout"))
@@ -455,7 +586,7 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
                             binds=(*host.binds(sock_dir), share.bind()), logical_clock=True)
         try:
             return _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
-                           fork, model, code is not None, share)
+                           fork, model, code is not None, share, meta, sealed)
         finally:
             executor.close()
             share.close()
@@ -464,7 +595,7 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
 
 
 def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
-            fork=None, model=None, new_code=False, share=None) -> ReplayResult:
+            fork=None, model=None, new_code=False, share=None, meta=None, sealed=False) -> ReplayResult:
     from tttr.engine.serve.modes import FromRecording
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.sdk_events import ProgramClock
@@ -480,6 +611,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
     store = recorder.store
     replayer = fork.replayer(rec, recorder, name) if fork is not None else Replayer(rec, recorder, name, model)
     replayer.clock = share  # the program's clock reads: compared per call, moved as recorded (or forked)
+    replayer.sealed = sealed
     recorder.program_clock = share.event if share is not None else None  # a live call's clock read
     sdk_clock = ProgramClock(clock)  # live reads, after a divergence: as when recording
     app = create_app(FromRecording(replayer.answer_call, replayer.answer_sdk,
@@ -490,8 +622,9 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
     endpoint = None
     child = None
     try:
-        replay = {"free": [], **({"code": True} if new_code else {})}
-        how = fork.columns() if fork is not None else {"fork_seq": 0, "meta": {**(run.meta or {}), "replay": replay}}
+        replay = {"free": [], **({"code": True} if new_code else {}), **({"sealed": True} if sealed else {}),
+                  **({"program": list(argv)} if argv != rec.setup.get("program") else {})}
+        how = fork.columns() if fork is not None else {"fork_seq": 0, "meta": {**(run.meta or {}), "replay": replay, **(meta or {})}}
         child = store.begin_run(task=run.task, model_id=run.model_id, kernel_mode=run.kernel_mode,
                                 sampling=run.sampling, seed=fork.run_seed(run.seed) if fork is not None else run.seed,
                                 fingerprint=run.fingerprint, parent=run.id, **how)
@@ -503,6 +636,8 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
             if new_code:  # the start tree this replay ran from: the recorded one with --code laid over it
                 start = snapshot(tree_dir, store)
                 setup = {**setup, "tree": start, "snapshot": start}
+            if argv != setup.get("program"):  # `-- PROGRAM ARG...`: the command line it ran
+                setup = {**setup, "program": list(argv)}
             store.append(child, SETUP_STEP, KIND_LAYER["setup"], "setup", site(SETUP_STEP, "setup"), setup)
             store.commit_step(child)
         else:  # the setup and the steps before the site are the parent's, shared
@@ -510,7 +645,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         sandboxed = executor.sandboxed
         endpoint = _Endpoint(noting_responses(app), str(sock_dir / SOCKET_NAME) if sandboxed else None)
         env = {**(host.env() if sandboxed else {"PATH": host.path, **(share.env() if share else {})}),
-               **endpoint_env(endpoint.base, name), "TTTR_REPLAY": "1"}
+               **endpoint_env(endpoint.base, name), "TTTR_REPLAY": "1", **task_env(run.meta)}  # a suite task's
         replayer.arm_clock()  # the reads before the first call
         command = sandboxed_command(program, host) if sandboxed else program
         sdk_clock.begin()
@@ -558,7 +693,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         done, child = child, None
         return ReplayResult(done, run.id, identical, replayer.divergence, res.exit_code, rec.final.get("exit_code"),
                             res.stdout, same_stdout, same_tree, replayer.answered, logits, tools_run,
-                            replayer.report())
+                            replayer.report(), replayer.detail, sealed)
     finally:
         if endpoint is not None and child is not None:  # stopped early: wait for the server to go
             endpoint.stop()

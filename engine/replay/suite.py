@@ -28,6 +28,7 @@ and the runs it was in the middle of end at once, stored as incomplete.
 from __future__ import annotations
 
 import hashlib
+import json
 import queue
 import threading
 import uuid
@@ -62,6 +63,7 @@ class SuiteRun:
     seed: int | None = None
     start_tree: str | None = None  # the digest of its tree after the task's setup
     label: str | None = None  # the suite's label
+    calls: tuple[str, ...] | None = None  # a program's model calls: their answers, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,8 @@ def read_run(store, run) -> SuiteRun | None:
     info = run.meta.get("suite") if isinstance(run.meta, dict) else None
     if not isinstance(info, dict) or info.get("condition") not in CONDITIONS or not isinstance(run.task, str):
         return None
+    program = info.get("agent") == "program" and isinstance(info.get("task"), str)
+    task = info["task"] if program else run.task  # a program's run is `program:NAME`; its suite task is here
     tools = [e.value for e in store.events(run.id, kind="tool")]
     passed = run.outcome.get("passed") if isinstance(run.outcome, dict) else None
     index = info.get("index") if isinstance(info.get("index"), int) else 0
@@ -147,8 +151,15 @@ def read_run(store, run) -> SuiteRun | None:
     tree = setup.value.get("tree") if setup is not None and isinstance(setup.value, dict) else None
     settings = info.get("settings") if isinstance(info.get("settings"), dict) else {}
     label = settings.get("label") if isinstance(settings.get("label"), str) else None
-    return SuiteRun(run.id, run.task, info["condition"], index, run.status, passed, state_actions(tools),
-                    run.seed if isinstance(run.seed, int) else None, tree if isinstance(tree, str) else None, label)
+    calls = tuple(json.dumps(e.value, sort_keys=True, default=str) for e in store.events(run.id, kind="message")) \
+        if program else None
+    actions = state_actions(tools)
+    if program:  # the program's own command is the same text every run: its end tree tells them apart
+        actions = state_actions([{**v, "cmd": f"{v.get('cmd')} -> {str(v.get('tree_after'))[:16]}"}
+                                 if isinstance(v, dict) and "program" in v else v for v in tools])
+    return SuiteRun(run.id, task, info["condition"], index, run.status, passed, actions,
+                    run.seed if isinstance(run.seed, int) else None, tree if isinstance(tree, str) else None, label,
+                    calls)
 
 
 CANCEL_POLL_S = 0.05  # how often a run waiting for its generation looks at the suite's cancel
@@ -354,7 +365,8 @@ class SuiteStats:
                 conds[c] = {"runs": o.runs, "passed": o.passed, "pass_rate": o.pass_rate,
                             "pass_interval_95": [iv.low, iv.high] if iv else None,
                             "pairs": o.agreement.pairs, "agreeing_pairs": o.agreement.agreeing,
-                            "agreement": o.agreement.fraction}
+                            "agreement": o.agreement.fraction, "outcome_agreement": o.verdicts.fraction,
+                            "model_call_agreement": o.calls.fraction if o.calls.pairs else None}
             return {"task": t.task, "conditions": conds, "decomposition": t.decomposition.to_json()}
 
         return {"suite": self.suite_id, "tasks": [task_json(t) for t in self.tasks],
@@ -437,9 +449,11 @@ def stats_of(suite_id: str, runs: list[SuiteRun]) -> SuiteStats:
     for task in tasks:
         by_cond = {}
         for cond in CONDITIONS:
-            rs = [(r.passed, r.actions) for r in complete if r.task == task and r.condition == cond]
+            these = [r for r in complete if r.task == task and r.condition == cond]
+            rs = [(r.passed, r.actions) for r in these]
             if rs:
-                by_cond[cond] = outcomes(rs)
+                calls = [r.calls for r in these] if all(r.calls is not None for r in these) else None
+                by_cond[cond] = outcomes(rs, calls)
                 pooled[cond] = pooled[cond] + by_cond[cond] if cond in pooled else by_cond[cond]
         per_task.append(TaskStats(task, by_cond, decompose(by_cond)))
     overall = TaskStats("overall", pooled, decompose(pooled))

@@ -85,11 +85,15 @@ def agreement(sequences: Sequence[tuple]) -> Agreement:
 
 @dataclass(frozen=True, slots=True)
 class Outcomes:
-    """One condition's runs of one task (or pooled over tasks): pass counts and agreement."""
+    """One condition's runs of one task (or pooled over tasks): pass counts and agreement
+    (on state-modifying actions; and, for a program's runs, on its model calls' answers and
+    on the checked outcome)."""
 
     runs: int
     passed: int
     agreement: Agreement
+    calls: Agreement = Agreement(0, 0)
+    verdicts: Agreement = Agreement(0, 0)
 
     @property
     def pass_rate(self) -> float | None:
@@ -100,12 +104,15 @@ class Outcomes:
         return wilson(self.passed, self.runs)
 
     def __add__(self, other: Outcomes) -> Outcomes:
-        return Outcomes(self.runs + other.runs, self.passed + other.passed, self.agreement + other.agreement)
+        return Outcomes(self.runs + other.runs, self.passed + other.passed, self.agreement + other.agreement,
+                        self.calls + other.calls, self.verdicts + other.verdicts)
 
 
-def outcomes(runs: Sequence[tuple[bool, tuple]]) -> Outcomes:
-    """From (passed, state-modifying actions) per run."""
-    return Outcomes(len(runs), sum(bool(p) for p, _ in runs), agreement([a for _, a in runs]))
+def outcomes(runs: Sequence[tuple[bool, tuple]], calls: Sequence[tuple] | None = None) -> Outcomes:
+    """From (passed, state-modifying actions) per run, and (a program's) model calls per run."""
+    return Outcomes(len(runs), sum(bool(p) for p, _ in runs), agreement([a for _, a in runs]),
+                    agreement(list(calls)) if calls is not None else Agreement(0, 0),
+                    agreement([(p is True,) for p, _ in runs]))
 
 
 @dataclass(frozen=True, slots=True)
