@@ -238,3 +238,24 @@ def test_the_bench_round_trips_a_trace_it_times(tmp_path):
     r = run_bench(spans=1000)
     assert r["round_trip_identical"] is True and r["spans"] == 1000
     assert r["import_spans_per_s"] > 0 and r["export_spans_per_s"] > 0
+
+
+def test_the_app_shows_an_imported_run_on_its_timeline(tmp_path, capsys):
+    from tests.app_helpers import run_app
+    from tttr.app.widgets.detail import DetailPane
+    from tttr.app.widgets.timeline import Timeline
+
+    db = tmp_path / "i.db"
+    assert _run(capsys, ["import", str(_openinference(tmp_path)), "--db", str(db)])[0] == 0
+
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        await pilot.press("z")  # every step expanded: one row per event
+        lines = "\n".join(timeline.render_line(y).text.rstrip() for y in range(timeline.size.height))
+        assert 'stock(item="apple")  → "3 apples"' in lines and "Three apples." in lines
+        assert "imported trace: messages only" in str(app.screen.query_one("#run-title").render())
+        timeline.cursor = timeline.view.at("0:message").seq
+        await pilot.pause()
+        assert '"name": "stock"' in app.screen.query_one(DetailPane).text  # the tool call the model asked for
+
+    run_app(db, flow, run_id=1, load_tokenizer=False)

@@ -119,8 +119,9 @@ class Planned:
                   "lacks": list(LACKS), "missing": sorted(missing),
                   "model_calls": chats, "tool_calls": len(self.events) - chats},
         )
-        self.outcome = {"spans": len(trace.spans), "model_calls": chats, "tool_calls": len(self.events) - chats,
-                        "missing": sorted(missing)}
+        # `reason` is what the runs list and the app's title show of an outcome that is no verdict
+        self.outcome = {"reason": "imported trace: messages only", "spans": len(trace.spans), "model_calls": chats,
+                        "tool_calls": len(self.events) - chats, "lacks": list(LACKS), "missing": sorted(missing)}
 
 
 def plan_import(traces: list[Trace], fmt: str, source: str) -> list[Planned]:
