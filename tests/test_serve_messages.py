@@ -273,3 +273,64 @@ def test_the_anthropic_example_agent_records_replays_and_forks_in_the_sandbox(tm
                              "--set", '["README", "greeting.txt"]', "--json"])
     assert fork["exit_code"] == 1 and "greeting.txt exists already" in fork["stdout"], fork
     assert fork["calls_generated"] == 0 and fork["logits_computed"] == 0
+
+
+def test_an_anthropic_upstream_is_detected_or_named():
+    from tttr.engine.serve.proxy_anthropic import upstream_format
+
+    assert upstream_format("https://api.anthropic.com", None) == "anthropic"
+    assert upstream_format("http://127.0.0.1:8001/v1", None) == "openai"
+    assert upstream_format("https://evil-anthropic.com.example", None) == "openai"
+    assert upstream_format("http://127.0.0.1:8001", "anthropic") == "anthropic"
+
+
+@pytest.mark.slow
+def test_a_proxy_records_an_upstream_messages_api_and_the_run_replays(tmp_path, capsys):
+    """`tttr serve --upstream URL --upstream-format anthropic` in front of a server that speaks
+    Messages (a `tttr serve`): the official client gets the upstream's answers, whole and streamed,
+    and each call is recorded as the chat call it means, which `tttr replay` replays."""
+    import anthropic
+    import openai
+
+    from tttr.app.cli import main
+    from tttr.engine.serve.proxy_anthropic import AnthropicUpstream, ProxiedMessages
+    from tttr.engine.serve.recorder import CallRecorder
+    from tttr.engine.serve.server import create_app
+    from tttr.sessions.store import Store
+
+    served = recording_server(tmp_path / "upstream.db")
+    proxy_db = tmp_path / "proxy.db"
+    proxy_recorder = CallRecorder(proxy_db, None)
+    proxy = Running(create_app(ProxiedMessages(AnthropicUpstream(served.url, key="secret")), proxy_recorder))
+    try:
+        client = anthropic.Anthropic(base_url=proxy.url, api_key="unused", max_retries=0,
+                                     default_headers={"X-TTTR-Run": "proxied"})
+        asked = dict(model=served.service.model_id, max_tokens=12, system="Be brief.",
+                     messages=[{"role": "user", "content": "Name a fruit."}], extra_body={"temperature": 0})
+        whole = client.messages.create(**asked)
+        with client.messages.stream(**asked) as stream:
+            streamed = stream.get_final_message()
+        assert whole.content[0].text and _blocks(streamed) == _blocks(whole), (whole, streamed)
+        assert client.messages.count_tokens(model=asked["model"], system="Be brief.",
+                                            messages=asked["messages"]).input_tokens == whole.usage.input_tokens
+        with pytest.raises(openai.BadRequestError, match="speaks Anthropic's Messages API"):
+            openai.OpenAI(base_url=proxy.url + "/v1", api_key="unused", max_retries=0).chat.completions.create(
+                model=asked["model"], messages=[{"role": "user", "content": "hi"}])
+    finally:
+        proxy.stop()
+        proxy_recorder.close()
+        served.stop()
+        served.recorder.close()
+    with Store.open(proxy_db, readonly=True) as store:
+        (run,) = store.runs()
+        prompts = [e.value for e in store.events(run.id, kind="prompt")]
+        messages = [e.value for e in store.events(run.id, kind="message")]
+        tokens = [e.value for e in store.events(run.id, kind="token")]
+    assert run.meta["tensor"] == "not recorded" and len(prompts) == 2
+    assert prompts[0]["request"]["messages"] == [{"role": "system", "content": "Be brief."},
+                                                 {"role": "user", "content": "Name a fruit."}]
+    assert prompts[0]["sent"]["system"] == "Be brief." and "secret" not in json.dumps(prompts)
+    assert [m["text"] for m in messages] == [whole.content[0].text] * 2 and tokens[0]["id_source"] == "retokenized"
+    assert main(["replay", str(run.id), "--db", str(proxy_db)]) == 0
+    out = capsys.readouterr().out
+    assert "identical to the recording" in out, out

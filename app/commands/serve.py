@@ -19,9 +19,10 @@ class ServeError(TTTRError):
 
 def register(sub, bench_sub) -> None:
     p = sub.add_parser(
-        "serve", help="serve the OpenAI API (chat, completions, responses) on the engine, recording each call",
+        "serve", help="serve the OpenAI API (chat, completions, responses) and Anthropic's Messages API on the engine, recording each call",
         description="An OpenAI-compatible server on TTTR's engine: GET /v1/models, POST /v1/chat/completions, "
-                    "POST /v1/completions, POST /v1/responses (run as the chat call it means), GET /health. Requests share the model through continuous batching; "
+                    "POST /v1/completions, POST /v1/responses and Anthropic's POST /v1/messages (each run as the chat call it "
+                    "means), GET /health. Requests share the model through continuous batching; "
                     "with the invariant kernels (the default) a seeded request gets the same tokens and logprobs "
                     "alone or under load. With --db every call is recorded as a run (header X-TTTR-Run: NAME "
                     "groups calls into one run). Ctrl-C stops it.",
@@ -43,6 +44,9 @@ def register(sub, bench_sub) -> None:
                    help="proxy mode: forward every call to this OpenAI-compatible server (e.g. "
                         "http://127.0.0.1:8001/v1, vLLM, SGLang, llama.cpp, a hosted API) and record it at the "
                         "token layer; the local model only gives recorded tokens their ids")
+    p.add_argument("--upstream-format", choices=("openai", "anthropic"), default=None,
+                   help="the upstream's wire format (default: anthropic for a host on anthropic.com, else openai); "
+                        "with anthropic the proxy takes POST /v1/messages and forwards it as it came")
     p.add_argument("--upstream-key-env", default=None, metavar="NAME",
                    help="the environment variable that holds the upstream's API key (sent as a bearer "
                         "token, never recorded)")
@@ -88,7 +92,9 @@ def _upstream(args):
 
     from tttr.engine.serve.errors import APIError
     from tttr.engine.serve.proxy import Upstream
+    from tttr.engine.serve.proxy_anthropic import AnthropicUpstream, upstream_format
 
+    kind = AnthropicUpstream if upstream_format(args.upstream, args.upstream_format) == "anthropic" else Upstream
     key = None
     if args.upstream_key_env:
         key = os.environ.get(args.upstream_key_env)
@@ -96,7 +102,7 @@ def _upstream(args):
             raise ServeError(f"--upstream-key-env {args.upstream_key_env}: that environment variable is not set "
                              "(or empty); export it with the upstream's API key")
     try:
-        return Upstream(args.upstream, key=key, model=args.model)
+        return kind(args.upstream, key=key, model=args.model)
     except APIError as exc:
         raise ServeError(str(exc)) from None
 
@@ -118,8 +124,8 @@ def cmd_serve(args) -> int:
 
     _passive_openmp()
 
-    if args.upstream_key_env and args.upstream is None:
-        raise ServeError("--upstream-key-env needs --upstream URL")
+    if (args.upstream_key_env or args.upstream_format) and args.upstream is None:
+        raise ServeError(f"{'--upstream-key-env' if args.upstream_key_env else '--upstream-format'} needs --upstream URL")
     upstream = _upstream(args) if args.upstream is not None else None  # --upstream '' is refused there
     # a wrong model path is refused before torch loads
     if args.any_model and upstream is not None:
@@ -145,7 +151,12 @@ def cmd_serve(args) -> int:
     def announce(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    mode = Proxied(upstream) if upstream is not None else Live(service)
+    from tttr.engine.serve.proxy_anthropic import AnthropicUpstream, ProxiedMessages
+
+    if upstream is None:
+        mode = Live(service)
+    else:  # the upstream's wire format decides what answers
+        mode = ProxiedMessages(upstream) if isinstance(upstream, AnthropicUpstream) else Proxied(upstream)
     app = create_app(mode, recorder, announce=announce, max_body_mb=args.max_body_mb or MAX_BODY_MB)
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     where = f"recording to {args.db}" if args.db else "not recording (pass --db FILE)"

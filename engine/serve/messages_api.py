@@ -229,6 +229,28 @@ def _thinking(thinking: object) -> None:
                       "drop `thinking` or set it to {\"type\": \"disabled\"}")
 
 
+# ---------------------------------------------------------------------------- over a mode's chat call
+async def over_chat(mode, server, request, body: object):
+    """The response to Messages request `body` where `mode` answers it as the chat call it
+    means (`mode.answer(..., "chat", chat)`): that answer shaped as a message or Anthropic's
+    stream, its error in Anthropic's shape."""
+    from starlette.responses import JSONResponse
+
+    from tttr.engine.serve.httpio import events
+
+    try:
+        chat = to_chat(body)
+    except APIError as exc:
+        return JSONResponse(error_of(exc), status_code=exc.status)
+    answered = await mode.answer(server, request, "chat", chat)
+    if answered.status_code != 200:  # the chat route's error, in Anthropic's shape
+        return JSONResponse(error_from_chat(json.loads(answered.body or b"{}"), answered.status_code),
+                            status_code=answered.status_code)
+    if chat.get("stream"):
+        return events(from_chat_stream(body, answered.body_iterator))
+    return JSONResponse(to_message(body, json.loads(answered.body)))
+
+
 # ---------------------------------------------------------------------------- errors
 def error_json(message: str, status: int) -> dict:
     return {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message}}

@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from tttr.engine.serve import messages_api
 from tttr.engine.serve import responses as shape
 from tttr.engine.serve.errors import APIError
 from tttr.engine.serve.httpio import error_response, events, read_body, run_name, sse
@@ -73,9 +74,12 @@ class Mode(Protocol):
         """An SDK query's answer from a recording ("tool": a result or a command's output,
         "clock": its "t"), or None: run it live, and record what it gave."""
 
-    async def count_tokens(self, chat: dict) -> int:
-        """The prompt tokens of chat body `chat` (POST /v1/messages/count_tokens); APIError
-        where this mode cannot count them."""
+    async def count_tokens(self, body: object) -> int:
+        """The prompt tokens of Messages request `body` (POST /v1/messages/count_tokens); APIError
+        where it is refused or this mode cannot count them."""
+
+    async def messages(self, server: Server, request: Request, body: object) -> Response:
+        """The response to Anthropic Messages request `body` (POST /v1/messages), in Anthropic's shapes."""
 
 
 # ---------------------------------------------------------------------------- the engine
@@ -119,9 +123,13 @@ class Live:
     def recorded(self, run, kind, value):
         return None  # live: the server records, it never answers
 
-    async def count_tokens(self, chat: dict) -> int:
+    async def count_tokens(self, body: object) -> int:
+        chat = messages_api.to_chat(body, counting=True)
         prepared = await run_in_threadpool(self.service.prepare, parse_chat(chat))
         return len(prepared.prompt_ids)
+
+    async def messages(self, server, request, body):
+        return await messages_api.over_chat(self, server, request, body)
 
     async def answer(self, server: Server, request: Request, endpoint: str, body: object = None) -> Response:
         try:
@@ -289,9 +297,12 @@ class Proxied:
     def recorded(self, run, kind, value):
         return None
 
-    async def count_tokens(self, chat: dict) -> int:
-        raise APIError(f"count_tokens is not forwarded in proxy mode: ask the upstream {self.upstream.shown} itself",
-                       status=400, code="unsupported")
+    async def count_tokens(self, body: object) -> int:
+        raise APIError(f"count_tokens is not forwarded to an OpenAI-compatible upstream ({self.upstream.shown}): "
+                       "it has no such route", status=400, code="unsupported")
+
+    async def messages(self, server, request, body):
+        return await messages_api.over_chat(self, server, request, body)
 
     async def answer(self, server: Server, request: Request, endpoint: str, body: object = None) -> Response:
         """Forward the call upstream; record it (token layer only) once answered."""
@@ -372,9 +383,13 @@ class FromRecording:
     def recorded(self, run, kind, value):
         return self.answer_sdk(run, kind, value)
 
-    async def count_tokens(self, chat: dict) -> int:
+    async def count_tokens(self, body: object) -> int:
+        messages_api.to_chat(body, counting=True)
         raise APIError("count_tokens is not recorded, so a replay cannot answer it (no model is loaded); count "
                        "on a live `tttr serve`", status=400, code="unsupported")
+
+    async def messages(self, server, request, body):
+        return await messages_api.over_chat(self, server, request, body)
 
     async def answer(self, server: Server, request: Request, endpoint: str, body: object = None) -> Response:
         """A model call answered from the recording: no model, no compute."""

@@ -110,31 +110,24 @@ class Server:
         return JSONResponse(responses_api.to_response(body, json.loads(answered.body)))
 
     async def messages(self, request: Request):
-        """Anthropic's Messages API: the chat call its request means (engine/serve/messages_api.py),
-        run, recorded and replayed as one; its answer shaped as a message (or Anthropic's stream),
-        its errors in Anthropic's shape."""
+        """Anthropic's Messages API, as the mode answers it: as the chat call the request means
+        (engine/serve/messages_api.py), or forwarded to an upstream that speaks it; errors in
+        Anthropic's shape."""
         from tttr.engine.serve import messages_api
 
         try:
             body = await read_body(request, self.max_body)
-            chat = messages_api.to_chat(body)
         except APIError as exc:
             return JSONResponse(messages_api.error_of(exc), status_code=exc.status)
-        answered = await self.mode.answer(self, request, "chat", chat)
-        if answered.status_code != 200:  # the chat route's error, in Anthropic's shape
-            return JSONResponse(messages_api.error_from_chat(json.loads(answered.body or b"{}"), answered.status_code),
-                                status_code=answered.status_code)
-        if chat.get("stream"):
-            return events(messages_api.from_chat_stream(body, answered.body_iterator))
-        return JSONResponse(messages_api.to_message(body, json.loads(answered.body)))
+        return await self.mode.messages(self, request, body)
 
     async def count_tokens(self, request: Request) -> JSONResponse:
         """POST /v1/messages/count_tokens: the prompt tokens the Messages request would take."""
         from tttr.engine.serve import messages_api
 
         try:
-            chat = messages_api.to_chat(await read_body(request, self.max_body), counting=True)
-            return JSONResponse({"input_tokens": await self.mode.count_tokens(chat)})
+            body = await read_body(request, self.max_body)
+            return JSONResponse({"input_tokens": await self.mode.count_tokens(body)})
         except APIError as exc:
             return JSONResponse(messages_api.error_of(exc), status_code=exc.status)
 
