@@ -14,6 +14,7 @@ run with recording switched off, a faithful replay of it, and a fork at its last
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -115,8 +116,18 @@ def run_bench(runs: int = 10, db: str | None = None, model: str | None = None,
                                             unsafe_no_sandbox=unsafe_no_sandbox))[0] for _ in range(3))
         last = n_steps - 1
         site, value = _late_token_fork(s, target.run_id, last)
-        t_fork, forked = timed(lambda: fork(s, target.run_id, site, value, runtime=runtime,
-                                            unsafe_no_sandbox=unsafe_no_sandbox))
+        forks = []
+        for _ in range(3):
+            with _capturing_sequences(runtime) as made:
+                t, forked = timed(lambda: fork(s, target.run_id, site, value, runtime=runtime,
+                                               unsafe_no_sandbox=unsafe_no_sandbox))
+            floor = None
+            if made:  # the forked step's sequence again, alone: its prompt prefilled whole, its tokens
+                make, args = made[0]
+                generate = runtime.generate_in(s.run(target.run_id).kernel_mode)
+                floor = timed(lambda: generate(make(*args)))[0]
+            forks.append((t, forked, floor, args[0] if made else None))
+        t_fork, forked, t_floor, fork_prompt = min(forks, key=lambda f: f[0])
     finally:
         s.close()
     result = {
@@ -133,15 +144,49 @@ def run_bench(runs: int = 10, db: str | None = None, model: str | None = None,
         "fork_s": t_fork,
         "fork_site": site,
         "speed_run_steps": n_steps,
+        # what the fork computed: its live steps, the positions it generated, and the floor it
+        # is held to, a prefill of the shared prefix and the forked step's tokens, timed alone
+        "fork_live_steps": len(forked.actions) - last,
+        "fork_logits_computed": forked.logits_computed,
+        "fork_commands_run": forked.commands_run,
+        "fork_prompt_tokens": len(fork_prompt) if fork_prompt is not None else None,
+        "fork_floor_s": t_floor,
+        "fork_over_floor": t_fork / t_floor if t_floor else None,
     }
     say(f"record {t_record:.2f} s | unrecorded {t_off:.2f} s | faithful replay {t_replay * 1000:.1f} ms | "
-        f"fork at {site} {t_fork:.2f} s")
+        f"fork at {site} {t_fork:.2f} s (best of 3)")
+    if t_floor:
+        say(f"fork: {result['fork_live_steps']} live step(s), {forked.logits_computed} positions generated, "
+            f"{forked.commands_run} command(s) run; a prefill of its {result['fork_prompt_tokens']}-token prompt and "
+            f"the step's tokens alone take {t_floor:.2f} s: the fork costs {result['fork_over_floor']:.2f}x that")
     say(f"replay speedup {result['replay_speedup']:.0f}x (target >= 50x); fork speedup "
         f"{result['fork_speedup']:.1f}x (target >= 3x, run of {n_steps} steps); "
         f"recording overhead {result['record_overhead']:+.1%} (target <= 5%)")
     if tmp:
         shutil.rmtree(tmp, ignore_errors=True)
     return result
+
+
+@contextlib.contextmanager
+def _capturing_sequences(runtime: Runtime):
+    """While inside, the (factory, arguments) of every sequence the runtime's runs make, in order."""
+    made: list = []
+    real = runtime.sequence_factory
+
+    def factory(sampling):
+        make = real(sampling)
+
+        def capture(*args):
+            made.append((make, args))
+            return make(*args)
+
+        return capture
+
+    runtime.sequence_factory = factory
+    try:
+        yield made
+    finally:
+        del runtime.sequence_factory
 
 
 def _late_token_fork(store, run_id: int, step: int) -> tuple[str, str]:
