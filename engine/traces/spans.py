@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,10 +156,13 @@ def from_json_value(v: Any) -> Any:
     return v
 
 
+_HEX = re.compile(r"[0-9a-f]+\Z")
+
+
 def _hex(v: Any, digits: int, empty: bool = False) -> str:
     if empty and v == "":
         return ""
-    if type(v) is not str or len(v) != digits or any(c not in "0123456789abcdef" for c in v):
+    if type(v) is not str or len(v) != digits or not _HEX.match(v):
         raise TypeError(f"{str(v)[:40]!r} is not {digits} hex digits")
     return v
 
