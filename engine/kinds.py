@@ -33,6 +33,8 @@ class ReplayRequest:
     model: str | None = None
     code: str | None = None
     unsafe_no_sandbox: bool = False
+    argv: tuple[str, ...] = ()  # a program's `-- PROGRAM ARG...`: another command line
+    sealed: bool = False  # a program's --sealed: nothing runs live
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +119,10 @@ class AgentRuns(RunKind):
         from tttr.engine.replay.policy import PolicyError
         from tttr.engine.replay.runs import check_replay
 
-        if request.code is not None:
-            raise KindError(f"--code lays a program's files over its start tree, and run {run.id} is no recorded "
-                            "program (tttr record -- PROGRAM): drop --code")
+        if request.code is not None or request.argv or request.sealed:
+            what = "--code" if request.code is not None else "--sealed" if request.sealed else "-- PROGRAM"
+            raise KindError(f"{what} replays a recorded program against today's code, and run {run.id} is no recorded "
+                            f"program (tttr record -- PROGRAM): drop {what}")
         if request.seed is not None and request.policy.pinned("token"):
             raise PolicyError("--seed seeds a freed token layer, and this replay pins it (the recorded tokens): "
                               "add --free token, or drop --seed")
@@ -217,7 +220,7 @@ class RecordedProgram(RunKind):
 
         r = plan.request
         return replay_program(db, plan.run_id, unsafe_no_sandbox=r.unsafe_no_sandbox, progress=progress,
-                              model=r.model, code=r.code)  # model: for calls after a divergence, generated live
+                              model=r.model, code=r.code, argv=list(r.argv) or None, sealed=r.sealed)  # model: for calls after a divergence, generated live
 
     def check_fork(self, reader, run, request: ForkRequest) -> Plan:
         from tttr.engine.program.fork import check_program_fork

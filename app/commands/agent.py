@@ -49,14 +49,15 @@ def register(sub, bench_sub) -> None:
     _common(p)
     p.set_defaults(func=cmd_record)
 
-    p = sub.add_parser(
+    p = _with_program_after_dashes(sub, lambda: sub.add_parser(
         "replay", help="replay a run: faithful, or with one layer freed",
         description="Replay a recorded run. With nothing freed the replay is faithful: recorded "
                     "tokens, logits, clock values and tool results are taken as they are (no model "
                     "compute, no command runs). --free LAYER[,LAYER] computes those layers live. "
                     "Prints whether the decisions are identical and, if not, the first divergence. "
-                    "The replay is stored as a child run.",
-    )
+                    "The replay is stored as a child run. A recorded program replays against today's code "
+                    "with --code DIR (and -- PROGRAM ARG... for another command line), sealed with --sealed.",
+    ))
     p.add_argument("run", type=argtypes.run_id, help="run id (see `tttr runs DB`)")
     p.add_argument("--free", default="", metavar="LAYERS",
                    help="comma-separated layers to compute live: tensor, token, trace, e.g. token,trace "
@@ -65,6 +66,11 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--code", metavar="DIR",
                    help="a recorded program only: lay the files of DIR (your program as it is now) over the "
                         "recorded start tree and replay against the recording (default: the recorded files)")
+    p.add_argument("--sealed", action="store_true",
+                   help="a recorded program only: nothing runs live (no model, no SDK tool); the first call the "
+                        "recording cannot answer ends the replay with exit code 1 and the divergence")
+    p.add_argument("program", nargs="*", metavar="PROGRAM ARG",  # filled from after -- (_with_program_after_dashes)
+                   help="after --: a recorded program only, the command line to replay instead of the recorded one")
     _model_args(p)
     _common(p)
     p.set_defaults(func=cmd_replay)
@@ -141,6 +147,30 @@ def register(sub, bench_sub) -> None:
     _model_args(b)
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=cmd_bench_fidelity)
+
+
+def _with_program_after_dashes(sub, make):
+    """The parser `make()` adds to `sub`, taking the words after `--` as its `program`: argparse
+    fills a second positional (after RUN) only from the words next to the first."""
+    import argparse
+
+    class ProgramAfterDashes(sub._parser_class):
+        def parse_known_args(self, args=None, namespace=None):
+            args = list(args or [])
+            words = args[args.index("--") + 1:] if "--" in args else []
+            if "--" in args:
+                args = args[:args.index("--")]
+            ns, extra = super().parse_known_args(args, namespace)
+            if words:
+                ns.program = words
+            return ns, extra
+
+    assert issubclass(ProgramAfterDashes, argparse.ArgumentParser)
+    was, sub._parser_class = sub._parser_class, ProgramAfterDashes
+    try:
+        return make()
+    finally:
+        sub._parser_class = was
 
 
 def _timeout(text: str) -> float:
@@ -300,7 +330,7 @@ def cmd_replay(args) -> int:
     from tttr.engine.replay.policy import Policy
 
     request = ReplayRequest(Policy.parse(args.free), seed=args.seed, model=args.model, code=args.code,
-                            unsafe_no_sandbox=args.unsafe_no_sandbox)
+                            unsafe_no_sandbox=args.unsafe_no_sandbox, argv=tuple(args.program), sealed=args.sealed)
     with _open_readonly(args.db) as reader:  # checked before anything is written
         run = reader.run(args.run)
         kind = kind_of(run)
@@ -308,7 +338,7 @@ def cmd_replay(args) -> int:
     res = kind.replay(args.db, plan, _reporter(args, kind, "replay",
                                                f"replaying run {args.run} ({request.policy.describe()}) …"))
     _show(args, kind, res, "replayed")
-    return 0
+    return 1 if request.sealed and res.divergence is not None else 0
 
 
 def cmd_fork(args) -> int:

@@ -60,6 +60,9 @@ def print_replay(res: ReplayResult, as_json: bool, verb: str = "replayed") -> No
     if res.divergence is not None:
         say(f"{verb.removesuffix('ed')} diverged at {res.divergence.describe()}"
             if verb == "replayed" else f"the program diverged after the fork at {res.divergence.describe()}")
+        if res.sealed:
+            say("sealed: nothing ran live from there; the program got an error for each later call "
+                "(its exit code and output below are its own)")
     if not res.same_stdout:
         say("stdout differs from the recording")
     if res.exit_code != res.recorded_exit_code:

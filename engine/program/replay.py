@@ -50,7 +50,7 @@ from tttr.engine.replay.events import stored_text
 from tttr.engine.replay.diff import Divergence, first_request_difference
 from tttr.engine.serve.errors import APIError
 from tttr.engine.replay.program_suite import task_env
-from tttr.engine.serve.sdk_tree import program_file
+from tttr.engine.serve.sdk_tree import SDKTree, program_file
 from tttr.recorders.program import SOCKET_NAME, HostPython, api_dir, check_program, endpoint_env, sandboxed_command
 from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, site, site_parts
 
@@ -506,16 +506,23 @@ def check_code(code: str, argv: list[str], recorded_argv: list[str]) -> None:
     raise ProgramRunError(f"--code {code!r} holds no {script}, {named} ({' '.join(argv)}){hint}")
 
 
-def renamed(code: str, tree_dir: Path, argv: list[str], recorded_argv: list[str]) -> None:
+def renamed(code: str, tree_dir: Path, argv: list[str], recorded_argv: list[str]) -> str | None:
     """Today's program under another name (`--code DIR -- python3 NEW.py`, DIR without the
     recorded OLD.py): OLD.py leaves the restored start tree, as a rename would, so that the
-    files an SDK command sees are the recorded ones (each tree's own program file left out)."""
-    from tttr.recorders.treeio import lstat_at, open_dir, open_root, remove_at
-
+    files an SDK command sees are the recorded ones (each tree's own program file left out);
+    OLD.py, or None."""
     old, new = _script(recorded_argv), _script(argv)
     if old is None or new is None or old == new or (Path(code) / old).exists():
-        return
-    *folders, name = old.split("/")
+        return None
+    _drop_file(tree_dir, old)
+    return old
+
+
+def _drop_file(tree_dir: Path, rel: str) -> None:
+    """Remove regular file `rel` of `tree_dir` if it is there, following no link."""
+    from tttr.recorders.treeio import lstat_at, open_dir, open_root, remove_at
+
+    *folders, name = rel.split("/")
     fds = [open_root(str(tree_dir))]
     try:
         for folder in folders:
@@ -528,6 +535,21 @@ def renamed(code: str, tree_dir: Path, argv: list[str], recorded_argv: list[str]
     finally:
         for fd in fds:
             os.close(fd)
+
+
+class _RenamedTree(SDKTree):
+    """The program's tree, whose recorded program file `old_name` (if any) was renamed: a
+    recorded call's effects put back leave it out, as the start tree does (`renamed`)."""
+
+    def __init__(self, *args, old_name: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.old_name = old_name
+
+    def move_to(self, recorded: dict) -> bool:
+        moved = super().move_to(recorded)
+        if moved and self.old_name is not None:
+            _drop_file(self.tree, self.old_name)
+        return moved
 
 
 def check_sealable(rec: _Recording) -> None:
@@ -567,9 +589,10 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
             recorded_argv = [str(a) for a in rec.setup["program"]]
             argv = list(argv) if argv else recorded_argv
             restore(rec.setup["snapshot"], reader, tree_dir)
+            old_name = None
             if code is not None:
                 check_code(code, argv, recorded_argv)
-                renamed(code, tree_dir, argv, recorded_argv)
+                old_name = renamed(code, tree_dir, argv, recorded_argv)
                 lay_code(code, tree_dir)
             program = check_program(argv, tree_dir, host)
             recorded_stdout = _text(reader, rec.final.get("stdout"))
@@ -586,7 +609,7 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
                             binds=(*host.binds(sock_dir), share.bind()), logical_clock=True)
         try:
             return _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
-                           fork, model, code is not None, share, meta, sealed)
+                           fork, model, code is not None, share, meta, sealed, old_name)
         finally:
             executor.close()
             share.close()
@@ -595,11 +618,11 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
 
 
 def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
-            fork=None, model=None, new_code=False, share=None, meta=None, sealed=False) -> ReplayResult:
+            fork=None, model=None, new_code=False, share=None, meta=None, sealed=False,
+            old_name=None) -> ReplayResult:
     from tttr.engine.serve.modes import FromRecording
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.sdk_events import ProgramClock
-    from tttr.engine.serve.sdk_tree import SDKTree
     from tttr.engine.serve.server import create_app
     from tttr.recorders.clock import iso
     from tttr.recorders.shell import ShellState
@@ -617,7 +640,8 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
     app = create_app(FromRecording(replayer.answer_call, replayer.answer_sdk,
                                    {"id": run.model_id or "tttr", "object": "model", "created": 0, "owned_by": "tttr"}),
                      recorder, clock=sdk_clock,
-                     tree=SDKTree(tree_dir, store, recorded_since=run.created, program=_script(argv)))  # effects put back
+                     tree=_RenamedTree(tree_dir, store, recorded_since=run.created, program=_script(argv),
+                                       old_name=old_name))  # effects put back
     server = app.state.server
     endpoint = None
     child = None
