@@ -259,3 +259,26 @@ def test_the_app_shows_an_imported_run_on_its_timeline(tmp_path, capsys):
         assert '"name": "stock"' in app.screen.query_one(DetailPane).text  # the tool call the model asked for
 
     run_app(db, flow, run_id=1, load_tokenizer=False)
+
+
+def test_export_refuses_a_run_it_cannot_read_and_writes_no_file(tmp_path, capsys):
+    db = tmp_path / "d.db"
+    with Store.open(db) as store:
+        rid = store.begin_run(task="write-line", model_id="m", seed=1)
+        store.append(rid, 0, "agent", "message", "0:message", {"text": 12})  # not text: unreadable
+        store.finish_run(rid)
+    assert _run(capsys, ["import", str(_openinference(tmp_path)), "--db", str(db)])[0] == 0
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:  # an imported run whose kept spans a hand-edited file damaged
+        conn.execute("UPDATE runs SET meta = json_set(meta, '$.trace.others', 'x') WHERE id = 2")
+    assert _run(capsys, ["import", str(_openinference(tmp_path)), "--db", str(db)])[0] == 0  # run 3, sound
+    out = tmp_path / "o.json"
+    for rid, why in ((1, "0:message"), (2, "kept spans")):
+        code, _, err = _run(capsys, ["export", str(rid), "--db", str(db), "--otlp", str(out)])
+        assert code == 2 and why in err and err.count("\n") == 1, err
+        assert not out.exists()
+    code, _, err = _run(capsys, ["export", "3", "--db", str(db), "--otlp", str(tmp_path / "no" / "o.json")])
+    assert code == 2 and "does not exist" in err
+    code, _, err = _run(capsys, ["export", "3", "--db", str(db), "--endpoint", "ftp://x"])
+    assert code == 2 and "not an http(s) URL" in err
