@@ -4,7 +4,9 @@ A database with one run of ~100k events is generated through the real store, in 
 shape the agent loop writes (setup, then per step: prompt, token + logits per position,
 message, action, clock, tool). The app is then driven by Textual's pilot in a headless
 terminal: `open_s` is the time from starting the app on that run to its timeline being
-painted; `keypress_ms` is the median time the app works on one key press, from the key
+painted (on its step tree, one row per step); `step_keypress_ms` the median CPU time of
+the step tree's keys (expand and collapse a step of 485 events, move by row and by step,
+every step at once and back); `keypress_ms` is the median time the app works on one key press, from the key
 to the screen having handled and repainted it, over stepping keys of every kind (event,
 step, layer, page, start, end, bookmark, the detail pane). It is the process's CPU time, because the pilot's wall
 clock includes its own idle detection (sleeps of 20 ms until the process goes quiet);
@@ -42,6 +44,9 @@ WORDS = ("I", " will", " list", " the", " files", " and", " rotate", " logs", " 
 COMMANDS = ("ls -la /var/log", "find /var/log -name '*.log' -mtime +7", "gzip -k app.log",
             "date +%F", "cat /etc/hostname", "wc -l access.log", "mv app.log app.log.1")
 OTHER_COMMANDS = COMMANDS[:2] + ("rm -rf /var/log/old",) + COMMANDS[3:]  # the compared run's
+# The step tree (the timeline opens on it): expand a step of 485 events and collapse it, by
+# row and by the step keys, and every step at once and back.
+STEP_KEYS = ("space", "down", "down", "space", "right", "space", "pagedown", "left", "space", "z", "end", "z")
 COMPARE_KEYS = ("down", "down", "up", "n", "n", "p", "pagedown", "pageup", "end", "home")
 
 
@@ -131,7 +136,10 @@ async def _drive(db: Path, run_id: int, size: tuple[int, int]) -> dict:
             await pilot.pause(0.005)
         await pilot.pause()
         open_s = time.perf_counter() - t0
-        events = app.screen.query_one(Timeline).view.count
+        timeline = app.screen.query_one(Timeline)
+        events, steps = timeline.view.count, len(timeline.rows.steps)
+        steps_cpu = [c for _, c in [await _press(pilot, key) for key in STEP_KEYS]]
+        await _press(pilot, "home")
         presses = [await _press(pilot, key) for key in KEYS]
         # A key bound to nothing: what the pilot's own idle detection costs per press.
         floor = [await _press(pilot, "f12") for _ in range(5)]
@@ -146,6 +154,9 @@ async def _drive(db: Path, run_id: int, size: tuple[int, int]) -> dict:
         "pilot_floor_wall_ms": statistics.median(w for w, _ in floor),
         "pilot_floor_cpu_ms": statistics.median(c for _, c in floor),
         "keys": len(presses),
+        "steps": steps,
+        "step_keypress_ms": statistics.median(steps_cpu),
+        "step_keypress_max_ms": max(steps_cpu),
     }
 
 

@@ -83,6 +83,7 @@ class StepRows:
         self.expanded: set[int] = set()  # indexes into self.steps
         self._visible: dict[int, list[int]] = {}  # step index -> its seqs the filter shows
         self._representative: dict[int, int] = {}
+        self._key_events: dict[int, list] = {}
         self.reload()
 
     # -- the steps -------------------------------------------------------------------------
@@ -112,6 +113,7 @@ class StepRows:
         self.ends = starts[1:] + [view.count]
         self._visible.clear()
         self._representative.clear()
+        self._key_events.clear()
         if self.flat:
             self.expanded = {0}
         elif every:
@@ -221,16 +223,25 @@ class StepRows:
     def key_events(self, i: int) -> list:
         """The events that say what step `i` did: everything but its prompt, tokens and
         logits (the model's action or call, the tool result, the clock reads, the outcome),
-        read from the step's two ends only."""
-        start, end = self.starts[i], self.ends[i]
-        seqs = list(range(start, min(end, start + KEY_KINDS_READ)))
-        seqs += range(max(seqs[-1] + 1 if seqs else start, end - KEY_KINDS_READ), end)
-        out = []
-        for seq in seqs:
-            event = self.view.event(seq)
-            if event is not None and event.kind not in ("prompt", "token", "logits"):
-                out.append(event)
-        return out
+        read from the step's two ends only (two small reads, not the step's windows)."""
+        found = self._key_events.get(i)
+        if found is None:
+            start, end = self.starts[i], self.ends[i]
+            middle = min(end, start + KEY_KINDS_READ)
+            events = self._read(start, middle) + self._read(max(middle, end - KEY_KINDS_READ), end)
+            found = [e for e in events if e.kind not in ("prompt", "token", "logits")]
+            self._key_events[i] = found
+            while len(self._key_events) > 256:
+                self._key_events.pop(next(iter(self._key_events)))
+        return found
+
+    def _read(self, start: int, stop: int) -> list:
+        if start >= stop:
+            return []
+        try:
+            return self.view.store.events(self.view.run_id, start, stop)
+        except Exception:  # noqa: BLE001 - an unreadable event among them: through the view's stand-ins
+            return [e for e in (self.view.event(seq) for seq in range(start, stop)) if e is not None]
 
     def events_in(self, i: int) -> int:
         """Events of step `i` (the number a collapsed row shows)."""

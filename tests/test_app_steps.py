@@ -218,3 +218,18 @@ def test_t_shows_each_steps_tokens_and_command_time_and_says_what_is_not_recorde
         assert not isinstance(app.screen, TimingScreen)
 
     run_app(db, flow)
+
+
+def test_going_to_an_event_far_below_scrolls_to_it_once_its_step_opened(tmp_path):
+    path = two_runs(tmp_path / "long.db", 40, TOKENS)
+
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        for site in ("3:token:1", "20:token:4", "39:clock"):
+            timeline.cursor = timeline.view.at(site).seq
+            await pilot.pause()
+            top, row = timeline.scroll_offset.y, timeline.rows.row_of(timeline.cursor)
+            assert top <= row < top + timeline.scrollable_content_region.height, site
+            assert site in "\n".join(lines(timeline))
+
+    run_app(path, flow, size=(100, 24))

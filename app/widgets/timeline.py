@@ -96,6 +96,7 @@ class Timeline(ScrollView, can_focus=True):
         self.virtual_size = Size(0, self.rows.count)
         self.refresh()
         self.scroll_to_cursor()
+        self.call_after_refresh(self.scroll_to_cursor)  # a scroll past the old height lands once it is laid out
         self.border_subtitle = self.position
 
     # -- rendering -------------------------------------------------------------------
