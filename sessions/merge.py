@@ -91,9 +91,11 @@ def _check_labels(named: list[tuple[str, dict[str, str | None]]]) -> None:
             by_label.setdefault(label, (suite, where))
 
 
-def merge(sources: list[str | Path], into: str | Path, *, append: bool = False) -> Merged:
+def merge(sources: list[str | Path], into: str | Path, *, append: bool = False, known: dict | None = None) -> Merged:
     """Copy every run of `sources` into `into` (see the module's note); MergeError (one line,
-    nothing written) for what it refuses."""
+    nothing written) for what it refuses. `known`: {(source index, run id): target run id} for
+    runs the target holds already (a worker's database that began as a copy of it): they are
+    not copied again, and a parent or anchor that names them follows the mapping."""
     from .store import Store
 
     target = Path(into)
@@ -126,11 +128,11 @@ def merge(sources: list[str | Path], into: str | Path, *, append: bool = False) 
         if len(paths) > ATTACH_AT_ONCE:
             raise MergeError(f"--append takes at most {ATTACH_AT_ONCE} databases at once (one transaction); "
                              f"got {len(paths)}: append them in groups")
-        return _copy(paths, target)
+        return _copy(paths, target, known or {})
     tmp = target.with_name(f".{target.name}.merging-{os.getpid()}")
     try:
         Store.open(tmp, create=True).close()
-        res = _copy(paths, tmp)
+        res = _copy(paths, tmp, known or {})
         os.replace(tmp, target)  # its connection is closed: the WAL is checkpointed into it
         return res
     finally:
@@ -141,7 +143,7 @@ def merge(sources: list[str | Path], into: str | Path, *, append: bool = False) 
 ATTACH_AT_ONCE = 8  # SQLite attaches at most 10 databases to one connection by default
 
 
-def _copy(paths: list[Path], target: Path) -> Merged:
+def _copy(paths: list[Path], target: Path, known: dict) -> Merged:
     """Every source into `target`, ATTACH_AT_ONCE sources per transaction."""
     conn = sqlite3.connect(str(target), isolation_level=None)
     conn.execute("PRAGMA trusted_schema = OFF")
@@ -162,7 +164,7 @@ def _copy(paths: list[Path], target: Path) -> Merged:
                     conn.execute("DELETE FROM rmap")
                     conn.execute("DELETE FROM kmap")
                     _map_kinds(conn, src)
-                    runs += _copy_runs(conn, src, path.name, i, run_ids)
+                    runs += _copy_runs(conn, src, path.name, i, run_ids, known)
                     events += conn.execute(
                         "INSERT INTO main.events (id, step, kind, pos, site, value)"
                         " SELECT (m.new << 32) | (e.id & 4294967295), e.step, k.new, e.pos, e.site, e.value"
@@ -205,13 +207,18 @@ RUN_COLUMNS = ("task", "model_id", "kernel_mode", "sampling", "seed", "fingerpri
                "finished", "parent", "fork_seq", "fork_site", "mutation", "meta", "writer", "name")
 
 
-def _copy_runs(conn: sqlite3.Connection, src: str, db_name: str, index: int, run_ids: dict) -> int:
+def _copy_runs(conn: sqlite3.Connection, src: str, db_name: str, index: int, run_ids: dict, known: dict) -> int:
     """The source's runs, in id order (a parent before its children), as new rows; rmap filled."""
     cols = ", ".join(RUN_COLUMNS)
     rows = conn.execute(f"SELECT id, {cols} FROM {src}.runs ORDER BY id").fetchall()
     mapped: dict[int, int] = {}
     at = {c: k for k, c in enumerate(RUN_COLUMNS)}
+    copied = 0
     for old, *values in rows:
+        if (index, old) in known:  # the target holds it: not copied, but named through the mapping
+            mapped[old] = run_ids[(index, old)] = known[(index, old)]
+            continue
+        copied += 1
         values = list(values)
         parent = values[at["parent"]]
         if parent is not None:
@@ -234,7 +241,7 @@ def _copy_runs(conn: sqlite3.Connection, src: str, db_name: str, index: int, run
         mapped[old] = new
         run_ids[(index, old)] = new
         conn.execute("INSERT INTO rmap (old, new) VALUES (?, ?)", (old, new))
-    return len(rows)
+    return copied
 
 
 def _meta(text) -> dict | None:

@@ -107,3 +107,29 @@ def test_merge_refuses_another_schema_and_foreign_files(tmp_path):
         merge([foreign], tmp_path / "m.db")
     assert not (tmp_path / "m.db").exists()
     assert not list(tmp_path.glob(".m.db*"))
+
+
+def test_merge_with_known_runs_copies_only_the_new_ones(tmp_path):
+    """A worker's database that began as a copy of the target: its first runs are the
+    target's own, its new child names one of them as parent."""
+    import shutil
+
+    target = _suite_db(tmp_path / "t.db", "s1", "hot")
+    worker = tmp_path / "w.db"
+    shutil.copy(target, worker)
+    with Store.open(worker) as s:
+        child = s.begin_run(task="write-line", model_id="m", seed=7, parent=1, fork_seq=0,
+                            meta={"suite": {"id": "s1", "condition": "pinned", "index": 1, "anchor": 1}})
+        s.append(child, 0, "trace", "tool", "0:tool", {"cmd": "echo again"})
+        s.commit_step(child)
+        s.finish_run(child, "complete", {"passed": True})
+    with Store.open(target, readonly=True, create=False) as t:
+        ids = [r.id for r in t.runs()]
+    res = merge([worker], target, append=True, known={(0, i): i for i in ids})
+    assert res.runs == 1 and res.blobs_added == 0
+    with Store.open(target, readonly=True, create=False) as t:
+        runs = t.runs()
+        assert len(runs) == len(ids) + 1
+        new = runs[-1]
+        assert new.parent == 1 and new.meta["suite"]["anchor"] == 1
+        assert [e.value["cmd"] for e in t.events(new.id, kind="tool")] == ["echo again"]

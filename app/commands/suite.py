@@ -52,6 +52,9 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--db", default=DEFAULT_DB, help=f"session database (default {DEFAULT_DB})")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run agent commands without bubblewrap where the machine refuses namespaces (unsafe)")
+    p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                   help="run the suite's tasks as Ray tasks, each worker into a database of its own, merged here "
+                        "as they finish: on a local Ray instance, or the cluster at ADDRESS (pip install 'tttr[ray]')")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="a program's time limit per run, seconds (default 600; with -- PROGRAM)")
     p.add_argument("program", nargs="*", metavar="PROGRAM ARG",
@@ -108,7 +111,11 @@ def cmd_suite(args) -> int:
     SamplingParams(temperature=args.temperature, seed=0)
     tasks = _tasks(args.tasks, args.tasks_dir)
     if args.program:
+        if args.ray is not None:
+            raise TTTRError("--ray runs the built-in agent's suites; a program's suite runs on this machine for now")
         return _program_suite(args, tasks)
+    if args.ray is not None:
+        return _ray_suite(args, tasks)
     runtime = _runtime(args, "invariant")
     check_machine(runtime, args.unsafe_no_sandbox)
     suite_id = args.resume or new_suite_id()
@@ -162,6 +169,32 @@ def _progress_line(f) -> str:
         calls = f", {len(r.calls)} model call(s)" if r.calls is not None else ""
         line = f"{what}: run {r.run_id} {verdict}, {len(r.actions)} state-modifying action(s){calls}"
     return visible(line, newlines=False)
+
+
+def _ray_suite(args, tasks: list[str]) -> int:
+    """`tttr suite ... --ray [ADDRESS]`: the suite's tasks as Ray tasks (engine/replay/ray_suite.py)."""
+    from tttr.engine.replay.ray_suite import check_address, run_suite_on_ray
+    from tttr.engine.replay.suite import new_suite_id
+
+    check_address(args.ray or None)  # before anything is written
+    suite_id = args.resume or new_suite_id()
+    total = len(tasks) * args.runs * 4
+    print(f"suite {suite_id}: {len(tasks)} task(s) x {args.runs} runs x 4 conditions = {total} runs into {args.db}, "
+          f"one Ray task per suite task on {args.ray or 'a local Ray instance'}", file=sys.stderr, flush=True)
+    try:
+        _, runs = run_suite_on_ray(
+            args.db, tasks, args.runs, model=args.model, temperature=args.temperature, max_steps=args.max_steps,
+            batch=args.batch, unsafe_no_sandbox=args.unsafe_no_sandbox, suite_id=suite_id, label=args.label,
+            resume=args.resume is not None, task_dirs=args.tasks_dir, seed=args.seed, address=args.ray or None,
+            progress=lambda f: print(_progress_line(f), file=sys.stderr, flush=True))
+    except KeyboardInterrupt:
+        print(f"tttr suite: interrupted; the tasks merged so far are kept in {args.db}; the others were cancelled "
+              f"(tttr suite --resume {suite_id} --db {args.db} --ray finishes them)", file=sys.stderr)
+        return 130
+    complete = sum(r.status == "complete" for r in runs)
+    print(f"suite {suite_id}: {complete} of {total} runs complete in {args.db}; "
+          f"read them with: tttr stats --db {args.db} --suite {suite_id}")
+    return 0
 
 
 def _program_suite(args, tasks: list[str]) -> int:

@@ -1,0 +1,166 @@
+"""A suite fanned out over Ray: `tttr suite ... --ray [ADDRESS]` (issue 30).
+
+The suite is sharded by task: one Ray task per suite task runs `run_suite` for that task alone
+(its free runs, then the replays of its anchor, `--batch` at a time through one engine) into
+a database of its own on the worker, and returns the file. The driver merges each file into
+the suite's database as it arrives (`sessions.merge`), so a shard that dies half way leaves
+nothing in it, and Ray runs the shard again elsewhere (`max_retries`). A worker process keeps
+its model loaded between the shards it runs. The seeds of free runs follow from `--seed`
+(task, index), so the runs are those of the single-machine suite given the same seed.
+
+`ray.init()` starts a local instance when no address is given; an address joins an existing
+cluster (checked first: one that does not answer is refused in one line). With `--resume`, each
+shard starts from a copy of the suite's database, and only its new runs are merged back.
+Ray is an optional extra (`pip install tttr[ray]`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import threading
+from pathlib import Path
+from typing import Callable
+
+_RUNTIMES: dict = {}  # a worker process's loaded models, kept between the shards it runs
+SHARD_RETRIES = 2
+
+
+def _error(text: str):
+    from tttr.engine.replay.suite import SuiteError
+
+    return SuiteError(text)
+
+
+def check_address(address: str | None) -> None:
+    """A cluster address answers on its port (a TCP connect, 3 s), before Ray is asked."""
+    if not address or address in ("auto", "local"):
+        return
+    rest = address.split("://", 1)[-1]
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit():
+        raise _error(f"--ray {address!r}: give HOST:PORT of a running Ray head (e.g. 10.0.0.5:6379), or no address "
+                     "to start one here")
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+    except OSError as exc:
+        raise _error(f"--ray {address!r}: nothing answers there ({exc.strerror or exc}): start the cluster "
+                     "(`ray start --head`) or give its address") from None
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise _error("--ray needs Ray: pip install 'tttr[ray]' (or pip install ray)") from None
+    return ray
+
+
+def _runtime(model: str | None):
+    from tttr.engine.replay.runtime import Runtime
+
+    key = model or ""
+    if key not in _RUNTIMES:
+        _RUNTIMES[key] = Runtime(model, kernel_mode="invariant")
+    return _RUNTIMES[key]
+
+
+def run_shard(task: str, snapshot: bytes | None, settings: dict) -> bytes:
+    """On a worker: the suite's runs of `task` into a database of its own; its bytes."""
+    from tttr.engine.replay.suite import run_suite
+    from tttr.recorders.tasks import use_task_dirs
+
+    if settings.get("task_dirs"):
+        use_task_dirs(settings["task_dirs"])
+    with tempfile.TemporaryDirectory(prefix="tttr-shard-") as tmp:
+        db = Path(tmp) / "shard.db"
+        if snapshot is not None:
+            db.write_bytes(snapshot)
+        run_suite(str(db), [task], settings["runs"], runtime=_runtime(settings["model"]),
+                  temperature=settings["temperature"], max_steps=settings["max_steps"], batch=settings["batch"],
+                  unsafe_no_sandbox=settings["unsafe_no_sandbox"], suite_id=settings["suite_id"],
+                  label=settings["label"], resume=snapshot is not None, task_dirs=settings["task_dirs"],
+                  seed=settings["seed"])
+        for suffix in ("-wal", "-shm"):  # every connection is closed: the file holds it all
+            Path(str(db) + suffix).unlink(missing_ok=True)
+        return db.read_bytes()
+
+
+def _file_bytes(db: str) -> bytes:
+    from tttr.sessions.store import Store
+
+    Store.open(db, create=False).close()  # its WAL checkpointed into the file
+    return Path(db).read_bytes()
+
+
+def run_suite_on_ray(
+    db: str, tasks: list[str], runs: int, *, model: str | None, temperature: float, max_steps: int, batch: int = 8,
+    unsafe_no_sandbox: bool = False, suite_id: str, label: str | None = None, resume: bool = False,
+    task_dirs: list[str] | None = None, seed: int | None = None, address: str | None = None,
+    progress: Callable | None = None, cancel: threading.Event | None = None, init_kwargs: dict | None = None,
+):
+    """The suite over Ray into `db` (see the module's note); the suite id and its runs that
+    arrived, as `run_suite` returns them."""
+    from tttr.engine.replay.suite import Finished, read_run
+    from tttr.recorders.tasks import TASKS_PATH_ENV
+    from tttr.sessions.merge import merge
+    from tttr.sessions.store import Store
+
+    check_address(address)
+    ray = _ray()
+    Store.open(db, create=True).close()
+    snapshot = _file_bytes(db) if resume else None
+    known: dict = {}
+    if snapshot is not None:
+        with Store.open(db, create=False, readonly=True) as store:
+            known = {(0, r.id): r.id for r in store.runs()}
+    settings = {"runs": runs, "model": model, "temperature": temperature, "max_steps": max_steps, "batch": batch,
+                "unsafe_no_sandbox": unsafe_no_sandbox, "suite_id": suite_id, "label": label,
+                "task_dirs": [str(Path(d).absolute()) for d in task_dirs or ()], "seed": seed}
+    env = {k: os.environ[k] for k in (TASKS_PATH_ENV, "TTTR_MODEL") if k in os.environ}
+    try:
+        ray.init(address=address or None, ignore_reinit_error=True, log_to_driver=False,
+                 runtime_env={"env_vars": env} if env else None, **(init_kwargs or {}))
+    except Exception as exc:  # noqa: BLE001 - Ray's own error, said in one line
+        raise _error(f"--ray {address or '(local)'}: Ray did not start or join: {str(exc).splitlines()[0][:200]}") \
+            from None
+    shard = ray.remote(max_retries=SHARD_RETRIES, num_cpus=1)(run_shard)
+    snap_ref = ray.put(snapshot) if snapshot is not None else None
+    pending = {shard.remote(t, snap_ref, settings): t for t in tasks}
+    finished = []
+    total = len(tasks) * runs * 4
+    try:
+        while pending:
+            if cancel is not None and cancel.is_set():
+                raise KeyboardInterrupt
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
+            if not done:
+                continue
+            ref = done[0]
+            task = pending.pop(ref)
+            try:
+                data = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - a shard that failed its retries: said, the rest go on
+                if progress is not None:
+                    progress(Finished(len(finished) + 1, total, task, "all", 0, None,
+                                      f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"))
+                continue
+            with tempfile.TemporaryDirectory(prefix="tttr-merge-") as tmp:
+                part = Path(tmp) / f"{task[:60]}.db"
+                part.write_bytes(data)
+                res = merge([part], db, append=True, known=known)
+            new = sorted(v for k, v in res.run_ids.items() if k not in known)
+            with Store.open(db, create=False, readonly=True) as store:
+                for rid in new:
+                    r = read_run(store, store.run(rid))
+                    if r is None:
+                        continue
+                    finished.append(r)
+                    if progress is not None:
+                        progress(Finished(len(finished), total, r.task, r.condition, r.index, r))
+    except KeyboardInterrupt:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+    return suite_id, finished

@@ -1,0 +1,64 @@
+"""`tttr suite --ray ADDRESS` on a real local Ray cluster of two nodes (ray.cluster_utils.Cluster;
+issue 30): the suite's tasks run as Ray tasks, each into a database of its own, merged into the
+suite's database; the runs are those of the single-machine suite given the same seed (free
+runs take the same actions and verdicts, pinned runs agree 100%); an address that does not
+answer is refused in one line before anything is written."""
+
+from __future__ import annotations
+
+import pytest
+
+from tttr.app.cli import main
+from tttr.sessions.store import Store
+
+ray = pytest.importorskip("ray", reason="Ray is the optional extra tttr[ray] (.ci/install --tests installs it)")
+pytestmark = pytest.mark.slow  # a Ray cluster and the default model's runs
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def _runs(db) -> dict:
+    with Store.open(db, readonly=True, create=False) as store:
+        out = {}
+        for r in store.runs():
+            s = r.meta["suite"]
+            tools = [e.value["cmd"] for e in store.events(r.id, kind="tool")]
+            out[(r.task, s["condition"], s["index"])] = (r.status, r.seed, r.outcome.get("passed"), tools, r.parent)
+        return out
+
+
+def test_a_suite_over_two_ray_nodes_matches_the_local_suite(cluster, tmp_path, capsys):
+    argv = ["suite", "--runs", "2", "--tasks", "write-line,make-dir", "--max-steps", "1", "--seed", "5"]
+    assert main([*argv, "--db", str(tmp_path / "ray.db"), "--ray", cluster.address]) == 0
+    assert "[16/16]" in capsys.readouterr().err
+    assert main([*argv, "--db", str(tmp_path / "local.db")]) == 0
+    on_ray, local = _runs(tmp_path / "ray.db"), _runs(tmp_path / "local.db")
+    assert set(on_ray) == set(local) and len(on_ray) == 16
+    assert all(v[0] == "complete" for v in on_ray.values())
+    for key, (_, seed, passed, tools, _) in on_ray.items():
+        if key[1] in ("free", "pinned", "token-pinned"):  # same seeds: the same actions and verdicts
+            assert (seed, passed, tools) == local[key][1:4], key
+    with Store.open(tmp_path / "ray.db", readonly=True, create=False) as store:
+        runs = store.runs()
+        assert len({r.meta["merged_from"]["db"] for r in runs}) == 2  # one database per shard
+        ids = {r.id for r in runs}
+        assert all(r.parent in ids for r in runs if r.parent is not None)  # lineage remapped
+    assert main(["stats", "--db", str(tmp_path / "ray.db"), "--json"]) == 0
+    assert '"residual_ok": true' in capsys.readouterr().out
+
+
+def test_a_ray_address_that_does_not_answer_is_one_line(tmp_path, capsys):
+    db = tmp_path / "never.db"
+    assert main(["suite", "--runs", "2", "--tasks", "write-line", "--db", str(db), "--ray", "127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing answers there" in err and err.count("\n") == 1 and not db.exists()
