@@ -230,6 +230,7 @@ RULES: dict[str, tuple[dict[str, Check], tuple[str, ...]]] = {
         "limit_hit": _optional(_text), "tree_before": _optional(_text), "tree_after": _optional(_text), "snapshot": _optional(_text),
         "cwd_after": _text, "exports_after": _text_map, "mutated": _bool, "off_record": _bool,
         "reused_from": _reused, "function": _text, "args": _list, "kwargs": _object, "error": _optional(_object),  # an SDK tool call
+        "call_id": _optional(_text), "span": _object,  # an imported trace's tool call
     }, ()),
     "token": ({
         "id": _count, "text": _text, "forced": _bool, "logprob": _optional(_number), "rng": _rng,
@@ -237,7 +238,8 @@ RULES: dict[str, tuple[dict[str, Check], tuple[str, ...]]] = {
     }, ("id",)),
     "logits": ({"digest": _text, "topk": _topk, "batch": _batch, "mode": _text}, ("digest",)),
     "action": ({"cmd": _text, "done": _bool}, ()),
-    "message": ({"text": _text}, ("text",)),
+    "message": ({"text": _text, "input": _list, "sampling": _object, "missing": _list, "span": _object},  # the last four: an imported trace's
+                ("text",)),
     "prompt": ({"ids_digest": _text, "n_tokens": _count}, ()),
     "setup": ({"task": _text, "clock": _time, "tree": _optional(_text), "snapshot": _optional(_text),
                "exports": _text_map, "mutated": _optional(_text)}, ()),
