@@ -88,6 +88,8 @@ def test_what_has_no_chat_counterpart_is_refused_naming_the_field():
     _refused({"model": "m", "max_tokens": 5, "messages": user, "stop_sequences": "."}, "stop_sequences", "list")
     _refused({"model": "m", "max_tokens": 5, "messages": user, "tool_choice": {"type": "sometimes"}}, "tool_choice",
              "auto")
+    _refused({"model": "m", "max_tokens": 5, "messages": user, "output_config": {"format": {"type": "json_schema"}}},
+             "output_config.format", "plain text")
     _refused([1], None, "JSON object")
 
 

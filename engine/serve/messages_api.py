@@ -14,7 +14,8 @@ a replayed program's request matches its recording). The chat answer is then sha
 Errors are Anthropic's shape: `{"type": "error", "error": {"type", "message"}}`. What has no
 chat counterpart is refused with one line naming the field: content blocks other than text,
 tool_use and tool_result (images, documents, thinking …), server tools, extended thinking.
-`metadata`, `service_tier` and `cache_control` are accepted and have no effect."""
+`metadata`, `service_tier`, `cache_control` and `output_config`'s effort are accepted and have no
+effect; `output_config.format` (structured outputs) is refused."""
 
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ def to_chat(body: object, *, counting: bool = False) -> dict:
     if body.get("tool_choice") is not None:
         chat.update(_tool_choice(body["tool_choice"]))
     _thinking(body.get("thinking"))
+    _output_format(body.get("output_config"))
     if counting:
         return chat
     max_tokens = body.get("max_tokens")
@@ -249,6 +251,13 @@ async def over_chat(mode, server, request, body: object):
     if chat.get("stream"):
         return events(from_chat_stream(body, answered.body_iterator))
     return JSONResponse(to_message(body, json.loads(answered.body)))
+
+
+def _output_format(config: object) -> None:
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if fmt is not None:
+        raise bad_request("output_config.format", "output_config.format (structured outputs) is not supported: this "
+                          "server returns plain text; ask for the format in the prompt and parse the text")
 
 
 # ---------------------------------------------------------------------------- errors
