@@ -282,3 +282,18 @@ def test_export_refuses_a_run_it_cannot_read_and_writes_no_file(tmp_path, capsys
     assert code == 2 and "does not exist" in err
     code, _, err = _run(capsys, ["export", "3", "--db", str(db), "--endpoint", "ftp://x"])
     assert code == 2 and "not an http(s) URL" in err
+
+
+def test_message_json_nested_beyond_reason_is_kept_as_text(tmp_path, capsys):
+    deep = "[" * 100_000 + "]" * 100_000
+    spans = [_span("a" * 16, "chat m", 1, {"gen_ai.operation.name": "chat", "gen_ai.input.messages": deep,
+                                           "gen_ai.output.messages": "[" * 60 + "]" * 60}, parent=None),
+             _span("b" * 16, "execute_tool t", 2, {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t",
+                                                   "gen_ai.tool.call.result": deep})]
+    db = tmp_path / "deep.db"
+    code, out, err = _run(capsys, ["import", str(_file(tmp_path, spans)), "--db", str(db)])
+    assert code == 0, err
+    with Store.open(db, readonly=True) as store:
+        chat, tool = store.events(1)
+    assert chat.problem is None and tool.problem is None
+    assert tool.value["result"] == deep and "input" not in chat.value

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tttr.engine.traces.spans import Span
+from tttr.sessions.values import MAX_DEPTH, depth_problem
 
 FORMATS = ("otlp", "openinference", "langfuse")
 CHAT_OPERATIONS = ("chat", "text_completion", "generate_content")
@@ -34,11 +35,14 @@ def role_of(span: Span) -> str:
 
 
 def _loads(v: Any) -> Any:
-    if isinstance(v, str):
+    """An attribute's JSON text parsed, or the text itself when it is no JSON a run can keep
+    (not JSON, or nested deeper than the store reads)."""
+    if isinstance(v, str) and v[:1] in ("[", "{", '"'):
         try:
-            return json.loads(v)
-        except ValueError:
+            parsed = json.loads(v)
+        except (ValueError, RecursionError):
             return v
+        return v if depth_problem(parsed, MAX_DEPTH - 8) else parsed
     return v
 
 
