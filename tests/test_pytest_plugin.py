@@ -1,0 +1,86 @@
+"""TTTR's pytest plugin (engine/program/pytest_plugin.py, issue 32), run as a user runs it: a
+real pytest process over assets/examples/test_openai_agent_replay.py and a test file of our
+own, against a real recording of assets/examples/openai_agent.py. The example that keeps the
+program passes; the one that changes a line of its prompt fails with the divergence; a marker
+naming a run the database lacks is an error, not a failure."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sandbox_helpers import needs_sandbox
+from tests.program_helpers import record_program
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "assets" / "examples"
+
+
+def _pytest(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    from importlib.metadata import entry_points
+
+    # -p names the plugin where the checkout's editable install predates its pytest11 entry point
+    installed = any(e.value == "tttr.engine.program.pytest_plugin" for e in entry_points(group="pytest11"))
+    plugin = [] if installed else ["-p", "tttr.engine.program.pytest_plugin"]
+    return subprocess.run([sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "-q", "-rA", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def _counts(out: str) -> dict[str, int]:
+    return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|errors?)", out.splitlines()[-1])}
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_the_plugin_replays_marked_tests_sealed_against_todays_code(tmp_path, capsys):
+    tree = tmp_path / "work"
+    tree.mkdir()
+    (tree / "README").write_text("greeting.txt should say hello world\n")
+    shutil.copy(EXAMPLES / "openai_agent.py", tree)
+    shutil.copy(ROOT / "assets" / "tasks" / "write-line" / "check.sh", tree)
+    db = tmp_path / "agent.db"
+    rec = record_program(capsys, db, tree, "--check", "sh check.sh", program=("python3", "openai_agent.py"))
+    assert rec["run_id"] == 1 and rec["passed"] is True, rec["stderr"]
+
+    # The shipped example: one test passes, the one-line prompt change fails with the divergence.
+    out = _pytest(str(EXAMPLES / "test_openai_agent_replay.py"), "--tttr-db", str(db), "--basetemp",
+                  str(tmp_path / "bt"), cwd=tmp_path)
+    text = out.stdout + out.stderr
+    assert _counts(out.stdout) == {"passed": 1, "failed": 1}, text
+    assert "PASSED" in text and "test_the_agent_still_decides_as_recorded" in text
+    failure = text[text.index("test_a_one_line_prompt_change_fails"):]
+    assert "does not replay run 1" in failure and "messages[0].content" in failure, text
+    assert "What is the file name?" in failure and "Which file?" in failure
+
+    # A marker alone replays before the body; a run the database lacks is the test's error.
+    mine = tmp_path / "mine"
+    (mine / "agent").mkdir(parents=True)
+    shutil.copy(EXAMPLES / "openai_agent.py", mine / "agent")
+    (mine / "test_mine.py").write_text(textwrap.dedent("""\
+        from pathlib import Path
+
+        import pytest
+
+        @pytest.mark.tttr(run=1, code=Path(__file__).parent / "agent", program=["python3", "openai_agent.py"])
+        def test_marked(tttr_replay):
+            assert tttr_replay.result.identical
+
+        @pytest.mark.tttr(run=99)
+        def test_no_such_run():
+            pass
+    """))
+    before = db.read_bytes()
+    out = _pytest("test_mine.py", "--tttr-db", str(db), cwd=mine)
+    assert _counts(out.stdout) == {"passed": 1, "error": 1}, out.stdout + out.stderr
+    assert "run 99 is not in" in out.stdout
+
+    # Without --tttr-db a marked test cannot run: an error that says what to give.
+    out = _pytest("test_mine.py", "-k", "marked", cwd=mine)
+    assert _counts(out.stdout) == {"error": 1} and "--tttr-db" in out.stdout
+    assert len(db.read_bytes()) >= len(before)  # replays add runs; nothing else wrote
