@@ -65,6 +65,7 @@ class StatsScreen(FittedFooter, Screen):
     BINDINGS = [
         Binding("n", "suite(1)", "next suite"),
         Binding("p", "suite(-1)", "previous suite"),
+        Binding("c", "compare", "compare with previous"),
         Binding("escape", "back", "back"),
     ]
     place = "stats"
@@ -154,6 +155,16 @@ class StatsScreen(FittedFooter, Screen):
         which = "the latest" if step > 0 else "the oldest"
         self.notify(f"this is {which} of the {len(self.suite_ids)} suite(s) in this database", severity="warning",
                     timeout=3, markup=False)
+
+    def action_compare(self) -> None:
+        """This suite (A) against the one before it (B): `tttr compare`'s screen (issue 30)."""
+        if self.index == 0:
+            self.app.bell()
+            self.notify("no earlier suite in this database to compare with", severity="warning", timeout=3, markup=False)
+            return
+        from tttr.app.screens.suite_compare import SuiteCompareScreen
+
+        self.app.push_screen(SuiteCompareScreen(self.suite_ids[self.index], self.suite_ids[self.index - 1]))
 
     def action_back(self) -> None:
         self.app.pop_screen()
