@@ -17,6 +17,12 @@ round, in this process:
 
 - `start`: the program's own start in the same sandbox, `python3 -c 'import openai_agent'`
   (the interpreter and the example's imports, `openai` among them; no model or tool calls).
+- `sealed replay` of the first round's recording (`tttr replay RUN --sealed`): nothing live.
+
+`sealed_replay_s` (best round) against `program_start_s` (the best `start`) and the recording's
+SDK tool time (`recorded_tool_s`, the sum of its tool events' durations): a sealed replay should
+cost little beyond starting the program, target `sealed_replay_s <= 1.15 x program_start_s +
+recorded_tool_s` (`sealed_target_s`).
 
 `replay_speedup` = record ÷ faithful replay and `fork_speedup` = record ÷ fork (the full re-run
 a fork saves), best round of each side. A replay re-runs the program, so neither can exceed
@@ -52,7 +58,7 @@ CHECK = "sh check.sh"
 SEED = 1
 TIMEOUT_S = 600.0
 IMPORT_SAMPLES = 9
-TARGETS = {"replay_speedup": 50.0, "fork_speedup": 3.0, "record_overhead": 0.05}
+TARGETS = {"replay_speedup": 50.0, "fork_speedup": 3.0, "record_overhead": 0.05, "sealed_over_start": 1.15}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,8 @@ class Figures:
     identical: tuple[bool, ...]  # each faithful replay: identical, 0 logits computed, 0 tools run
     sdk_import_ms: float
     fork_site: str
+    sealed_replay_s: tuple[float, ...] = ()  # `tttr replay RUN --sealed` of the first recording
+    recorded_tool_s: float = 0.0  # the first recording's SDK tool events, their durations summed
 
     def __post_init__(self):
         for name in ("record_s", "recorded_program_s", "unrecorded_program_s", "recorded_program_cpu_s",
@@ -77,6 +85,8 @@ class Figures:
             times = getattr(self, name)
             if not times or any(not t > 0 for t in times):
                 raise ValueError(f"Figures.{name} needs one positive time per round, got {times!r}")
+        if any(not t > 0 for t in self.sealed_replay_s) or not self.recorded_tool_s >= 0:
+            raise ValueError(f"Figures.sealed_replay_s needs positive times, got {self.sealed_replay_s!r}")
 
     def to_json(self) -> dict:
         best = {name: min(getattr(self, name)) for name in
@@ -97,7 +107,15 @@ class Figures:
             **{name: round(t, 3) for name, t in best.items()},
             **{f"{name}_median": round(median(getattr(self, name)), 3)
                for name in ("recorded_program_cpu_s", "unrecorded_program_cpu_s")},
+            **self._sealed(best["start_s"]),
         }
+
+    def _sealed(self, start: float) -> dict:
+        if not self.sealed_replay_s:
+            return {}
+        return {"sealed_replay_s": round(min(self.sealed_replay_s), 3), "program_start_s": round(start, 3),
+                "recorded_tool_s": round(self.recorded_tool_s, 3),
+                "sealed_target_s": round(TARGETS["sealed_over_start"] * start + self.recorded_tool_s, 3)}
 
 
 def format_report(r: dict) -> str:
@@ -115,7 +133,10 @@ def format_report(r: dict) -> str:
         f"record_overhead {r['record_overhead'] * 100:+.1f}% best, {r['record_overhead_median'] * 100:+.1f}% median "
         f"(target <= {TARGETS['record_overhead'] * 100:.0f}%), {r['record_overhead_cpu'] * 100:+.1f}% in CPU time "
         f"(median); sdk_import_ms {r['sdk_import_ms']:.1f} ms",
-    ])
+    ] + ([
+        f"sealed_replay_s {r['sealed_replay_s']:.2f} s (target <= {TARGETS['sealed_over_start']:g} x program_start_s "
+        f"{r['program_start_s']:.2f} s + recorded_tool_s {r['recorded_tool_s']:.3f} s = {r['sealed_target_s']:.2f} s)",
+    ] if "sealed_replay_s" in r else []))
 
 
 # ---------------------------------------------------------------------------- the parts
@@ -206,6 +227,16 @@ def _fork_site(db: str, run_id: int) -> tuple[str, str]:
         return _late_token_fork(reader, run_id, last)
 
 
+def _tool_seconds(db: str, run_id: int) -> float:
+    """The recording's SDK tool events' durations, summed (s)."""
+    from tttr.sessions.store import Store
+
+    with Store.open(db, create=False, readonly=True) as reader:
+        ms = [e.value.get("duration_ms") for e in reader.events(run_id, kind="tool") if isinstance(e.value, dict)
+              and e.value.get("source") == "sdk"]
+    return sum(m for m in ms if type(m) in (int, float) and m >= 0) / 1000
+
+
 def _fork(db: str, run_id: int, site: str, value: str, model: str | None, unsafe_no_sandbox: bool):
     from tttr.engine.program.fork import check_program_fork
     from tttr.engine.program.replay import replay_program
@@ -227,7 +258,7 @@ def measure(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: boo
     work = Path(tempfile.mkdtemp(prefix="tttr-bench-agent-"))
     db = str(work / "agent.db")
     times: dict[str, list] = {k: [] for k in ("record", "recorded", "unrecorded", "recorded_cpu", "unrecorded_cpu",
-                                              "replay", "fork", "start", "identical")}
+                                              "replay", "fork", "start", "identical", "sealed")}
 
     def unrecorded_run(n: int) -> None:
         watch = unrecorded.run(_tree(work, n), clock)
@@ -266,16 +297,23 @@ def measure(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: boo
                 times["fork"].append(time.perf_counter() - began)
                 if not forked.extra.get("forked"):
                     raise ProgramRunError(f"the fork of run {first} at {site} never reached its site")
+                began = time.perf_counter()
+                sealed = replay_program(db, first, unsafe_no_sandbox=unsafe_no_sandbox, sealed=True)
+                times["sealed"].append(time.perf_counter() - began)
+                if not sealed.identical:
+                    raise ProgramRunError(f"the sealed replay of run {first} diverged: {sealed.divergence.describe()}")
                 progress(f"round {r}/{rounds}: record {times['record'][-1]:.2f} s (program {times['recorded'][-1]:.2f} s; "
                          f"unrecorded {times['unrecorded'][-1]:.2f} s) | replay {times['replay'][-1]:.2f} s "
                          f"({'identical' if times['identical'][-1] else 'NOT identical'}) | fork at {site} "
-                         f"{times['fork'][-1]:.2f} s | program start {times['start'][-1]:.2f} s")
+                         f"{times['fork'][-1]:.2f} s | program start {times['start'][-1]:.2f} s | sealed replay "
+                         f"{times['sealed'][-1]:.2f} s")
         finally:
             unrecorded.close()
         progress(f"timing the SDK's import in {IMPORT_SAMPLES} fresh interpreters …")
         return Figures(tuple(times["record"]), tuple(times["recorded"]), tuple(times["unrecorded"]),
-                       tuple(times["recorded_cpu"]), tuple(times["unrecorded_cpu"]), tuple(times["replay"]), tuple(times["fork"]), tuple(times["start"]), tuple(times["identical"]),
-                       sdk_import_ms(), site)
+                       tuple(times["recorded_cpu"]), tuple(times["unrecorded_cpu"]), tuple(times["replay"]),
+                       tuple(times["fork"]), tuple(times["start"]), tuple(times["identical"]), sdk_import_ms(), site,
+                       tuple(times["sealed"]), _tool_seconds(db, first))
     finally:
         remove_tree(work)
 

@@ -44,6 +44,10 @@ def test_report_prints_each_figure_with_its_target():
     assert "takes 2.00 s" in lines[2] and "record ÷ start = 8.0x here" in lines[2]
     assert "record_overhead +5.0% best, +10.0% median (target <= 5%), +3.3% in CPU time (median)" in lines[3]
     assert "sdk_import_ms 12.5 ms" in lines[3]
+    r = _figures(sealed_replay_s=(2.6, 2.4, 2.5), recorded_tool_s=0.05).to_json()
+    assert (r["sealed_replay_s"], r["program_start_s"], r["sealed_target_s"]) == (2.4, 2.0, 2.35)  # 1.15 x 2 + 0.05
+    assert format_report(r).splitlines()[4] == ("sealed_replay_s 2.40 s (target <= 1.15 x program_start_s 2.00 s "
+                                                "+ recorded_tool_s 0.050 s = 2.35 s)")
 
 
 @pytest.mark.parametrize("field", ["record_s", "replay_s", "fork_s", "unrecorded_program_s",
@@ -63,7 +67,8 @@ def test_bench_agent_one_round_replays_identically_and_reports_every_figure(caps
     r = json.loads(captured.out.strip().splitlines()[-1])
     assert r["faithful_identical"] is True and r["rounds"] == 1
     for key in ("replay_speedup", "fork_speedup", "record_s", "replay_s", "fork_s", "recorded_program_s",
-                "unrecorded_program_s", "sdk_import_ms", "start_s", "speedup_ceiling"):
+                "unrecorded_program_s", "sdk_import_ms", "start_s", "speedup_ceiling", "sealed_replay_s",
+                "program_start_s", "sealed_target_s"):
         assert isinstance(r[key], float) and r[key] > 0, (key, r[key])
     for key in ("record_overhead", "record_overhead_median", "record_overhead_cpu"):
         assert isinstance(r[key], float) and r[key] > -1, (key, r[key])
