@@ -297,3 +297,61 @@ def test_message_json_nested_beyond_reason_is_kept_as_text(tmp_path, capsys):
         chat, tool = store.events(1)
     assert chat.problem is None and tool.problem is None
     assert tool.value["result"] == deep and "input" not in chat.value
+
+
+def test_a_langfuse_api_trace_imports_with_its_observations_in_order(tmp_path, capsys):
+    trace = {"id": "trace-1", "name": "support-bot", "timestamp": "2026-03-02T10:00:00Z", "input": {"q": "refund?"},
+             "observations": [
+                 {"id": "obs-3", "type": "GENERATION", "name": "answer", "startTime": "2026-03-02T10:00:03Z",
+                  "endTime": "2026-03-02T10:00:04Z", "parentObservationId": "obs-0", "model": "claude-x",
+                  "modelParameters": {"temperature": 0}, "usageDetails": {"input": 30, "output": 5},
+                  "input": [{"role": "user", "content": "refund?"}, {"role": "tool", "content": "order 7: paid"}],
+                  "output": {"role": "assistant", "content": "Refunded."}},
+                 {"id": "obs-2", "type": "TOOL", "name": "lookup_order", "startTime": "2026-03-02T10:00:02Z",
+                  "parentObservationId": "obs-0", "input": {"order": 7}, "output": "order 7: paid"},
+                 {"id": "obs-1", "type": "GENERATION", "name": "plan", "startTime": "2026-03-02T10:00:01Z",
+                  "parentObservationId": "obs-0", "model": "claude-x", "input": [{"role": "user", "content": "refund?"}],
+                  "output": {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                             "function": {"name": "lookup_order", "arguments": "{\"order\": 7}"}}]}},
+                 {"id": "obs-0", "type": "AGENT", "name": "agent", "startTime": "2026-03-02T10:00:00Z"},
+                 {"id": "obs-9", "type": "TOOL", "name": "notify", "startTime": "2026-03-02T10:00:05Z",
+                  "parentObservationId": "obs-0", "level": "ERROR", "statusMessage": "mail server down"},
+             ]}
+    path = tmp_path / "langfuse.json"
+    path.write_text(json.dumps({"data": [trace]}))
+    db = tmp_path / "lf.db"
+    code, out, err = _run(capsys, ["import", str(path), "--db", str(db), "--format", "langfuse", "--json"])
+    assert code == 0, err
+    (done,) = json.loads(out)["runs"]
+    assert done["model_calls"] == 2 and done["tool_calls"] == 2 and done["spans"] == 6
+    with Store.open(db, readonly=True) as store:
+        assert store.run(1).task == "trace:support-bot"
+        plan, lookup, answer, notify = (e.value for e in store.events(1))
+    assert plan["tool_calls"][0]["function"]["name"] == "lookup_order"
+    assert lookup["function"] == "lookup_order" and lookup["kwargs"] == {"order": 7} and lookup["result"] == "order 7: paid"
+    assert answer["text"] == "Refunded." and answer["usage"] == {"input_tokens": 30, "output_tokens": 5}
+    assert answer["input"][1] == {"role": "tool", "content": "order 7: paid"} and answer["sampling"] == {"temperature": 0}
+    assert notify["error"] == {"message": "mail server down"} and "result" not in notify
+    assert _run(capsys, ["export", "1", "--db", str(db), "--otlp", str(tmp_path / "o.json"), "--content"])[0] == 0
+    assert _run(capsys, ["import", str(tmp_path / "o.json"), "--db", str(tmp_path / "again.db")])[0] == 0
+
+
+def test_phoenix_spans_with_nested_attributes_import(tmp_path, capsys):
+    spans = {"data": [
+        {"name": "ChatOpenAI", "context": {"trace_id": TRACE, "span_id": "b" * 16}, "parent_id": "a" * 16,
+         "span_kind": "LLM", "start_time": "2026-03-02T10:00:01+00:00", "end_time": "2026-03-02T10:00:02+00:00",
+         "status_code": "OK", "attributes": {"llm": {"model_name": "gpt-x", "input_messages": [
+             {"message": {"role": "user", "content": "hi"}}], "output_messages": [
+             {"message": {"role": "assistant", "content": "hello"}}]}}},
+        {"name": "agent", "context": {"trace_id": TRACE, "span_id": "a" * 16}, "parent_id": None,
+         "span_kind": "AGENT", "start_time": "2026-03-02T10:00:00+00:00", "end_time": "2026-03-02T10:00:03+00:00",
+         "status_code": "UNSET", "attributes": {}},
+    ]}
+    path = tmp_path / "phoenix.json"
+    path.write_text(json.dumps(spans))
+    db = tmp_path / "px.db"
+    assert _run(capsys, ["import", str(path), "--db", str(db), "--format", "openinference"])[0] == 0
+    with Store.open(db, readonly=True) as store:
+        (call,) = (e.value for e in store.events(1))
+        assert store.run(1).task == "trace:agent"
+    assert call["text"] == "hello" and call["input"] == [{"role": "user", "content": "hi"}] and call["model"] == "gpt-x"

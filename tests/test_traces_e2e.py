@@ -213,7 +213,7 @@ def phoenix(tmp_path_factory):
         log.close()
 
 
-def test_phoenix_receives_a_run_and_gives_back_its_spans_tree_and_attributes(recorded, phoenix, capsys):
+def test_phoenix_receives_a_run_and_gives_back_its_spans_tree_and_attributes(recorded, phoenix, capsys, tmp_path):
     db, runs = recorded
     answer = cli_json(capsys, ["export", str(runs["program"]), str(runs["agent"]), "--db", str(db),
                                "--endpoint", phoenix, "--content", "--json"])
@@ -237,3 +237,14 @@ def test_phoenix_receives_a_run_and_gives_back_its_spans_tree_and_attributes(rec
     assert "Task: Write the line" in a["gen_ai.input.messages"]
     with Store.open(db, readonly=True) as store:
         assert root["attributes"]["tttr.run.id"] == runs["program"] == store.run(runs["program"]).id
+        recorded_texts = [e.value["text"] for e in store.events(runs["program"]) if e.kind == "message"]
+    # What Phoenix hands back (its spans API, OpenInference names) imports as a run with the same calls
+    back = tmp_path / "phoenix.json"
+    back.write_text(json.dumps({"data": program}))
+    done = cli_json(capsys, ["import", str(back), "--db", str(tmp_path / "back.db"), "--format", "openinference",
+                             "--json"])["runs"]
+    assert [(d["trace_id"], d["model_calls"], d["tool_calls"]) for d in done] == [(answer["traces"][0], 2, 3)]
+    with Store.open(tmp_path / "back.db", readonly=True) as store:
+        events = store.events(done[0]["run"])
+    assert [e.value["text"] for e in events if e.kind == "message"] == recorded_texts
+    assert [e.value["function"] for e in events if e.kind == "tool"] == ["list_files", "write_file", "shell"]

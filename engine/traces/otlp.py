@@ -218,21 +218,40 @@ class Reader:
         return TraceError(f"{self.name}{self.where}: {what}")
 
     def traces(self, body: Any) -> list[Trace]:
-        if isinstance(body, list):  # several requests, as one file per line of a collector's file exporter
-            requests_ = body
+        from tttr.engine.traces.foreign import langfuse_traces, phoenix_traces, shape_of
+
+        shape = shape_of(body)
+        if shape == "phoenix":
+            traces = phoenix_traces(self, body)
+        elif shape == "langfuse":
+            traces = langfuse_traces(self, body)
         else:
-            requests_ = [body]
-        by_trace: dict[str, Trace] = {}
-        order: list[str] = []
-        n = 0
+            traces = self.otlp(body)
+        self.where = ""
+        if not traces:
+            raise self.bad("holds no spans")
+        n = sum(len(t.spans) for t in traces)
+        if n > MAX_SPANS:
+            raise self.bad(f"holds {n:,} spans, more than {MAX_SPANS:,}; export fewer per file")
+        for trace in traces:
+            self.check_tree(trace)
+        return traces
+
+    def otlp(self, body: Any) -> list[Trace]:
+        requests_ = body if isinstance(body, list) else [body]  # a list: several requests, as a file exporter writes
+        found: dict[str, Trace] = {}
         for req in requests_:
             if not isinstance(req, dict) or not isinstance(req.get("resourceSpans"), list):
                 raise self.bad("is not OTLP/JSON traces: expected an object with resourceSpans "
-                               "(what tttr export --otlp and an OpenTelemetry collector's file exporter write)")
+                               "(what tttr export --otlp and an OpenTelemetry collector's file exporter write), "
+                               "Phoenix's spans ({data: [...]}) or Langfuse's traces ({id, observations})")
             for ri, rs in enumerate(req["resourceSpans"]):
                 if not isinstance(rs, dict):
                     raise self.bad(f"resourceSpans[{ri}] is not an object")
-                resource = self.attributes((rs.get("resource") or {}).get("attributes", []), "resource")
+                raw_resource = rs.get("resource") or {}
+                if not isinstance(raw_resource, dict):
+                    raise self.bad(f"resourceSpans[{ri}].resource is not an object")
+                resource = self.attributes(raw_resource.get("attributes", []), "resource")
                 for si, ss in enumerate(rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []):
                     if not isinstance(ss, dict):
                         raise self.bad(f"resourceSpans[{ri}].scopeSpans[{si}] is not an object")
@@ -246,27 +265,12 @@ class Reader:
                     spans = ss.get("spans") or []
                     if not isinstance(spans, list):
                         raise self.bad(f"resourceSpans[{ri}].scopeSpans[{si}].spans is not a list")
+                    if len(spans) > MAX_SPANS:
+                        raise self.bad(f"holds more than {MAX_SPANS:,} spans; export fewer per file")
                     for pi, raw in enumerate(spans):
                         self.where = f", resourceSpans[{ri}].scopeSpans[{si}].spans[{pi}]"
-                        span = self.span(raw)
-                        n += 1
-                        if n > MAX_SPANS:
-                            raise self.bad(f"holds more than {MAX_SPANS:,} spans; export fewer per file")
-                        trace = by_trace.get(span.trace_id)
-                        if trace is None:
-                            trace = by_trace[span.trace_id] = Trace(span.trace_id, [], [], [], [])
-                            order.append(span.trace_id)
-                        r = _index(trace.resources, resource)
-                        s = _index(trace.scopes, scope)
-                        trace.spans.append(span)
-                        trace.placement.append((r, s))
-        self.where = ""
-        if not order:
-            raise self.bad("holds no spans")
-        traces = [by_trace[t] for t in order]
-        for trace in traces:
-            self.check_tree(trace)
-        return traces
+                        add_span(found, self.span(raw), resource, scope)
+        return list(found.values())
 
     def check_tree(self, trace: Trace) -> None:
         ids: dict[str, Span] = {}
@@ -414,3 +418,13 @@ def _index(items: list[dict], item: dict) -> int:
     except ValueError:
         items.append(item)
         return len(items) - 1
+
+
+def add_span(found: dict[str, Trace], span: Span, resource: dict, scope: dict) -> None:
+    """Put `span` into its trace in `found` (by trace id, in first-seen order), reported under
+    `resource` and `scope`."""
+    trace = found.get(span.trace_id)
+    if trace is None:
+        trace = found[span.trace_id] = Trace(span.trace_id, [], [], [], [])
+    trace.spans.append(span)
+    trace.placement.append((_index(trace.resources, resource), _index(trace.scopes, scope)))
