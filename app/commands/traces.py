@@ -45,7 +45,7 @@ def register(sub, bench_sub) -> None:
     p.add_argument("file", metavar="FILE.json", help="the OTLP/JSON file")
     p.add_argument("--db", required=True, metavar="DB", help="session database file (made if missing)")
     p.add_argument("--format", choices=FORMATS, default="otlp",
-                   help="whose attribute names to read first (default otlp: the GenAI conventions)")
+                   help="whose attribute names to read first (default otlp: the GenAI conventions); the file may be OTLP/JSON, Phoenix's spans JSON or Langfuse's traces JSON")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=import_)
 
