@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 
 from tttr.recorders.treeown import _DIR_FLAGS, _walk
 
 SLACK_NS = 50_000_000  # kernel timestamps are coarse-grained: widen the window a little
 
 
-def clamp_times(tree: str, since_ns: int, until_ns: int, epoch: int) -> int:
+def clamp_times(tree: str, since_ns: int, until_ns: int, epoch: int,
+                seen: Callable[[os.stat_result], None] | None = None) -> int:
     """Set atime/mtime in [since, until] to `epoch` for every entry under `tree` (and the
     tree itself). Returns how many times were set (a directory's may be set twice: when it
-    is found, and once listed)."""
+    is found, and once listed). `seen` is given each entry's lstat before its times are
+    set: what else must look at the whole tree after a command looks on the same walk."""
     lo, hi = since_ns - SLACK_NS, until_ns + SLACK_NS
     target = epoch * 1_000_000_000
     try:
@@ -55,6 +58,8 @@ def clamp_times(tree: str, since_ns: int, until_ns: int, epoch: int) -> int:
             if fd != current:
                 current = fd
                 changed += fix_dir(fd)
+            if seen is not None:
+                seen(st)
             # a file hard-linked from outside the tree (another owner) keeps its times
             if not (stat.S_ISDIR(st.st_mode) or st.st_nlink == 1 or st.st_uid == owner):
                 continue

@@ -211,10 +211,13 @@ class Executor:
         if code < 0:
             code = 128 - code
         stderr = err.text()
-        if hit is None and watch is not None:  # before the times are clamped: it reads mtimes
-            hit = watch.after(stderr, code, tmp_full=TMP_FULL_MARK in bytes(dump.data))
-        if self.clamp_file_times:
-            clamp_times(str(self.tree), started_ns, time.time_ns(), clock_epoch(clock))
+        sizes = _Sizes(watch) if hit is None and watch is not None else None
+        if self.clamp_file_times:  # one walk: each entry measured (its mtime not yet clamped), then clamped
+            clamp_times(str(self.tree), started_ns, time.time_ns(), clock_epoch(clock),
+                        seen=sizes.add if sizes is not None else None)
+        if sizes is not None:
+            hit = watch.after(stderr, code, tmp_full=TMP_FULL_MARK in bytes(dump.data),
+                              sizes=sizes if self.clamp_file_times else None)
         if hit is not None:
             if hit == "timeout":
                 code = 124
@@ -426,20 +429,6 @@ class _Watch:
         cgroup = self.proc.cgroup
         return cgroup is not None and cgroup.oom_kills() > self.oom_before
 
-    def _measure(self) -> tuple[int, bool]:
-        """The tree's size as tree_bytes counts it, and whether a regular file written
-        during the command (its mtime, not yet clamped, in the command's window) stands at
-        the largest size a command may write: how a file-size hit shows when the command
-        hid its stderr."""
-        total, at_limit = 0, False
-        until_ns = time.time_ns() + SLACK_NS
-        for _, _, st in _walk(self.tree):
-            if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
-                total += st.st_size
-            if stat.S_ISREG(st.st_mode) and st.st_size == self.file_limit and \
-                    self.since_ns <= st.st_mtime_ns <= until_ns:
-                at_limit = True
-        return total, at_limit
 
     def __call__(self) -> str | None:
         if self._oom():
@@ -450,19 +439,43 @@ class _Watch:
             self.tmp_full = True  # not stopped for it: the command sees ENOSPC and goes on
         return None
 
-    def after(self, stderr: str, code: int, tmp_full: bool) -> str | None:
+    def after(self, stderr: str, code: int, tmp_full: bool, sizes: "_Sizes | None" = None) -> str | None:
         """The limit a command that ran to its end hit, if any. `code`: its exit status;
-        `tmp_full`: the exit trap found no room in /tmp or /dev/shm."""
+        `tmp_full`: the exit trap found no room in /tmp or /dev/shm; `sizes`: the tree as
+        the clamping walk saw it (else it is walked here)."""
         if self._oom():
             return "memory"
-        total, at_limit = self._measure()
-        if total > self.quota:
+        if sizes is None:
+            sizes = _Sizes(self)
+            for _, _, st in _walk(self.tree):
+                sizes.add(st)
+        if sizes.total > self.quota:
             return "tree-quota"
         if self.tmp_full or tmp_full:
             return "tmp-full"
-        if "File too large" in stderr or code == 128 + signal.SIGXFSZ or at_limit:
+        if "File too large" in stderr or code == 128 + signal.SIGXFSZ or sizes.at_limit:
             return "file-size"
         return None
+
+
+class _Sizes:
+    """The tree after a command, from each entry's lstat: its size as tree_bytes counts it,
+    and whether a regular file written during the command (its mtime, not yet clamped, in
+    the command's window) stands at the largest size a command may write: how a file-size
+    hit shows when the command hid its stderr."""
+
+    def __init__(self, watch: _Watch):
+        self.limit, self.since_ns = watch.file_limit, watch.since_ns
+        self.until_ns = time.time_ns() + SLACK_NS
+        self.total, self.at_limit = 0, False
+
+    def add(self, st: os.stat_result) -> None:
+        if stat.S_ISREG(st.st_mode):
+            self.total += st.st_size
+            if st.st_size == self.limit and self.since_ns <= st.st_mtime_ns <= self.until_ns:
+                self.at_limit = True
+        elif stat.S_ISDIR(st.st_mode):
+            self.total += st.st_size
 
 
 def _cleanup(spawner: Spawner | None, cgroup: ExecutorCgroup | None) -> None:
