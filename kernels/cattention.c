@@ -124,16 +124,25 @@ static inline void scores16(const float *restrict q, const float *restrict k, co
 #endif
 
 /* Query i, head h: the same loops whichever thread runs it. */
+static inline float head_weights(const float *qh, const float *kb, int64_t k_row, int64_t L, int64_t D,
+                                 float scale, float *restrict s);
+
 static inline void one_head(const float *q, const float *k, const float *v, int64_t k_seq, int64_t k_row,
                             int64_t v_seq, int64_t v_row, const int64_t *seq, const int64_t *pos, int64_t i,
                             int64_t h, int64_t H, int64_t G, int64_t D, float scale, float *out) {
     const int64_t L = pos[i] + 1, g = h / G, sq = seq[i];
-    const float *qh = q + (i * H + h) * D;
     const float *kb = k + sq * k_seq + g * D, *vb = v + sq * v_seq + g * D;
     float s[L];
+    const float denom = head_weights(q + (i * H + h) * D, kb, k_row, L, D, scale, s);
+    weighted_values(s, vb, v_row, L, D, denom, out + (i * H + h) * D);
+}
+
+/* The softmax weights of query i, head h, over keys 0..L-1 into s, as one_head computes them;
+   returns their denominator. */
+static inline float head_weights(const float *qh, const float *kb, int64_t k_row, int64_t L, int64_t D,
+                                 float scale, float *restrict s) {
     int64_t j = 0;
-#if defined(TTTR_ONE_KEY)  /* tests: every score by dot_lanes, to compare the multi-key bodies with */
-#elif defined(__AVX512F__)
+#if !defined(TTTR_ONE_KEY) && defined(__AVX512F__)
     if (D % 16 == 0)
         for (; j + 16 <= L; j += 16) scores16(qh, kb + j * k_row, k_row, D, scale, s + j);
 #endif
@@ -143,7 +152,73 @@ static inline void one_head(const float *q, const float *k, const float *v, int6
     for (int64_t j = 0; j < L; j++) s[j] = exp_neg(s[j] - m);
     float denom = 0.0f;
     for (int64_t j = 0; j < L; j++) denom += s[j];
-    weighted_values(s, vb, v_row, L, D, denom, out + (i * H + h) * D);
+    return denom;
+}
+
+#if !defined(TTTR_ONE_KEY) && defined(__AVX512F__)
+/* Query i, the GN heads h0..h0+GN-1 that share one KV head, head dim 64: each head's weights as
+   one_head's, then the weighted values of all GN heads in one pass over the values, each head's
+   four accumulators updated in the same order as weighted_values updates them (the same bits).
+   One load of a value row serves GN heads, and 4 GN independent chains of fused multiply-adds
+   replace one_head's 4, whose latency bound it at long prompts. */
+static inline __attribute__((always_inline)) void head_group64(
+        const float *q, const float *k, const float *v, int64_t k_seq, int64_t k_row, int64_t v_seq, int64_t v_row,
+        const int64_t *seq, const int64_t *pos, int64_t i, int64_t h0, int64_t H, int64_t G, float scale,
+        float *out, float *s, const int GN) {
+    const int64_t L = pos[i] + 1, g = h0 / G, sq = seq[i], D = 64;
+    const float *kb = k + sq * k_seq + g * D, *vb = v + sq * v_seq + g * D;
+    float denom[4];
+    for (int t = 0; t < GN; t++) denom[t] = head_weights(q + (i * H + h0 + t) * D, kb, k_row, L, D, scale, s + t * L);
+    __m512 acc[4][4];
+    for (int t = 0; t < GN; t++)
+        for (int u = 0; u < 4; u++) acc[t][u] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < L; j++) {
+        const float *vj = vb + j * v_row;
+        const __m512 v0 = _mm512_loadu_ps(vj), v1 = _mm512_loadu_ps(vj + 16), v2 = _mm512_loadu_ps(vj + 32),
+                     v3 = _mm512_loadu_ps(vj + 48);
+        for (int t = 0; t < GN; t++) {
+            const __m512 pj = _mm512_set1_ps(s[t * L + j]);
+            acc[t][0] = _mm512_fmadd_ps(pj, v0, acc[t][0]);
+            acc[t][1] = _mm512_fmadd_ps(pj, v1, acc[t][1]);
+            acc[t][2] = _mm512_fmadd_ps(pj, v2, acc[t][2]);
+            acc[t][3] = _mm512_fmadd_ps(pj, v3, acc[t][3]);
+        }
+    }
+    for (int t = 0; t < GN; t++) {
+        const __m512 dn = _mm512_set1_ps(denom[t]);
+        float *o = out + (i * H + h0 + t) * D;
+        for (int u = 0; u < 4; u++) _mm512_storeu_ps(o + 16 * u, _mm512_div_ps(acc[t][u], dn));
+    }
+}
+#endif
+
+/* How many heads of a KV group one work item takes: 1 (one_head), or 2-4 heads of a group at
+   once (head_group64) where the build and the head dim allow it and there are enough items to
+   keep every thread busy. Either way every output has the same bits. */
+static int64_t group_width(int64_t n, int64_t H, int64_t G, int64_t D, int64_t n_keys, int threads) {
+#if !defined(TTTR_ONE_KEY) && defined(__AVX512F__)
+    if (D != 64 || n_keys > 16384) return 1;  /* the weights of 4 heads stay a few hundred KiB of stack */
+    for (int64_t gn = 4; gn >= 2; gn--)
+        if (G % gn == 0 && n * (H / gn) >= 8 * (int64_t)threads) return gn;
+#endif
+    (void)n; (void)H; (void)G; (void)D; (void)n_keys; (void)threads;
+    return 1;
+}
+
+static inline void work_item(const float *q, const float *k, const float *v, int64_t k_seq, int64_t k_row,
+                             int64_t v_seq, int64_t v_row, const int64_t *seq, const int64_t *pos, int64_t u,
+                             int64_t gw, int64_t H, int64_t G, int64_t D, float scale, float *out) {
+    const int64_t per = H / gw, i = u / per, h0 = (u % per) * gw;
+#if !defined(TTTR_ONE_KEY) && defined(__AVX512F__)
+    if (gw > 1) {
+        float s[gw * (pos[i] + 1)];
+        if (gw == 4) head_group64(q, k, v, k_seq, k_row, v_seq, v_row, seq, pos, i, h0, H, G, scale, out, s, 4);
+        else if (gw == 3) head_group64(q, k, v, k_seq, k_row, v_seq, v_row, seq, pos, i, h0, H, G, scale, out, s, 3);
+        else head_group64(q, k, v, k_seq, k_row, v_seq, v_row, seq, pos, i, h0, H, G, scale, out, s, 2);
+        return;
+    }
+#endif
+    one_head(q, k, v, k_seq, k_row, v_seq, v_row, seq, pos, i, h0, H, G, D, scale, out);
 }
 
 /* Query i (row i of q [n, H, D], contiguous) attends keys 0..pos[i] of sequence seq[i] (of
@@ -164,13 +239,13 @@ int tttr_attention(const float *q, const float *k, const float *v,
         if (pos[i] < 0 || pos[i] >= n_keys) return 2;
     }
     if (omp_in_parallel()) {
-        #pragma omp for collapse(2) schedule(static) nowait
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t h = 0; h < H; h++) one_head(q, k, v, k_seq, k_row, v_seq, v_row, seq, pos, i, h, H, G, D, scale, out);
+        const int64_t gw = group_width(n, H, G, D, n_keys, omp_get_num_threads()), items = n * (H / gw);
+        #pragma omp for schedule(static) nowait
+        for (int64_t u = 0; u < items; u++) work_item(q, k, v, k_seq, k_row, v_seq, v_row, seq, pos, u, gw, H, G, D, scale, out);
         return 0;
     }
-    #pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(threads)
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t h = 0; h < H; h++) one_head(q, k, v, k_seq, k_row, v_seq, v_row, seq, pos, i, h, H, G, D, scale, out);
+    const int64_t gw = group_width(n, H, G, D, n_keys, threads), items = n * (H / gw);
+    #pragma omp parallel for schedule(dynamic, 4) num_threads(threads)
+    for (int64_t u = 0; u < items; u++) work_item(q, k, v, k_seq, k_row, v_seq, v_row, seq, pos, u, gw, H, G, D, scale, out);
     return 0;
 }

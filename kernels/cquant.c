@@ -185,17 +185,25 @@ static const group_fn group_fns[4][MAXR + 1] = {ROW(0), ROW(1), ROW(2), ROW(3)};
 
 const char *tttr_qlinear_kernel(void) { return KERNEL_NAME; }
 
-/* Outputs g*16 .. g*16+15 of all M rows: the same calls whichever thread runs it. */
+/* Rows are taken ROW_TILE at a time, every group of outputs for one tile before the next, so a
+   tile of x (ROW_TILE x K floats, 2 MiB at K = 8192) stays in cache while the weight streams past
+   it; over all M rows at once, a long prompt's x (64 MiB for a 1B model's down projection at
+   2,048 rows) came from memory again for every group of 16 outputs. Each row's outputs are the
+   same calls on the same values whatever the tiling (rows MAXR at a time, each with its own
+   accumulators): the same bits. */
+#define ROW_TILE 64
+
+/* Outputs g*16 .. g*16+15 of rows r0..r1-1: the same calls whichever thread runs it. */
 static inline void one_group(int64_t g, const int64_t *first, const int *formats, const uint8_t *const *ws,
-                             int64_t nb, int64_t K, const float *x, int64_t M, float *out, int64_t N) {
+                             int64_t nb, int64_t K, const float *x, int64_t r0, int64_t r1, float *out, int64_t N) {
     int i = 0;
     while (g >= first[i + 1]) i++;
     const int fmt = formats[i];
     const uint8_t *gw = ws[i] + (g - first[i]) * nb * BLOCK_BYTES(fmt);
     const group_fn *fns = group_fns[fmt];
-    for (int64_t r0 = 0; r0 < M; r0 += MAXR) {
-        const int R = M - r0 < MAXR ? (int)(M - r0) : MAXR;
-        fns[R](gw, nb, x + r0 * K, K, out + r0 * N + g * G, N);
+    for (int64_t r = r0; r < r1; r += MAXR) {
+        const int R = r1 - r < MAXR ? (int)(r1 - r) : MAXR;
+        fns[R](gw, nb, x + r * K, K, out + r * N + g * G, N);
     }
 }
 
@@ -218,12 +226,19 @@ int tttr_qlinear_parts(int nparts, const int *formats, const uint8_t *const *ws,
     }
     const int64_t nb = K / 32, groups = first[nparts], N = groups * G;
     if (omp_in_parallel()) {
-        #pragma omp for schedule(static) nowait
-        for (int64_t g = 0; g < groups; g++) one_group(g, first, formats, ws, nb, K, x, M, out, N);
+        for (int64_t t0 = 0; t0 < M; t0 += ROW_TILE) {
+            const int64_t t1 = M - t0 < ROW_TILE ? M : t0 + ROW_TILE;
+            #pragma omp for schedule(static) nowait
+            for (int64_t g = 0; g < groups; g++) one_group(g, first, formats, ws, nb, K, x, t0, t1, out, N);
+        }
         return 0;
     }
-    #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t g = 0; g < groups; g++) one_group(g, first, formats, ws, nb, K, x, M, out, N);
+    #pragma omp parallel num_threads(threads)
+    for (int64_t t0 = 0; t0 < M; t0 += ROW_TILE) {
+        const int64_t t1 = M - t0 < ROW_TILE ? M : t0 + ROW_TILE;
+        #pragma omp for schedule(static) nowait
+        for (int64_t g = 0; g < groups; g++) one_group(g, first, formats, ws, nb, K, x, t0, t1, out, N);
+    }
     return 0;
 }
 
