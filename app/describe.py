@@ -654,7 +654,10 @@ def program_outcome_detail(v: dict) -> RenderableType:
 
 # -- runs -------------------------------------------------------------------------------------
 # A run's metadata comes from the database as it is: any field may hold any type.
-def lineage(run) -> str:
+def lineage(run, verdict: str | None = None) -> str:
+    """Where a run comes from: `recorded`, `fork of #1 at 2:tool = exit=1`, `replay of #1
+    (faithful): identical` or `replay of #1 (free tensor): diverged at 2:token:3`, with a
+    replay's `verdict` when it is known (`runs_listing.replay_verdict`)."""
     parent = getattr(run, "parent", None)
     if parent is None:
         return "recorded"
@@ -662,10 +665,14 @@ def lineage(run) -> str:
     replay = meta.get("replay") if isinstance(meta, dict) else None
     if replay is not None:
         free = replay.get("free") if isinstance(replay, dict) else None
-        shown = ", ".join(short(f, 20) for f in free) if isinstance(free, list) and free else "none"
-        return f"replay of #{short(parent, 12)}, free: {short(shown, 60)}"
+        how = "free " + ", ".join(short(f, 20) for f in free) if isinstance(free, list) and free else "faithful"
+        return f"replay of #{short(parent, 12)} ({short(how, 60)})" + (f": {short(verdict, 60)}" if verdict else "")
     site = getattr(run, "fork_site", None)
-    return f"fork of #{short(parent, 12)} at {short(site, 30)} = {mutation_label(getattr(run, 'mutation', None), 60)}"
+    mutation = getattr(run, "mutation", None)
+    if site is None and isinstance(mutation, dict):
+        site = mutation.get("site")
+    where = short(site, 30) if site is not None else f"seq {short(getattr(run, 'fork_seq', '?'), 12)}"
+    return f"fork of #{short(parent, 12)} at {where} = {mutation_label(mutation, 60)}"
 
 
 def mutation_label(mutation: Any, width: int = 80) -> str:

@@ -91,3 +91,24 @@ class RunsListing:
         window = self.order[start:stop]
         prefixes = {link.id: prefix for link, prefix in window}
         return [ListedRun(row, prefixes[row.run.id]) for row in self.store.run_rows(list(prefixes))]
+
+
+def is_replay(run) -> bool:
+    """A replay of its parent (`tttr replay`): a child run with no mutation."""
+    meta = getattr(run, "meta", None)
+    return getattr(run, "parent", None) is not None and isinstance(meta, dict) and meta.get("replay") is not None
+
+
+def replay_verdict(store, run) -> str:
+    """Whether replay `run` reproduced its parent: `identical`, or `diverged at SITE` (the
+    first cause), from the quick scan the compare screen uses; never raises."""
+    from tttr.engine.replay.diff import scan_runs
+
+    try:
+        diff = scan_runs(store, run.parent, run.id)
+    except Exception as exc:  # noqa: BLE001 - a pair that cannot be compared says so in its row
+        return f"not compared: {type(exc).__name__}"
+    if diff.identical:
+        return "identical"
+    first = diff.first_cause
+    return f"diverged at {first.site}" if first is not None else "differs in its steps"

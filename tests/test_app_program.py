@@ -251,6 +251,8 @@ def test_an_example_agents_call_parameters_finish_reason_and_sdk_shell_output_si
             assert "cut at the call's max_tokens" in read()
         await _at(app, pilot, "5:tool")  # sdk.shell("cat greeting.txt")
         assert "output stdout 12 B, stderr 0 B" in read()  # the output is stored inline, its size is not
+        await _at(app, pilot, "6:outcome")  # the last step's row stands on its outcome; expanded, its own line
+        await pilot.press("space")
         await _at(app, pilot, "6:outcome")
         line = _lines(app.screen.query_one(Timeline))
         assert any("6:outcome" in ln and "passed (checker exit 0)  exit 0" in ln for ln in line), line

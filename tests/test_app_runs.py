@@ -416,3 +416,60 @@ def test_a_big_database_shows_its_first_rows_and_reads_more_as_the_list_scrolls(
         assert column(app, "")[2 * PAGE + 10] == "●" and f"marked for diff: #{deep}" in title()
 
     run_app(path, flow, load_tokenizer=False)
+
+
+def _copy_as_replay(store, source: int, parent: int) -> int:
+    """A replay of `parent` whose events are `source`'s (as a replay stores them, step by step)."""
+    replay = store.begin_run(task="rotate-logs", parent=parent, fork_seq=0, meta={"replay": {"free": ["token"]}},
+                             seed=1)
+    step = None
+    for e in store.events(source):
+        if step is not None and e.step != step:
+            store.commit_step(replay)
+        store.append(replay, e.step, e.layer, e.kind, e.site, e.value)
+        step = e.step
+    store.commit_step(replay)
+    store.finish_run(replay, "complete", store.run(source).outcome)
+    return replay
+
+
+def test_a_replays_row_says_whether_it_was_identical_and_where_it_diverged(tmp_path):
+    from tests.app_helpers import two_runs
+
+    path = two_runs(tmp_path / "replays.db", 4, 3)  # run 2 takes another command at step 2
+    with Store.open(path) as store:
+        same, diverged = _copy_as_replay(store, 1, 1), _copy_as_replay(store, 2, 1)
+        from tttr.engine.replay.diff import diff_runs
+
+        first = diff_runs(store, 1, diverged).first_cause.site  # the full diff's first cause
+
+    async def flow(app, pilot):
+        screen = app.screen
+        await wait_for(pilot, lambda: {same, diverged} <= set(screen.verdicts))
+        await pilot.pause()
+        lineage = dict(zip(column(app, "run"), column(app, "lineage")))
+        assert lineage[f"├─ #{same}"] == "replay of #1 (free token): identical"
+        assert lineage[f"└─ #{diverged}"] == f"replay of #1 (free token): diverged at {first}"
+
+    run_app(path, flow, load_tokenizer=False)
+
+
+def test_the_runs_list_takes_the_timelines_keys(db):
+    path, ids = db
+
+    async def flow(app, pilot):
+        table = app.screen.query_one("#runs")
+        await pilot.press("j", "j")
+        assert table.cursor_row == 2
+        await pilot.press("k")
+        assert table.cursor_row == 1
+        await pilot.press("G")
+        assert table.cursor_row == table.row_count - 1
+        await pilot.press("g")
+        assert table.cursor_row == 0
+        await pilot.press("end", "enter")  # the last run opens, not the first
+        assert isinstance(app.screen, TimelineScreen) and app.screen.view.run_id == ids["other"]
+        await pilot.press("escape", "home", "enter")
+        assert app.screen.view.run_id == ids["parent"]
+
+    run_app(path, flow, load_tokenizer=False)

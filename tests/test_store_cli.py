@@ -50,7 +50,7 @@ def test_info_runs_and_events(recorded, capsys):
     assert stats["runs"] == 2 and stats["integrity"] == "ok" and stats["events"] == 3 * 13 + 1
     assert main(["runs", str(recorded)]) == 0
     out = capsys.readouterr().out
-    assert "complete" in out and "1 @ 1:token:2" in out
+    assert "complete" in out and "fork of #1 at 1:token:2" in out
     assert main(["runs", str(recorded), "--json"]) == 0
     runs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["id"], r["status"], r["steps"], r["events"]) for r in runs] == [(1, "complete", 3, 39), (2, "failed", 2, 20)]

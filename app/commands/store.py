@@ -193,13 +193,15 @@ def runs(args: argparse.Namespace) -> int:
     return 0
 
 
-RUN_HEADS = ("run", "status", "task", "model", "kernels", "seed", "parent", "steps", "events", "outcome", "created (UTC)")
+RUN_HEADS = ("run", "status", "task", "model", "kernels", "seed", "lineage", "steps", "events", "outcome", "created (UTC)")
 
 
 def _run_cells(row) -> list[str]:
     """A run's cells under RUN_HEADS, before their control characters are made visible."""
     r = row.run
-    parent = "" if r.parent is None else f"{r.parent} @ {r.fork_site or 'seq ' + str(r.fork_seq)}"
+    from tttr.app.describe import lineage
+
+    parent = "" if r.parent is None else lineage(r).split(" = ")[0]  # `fork of #1 at 2:tool`, `replay of #1 (faithful)`
     outcome = r.outcome
     if isinstance(outcome, dict) and "passed" in outcome:
         outcome = "passed" if outcome["passed"] else "failed check"

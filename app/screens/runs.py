@@ -7,17 +7,28 @@ shows, the next whenever the cursor or the scroll comes within a screen of its l
 
 from __future__ import annotations
 
+from functools import partial
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from tttr.app import describe
-from tttr.app.runs_listing import PAGE, RunsListing
+from tttr.app.runs_listing import PAGE, RunsListing, is_replay
 from tttr.app.screens.confirm import ConfirmScreen
 from tttr.app.screens.footer import FittedFooter
 from tttr.sessions.safe_text import visible
+
+class VerdictsRead(Message):
+    """Replays' verdicts, read in a worker: {run id: `identical` or `diverged at SITE`}."""
+
+    def __init__(self, verdicts: dict[int, str]) -> None:
+        super().__init__()
+        self.verdicts = verdicts
+
 
 COLUMNS = ("", "run", "task", "model", "kernels", "seed", "steps", "outcome", "status", "lineage")
 POLL_S = 0.5  # how often the screen asks the file whether anything was committed (one PRAGMA)
@@ -35,6 +46,11 @@ class RunsScreen(FittedFooter, Screen):
         Binding("n", "rename", "name run"),
         Binding("delete,x", "delete", "delete run"),
         Binding("r", "reload", "reload"),
+        # the timeline's keys move the row here too (the table's own home/end scroll sideways)
+        Binding("j", "row(1)", "next run", show=False, priority=True),
+        Binding("k", "row(-1)", "previous run", show=False, priority=True),
+        Binding("home,g", "first_row", "first run", show=False, priority=True),
+        Binding("end,G", "last_row", "last run", show=False, priority=True),
     ]
     place = "runs"  # what a screen above says `escape` goes back to
 
@@ -48,6 +64,7 @@ class RunsScreen(FittedFooter, Screen):
         self.loaded = 0  # rows of `listing.order` in the table: order[:loaded]
         self.problem: str | None = None  # why the runs cannot be listed, if they cannot
         self.fresh = False
+        self.verdicts: dict[int, str] = {}  # replay id -> identical / diverged at SITE, checked in a worker
 
     def compose(self) -> ComposeResult:
         yield Static("", id="runs-title")
@@ -117,9 +134,44 @@ class RunsScreen(FittedFooter, Screen):
     def _read_rows(self, stop: int) -> None:
         """Read the rows after those in the table, down to `order[stop]`, into it."""
         table = self.query_one(DataTable)
+        replays = []
         for listed in self.listing.rows(self.loaded, stop):
             table.add_row(*self._cells(listed.row, listed.prefix), key=str(listed.row.run.id))
+            run = listed.row.run
+            if is_replay(run) and run.status != "recording" and run.id not in self.verdicts:
+                replays.append(run)
         self.loaded = min(stop, len(self.listing))
+        if replays:
+            self.run_worker(partial(self._check_replays, replays), thread=True, exit_on_error=False,
+                            name="replay verdicts", group="verdicts")
+
+    def _check_replays(self, runs: list) -> None:
+        """In a worker, on a connection of its own: whether each replay reproduced its parent."""
+        from tttr.app.runs_listing import replay_verdict
+        from tttr.sessions.store import Store
+
+        try:
+            store = Store.open(self.app.db_path, create=False, readonly=True)
+        except Exception:  # noqa: BLE001 - the rows keep saying how they were replayed, without a verdict
+            return
+        try:
+            verdicts = {run.id: replay_verdict(store, run) for run in runs}
+        finally:
+            store.close()
+        # Posted, not called: a call from this thread would wait forever on an app that quit.
+        self.post_message(VerdictsRead(verdicts))
+
+    def on_verdicts_read(self, message: "VerdictsRead") -> None:
+        self.verdicts.update(message.verdicts)
+        table = self.query_one(DataTable)
+        for run_id, verdict in message.verdicts.items():
+            key = str(run_id)
+            if key in table.rows:
+                try:
+                    run = self.app.store.run(run_id)
+                except Exception:  # noqa: BLE001 - deleted meanwhile: the next listing drops its row
+                    continue
+                table.update_cell(key, "lineage", describe.run_problem(run) or Text(describe.lineage(run, verdict)))
 
     def _load_near(self, row: int) -> None:
         """Read the next window into the table when `row` is within a screen of its last row."""
@@ -173,7 +225,7 @@ class RunsScreen(FittedFooter, Screen):
             Text(str(row.steps)),
             describe.outcome_label(run),
             describe.status_label(run),
-            describe.run_problem(run) or Text(describe.lineage(run)),
+            describe.run_problem(run) or Text(describe.lineage(run, self.verdicts.get(run.id))),
         ]
 
     def _mark(self, run_id: int) -> Text:
@@ -185,6 +237,30 @@ class RunsScreen(FittedFooter, Screen):
             return None
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
         return int(key.value)
+
+    def action_row(self, delta: int) -> None:
+        table = self.query_one(DataTable)
+        if table.row_count:
+            table.move_cursor(row=max(0, min(table.cursor_row + delta, table.row_count - 1)))
+
+    def action_first_row(self) -> None:
+        table = self.query_one(DataTable)
+        if table.row_count:
+            table.move_cursor(row=0)
+
+    def action_last_row(self) -> None:
+        """The last run of the list: the rows not read yet are read first (by window, as scrolling does)."""
+        listing = self.listing
+        if listing is not None and not self.problem:
+            try:
+                while self.loaded < len(listing):
+                    self._read_rows(self.loaded + PAGE)
+            except Exception as exc:  # noqa: BLE001 - the rows above stay; the title says why there are no more
+                self.problem = f"cannot list more runs: {describe.short(exc, 200)}"
+            self._show_title()
+        table = self.query_one(DataTable)
+        if table.row_count:
+            table.move_cursor(row=table.row_count - 1)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.app.open_run(int(event.row_key.value))
