@@ -473,3 +473,21 @@ def test_the_runs_list_takes_the_timelines_keys(db):
         assert app.screen.view.run_id == ids["parent"]
 
     run_app(path, flow, load_tokenizer=False)
+
+
+def test_record_prints_the_checkers_reason_when_a_run_fails(capsys):
+    """What `tttr record` prints of a run it recorded (the printing alone: a recording takes the model)."""
+    from argparse import Namespace
+
+    from tttr.app.commands.agent import _print_result
+    from tttr.engine.replay.result import RunResult
+
+    failed = RunResult(7, "complete", {"passed": False, "checker_exit": 1,
+                                       "checker_output": "no file greeting.txt\nsecond line"}, ["echo hi > greet.txt"])
+    _print_result(Namespace(json=False), failed, "recorded")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "recorded run 7: 1 steps, outcome failed, status complete"
+    assert out[1] == "  checker: no file greeting.txt"
+    passed = RunResult(8, "complete", {"passed": True, "checker_exit": 0, "checker_output": "ok"}, ["ls"])
+    _print_result(Namespace(json=False), passed, "recorded")
+    assert "checker" not in capsys.readouterr().out

@@ -397,6 +397,9 @@ def _print_result(args, res, verb: str) -> None:
     else:
         outcome = "passed" if res.passed else ("failed" if res.passed is False else res.status)
         say(f"{head}: {len(res.actions)} steps, outcome {outcome}, status {res.status}")
+        reason = res.outcome.get("checker_output") if res.passed is False and isinstance(res.outcome, dict) else None
+        if isinstance(reason, str) and reason.strip():  # why the checker failed it, in its words
+            say(f"  checker: {reason.strip().splitlines()[0][:200]}")
         for i, action in enumerate(res.actions):
             say(f"  step {i}: {action}")
     if res.identical is not None:
