@@ -26,6 +26,8 @@ CHAT = {"id": "chatcmpl-abc123", "object": "chat.completion", "created": 1767225
 CALLED = {**CHAT, "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
     "role": "assistant", "content": "Looking.", "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Paris\"}"}}]}}]}
+STOPPED = {**CHAT, "choices": [{**CHAT["choices"][0], "message": {"role": "assistant", "content": "Par"}}],
+           "tttr": {"seed": 4, "stop_sequence": "is."}}
 TOOL = {"name": "weather", "description": "The weather in a city.",
         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
 CONVERSATION = [
@@ -61,7 +63,7 @@ def test_a_conversation_with_tools_becomes_the_chat_call_it_means():
         "tools": [{"type": "function", "function": {"name": "weather", "parameters": TOOL["input_schema"],
                                                     "description": "The weather in a city."}}],
         "tool_choice": "auto", "parallel_tool_calls": False,
-        "stop": ["\n\n"], "logprobs": True, "top_logprobs": 0,  # the tokens: which sequence stopped it
+        "stop": ["\n\n"],
         "stream": True, "stream_options": {"include_usage": True}}
     counted = to_chat({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, counting=True)
     assert counted == {"model": "m", "messages": [{"role": "user", "content": "hi"}]}  # no max_tokens needed
@@ -102,10 +104,10 @@ def test_an_answer_becomes_a_message_and_a_stop_sequence_is_named():
     assert called["content"] == [{"type": "text", "text": "Looking."},
                                  {"type": "tool_use", "id": "call_1", "name": "weather", "input": {"city": "Paris"}}]
     assert called["stop_reason"] == "tool_use"
-    stopped = {**CHAT, "choices": [{**CHAT["choices"][0], "message": {"role": "assistant", "content": "Par"},
-                                    "logprobs": {"content": [{"token": "Par"}, {"token": "is"}, {"token": "."}]}}]}
+    stopped = {**STOPPED, "tttr": {"seed": 4, "stop_sequence": "is."}}  # the engine names the stop string
     said = to_message({"stop_sequences": ["xx", "is."]}, stopped)
     assert (said["stop_reason"], said["stop_sequence"], said["content"][0]["text"]) == ("stop_sequence", "is.", "Par")
+    assert to_message({"stop_sequences": ["xx"]}, stopped)["stop_reason"] == "end_turn"  # not one this request sent
     cut = {**CHAT, "choices": [{**CHAT["choices"][0], "finish_reason": "length"}]}
     assert to_message({"stop_sequences": ["is."]}, cut)["stop_reason"] == "max_tokens"
 
@@ -128,7 +130,8 @@ def answering():
 
     def answer_call(run, endpoint, body):
         asked.append(body)
-        return CALLED if "weather" in str(body["messages"][-1]["content"]) else CHAT
+        last = str(body["messages"][-1]["content"])
+        return CALLED if "weather" in last else STOPPED if "stop" in last else CHAT
 
     running = Running(create_app(FromRecording(answer_call, lambda *a: None, {"id": "smol"})), lifespan="off")
     running.asked = asked
@@ -154,6 +157,12 @@ def test_the_official_client_reads_messages_tool_use_and_the_stream(answering):
         assert _blocks(final) == _blocks(whole) and final.stop_reason == whole.stop_reason, final
         assert (final.usage.input_tokens, final.usage.output_tokens) == (12, 3)
         assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "message_delta" in kinds, kinds
+    stopping = dict(model="smol", max_tokens=10, stop_sequences=["is."], messages=[{"role": "user", "content": "stop"}])
+    whole = client.messages.create(**stopping)  # the recording's stop string, whole and streamed (a replay's answer)
+    with client.messages.stream(**stopping) as stream:
+        streamed = stream.get_final_message()
+    for final in (whole, streamed):
+        assert (final.stop_reason, final.stop_sequence, final.content[0].text) == ("stop_sequence", "is.", "Par"), final
     # a user turn answering the tool call: its result is the chat call's tool message
     client.messages.create(model="smol", max_tokens=10, tools=[TOOL], messages=[
         {"role": "user", "content": "weather in Paris?"},
@@ -246,6 +255,8 @@ def test_the_engine_answers_streams_counts_stops_and_records_messages(tmp_path):
     with Store.open(served.db, readonly=True) as store:
         run = next(r for r in store.runs() if r.task == "messages")
         prompts = [e.value for e in store.events(run.id, kind="prompt")]
+        said = [e.value for e in store.events(run.id, kind="message")]
+    assert [m.get("stop_sequence") for m in said] == [None, None, word]  # stored only where a stop string ended it
     assert len(prompts) == 3  # one chat call each (counting tokens is not a call), recorded as chat calls are
     assert prompts[0]["request"]["messages"][0] == {"role": "system", "content": "You are terse."}
     assert prompts[1]["request"]["stream"] is True and prompts[2]["request"]["stop"] == ["@@", word]

@@ -51,7 +51,9 @@ from tttr.engine.replay.diff import Divergence, first_request_difference
 from tttr.engine.serve.errors import APIError
 from tttr.engine.replay.program_suite import task_env
 from tttr.engine.serve.sdk_tree import SDKTree, program_file
-from tttr.recorders.program import SOCKET_NAME, HostPython, api_dir, check_program, endpoint_env, sandboxed_command
+from tttr.recorders.program import (
+    SOCKET_NAME, HostPython, ProgramError, api_dir, check_program, endpoint_env, sandboxed_command,
+)
 from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, site, site_parts
 
 RECORDED_BY = "tttr record"
@@ -238,6 +240,8 @@ def _response(endpoint: str, step: _Step, prompt: dict, model: str) -> dict:
     tttr: dict = {"replayed_from_step": step.step}
     if "pieces" in message:  # a streamed call's text, streamed again in the pieces it was sent in (checked there)
         tttr["pieces"] = message["pieces"]
+    if isinstance(message.get("stop_sequence"), str):  # the stop string that ended it (Anthropic's stop_sequence)
+        tttr["stop_sequence"] = message["stop_sequence"]
     return {"id": rid, "object": obj, "created": 0, "model": model, "choices": [choice], "usage": usage,
             "tttr": tttr}
 
@@ -594,7 +598,15 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
                 check_code(code, argv, recorded_argv)
                 old_name = renamed(code, tree_dir, argv, recorded_argv)
                 lay_code(code, tree_dir)
-            program = check_program(argv, tree_dir, host)
+            try:
+                program = check_program(argv, tree_dir, host)
+            except ProgramError:
+                if argv == recorded_argv:
+                    raise
+                where = f"in the recorded start tree nor in --code {code}" if code is not None \
+                    else "in the recorded start tree (nor --code DIR given)"
+                raise ProgramRunError(f"-- {' '.join(argv)} cannot start: {_script(argv) or argv[0]!r} is neither "
+                                      f"{where}: put it in a folder and pass --code DIR") from None
             recorded_stdout = _text(reader, rec.final.get("stdout"))
         if timeout_s is None:
             timeout_s = recorded_timeout(rec.run)

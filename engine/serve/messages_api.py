@@ -39,9 +39,7 @@ NAMES = {"stop": "stop_sequences", "max_tokens": "max_tokens", "tools": "tools",
 def to_chat(body: object, *, counting: bool = False) -> dict:
     """The chat completions body a Messages request means; APIError (400) for what the
     translation cannot carry. `counting`: a count_tokens body (no `max_tokens`, no sampling).
-    A streamed request's chat call streams too, usage included. With `stop_sequences`, the chat
-    call asks for its tokens (logprobs, no alternatives), so that the answer can say which
-    sequence stopped it."""
+    A streamed request's chat call streams too, usage included."""
     if not isinstance(body, dict):
         raise bad_request(None, f"the request body is {type(body).__name__}; send a JSON object")
     if not isinstance(body.get("model"), str) or not body["model"]:
@@ -77,7 +75,6 @@ def to_chat(body: object, *, counting: bool = False) -> dict:
             raise bad_request("stop_sequences", "stop_sequences must be a list of non-empty strings")
         if stops:
             chat["stop"] = list(stops)
-            chat["logprobs"], chat["top_logprobs"] = True, 0
     if body.get("stream") is True:
         chat["stream"], chat["stream_options"] = True, {"include_usage": True}
     return chat
@@ -285,15 +282,14 @@ def _suffix(chat: dict) -> str:
     return str(chat.get("id", "")).split("-", 1)[-1] or "0"
 
 
-def _stop(body: dict, finish: str | None, text: str, tokens: list[str]) -> tuple[str, str | None]:
+def _stop(body: dict, finish: str | None, said: object) -> tuple[str, str | None]:
     """stop_reason and stop_sequence for a chat call that finished with `finish`: a `stop`
-    finish is a stop sequence when the tokens generated go on past the text with one of them."""
+    finish is a stop sequence when the answer's `tttr.stop_sequence` (`said`: the engine's, or
+    the recording's on replay) is one the request sent."""
     if finish in STOP_REASONS:
         return STOP_REASONS[finish], None
-    rest = "".join(tokens)[len(text):] if tokens else ""
-    for s in body.get("stop_sequences") or []:
-        if isinstance(s, str) and s and rest.startswith(s):
-            return "stop_sequence", s
+    if isinstance(said, str) and said in (body.get("stop_sequences") or []):
+        return "stop_sequence", said
     return "end_turn", None
 
 
@@ -325,8 +321,7 @@ def to_message(body: dict, chat: dict) -> dict:
     choice = (chat.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     text = message.get("content") or ""
-    tokens = [e.get("token", "") for e in ((choice.get("logprobs") or {}).get("content") or [])]
-    reason, sequence = _stop(body, choice.get("finish_reason"), text, tokens)
+    reason, sequence = _stop(body, choice.get("finish_reason"), (chat.get("tttr") or {}).get("stop_sequence"))
     out = {"id": f"msg_{_suffix(chat)}", "type": "message", "role": "assistant", "model": chat.get("model"),
            "content": _content(text, list(message.get("tool_calls") or [])), "stop_reason": reason,
            "stop_sequence": sequence, "usage": _usage(chat.get("usage"))}
@@ -356,8 +351,8 @@ async def from_chat_stream(body: dict, chunks) -> AsyncIterator[dict]:
 async def _from_chat(body: dict, chunks) -> AsyncIterator[dict]:
     chat: dict = {}
     text: list[str] = []
-    tokens: list[str] = []
     calls: list[dict] = []
+    said = None  # the stop string that ended the text (the last chunk's tttr.stop_sequence)
     opened = False  # the text block
     async for sse in chunks:
         data = sse.get("data") if isinstance(sse, dict) else None
@@ -378,13 +373,13 @@ async def _from_chat(body: dict, chunks) -> AsyncIterator[dict]:
             yield _event("message_start", message=start)
         if chunk.get("usage"):
             chat["usage"] = chunk["usage"]
+        said = (chunk.get("tttr") or {}).get("stop_sequence", said)
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             for piece in delta.get("tool_calls") or []:
                 merge_tool_call(calls, piece)
             if choice.get("finish_reason"):
                 chat["finish_reason"] = choice["finish_reason"]
-            tokens += [e.get("token", "") for e in ((choice.get("logprobs") or {}).get("content") or [])]
             piece = delta.get("content")
             if piece:
                 if not opened:
@@ -407,7 +402,7 @@ async def _from_chat(body: dict, chunks) -> AsyncIterator[dict]:
         arguments = json.dumps(_input(fn.get("arguments")), ensure_ascii=False)
         yield _event("content_block_delta", index=i, delta={"type": "input_json_delta", "partial_json": arguments})
         yield _event("content_block_stop", index=i)
-    reason, sequence = _stop(body, chat.get("finish_reason"), "".join(text), tokens)
+    reason, sequence = _stop(body, chat.get("finish_reason"), said)
     yield _event("message_delta", delta={"stop_reason": reason, "stop_sequence": sequence},
                  usage=_usage(chat.get("usage")))
     yield _event("message_stop")

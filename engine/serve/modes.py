@@ -206,7 +206,7 @@ class Live:
                     delta["tool_calls"] = [dict(c.to_json(f"call_{response_id[-12:]}_{i}"), index=i)
                                            for i, c in enumerate(out.tool_calls)]
                 yield sse(shape.chat_chunk(service, call, response_id, delta, finish=out.finish_reason,
-                                           records=pending))
+                                           records=pending, stop_sequence=out.stop_sequence))
             else:
                 yield sse(shape.completion_chunk(service, call, response_id, last, finish=out.finish_reason,
                                                  records=pending))
@@ -438,7 +438,10 @@ async def _replayed_stream(answer: dict, endpoint: str, usage: bool):
             deltas[-1]["tool_calls"] = [dict(c, index=i) for i, c in enumerate(msg["tool_calls"])]
         for delta in deltas:
             yield sse({**head, "object": obj, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
-        yield sse({**head, "object": obj, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+        last = {**head, "object": obj, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]}
+        if "stop_sequence" in (answer.get("tttr") or {}):  # what ended the recorded text, as a live stream says it
+            last["tttr"] = {"stop_sequence": answer["tttr"]["stop_sequence"]}
+        yield sse(last)
     else:
         obj = "text_completion"
         for piece in _pieces(choice.get("text", ""), answer):

@@ -90,6 +90,7 @@ class ProxiedCall:
     tokens: list[UpstreamToken] = field(default_factory=list)
     tool_calls: list[dict] = field(default_factory=list)
     usage: dict | None = None
+    stop_sequence: str | None = None  # an Anthropic upstream's: the stop string that ended the text
 
     # -- building ------------------------------------------------------------------------
     def _head(self, obj: dict) -> None:

@@ -92,12 +92,14 @@ def add_message(call: ProxiedCall, message: dict) -> None:
         elif block.get("type") == "tool_use":
             call.tool_calls.append({"id": block.get("id"), "type": "function", "function": {
                 "name": block.get("name"), "arguments": json.dumps(block.get("input") or {}, ensure_ascii=False)}})
-    _finish(call, message.get("stop_reason"), message.get("usage"))
+    _finish(call, message.get("stop_reason"), message.get("usage"), message.get("stop_sequence"))
 
 
-def _finish(call: ProxiedCall, stop_reason: str | None, usage: dict | None) -> None:
+def _finish(call: ProxiedCall, stop_reason: str | None, usage: dict | None, stop_sequence: object = None) -> None:
     if stop_reason is not None:
         call.finish_reason = FINISH.get(stop_reason, stop_reason)
+    if isinstance(stop_sequence, str):
+        call.stop_sequence = stop_sequence
     if isinstance(usage, dict):
         before = call.usage or {}
         prompt = usage.get("input_tokens", before.get("prompt_tokens", 0)) or 0
@@ -127,7 +129,8 @@ def add_event(call: ProxiedCall, event: dict, arguments: dict[int, str]) -> None
             arguments[event["index"]] += delta.get("partial_json") or ""
             call.tool_calls[list(arguments).index(event["index"])]["function"]["arguments"] = arguments[event["index"]]
     elif kind == "message_delta":
-        _finish(call, (event.get("delta") or {}).get("stop_reason"), event.get("usage"))
+        delta = event.get("delta") or {}
+        _finish(call, delta.get("stop_reason"), event.get("usage"), delta.get("stop_sequence"))
 
 
 class ProxiedMessages:

@@ -66,6 +66,7 @@ class CallRecord:
     top_logprobs: int = 0
     pieces: tuple[int, ...] | None = None  # a streamed answer's text pieces as sent (their lengths)
     clock: dict | None = None  # a recorded program's clock as the call was asked (S:clock, before S:prompt)
+    stop_sequence: str | None = None  # the `stop` string that ended the text, if one did
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +200,7 @@ class CallRecorder:
             text=out.text, finish_reason=out.finish_reason,
             tool_calls=[c.to_json(f"call_{response_id[-12:]}_{i}") for i, c in enumerate(out.tool_calls)],
             response_id=response_id, top_logprobs=req.top_logprobs, pieces=pieces, clock=clock,
+            stop_sequence=out.stop_sequence,
         )
 
     def _begin(self, call: CallRecord) -> tuple[int, int]:
@@ -276,9 +278,12 @@ class CallRecorder:
         })
         for p, value in enumerate(call.token_values()):
             emit("token", value, p)
-        emit("message", {"text": call.text, "finish_reason": call.finish_reason, "tool_calls": call.tool_calls,
-                         "upstream": True, "model": call.model, "system_fingerprint": call.system_fingerprint,
-                         "usage": call.usage})
+        message = {"text": call.text, "finish_reason": call.finish_reason, "tool_calls": call.tool_calls,
+                   "upstream": True, "model": call.model, "system_fingerprint": call.system_fingerprint,
+                   "usage": call.usage}
+        if call.stop_sequence is not None:  # only then: other calls' messages are stored as before
+            message["stop_sequence"] = call.stop_sequence
+        emit("message", message)
         self._finish(run_id, call.name, call.finish_reason)
 
     def _write(self, call: CallRecord) -> None:
@@ -306,5 +311,7 @@ class CallRecorder:
         message = {"text": call.text, "finish_reason": call.finish_reason, "tool_calls": call.tool_calls}
         if call.pieces is not None:
             message["pieces"] = list(call.pieces)
+        if call.stop_sequence is not None:  # only then: other calls' messages are stored as before
+            message["stop_sequence"] = call.stop_sequence
         emit("message", message)
         self._finish(run_id, call.name, call.finish_reason)

@@ -53,6 +53,12 @@ def _visible(call: Call, tokenizer) -> list:
     return records
 
 
+def _first_stop(text: str, stops: tuple[str, ...]) -> str | None:
+    """The stop string that cuts `text` (the earliest; of two at one place, the longer), or None."""
+    found = [(at, -len(s), s) for s in stops if (at := text.find(s)) >= 0]
+    return min(found)[2] if found else None
+
+
 def _cut(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     at = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
     return (text[:at], True) if at >= 0 else (text, False)
@@ -65,12 +71,14 @@ class Output:
     tool_calls: list  # of ToolCall
     records: list  # the shown tokens' records
     completion_tokens: int
+    stop_sequence: str | None = None  # the stop string that ended the text (finish_reason "stop")
 
 
 def output(call: Call, tokenizer, *, cancelled: bool = False) -> Output:
     """What a finished (or cancelled) call produced."""
     records = _visible(call, tokenizer)
-    text, cut = _cut(tokenizer.decode([r.token_id for r in records]), call.prepared.request.stop)
+    decoded = tokenizer.decode([r.token_id for r in records])
+    text, cut = _cut(decoded, call.prepared.request.stop)
     reason = call.seq.finish_reason
     finish = "cancelled" if cancelled else ("stop" if cut else FINISH.get(reason, reason or "stop"))
     calls = []
@@ -80,7 +88,8 @@ def output(call: Call, tokenizer, *, cancelled: bool = False) -> Output:
             calls = calls[:1]  # `parallel_tool_calls: false`: one call at most (decoding is not constrained)
         if calls:
             finish = "tool_calls"
-    return Output(text, finish, calls, records, len(call.seq.records))
+    stop = _first_stop(decoded, call.prepared.request.stop) if cut and finish == "stop" else None
+    return Output(text, finish, calls, records, len(call.seq.records), stop)
 
 
 class TextStream:
@@ -166,9 +175,13 @@ def _usage(call: Call, completion_tokens: int) -> dict:
     return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
 
 
-def _tttr(call: Call) -> dict:
-    """The extension field: the seed (drawn by the server when the request had none)."""
-    return {"seed": call.prepared.seed, "seed_drawn": call.prepared.seed_drawn}
+def _tttr(call: Call, stop_sequence: str | None = None) -> dict:
+    """The extension field: the seed (drawn by the server when the request had none), and the
+    `stop` string that ended the answer, where one did (Anthropic's Messages API names it)."""
+    out = {"seed": call.prepared.seed, "seed_drawn": call.prepared.seed_drawn}
+    if stop_sequence is not None:
+        out["stop_sequence"] = stop_sequence
+    return out
 
 
 def chat_response(service: Service, call: Call, out: Output, response_id: str) -> dict:
@@ -181,18 +194,18 @@ def chat_response(service: Service, call: Call, out: Output, response_id: str) -
         choice["logprobs"] = {"content": [logprob_entry(r, service.tokenizer, req.top_logprobs) for r in out.records]}
     return {"id": response_id, "object": "chat.completion", "created": call.created, "model": service.model_id,
             "system_fingerprint": service.system_fingerprint, "choices": [choice],
-            "usage": _usage(call, out.completion_tokens), "tttr": _tttr(call)}
+            "usage": _usage(call, out.completion_tokens), "tttr": _tttr(call, out.stop_sequence)}
 
 
 def chat_chunk(service: Service, call: Call, response_id: str, delta: dict, *, finish: str | None = None,
-               records: list | None = None) -> dict:
+               records: list | None = None, stop_sequence: str | None = None) -> dict:
     req = call.prepared.request
     choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
     if req.logprobs and records:
         choice["logprobs"] = {"content": [logprob_entry(r, service.tokenizer, req.top_logprobs) for r in records]}
     chunk = {"id": response_id, "object": "chat.completion.chunk", "created": call.created,
              "model": service.model_id, "system_fingerprint": service.system_fingerprint, "choices": [choice],
-             "tttr": _tttr(call)}
+             "tttr": _tttr(call, stop_sequence)}
     if req.include_usage:
         chunk["usage"] = None
     return chunk
