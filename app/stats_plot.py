@@ -83,8 +83,8 @@ def write_compare_png(c, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    how, best = c.best
-    names = [t.task for t in c.tasks] + [f"overall ({how})"]
+    best = c.best
+    names = [t.task for t in c.tasks] + [f"overall ({best.how})"]
     diffs = [t.diff for t in c.tasks] + [best.mean]
     lows = [t.interval.low for t in c.tasks] + [best.interval.low]
     highs = [t.interval.high for t in c.tasks] + [best.interval.high]

@@ -198,6 +198,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ("bench", "app"): [["bench", "app", "--events", "10"], ["bench", "app", "--events", "x"]],
     ("bench", "agent"): [["bench", "agent", "--rounds", "0"], ["bench", "agent", "--rounds", "x"],
                          ["bench", "agent", "--model", "{missing}"]],
+    ("bench", "suite"): [["bench", "suite", "--runs", "1"], ["bench", "suite", "--merge-events", "x"]],
     ("bench", "fidelity"): [["bench", "fidelity", "--replays", "0"], ["bench", "fidelity", "--load", "x"],
                             ["bench", "fidelity", "--model", "{missing}"], ["bench", "fidelity", "--tasks", "nosuch"]],
     ("files",): [
@@ -210,7 +211,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
 COMMANDS = {"info", "runs", "events", "prompt", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
             "diff", "triage", "bisect", "open", "demo", "bench", "rename", "delete", "gc", "suite", "stats", "files",
             "compare", "merge"}
-BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve", "bisect", "agent", "fidelity"}
+BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve", "bisect", "agent", "fidelity", "suite"}
 
 
 def command_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = (), help_text: str | None = None):

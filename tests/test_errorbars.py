@@ -85,8 +85,8 @@ def test_compare_two_suites_pairs_runs_by_seed_and_tree():
     c = compare(Side("A", "sa", "hot", tuple(a_runs)), Side("B", "sb", None, tuple(b_runs)))
     assert [t.task for t in c.tasks] == ["x", "y"] and c.only_a == ["only-a"] and c.only_b == []
     assert [t.run_pairs for t in c.tasks] == [2, 2]
-    how, best = c.best
-    assert how == "paired by run" and best.mean == pytest.approx(0.5) and best.n == 4
+    best = c.best
+    assert best.how == "paired by run" and best.mean == pytest.approx(0.5) and best.n == 4
     assert c.mean_a.mean == pytest.approx(0.75) and c.mean_b.mean == pytest.approx(0.25)
     assert c.pass_at_k[1] == (2, pytest.approx(1.0), pytest.approx(0.5))
     assert c.pass_hat_k[1] == (2, pytest.approx(0.5), pytest.approx(0.0))
@@ -94,7 +94,10 @@ def test_compare_two_suites_pairs_runs_by_seed_and_tree():
     assert data["difference"]["best"] == "paired by run" and data["a"]["label"] == "hot"
     b_other_seeds = [_run(20 + r.run_id, r.task, r.index, r.passed, (r.seed or 0) + 100, r.start_tree) for r in b_runs]
     c2 = compare(Side("A", "sa", None, tuple(a_runs)), Side("B", "sb", None, tuple(b_other_seeds)))
-    assert c2.by_run is None and c2.best[0] == "paired by task"
+    assert c2.by_run is None and c2.best.how == "paired by task"
+    one = compare(Side("A", "sa", None, tuple(a_runs[:2])), Side("B", "sb", None, tuple(b_runs[:2])))
+    assert one.best.how.startswith("one task") and one.best.se is None  # no SE from a single cluster
+    assert (one.best.interval.low, one.best.interval.high) == (one.tasks[0].interval.low, one.tasks[0].interval.high)
     with pytest.raises(ComparisonError, match="share no task"):
         compare(Side("A", "sa", None, (a_runs[4],)), Side("B", "sb", None, tuple(b_runs)))
 

@@ -52,6 +52,8 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--db", default=DEFAULT_DB, help=f"session database (default {DEFAULT_DB})")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run agent commands without bubblewrap where the machine refuses namespaces (unsafe)")
+    p.add_argument("--clock", help="the free runs' start clock, ISO (default: the machine's, today's practice); "
+                                   "with --seed, two suites start from the same trees and pair run by run")
     p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                    help="run the suite's tasks as Ray tasks, each worker into a database of its own, merged here "
                         "as they finish: on a local Ray instance, or the cluster at ADDRESS (pip install 'tttr[ray]')")
@@ -94,7 +96,7 @@ def _tasks(text: str | None, dirs: list[str] | None = None) -> list[str]:
 
 
 def cmd_suite(args) -> int:
-    from tttr.app.commands.agent import _runtime
+    from tttr.app.commands.agent import _clock_arg, _runtime
     from tttr.engine.inference.sampler import SamplingParams
     from tttr.engine.replay.runs import check_machine
     from tttr.engine.replay.suite import new_suite_id, run_suite
@@ -110,6 +112,7 @@ def cmd_suite(args) -> int:
         raise TTTRError(f"--temperature {args.temperature} leaves nothing to vary: give a temperature > 0")
     SamplingParams(temperature=args.temperature, seed=0)
     tasks = _tasks(args.tasks, args.tasks_dir)
+    args.clock = _clock_arg(args.clock) if args.clock else None
     if args.program:
         if args.ray is not None:
             raise TTTRError("--ray runs the built-in agent's suites; a program's suite runs on this machine for now")
@@ -140,7 +143,8 @@ def cmd_suite(args) -> int:
         _, runs = run_suite(args.db, tasks, args.runs, runtime=runtime, temperature=args.temperature,
                             max_steps=args.max_steps, batch=args.batch, unsafe_no_sandbox=args.unsafe_no_sandbox,
                             suite_id=suite_id, label=args.label, resume=args.resume is not None,
-                            task_dirs=args.tasks_dir, seed=args.seed, progress=progress, cancel=cancel)
+                            task_dirs=args.tasks_dir, seed=args.seed, clock=args.clock, progress=progress,
+                            cancel=cancel)
     except KeyboardInterrupt:
         cancel.set()
         print(f"tttr suite: interrupted; the finished runs are kept in {args.db}, the ones in flight are "
@@ -185,7 +189,8 @@ def _ray_suite(args, tasks: list[str]) -> int:
         _, runs = run_suite_on_ray(
             args.db, tasks, args.runs, model=args.model, temperature=args.temperature, max_steps=args.max_steps,
             batch=args.batch, unsafe_no_sandbox=args.unsafe_no_sandbox, suite_id=suite_id, label=args.label,
-            resume=args.resume is not None, task_dirs=args.tasks_dir, seed=args.seed, address=args.ray or None,
+            resume=args.resume is not None, task_dirs=args.tasks_dir, seed=args.seed, clock=args.clock,
+            address=args.ray or None,
             progress=lambda f: print(_progress_line(f), file=sys.stderr, flush=True))
     except KeyboardInterrupt:
         print(f"tttr suite: interrupted; the tasks merged so far are kept in {args.db}; the others were cancelled "
@@ -252,6 +257,7 @@ def _resume_settings(args) -> None:
     args.max_steps = int(s.get("max_steps", args.max_steps))
     args.label = s.get("label") if isinstance(s.get("label"), str) else None
     args.seed = s.get("seed") if isinstance(s.get("seed"), int) else None
+    args.clock = s.get("clock") if isinstance(s.get("clock"), str) else None
     program = s.get("program")
     if isinstance(program, list) and program and all(isinstance(a, str) for a in program):
         args.program = program

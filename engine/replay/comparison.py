@@ -49,6 +49,17 @@ class TaskDiff:
 
 
 @dataclass(frozen=True, slots=True)
+class Best:
+    """The overall difference A - B to read first, and how it was estimated."""
+
+    how: str
+    mean: float
+    interval: Interval
+    n: int
+    se: float | None  # None: an interval not built from a standard error (one task's Newcombe)
+
+
+@dataclass(frozen=True, slots=True)
 class Comparison:
     a: Side
     b: Side
@@ -70,15 +81,19 @@ class Comparison:
     power: list[eb.Power]
 
     @property
-    def best(self) -> tuple[str, eb.Estimate]:
-        """The overall difference to read first: paired by run when every shared run pairs,
-        else paired by task when there are two tasks or more, else unpaired."""
+    def best(self) -> Best:
+        """The overall difference to read first. With one task, that task's Newcombe interval
+        (a standard error clustered by task needs two clusters at least); else paired by run
+        when every shared run pairs, else paired by task."""
+        if len(self.tasks) == 1:
+            t = self.tasks[0]
+            return Best("one task: Newcombe's interval", t.diff, t.interval, t.runs_a + t.runs_b, None)
         total = sum(min(t.runs_a, t.runs_b) for t in self.tasks)
         if self.by_run is not None and self.by_run.n == total:
-            return "paired by run", self.by_run
-        if self.by_task is not None and self.by_task.n >= 2:
-            return "paired by task", self.by_task
-        return "unpaired", self.unpaired
+            how, e = "paired by run", self.by_run
+        else:
+            how, e = "paired by task", self.by_task
+        return Best(how, e.mean, e.interval, e.n, e.se)
 
     def to_json(self) -> dict:
         def side(s: Side, st: SuiteStats) -> dict:
@@ -87,14 +102,15 @@ class Comparison:
             return {"name": s.name, "suite": s.suite_id, "label": s.label, "agreement": agree,
                     "decomposition": st.overall.decomposition.to_json()}
 
-        how, best = self.best
+        best = self.best
         return {
             "a": side(self.a, self.stats_a), "b": side(self.b, self.stats_b),
             "condition": "free", "tasks": [t.to_json() for t in self.tasks],
             "only_in_a": self.only_a, "only_in_b": self.only_b,
             "pass_rate_a": {**self.mean_a.to_json(), "naive_se": self.naive_se_a},
             "pass_rate_b": {**self.mean_b.to_json(), "naive_se": self.naive_se_b},
-            "difference": {"best": how, **best.to_json(),
+            "difference": {"best": best.how, "mean": best.mean, "se": best.se, "n": best.n,
+                           "interval_95": [best.interval.low, best.interval.high],
                            "unpaired": {**self.unpaired.to_json(), "naive_se": self.naive_unpaired_se},
                            "paired_by_task": self.by_task.to_json() if self.by_task else None,
                            "paired_by_run": self.by_run.to_json() if self.by_run else None},

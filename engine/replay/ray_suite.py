@@ -20,6 +20,7 @@ import os
 import socket
 import tempfile
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
@@ -57,6 +58,20 @@ def _ray():
     return ray
 
 
+RAYLET_WAIT_S = "120"  # Ray's default (10 s) is too short for a local start on a loaded 2-core machine
+
+
+def start_ray(address: str | None = None, **kwargs) -> None:
+    """`ray.init` (a local instance, or joining `address`); one line if Ray does not come up."""
+    ray = _ray()
+    os.environ.setdefault("RAY_raylet_start_wait_time_s", RAYLET_WAIT_S)
+    try:
+        ray.init(address=address or None, ignore_reinit_error=True, log_to_driver=False, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - Ray's own error, said in one line
+        raise _error(f"--ray {address or '(local)'}: Ray did not start or join: {str(exc).splitlines()[0][:200]}") \
+            from None
+
+
 def _runtime(model: str | None):
     from tttr.engine.replay.runtime import Runtime
 
@@ -81,7 +96,7 @@ def run_shard(task: str, snapshot: bytes | None, settings: dict) -> bytes:
                   temperature=settings["temperature"], max_steps=settings["max_steps"], batch=settings["batch"],
                   unsafe_no_sandbox=settings["unsafe_no_sandbox"], suite_id=settings["suite_id"],
                   label=settings["label"], resume=snapshot is not None, task_dirs=settings["task_dirs"],
-                  seed=settings["seed"])
+                  seed=settings["seed"], clock=datetime.fromisoformat(settings["clock"]) if settings["clock"] else None)
         for suffix in ("-wal", "-shm"):  # every connection is closed: the file holds it all
             Path(str(db) + suffix).unlink(missing_ok=True)
         return db.read_bytes()
@@ -97,7 +112,7 @@ def _file_bytes(db: str) -> bytes:
 def run_suite_on_ray(
     db: str, tasks: list[str], runs: int, *, model: str | None, temperature: float, max_steps: int, batch: int = 8,
     unsafe_no_sandbox: bool = False, suite_id: str, label: str | None = None, resume: bool = False,
-    task_dirs: list[str] | None = None, seed: int | None = None, address: str | None = None,
+    task_dirs: list[str] | None = None, seed: int | None = None, clock=None, address: str | None = None,
     progress: Callable | None = None, cancel: threading.Event | None = None, init_kwargs: dict | None = None,
 ):
     """The suite over Ray into `db` (see the module's note); the suite id and its runs that
@@ -117,14 +132,10 @@ def run_suite_on_ray(
             known = {(0, r.id): r.id for r in store.runs()}
     settings = {"runs": runs, "model": model, "temperature": temperature, "max_steps": max_steps, "batch": batch,
                 "unsafe_no_sandbox": unsafe_no_sandbox, "suite_id": suite_id, "label": label,
-                "task_dirs": [str(Path(d).absolute()) for d in task_dirs or ()], "seed": seed}
+                "task_dirs": [str(Path(d).absolute()) for d in task_dirs or ()], "seed": seed,
+                "clock": clock.isoformat() if clock is not None else None}
     env = {k: os.environ[k] for k in (TASKS_PATH_ENV, "TTTR_MODEL") if k in os.environ}
-    try:
-        ray.init(address=address or None, ignore_reinit_error=True, log_to_driver=False,
-                 runtime_env={"env_vars": env} if env else None, **(init_kwargs or {}))
-    except Exception as exc:  # noqa: BLE001 - Ray's own error, said in one line
-        raise _error(f"--ray {address or '(local)'}: Ray did not start or join: {str(exc).splitlines()[0][:200]}") \
-            from None
+    start_ray(address, runtime_env={"env_vars": env} if env else None, **(init_kwargs or {}))
     shard = ray.remote(max_retries=SHARD_RETRIES, num_cpus=1)(run_shard)
     snap_ref = ray.put(snapshot) if snapshot is not None else None
     pending = {shard.remote(t, snap_ref, settings): t for t in tasks}

@@ -221,6 +221,7 @@ def run_suite(
     resume: bool = False,
     task_dirs: list[str] | None = None,
     seed: int | None = None,
+    clock: datetime | None = None,
     progress: Callable[[Finished], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> tuple[str, list[SuiteRun]]:
@@ -228,6 +229,8 @@ def run_suite(
 
     `seed`: the free runs' seeds follow from it (`free_seed`), so that two suites given the
     same one pair their runs for `tttr compare`; otherwise each free run gets a fresh seed.
+    `clock`: the free runs' start clock instead of the machine's (with `seed`, two suites' runs
+    then start from the same trees and pair run by run).
     `resume`: `suite_id` is in `db` already (an interrupted suite); only the (task, condition,
     index) slots without a complete run are run, the pinned ones replaying the anchors it has.
 
@@ -245,6 +248,7 @@ def run_suite(
     runtime = _Interruptible(runtime, cancel)
     settings = {"settings": {"tasks": list(tasks), "runs": runs, "temperature": temperature,
                              "max_steps": max_steps, "label": label, "seed": seed,
+                             "clock": clock.isoformat() if clock is not None else None,
                              "task_dirs": [str(Path(d).absolute()) for d in task_dirs or ()]}}
     Store.open(db, create=True).close()  # created and migrated once, before the threads open it
     before = Resumed({}, frozenset(), {}, [])
@@ -267,7 +271,7 @@ def run_suite(
             if condition == "free":
                 res = record(store, task, runtime=runtime, temperature=temperature, limits=limits,
                              seed=None if seed is None else free_seed(seed, task, index),
-                             clock=_now_utc(), unsafe_no_sandbox=unsafe_no_sandbox, cancel=cancel, meta=meta)
+                             clock=clock or _now_utc(), unsafe_no_sandbox=unsafe_no_sandbox, cancel=cancel, meta=meta)
             else:
                 res = replay(store, anchor, FREED[condition], runtime=runtime, cancel=cancel,
                              unsafe_no_sandbox=unsafe_no_sandbox, meta=meta)
