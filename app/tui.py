@@ -101,7 +101,7 @@ class TTTRApp(App):
         self.exit()
 
     # -- navigation -------------------------------------------------------------------
-    def open_run(self, run_id: int, step: int | None = None) -> None:
+    def open_run(self, run_id: int, step: int | None = None, *, event: int | None = None) -> None:
         try:
             view = RunView(self.store, run_id, defer_blobs=True)
         except Exception as exc:  # noqa: BLE001 - a run the store cannot read is reported, not fatal
@@ -109,8 +109,24 @@ class TTTRApp(App):
                         timeout=10, markup=False)
             return
         start = (view.step_start(step) or 0) if step is not None else 0
-        self.push_screen(TimelineScreen(view, start=start))
+        self.push_screen(TimelineScreen(view, start=start, event=event))
 
+
+    def show_event(self, run_id: int, seq: int | None, *, below=None) -> None:
+        """Leave `below` (and the screens above it) for run `run_id`'s timeline at event
+        `seq`: the one under it when it shows that run, else the run opened anew."""
+        from tttr.app.screens.timeline import TimelineScreen
+
+        stack = self.screen_stack
+        if below is not None and below in stack:
+            while self.screen is not below:
+                self.pop_screen()
+            self.pop_screen()
+        if isinstance(self.screen, TimelineScreen) and self.screen.view.run_id == run_id:
+            if seq is not None:
+                self.screen.timeline.go_to(seq, f"already at event {seq}")
+        else:
+            self.open_run(run_id, event=seq)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -178,3 +178,50 @@ def test_a_run_without_snapshots_says_so_in_the_files_view(tmp_path):
         return True
 
     assert run_app(path, flow, run_id=1, load_tokenizer=False)
+
+
+# -- where a file came from: tttr files --blame, and b on the files screen --------------------
+def test_blame_names_the_step_and_command_that_last_wrote_a_file(db, capsys):
+    from tttr.app.cli import main
+    from tttr.engine.blame import blame
+    from tttr.recorders.treestate import TreeStateError, diff_steps
+
+    with Store.open(db, create=False, readonly=True) as store:
+        written = blame(store, 1, "greeting.txt")
+        assert (written.step, written.site, written.command) == (0, "0:tool", LEFT[0])
+        assert written.change == ("added" if any(c.path == "greeting.txt" and c.change == "added"
+                                                 for c in diff_steps(store, 1, -1, 0).changes) else "changed")
+        assert store.events(1, written.seq, written.seq + 1)[0].site == "0:tool"
+        readme = blame(store, 1, "README")  # never touched: the task's starting tree
+        assert readme.step == -1 and readme.change == "in the starting tree" and readme.site == "setup:setup"
+        removed = blame(store, 2, "README")
+        assert (removed.step, removed.change, removed.command) == (1, "removed", RIGHT[1])
+        assert blame(store, 2, "README", step=0).step == -1  # as of step 0 it was still the starting one
+        with pytest.raises(TreeStateError, match="no file or directory 'nope.txt'"):
+            blame(store, 1, "nope.txt")
+    assert main(["files", str(db), "1", "--blame", "greeting.txt"]) == 0
+    out = capsys.readouterr().out
+    assert out == f"greeting.txt: {written.change} at step 0 by {LEFT[0]} (0:tool)\n"
+    assert main(["files", str(db), "2", "--blame", "README", "--json"]) == 0
+    assert '"change": "removed"' in capsys.readouterr().out
+    assert main(["files", str(db), "1", "--blame", "nope.txt"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope.txt" in err[0]
+    assert main(["files", str(db), "1", "--diff", "0"]) == 0  # the setup step is named as sites write it
+    assert capsys.readouterr().out.startswith("run 1 step setup → step 0:")
+
+
+def test_b_on_a_file_goes_to_the_command_that_wrote_it(db):
+    async def flow(app, pilot):
+        await wait_for(pilot, lambda: isinstance(app.screen, TimelineScreen))
+        timeline = app.screen.timeline
+        await pilot.press("end", "F")  # the files after the last step
+        screen = await _files_shown(pilot, app)
+        screen.query_one("#files-list").highlighted = [p for p, _ in _listing(screen)].index("greeting.txt")
+        await pilot.press("b")
+        await wait_for(pilot, lambda: isinstance(app.screen, TimelineScreen))
+        await wait_for(pilot, lambda: timeline.view.event(timeline.cursor).site == "0:tool")
+        assert any("greeting.txt" in str(n.message) and "step 0" in str(n.message) for n in app._notifications)
+        return True
+
+    assert run_app(db, flow, run_id=1, load_tokenizer=False)

@@ -36,7 +36,7 @@ def register(sub, bench_sub) -> None:
         description="The sandbox's files after a step of a run (default: its last), from the trace layer's "
                     "snapshots; with --diff, what changed from one step to another (added, removed, changed, "
                     "with a text diff); with --against, the same step of another run. Binary and large files "
-                    "are named, not printed. Read-only.",
+                    "are named, not printed; with --blame PATH, the step and command that last wrote it. Read-only.",
     )
     argtypes.add_database(p, "session database file")
     p.add_argument("run", metavar="RUN", type=argtypes.run_id, help="run id (see `tttr runs DB`)")
@@ -47,6 +47,8 @@ def register(sub, bench_sub) -> None:
     what.add_argument("--diff", type=_step, metavar="S2", help="what changed from step S to step S2")
     what.add_argument("--against", type=argtypes.run_id, metavar="RUN2",
                       help="what differs between RUN and RUN2 after the same step")
+    what.add_argument("--blame", metavar="PATH",
+                      help="the step and command that last wrote (or removed) PATH, as of step S (default: the last)")
     p.add_argument("--path", metavar="P", help="only this file (its contents) or directory")
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(func=files)
@@ -58,6 +60,9 @@ def files(args: argparse.Namespace) -> int:
 
     with _open(args.db) as store:
         trees = RunTrees(store, args.run)
+        if args.blame is not None:
+            _show_blame(store, trees, args)
+            return 0
         if args.diff is None and args.against is None:
             tree = trees.at(trees.last_step if args.step is None else args.step)
             _show_tree(store, tree, args)
@@ -71,6 +76,18 @@ def files(args: argparse.Namespace) -> int:
             a, b = trees.at_or_final(args.step), other.at_or_final(args.step)
         _show_diff(store, diff_trees(a, b), args)
     return 0
+
+
+def _show_blame(store, trees, args) -> None:
+    from tttr.app.commands.store import safe_json
+    from tttr.engine.blame import blame
+    from tttr.sessions.safe_text import visible
+
+    found = blame(store, args.run, args.blame, args.step, trees=trees)
+    if args.json:
+        print(safe_json(found.to_json()))
+        return
+    print(visible(found.describe(), newlines=False))
 
 
 def _in_path(path: str, wanted: str | None) -> bool:

@@ -60,10 +60,19 @@ class FileLoaded(Message):
         self.path, self.body = path, body
 
 
+class BlameFound(Message):
+    """Who last wrote a file (`engine.blame.Blame`), or why that cannot be told."""
+
+    def __init__(self, blame, error: str | None = None) -> None:
+        super().__init__()
+        self.blame, self.error = blame, error
+
+
 class FilesScreen(FittedFooter, Screen):
     CSS_PATH = "../styles/files.tcss"
     BINDINGS = [
         Binding("c", "toggle_contents", "diff / contents"),
+        Binding("b", "blame", "go to the step that wrote it"),
         Binding("escape", "back", "back"),
     ]
     place = "files"
@@ -206,6 +215,36 @@ class FilesScreen(FittedFooter, Screen):
     def action_toggle_contents(self) -> None:
         self.contents = not self.contents
         self._show_file()
+
+    def action_blame(self) -> None:
+        """`b`: the step and command that last wrote the file under the cursor (or removed
+        it), read in a worker; then its timeline, at that step's command."""
+        index = self.query_one(OptionList).highlighted
+        if self.trees is None or index is None or not 0 <= index < len(self.listed):
+            self.app.bell()
+            return
+        shown = self.trees[0]
+        self.run_worker(partial(self._blame, shown.run, self.listed[index].path, shown.step), thread=True,
+                        exclusive=True, group="blame", exit_on_error=False, name="blame")
+
+    def _blame(self, run: int, path: str, step: int) -> None:
+        from tttr.engine.blame import blame
+
+        try:
+            found = blame(self.app.store, run, path, step)
+        except Exception as exc:  # noqa: BLE001 - said in a notification
+            self.post_message(BlameFound(None, str(exc) if getattr(exc, "exit_code", None) is not None
+                                         else f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(BlameFound(found))
+
+    def on_blame_found(self, message: BlameFound) -> None:
+        if message.blame is None:
+            self.notify(f"cannot tell who wrote it: {short(message.error, 200)}", severity="warning", markup=False)
+            return
+        found = message.blame
+        self.notify(visible(found.describe(), newlines=False), timeout=6, markup=False)
+        self.app.show_event(found.run, found.seq, below=self)
 
     def action_back(self) -> None:
         self.app.pop_screen()

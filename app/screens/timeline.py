@@ -78,10 +78,11 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
 
-    def __init__(self, view: RunView, *, start: int = 0) -> None:
+    def __init__(self, view: RunView, *, start: int = 0, event: int | None = None) -> None:
         super().__init__()
         self.view = view
         self.start = start
+        self.event = event  # an event to open at (its step expanded), rather than a step
         self.corpus = None
         self.fork_cancel: threading.Event | None = None
         self.message_shown: tuple[int, int | None] | None = None
@@ -119,7 +120,10 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
         label_back(self)
         timeline = self.query_one(Timeline)
         timeline.focus()
-        if self.start:
+        if self.event is not None:
+            timeline.cursor = self.event
+            self.call_after_refresh(timeline.scroll_to_cursor)
+        elif self.start:
             timeline.go_to_step(self.start)  # opened at a step (a compare's `enter`/`b`): its row
             # Laid out only after this: scroll the rows to the cursor once they have a height.
             self.call_after_refresh(timeline.scroll_to_cursor)
