@@ -107,3 +107,30 @@ def test_the_field_where_two_requests_part():
     assert request_field(a, {**a, "max_tokens": 5}) == ("max_tokens", 4, 5)
     assert request_field(a, {**a, "messages": a["messages"][:1]}) == ("messages[1]", a["messages"][1], None)
     assert request_field(a, {**a, "stop": ["\n"]}) == ("stop", None, ["\n"])
+
+
+REPEATED = """\
+from openai import OpenAI
+from tttr.recorders import sdk
+
+@sdk.tool
+def topic():
+    return "the sea"
+
+client = OpenAI()
+ask = dict(model="m", max_tokens=12, temperature=1.5, messages=[{"role": "user", "content": f"A word on {topic()}"}])
+print("first:", repr(client.chat.completions.create(**ask).choices[0].message.content))
+print("second:", repr(client.chat.completions.create(**ask).choices[0].message.content))
+"""
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_repeated_identical_calls_get_their_recorded_answers_in_order(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    rec = record_program(capsys, db, program_tree(tmp_path, "tree", REPEATED))
+    assert rec["exit_code"] == 0 and rec["calls"] == 2, rec["stderr"]
+    first, second = (line.split(": ", 1)[1] for line in rec["stdout"].splitlines())
+    assert first != second  # one request, two answers (each call draws its own seed)
+    code, res = _replay(capsys, db, rec["run_id"], "--sealed")
+    assert code == 0 and res["identical"] is True and res["stdout"] == rec["stdout"], res

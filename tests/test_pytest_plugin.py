@@ -84,3 +84,9 @@ def test_the_plugin_replays_marked_tests_sealed_against_todays_code(tmp_path, ca
     out = _pytest("test_mine.py", "-k", "marked", cwd=mine)
     assert _counts(out.stdout) == {"error": 1} and "--tttr-db" in out.stdout
     assert len(db.read_bytes()) >= len(before)  # replays add runs; nothing else wrote
+
+    # --tttr-record: the program recorded anew (the model loads), then replayed against that.
+    out = _pytest("test_mine.py", "-k", "marked", "--tttr-db", str(db), "--tttr-record", cwd=mine)
+    assert _counts(out.stdout) == {"passed": 1}, out.stdout + out.stderr
+    found = re.search(r"run 1 re-recorded as run (\d+)", out.stdout)
+    assert found and int(found.group(1)) > 1, out.stdout

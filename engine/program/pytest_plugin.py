@@ -19,8 +19,9 @@ program, a --code folder that is missing or holds the program under another name
 replay of a run recorded without the SDK) is the test's error, not its failure: it is found
 while the test is set up.
 
-With --tttr-record a marked test records its program anew from DIR (the recorded run's clock,
-seed, timeout and --check) and replays against that recording; the new run's id is in the
+With --tttr-record a marked test records its program anew (the recorded start tree with DIR
+laid over it, the recorded run's clock, seed, timeout and --check) and replays against that
+recording; the new run's id is in the
 test's report (`tttr: run 7 re-recorded as run N`): put it in the marker to keep it.
 """
 
@@ -98,16 +99,26 @@ class TTTRReplay:
         from tttr.engine.program.record import record_program
         from tttr.engine.program.replay import _load, recorded_clock, recorded_timeout
         from tttr.engine.program.fork import recorded_check
+        from tttr.engine.program.replay import lay_code
+        from tttr.recorders.scratch import scratch_dir
+        from tttr.recorders.snapshot import restore
+        from tttr.recorders.treeio import remove_tree
         from tttr.sessions.store import Store
 
         if self.recorded is None:
-            with Store.open(self.db, create=False, readonly=True) as reader:
-                rec = _load(reader, self.run)
-                argv = program or [str(a) for a in rec.setup["program"]]
-                check = recorded_check(reader, rec.run)
-                clock, timeout = recorded_clock(rec), recorded_timeout(rec.run)
-            res = record_program(self.db, argv, tree=str(code), clock=clock, seed=rec.run.seed or 0, check=check,
-                                 timeout_s=timeout)  # the default model (or TTTR_MODEL)
+            work = scratch_dir("tttr-pytest-record-")
+            try:
+                with Store.open(self.db, create=False, readonly=True) as reader:
+                    rec = _load(reader, self.run)
+                    argv = program or [str(a) for a in rec.setup["program"]]
+                    check = recorded_check(reader, rec.run)
+                    clock, timeout = recorded_clock(rec), recorded_timeout(rec.run)
+                    restore(rec.setup["snapshot"], reader, work / "tree")  # the recorded start, today's code on it
+                lay_code(str(code), work / "tree")
+                res = record_program(self.db, argv, tree=str(work / "tree"), clock=clock, seed=rec.run.seed or 0,
+                                     check=check, timeout_s=timeout)  # the default model (or TTTR_MODEL)
+            finally:
+                remove_tree(work)
             self.recorded = res.run_id
             self.node.user_properties.append(("tttr_recorded", res.run_id))
             self.node.add_report_section("call", "tttr", f"tttr: run {self.run} re-recorded as run {res.run_id}")
