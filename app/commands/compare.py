@@ -31,7 +31,7 @@ def _delta(text: str) -> float:
 
 def register(sub, bench_sub) -> None:
     p = sub.add_parser(
-        "compare", help="two suites: pass-rate difference with 95% intervals, pass@k, pass^k, power",
+        "compare", help="two suites: pass-rate difference with 95%% intervals, pass@k, pass^k, power",
         description="Compare two suites recorded by `tttr suite`: per task and overall, the difference in "
                     "pass rate (A - B) with a 95% interval, paired by run where both suites used the same "
                     "seeds and start trees (`tttr suite --seed S`), else by task; the clustered standard "
