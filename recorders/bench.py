@@ -138,7 +138,8 @@ def format_lines(res: dict) -> list[str]:
            "TTTR's share; the rest is the disk's file system)"] if res.get("restore_memory_ms") is not None else []),
         *([f"per-command shares (ms a mechanism adds, medians of the same `true` with it and without it, "
            f"whole {res['overhead_shares_ms']['full']:.2f} ms): "
-           + ", ".join(f"{k} {v:+.2f}" for k, v in res["overhead_shares_ms"].items() if k != "full")]
+           + ", ".join(f"{k} {v:+.2f}" if v is not None else f"{k} (refused here)"
+                       for k, v in res["overhead_shares_ms"].items() if k != "full")]
           if res.get("overhead_shares_ms") else []),
         "mechanisms: " + ", ".join(res["mechanisms"]),
     ]
