@@ -245,8 +245,61 @@ async def _drive_runs_list(db: Path, size: tuple[int, int]) -> dict:
     return {"runs_list_ms": painted * 1000, "runs_list_rows": listed}
 
 
+def generate_writes(path: Path, writes: int = 1_000, files: int = 100) -> int:
+    """A run of `writes` steps, each writing one file of `files` (its tree's manifest stored, as
+    the trace recorder stores a snapshot), except `first.txt`, written at step 0 only: blaming
+    it walks back through every later write. Returns the run's id."""
+    from tttr.recorders.snapshot import Entry, manifest_bytes
+    from tttr.sessions.store import Store
+
+    store = Store.open(path, create=True)
+    try:
+        run = store.begin_run(task="write-line", model_id="synthetic-bench", kernel_mode="invariant", seed=0)
+        tree = {"README": Entry("README", "f", 0o644, 0, 10, _hex(random.Random(0), 64))}
+
+        def manifest() -> str:
+            return store.put_blob(manifest_bytes([tree[p] for p in sorted(tree)]))
+
+        start = manifest()
+        store.append(run, -1, "trace", "setup", "setup:setup", {"task": "write-line", "tree": start, "snapshot": start})
+        store.commit_step(run)
+        before = start
+        for step in range(writes):
+            name = "first.txt" if step == 0 else f"f{step % files}.txt"
+            tree[name] = Entry(name, "f", 0o644, step * 1_000_000_000, 20 + step, hashlib.sha256(b"%d" % step).hexdigest())
+            after = manifest()
+            cmd = f"echo {step} > {name}"
+            store.append(run, step, "agent", "action", f"{step}:action", {"cmd": cmd})
+            store.append(run, step, "trace", "tool", f"{step}:tool", {
+                "cmd": cmd, "stdout": "", "stderr": "", "exit_code": 0, "duration_ms": 3,
+                "tree_before": before, "tree_after": after, "snapshot": after})
+            store.commit_step(run)
+            before = after
+        store.finish_run(run, "complete", {"passed": True, "checker_exit": 0})
+        return run
+    finally:
+        store.close()
+
+
+def measure_blame(path: Path, run_id: int, rounds: int = 3) -> dict:
+    """`tttr files --blame` as the command runs it (a fresh store and RunTrees each round):
+    a file written at step 0 of a run of 1,000 writes, and one written at its last step."""
+    from tttr.engine.blame import blame
+    from tttr.sessions.store import Store
+
+    def once(name: str) -> float:
+        t = time.perf_counter()
+        with Store.open(path, create=False, readonly=True) as store:
+            found = blame(store, run_id, name)
+        assert found.step >= 0
+        return (time.perf_counter() - t) * 1000
+
+    return {"blame_first_ms": statistics.median(once("first.txt") for _ in range(rounds)),
+            "blame_last_ms": statistics.median(once("f99.txt") for _ in range(rounds))}
+
+
 def measure(events: int = 100_000, db: Path | None = None, size: tuple[int, int] = (160, 48),
-            compare: bool = True, runs: int = 50_000) -> dict:
+            compare: bool = True, runs: int = 50_000, blame: int = 1_000) -> dict:
     """The figures above; with `compare`, a second run is generated and compared too; with
     `runs`, a database of that many runs is generated and its runs list opened."""
     import tempfile
@@ -266,5 +319,8 @@ def measure(events: int = 100_000, db: Path | None = None, size: tuple[int, int]
             generate_runs(many, runs)
             figures |= {"runs": runs, "runs_generate_s": time.perf_counter() - t}
             figures |= asyncio.run(_drive_runs_list(many, size))
+        if blame:
+            writes = Path(tmp) / "writes.db"
+            figures |= {"blame_writes": blame} | measure_blame(writes, generate_writes(writes, blame))
     figures["generate_s"] = generate_s
     return figures

@@ -11,6 +11,8 @@ prints it, the app jumps to it.
 
 from __future__ import annotations
 
+import bisect
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,38 +56,79 @@ def blame(store, run_id: int, path: str, step: int | None = None, *, trees: RunT
     trees = trees or RunTrees(store, run_id)
     wanted = path.strip("/")
     asked = trees.last_step if step is None else step
-    entries: dict[str, dict] = {}  # tree digest -> its files
+    trees.tree_digest(asked)  # a step the run does not have fails here, naming its steps
+    digests = _tree_digests(trees, asked)
+    rows: dict[str, Any] = {}  # tree digest -> the path's row in its manifest (None: not there)
 
-    def entry(at: int):
-        digest, _ = trees.tree_digest(at)
+    def row(at: int):
+        digest = digests(at)
         if digest is None:  # no tree recorded yet (a run without a starting tree): no files
             return None
-        files = entries.get(digest)
-        if files is None:
-            tree = trees.at(at)
-            if tree.note is not None:
-                raise TreeStateError(f"run {run_id} after step {_written(at)}: {tree.note}")
-            files = entries[digest] = tree.files
-        return files.get(wanted)
+        if digest not in rows:
+            rows[digest] = _row_of(store, trees, at, digest, wanted, run_id)
+        return rows[digest]
 
-    target = entry(asked)
+    target = row(asked)
     k = asked
-    later_digest = trees.tree_digest(k)[0]
     while k > SETUP_STEP:
-        digest = trees.tree_digest(k - 1)[0]
-        if digest != later_digest and entry(k - 1) != target:
+        if digests(k - 1) != digests(k) and row(k - 1) != target:
             break
-        k, later_digest = k - 1, digest
+        k -= 1
+    entry = _entry(trees, k, wanted)
     if k == SETUP_STEP:
         if target is None:
             raise TreeStateError(f"no file or directory {path!r} in run {run_id} at or before step {_written(asked)}")
         return Blame(run_id, wanted, asked, SETUP_STEP, trees.tree_digest(SETUP_STEP)[1], _seq(store, run_id, SETUP),
-                     "in the starting tree", None, target)
-    before = entry(k - 1)
-    change = "removed" if target is None else "added" if before is None else "changed"
+                     "in the starting tree", None, entry)
+    change = "removed" if target is None else "added" if row(k - 1) is None else "changed"
     site = trees.tree_digest(k)[1]
     event = store.event_at(run_id, site) if site else None
-    return Blame(run_id, wanted, asked, k, site, getattr(event, "seq", None), change, _command(event), target)
+    return Blame(run_id, wanted, asked, k, site, getattr(event, "seq", None), change, _command(event), entry)
+
+
+def _tree_digests(trees: RunTrees, last: int):
+    """digest(step): the tree after `step`, as `RunTrees.tree_digest` gives it, by a lookup
+    per step in what RunTrees read (its scan of every step per call is quadratic in a walk)."""
+    collected = trees._trees  # treestate's own reading of the run's setup and tool events
+    after = {step: digest for step, (digest, _) in collected.after.items() if step <= last}
+    steps = sorted(after)
+
+    def digest(step: int) -> str | None:
+        i = bisect.bisect_right(steps, step)
+        return after[steps[i - 1]] if i else collected.setup
+
+    return digest
+
+
+def _row_of(store, trees: RunTrees, step: int, digest: str, path: str, run_id: int):
+    """The row of `path` in the manifest of the tree after `step`, read by finding the path
+    in the manifest's JSON rather than parsing every entry (a manifest lists each path once,
+    as a JSON array starting with the path). The rows found are compared, never trusted: the
+    entries blame returns are read through `read_manifest`'s checks."""
+    manifest = trees._manifest(digest)  # the tree's manifest, a parent's included (treestate's lookup)
+    if manifest is None:
+        raise TreeStateError(f"run {run_id} after step {_written(step)}: no snapshot of tree {digest[:12]} is in "
+                             "the database (the run recorded its digest only)")
+    try:
+        text = store.get_blob(manifest).decode("ascii")
+    except Exception as exc:  # noqa: BLE001 - a missing or damaged manifest: say so, as `files` does
+        raise TreeStateError(f"run {run_id} after step {_written(step)}: its tree's manifest cannot be read "
+                             f"({exc})") from None
+    at = text.find("[" + json.dumps(path, ensure_ascii=True) + ",")
+    if at < 0:
+        return None
+    try:
+        return tuple(_DECODER.raw_decode(text, at)[0])
+    except (ValueError, TypeError):
+        raise TreeStateError(f"run {run_id} after step {_written(step)}: its tree's manifest is damaged") from None
+
+
+def _entry(trees: RunTrees, step: int, path: str):
+    tree = trees.at(step)
+    return tree.files.get(path) if tree.note is None else None
+
+
+_DECODER = json.JSONDecoder()
 
 
 def _written(step: int) -> str:

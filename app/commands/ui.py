@@ -172,6 +172,9 @@ def cmd_bench_app(args) -> int:
               f"CPU {figures['compare_open_cpu_s']:.3f} s)")
         print(f"  compare_keypress_ms  {figures['compare_keypress_ms']:.1f}   (rows, n/p, page; "
               f"max {figures['compare_keypress_max_ms']:.1f})")
+    if "blame_first_ms" in figures:
+        print(f"  blame_ms  {figures['blame_first_ms']:.0f}   (tttr files --blame on a run of {figures['blame_writes']:,} "
+              f"file writes, the file written first; the last written: {figures['blame_last_ms']:.0f}; target ≤ 200 ms)")
     if "runs_list_ms" in figures:
         print(f"  runs_list_ms  {figures['runs_list_ms']:.0f}   (start → runs list painted, {figures['runs']:,} runs "
               f"generated in {figures['runs_generate_s']:.1f} s; {figures['runs_list_rows']} rows read so far)")
