@@ -347,3 +347,14 @@ def test_a_proxy_records_an_upstream_messages_api_and_the_run_replays(tmp_path, 
     assert main(["replay", str(run.id), "--db", str(proxy_db)]) == 0
     out = capsys.readouterr().out
     assert "identical to the recording" in out, out
+
+
+def test_the_serve_command_refuses_an_upstream_format_without_an_upstream(capsys):
+    from tttr.app.cli import main
+
+    assert main(["serve", "--upstream-format", "anthropic"]) == 2
+    err = capsys.readouterr().err
+    assert "--upstream-format needs --upstream URL" in err and len(err.strip().splitlines()) == 1, err
+    with pytest.raises(SystemExit) as info:  # argparse's choices
+        main(["serve", "--upstream", "http://127.0.0.1:9", "--upstream-format", "claude"])
+    assert info.value.code == 2 and "invalid choice" in capsys.readouterr().err
