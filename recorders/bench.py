@@ -59,6 +59,7 @@ def run_bench(repeats: int = 15, unsafe_no_sandbox: bool = False) -> dict:
     from tttr.recorders.sandbox import Executor
     from tttr.recorders.snapshot import restore, snapshot
 
+    load_before = os.getloadavg()[0]
     tmp = Path(tempfile.mkdtemp(prefix="tttr-bench-sandbox-"))
     shm = None
     try:
@@ -113,6 +114,7 @@ def run_bench(repeats: int = 15, unsafe_no_sandbox: bool = False) -> dict:
         "restore_ms": round(statistics.median(restores), 2),
         "restore_memory_ms": round(statistics.median(in_memory), 2) if in_memory else None,
         "overhead_shares_ms": shares,
+        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # before, after: a busy machine's figures differ
         "tree_files": 1000,
         "changed_files": 10,
         "store": kind,
@@ -141,5 +143,7 @@ def format_lines(res: dict) -> list[str]:
            + ", ".join(f"{k} {v:+.2f}" if v is not None else f"{k} (refused here)"
                        for k, v in res["overhead_shares_ms"].items() if k != "full")]
           if res.get("overhead_shares_ms") else []),
+        *([f"load average (1 min) before and after: {res['load_avg_1m'][0]:.2f}, {res['load_avg_1m'][1]:.2f}"]
+          if res.get("load_avg_1m") else []),
         "mechanisms: " + ", ".join(res["mechanisms"]),
     ]

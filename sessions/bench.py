@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import random
 import statistics
 import struct
@@ -146,6 +147,7 @@ def bench_window(path: Path, run: int, width: int = 200, trials: int = 7) -> flo
 
 
 def run(events: int = 100_000, window_events: int = 1_000_000, workdir: Path | None = None) -> dict:
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         tmp = Path(tmp)
         rate, cpu_rate, size = bench_append(tmp / "append.db", events)
@@ -166,6 +168,7 @@ def run(events: int = 100_000, window_events: int = 1_000_000, workdir: Path | N
         "window_db_bytes_per_event": round(mixed, 1),
         "token_events": events,
         "events_per_step": 50,
+        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # before, after: a busy machine's figures differ
     }
 
 
@@ -185,4 +188,6 @@ def lines(r: dict) -> list[str]:
         f"({r['json_bytes_per_token_event'] / r['bytes_per_token_event']:.1f}x)",
         f"size     {r['window_db_bytes_per_event']:>10.1f} B/event    the {r['window_db_events']:,}-event database "
         "(token + logits per position, trace and agent events per step)",
+        *([f"load average (1 min) before and after: {r['load_avg_1m'][0]:.2f}, {r['load_avg_1m'][1]:.2f} "
+           "(on a busy machine read the per-CPU-second rate)"] if r.get("load_avg_1m") else []),
     ]

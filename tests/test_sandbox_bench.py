@@ -32,5 +32,6 @@ def test_bench_reports_every_figure():
     if "seccomp" in res["mechanisms"]:
         assert set(res["overhead_shares_ms"]) == set(VARIANTS)
         assert res["overhead_shares_ms"]["full"] > 0
+    assert len(res["load_avg_1m"]) == 2
     text = "\n".join(format_lines(res))
-    assert "restore in memory" in text
+    assert "restore in memory" in text and "load average" in text

@@ -87,6 +87,7 @@ def test_bench_store_json_has_the_keys(capsys):
     result = json.loads(capsys.readouterr().out)
     assert {"append_events_per_s", "window_read_ms", "bytes_per_token_event"} <= set(result)
     assert 0 < result["bytes_per_token_event"] < 120
+    assert len(result["load_avg_1m"]) == 2 and all(x >= 0 for x in result["load_avg_1m"])  # how busy the machine was
 
 
 # --------------------------------------------------------------------------- bad input

@@ -39,6 +39,7 @@ def _parallel(fn: Callable, items: list) -> list:
 def run_bench(runs: int = 10, db: str | None = None, model: str | None = None,
               unsafe_no_sandbox: bool = False, log: Callable | None = print) -> dict:
     say = log or (lambda *a, **k: None)
+    load_before = os.getloadavg()[0]
     tmp = None
     if db is None:
         tmp = tempfile.mkdtemp(prefix="tttr-bench-")
@@ -152,6 +153,7 @@ def run_bench(runs: int = 10, db: str | None = None, model: str | None = None,
         "fork_prompt_tokens": len(fork_prompt) if fork_prompt is not None else None,
         "fork_floor_s": t_floor,
         "fork_over_floor": t_fork / t_floor if t_floor else None,
+        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # before, after: a busy machine's figures differ
     }
     say(f"record {t_record:.2f} s | unrecorded {t_off:.2f} s | faithful replay {t_replay * 1000:.1f} ms | "
         f"fork at {site} {t_fork:.2f} s (best of 3)")
