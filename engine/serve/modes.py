@@ -9,6 +9,10 @@ One interface, `Mode`, three implementations:
 - `FromRecording`: a replayer answers model calls and SDK queries from a recording (a
   `tttr replay` or fork of a program); nothing is computed unless the replayer does so itself.
 
+(A fourth, `ProxiedMessages`, an upstream that speaks Anthropic's Messages API, is in
+engine/serve/proxy_anthropic.py.) The three here answer Anthropic's Messages API as the chat call
+a request means (engine/serve/messages_api.py).
+
 The server (engine/serve/server.py) owns the routes, the body's bounds, the SDK's routes and the
 recorder; a mode owns what stands behind a model call: loading, /health, /v1/models, and the
 answer. The engine's token callback runs on the engine's thread and only hands the token to
