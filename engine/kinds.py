@@ -119,8 +119,11 @@ class AgentRuns(RunKind):
         from tttr.engine.replay.policy import PolicyError
         from tttr.engine.replay.runs import check_replay
 
-        if request.code is not None or request.argv or request.sealed:
-            what = "--code" if request.code is not None else "--sealed" if request.sealed else "-- PROGRAM"
+        if request.code is not None:
+            raise KindError(f"--code lays a program's files over its start tree, and run {run.id} is no recorded "
+                            "program (tttr record -- PROGRAM): drop --code")
+        if request.argv or request.sealed:
+            what = "--sealed" if request.sealed else "-- PROGRAM"
             raise KindError(f"{what} replays a recorded program against today's code, and run {run.id} is no recorded "
                             f"program (tttr record -- PROGRAM): drop {what}")
         if request.seed is not None and request.policy.pinned("token"):
