@@ -12,6 +12,10 @@ from the recording. At the site:
   an ISO date-time or a shift like `+90`, `-2h`, `+1d`), and every later read of the run's
   clock is moved by the same amount. The setup clock (`setup:clock`) moves the whole run: the
   program runs again with its virtual clock (faketime and `sdk.now()`) started at the new time.
+- `STEP:clock` of a model call (the program's own clock before call STEP): the offset of the
+  new value is written into the program's clock file before the step before it is answered, so
+  every realtime read of the program from there on (`datetime.now()`, `date`) is moved by it;
+  the monotonic clock, sleeps and timeouts are not.
 - `STEP:token:POS` (a model call): the call is generated again from its recorded prompt
   with its own sampling and seed (engine/replay/calls.py's checks), its tokens before POS
   forced to the recorded ones, the new token at POS, the rest sampled live. The model loads

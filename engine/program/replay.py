@@ -24,10 +24,18 @@ paths, kinds, modes and bytes, not times (the start tree is restored, and the pr
 file comes with its time on disk now), and without the program's own file, as the SDK tools'
 cassettes leave it out.
 
+The program's own clock (the shim's realtime reads, recorders/logicalclock.py's ClockShare) is
+compared call by call with each call's recorded `S:clock`: a read that differs before a request
+that differs is named as the divergence (the first cause); one whose request still matches is
+reported at the end. Before each recorded step the offset its reads were recorded under (a fork's
+`offset_s`) is written again, so a replay of a fork reads what the fork read.
+
 The program and its files come from the recorded start snapshot, never from a host path a
 database names. `--code DIR` lays the files of DIR (the user's program as it is today) over
-that tree: an edited program replays against the old recording and diverges where it asks
-for something else."""
+that tree (and `-- PROGRAM ARG...` runs another command line): an edited program replays against
+the old recording and diverges where it asks for something else. Sealed (`--sealed`), nothing runs
+live after the divergence: the program gets an error for each later call in place of an answer
+(`Replayer.sealed`). The divergence's `detail` says where for a machine (call, step, site, field path)."""
 
 from __future__ import annotations
 
