@@ -209,13 +209,20 @@ class CompareScreen(FittedFooter, Screen):
                  for side, v, t in zip("ab", (d.a, d.b), texts)]
         return f"{sides[0]} → {sides[1]}"
 
-    @staticmethod
-    def _outcomes(c: Comparison) -> Text:
-        """Each run's outcome; said in words when the same actions ended differently."""
+    def _outcomes(self, c: Comparison) -> Text:
+        """Each run's outcome; said in words when the same actions ended differently. When
+        both do not fit on one line (80 columns), the right run's (a fork's) gets its own."""
         text = Text("outcome ", style="bold")
+        sides = []
         for side, run_id, outcome in (("left", c.run_a, c.outcome_a), ("right", c.run_b, c.outcome_b)):
-            text.append(("   " if side == "right" else " ") + f"{side} #{describe.short(run_id, 12)} ")
-            text.append_text(describe.outcome_line(outcome))
+            part = Text(f"{side} #{describe.short(run_id, 12)} ")
+            part.append_text(describe.outcome_line(outcome))
+            sides.append(part)
+        text.append(" ")
+        text.append_text(sides[0])
+        one_line = len(text.plain) + 3 + len(sides[1].plain) <= max(40, self.app.size.width - 2)
+        text.append("   " if one_line else "\n" + " " * len("outcome  "))
+        text.append_text(sides[1])
         passed = [o.get("passed") if isinstance(o, dict) else None for o in (c.outcome_a, c.outcome_b)]
         steps = [r for r in c.rows if not any(s is not None and s.step < 0 for s in (r.a, r.b))]
         if None not in passed and passed[0] != passed[1] and all(r.same for r in steps):

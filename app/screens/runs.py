@@ -30,7 +30,7 @@ class VerdictsRead(Message):
         self.verdicts = verdicts
 
 
-COLUMNS = ("", "run", "task", "model", "kernels", "seed", "steps", "outcome", "status", "lineage")
+COLUMNS = ("", "run", "task", "outcome", "status", "lineage", "steps", "seed", "model", "kernels")  # what matters first: at 80 columns the rest is off to the right
 POLL_S = 0.5  # how often the screen asks the file whether anything was committed (one PRAGMA)
 LIVE_POLLS = 4  # while a run reads "recording", list again every this many polls (its writer may die)
 
@@ -219,13 +219,13 @@ class RunsScreen(FittedFooter, Screen):
             self._mark(run.id),
             label,
             Text(describe.short(describe.task_label(run, lineage), 40)),  # a recorded program: its command line
-            Text(describe.short(run.model_id or "", 28)),
-            Text(describe.short(run.kernel_mode or "", 12)),
-            Text(describe.short(run.seed, 20)),
-            Text(str(row.steps)),
             describe.outcome_label(run),
             describe.status_label(run),
             describe.run_problem(run) or Text(describe.lineage(run, self.verdicts.get(run.id))),
+            Text(str(row.steps)),
+            Text(describe.short(run.seed, 20)),
+            Text(describe.short(run.model_id or "", 28)),
+            Text(describe.short(run.kernel_mode or "", 12)),
         ]
 
     def _mark(self, run_id: int) -> Text:

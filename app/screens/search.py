@@ -31,7 +31,7 @@ class SearchScreen(ModalScreen[int | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="search-dialog"):
-            yield Label("Search commands, outputs and messages", id="search-title")
+            yield Label("Search the run: commands, outputs, messages, prompts, outcomes, clocks", id="search-title")
             yield Input(value=self.query_text, placeholder="fuzzy search…", id="search-input")
             yield OptionList(id="search-hits")
             yield Label("", id="search-count")

@@ -36,8 +36,7 @@ def timing_text(timings: list[StepTiming], width: int = BAR) -> Text:
         text.append("\n")
     total = sum(t.tool_ms or 0 for t in timings)
     text.append(f"\n{sum(t.tokens for t in timings):,} tokens · commands {total:,.1f} ms in all\n", style="bold")
-    lacks = Text(TIMING_LACKS, style="dim")  # wraps, unlike the table
-    return Text("\n").join([text, lacks])
+    return text
 
 
 class TimingsRead(Message):
@@ -59,6 +58,7 @@ class TimingScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="timing-dialog"):
             yield Static(Text(f"run #{self.run_id}: reading the steps' timings …", style="italic"), id="timing")
+            yield Static(Text(TIMING_LACKS, style="dim"), id="timing-note")  # wraps, unlike the table
 
     def on_mount(self) -> None:
         self.run_worker(self._read, thread=True, exit_on_error=False, name="timings")
@@ -86,8 +86,9 @@ class TimingScreen(ModalScreen[None]):
             shown.update(Text(f"the timings cannot be read: {message.error}", style="bold red"))
             return
         self.timings = message.timings
-        head = Text(f"run #{self.run_id} · timing of its steps\n\n", style="bold")
-        shown.update(head + timing_text(message.timings))
+        head = Text(f"run #{self.run_id} · timing of its steps\n\n", style="bold", no_wrap=True)
+        bar = max(4, min(BAR, (self.app.size.width - 60) // 2))  # narrower bars on a narrow terminal
+        shown.update(head + timing_text(message.timings, bar))
 
     def action_close(self) -> None:
         self.dismiss(None)

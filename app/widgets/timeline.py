@@ -40,8 +40,8 @@ class Timeline(ScrollView, can_focus=True):
     COMPONENT_CLASSES = {"timeline--cursor", "timeline--gutter", "timeline--fork", "timeline--bookmark"}
 
     BINDINGS = [
-        Binding("down,j", "move(1)", "next event", show=False),
-        Binding("up,k", "move(-1)", "prev event", show=False),
+        Binding("down,j", "move(1)", "next row (a step, or an event of an expanded step)", show=False),
+        Binding("up,k", "move(-1)", "previous row", show=False),
         Binding("right,]", "next_step", "next step", show=False),
         Binding("left,[", "prev_step", "prev step", show=False),
         Binding("full_stop", "next_of_layer", "next in layer", show=False),
