@@ -139,3 +139,30 @@ def test_a_programs_clock_read_comes_before_its_call_in_the_order_consumed():
     assert steps == frozenset({0})
     assert consumed_order("0:clock", steps) < consumed_order("0:logits:0", steps) < consumed_order("1:clock", steps)
     assert consumed_order("1:logits:0") < consumed_order("1:clock")  # an agent reads a step's clock after its message
+
+
+def test_a_recording_without_program_clock_reads_is_not_compared_on_them():
+    """A run recorded before programs' clock reads were recorded replays as before; one with
+    them is compared read by read (a unit test of the replayer's comparison, its clock a stub)."""
+    from types import SimpleNamespace
+
+    from tttr.engine.program.replay import Replayer, _Event, _Recording, _Step
+
+    class Clock:  # what the program read before the call, as ClockShare.current() gives it
+        def current(self):
+            return {"t": "2026-03-02T10:00:00.000009", "source": "program"}
+
+    def replayer(events) -> Replayer:
+        rec = _Recording(SimpleNamespace(model_id="m"), {}, [_Step(0, "call", events)], {}, None)
+        r = Replayer(rec, recorder=None, name="program:x")
+        r.clock = Clock()
+        return r
+
+    prompt = _Event("prompt", {"request": {}}, "0:prompt")
+    old = replayer([prompt])
+    old._clock_at(old.rec.steps[0], 0)
+    assert old.clock_divergence is None
+    new = replayer([_Event("clock", {"t": "2026-03-02T10:00:00.000005", "source": "program"}, "0:clock"), prompt])
+    new._clock_at(new.rec.steps[0], 0)
+    assert new.clock_divergence is not None and new.clock_divergence.site.startswith("0:clock")
+    assert (new.clock_divergence.a, new.clock_divergence.b) == ("2026-03-02T10:00:00.000005", "2026-03-02T10:00:00.000009")

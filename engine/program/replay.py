@@ -57,7 +57,7 @@ from tttr.engine.program.divergence import (
 from tttr.engine.replay.events import stored_text
 from tttr.engine.replay.diff import Divergence, first_request_difference
 from tttr.engine.serve.errors import APIError
-from tttr.engine.replay.program_suite import task_env
+from tttr.recorders.tasks import task_env
 from tttr.engine.serve.sdk_tree import SDKTree, program_file
 from tttr.recorders.program import (
     SOCKET_NAME, HostPython, ProgramError, api_dir, check_program, endpoint_env, sandboxed_command,
@@ -270,6 +270,9 @@ class Replayer:
         # before each call, compared with the recorded S:clock, and the offset each read is moved by.
         self.clock = None
         self.clock_divergence: Divergence | None = None  # the first differing clock read
+        # A recording made before programs' clock reads were recorded has none to compare with
+        # (one whose program read no clock before any call has none either, and nor does its replay).
+        self._clock_recorded = any(recorded_clock_read(s) is not None for s in rec.steps)
         self.request_divergence: Divergence | None = None  # the first differing request
         self.detail: dict | None = None  # the divergence's ReplayResult.detail
         self._clock_detail: dict | None = None
@@ -322,7 +325,7 @@ class Replayer:
     def _clock_at(self, step: _Step, index: int) -> None:
         """Compare the clock the program read before call `index` with the recorded one;
         the first that differs is kept as the clock's divergence."""
-        if self.clock is None or self.clock_divergence is not None:
+        if self.clock is None or self.clock_divergence is not None or not self._clock_recorded:
             return
         live = self.clock.current()
         a, b = self.expected_clock(step), live.get("t") if live else None
