@@ -109,6 +109,21 @@ class TaskCheck:
         return self.solution_passes is not False and self.nothing_fails
 
 
+INSTRUCTION_FILE = "TTTR_TASK.md"          # a program agent's instruction, at the top of its tree
+INSTRUCTION_ENV = "TTTR_TASK_INSTRUCTION"  # and in its environment
+
+
+def task_env(meta) -> dict[str, str]:
+    """The task's environment a recorded program run names (`meta.task_env`, written by a
+    program suite): only TTTR_TASK_* names with text values, as a replay hands them to the
+    program again. A database may say anything: nothing else gets through."""
+    env = meta.get("task_env") if isinstance(meta, dict) else None
+    if not isinstance(env, dict):
+        return {}
+    return {k: v for k, v in env.items() if isinstance(k, str) and k.startswith("TTTR_TASK_") and k.isidentifier()
+            and isinstance(v, str) and "\0" not in v}
+
+
 def copy_start_tree(src: Path, dest: Path) -> None:
     """The task's tree/ into the run's fresh tree: files, folders and links (copied as links,
     never followed); anything else was refused when the task was checked."""

@@ -35,19 +35,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-INSTRUCTION_FILE = "TTTR_TASK.md"
-ENV_NAME = "TTTR_TASK_INSTRUCTION"
+from tttr.recorders.tasks import INSTRUCTION_ENV as ENV_NAME
+from tttr.recorders.tasks import INSTRUCTION_FILE
+
 PROGRAM_CONDITIONS = ("free", "trace-pinned", "pinned")
-
-
-def task_env(meta) -> dict[str, str]:
-    """The task's environment a recorded suite run names (`meta.task_env`): only TTTR_TASK_*
-    names with text values, as a replay hands them to the program again."""
-    env = meta.get("task_env") if isinstance(meta, dict) else None
-    if not isinstance(env, dict):
-        return {}
-    return {k: v for k, v in env.items() if isinstance(k, str) and k.startswith("TTTR_TASK_") and k.isidentifier()
-            and isinstance(v, str) and "\0" not in v}
 
 
 def program_files(argv: list[str], cwd: Path) -> list[str]:
