@@ -60,8 +60,9 @@ def run(runs: int = 2, max_steps: int = 1, merge_events: int = 200_000, workdir:
         total = len(TASKS) * runs * 4
         runtime = Runtime(None, kernel_mode="invariant")
         runtime.tokenizer  # noqa: B018 - loaded before the clock starts, as a worker's model is
+        errors: list[str] = []
         t0 = time.perf_counter()
-        run_suite(str(work / "local.db"), list(TASKS), runs, runtime=runtime, temperature=0.7, max_steps=max_steps,
+        _, local_runs = run_suite(str(work / "local.db"), list(TASKS), runs, runtime=runtime, temperature=0.7, max_steps=max_steps,
                   batch=2, suite_id="bench", seed=1)
         local_s = time.perf_counter() - t0
         runtime.close()
@@ -70,8 +71,9 @@ def run(runs: int = 2, max_steps: int = 1, merge_events: int = 200_000, workdir:
         start_s = time.perf_counter() - t0
         try:
             t0 = time.perf_counter()
-            run_suite_on_ray(str(work / "ray.db"), list(TASKS), runs, model=None, temperature=0.7, max_steps=max_steps,
-                             batch=1, suite_id="bench", seed=1)
+            _, ray_runs = run_suite_on_ray(str(work / "ray.db"), list(TASKS), runs, model=None, temperature=0.7,
+                                           max_steps=max_steps, batch=1, suite_id="bench", seed=1,
+                                           progress=lambda f: errors.append(f.error) if f.error else None)
             ray_s = time.perf_counter() - t0
         finally:
             ray.shutdown()
@@ -86,6 +88,9 @@ def run(runs: int = 2, max_steps: int = 1, merge_events: int = 200_000, workdir:
         "ray_over_local": local_s / ray_s,
         "merge_events_per_s": merge_rate, "merge_events": merge_events,
         "pinned_identical": identical, "targets": TARGETS,
+        "complete_runs": {"local": sum(r.status == "complete" for r in local_runs),
+                          "ray": sum(r.status == "complete" for r in ray_runs)},
+        "errors": errors[:5],
     }
 
 
@@ -99,4 +104,6 @@ def format_lines(res: dict) -> list[str]:
         f"ray_over_local: {res['ray_over_local']:.2f} (target >= {TARGETS['ray_over_local']})",
         f"merge_events_per_s: {res['merge_events_per_s']:,.0f} ({res['merge_events']:,} events; target >= 100,000)",
         f"pinned_identical: {str(res['pinned_identical']).lower()}",
+        f"complete runs: {res['complete_runs']['local']} in process, {res['complete_runs']['ray']} on Ray"
+        + (f"; errors: {'; '.join(res['errors'])}" if res["errors"] else ""),
     ]
