@@ -249,6 +249,8 @@ def test_the_engine_answers_streams_counts_stops_and_records_messages(tmp_path):
         stopped = client.messages.create(**asked, stop_sequences=["@@", word])
         assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", word), stopped
         assert stopped.content[0].text == text[:text.index(word)]
+        with pytest.raises(anthropic.BadRequestError, match="does not support tools"):  # SmolLM2: no tool format
+            client.messages.create(**asked, tools=[TOOL])
     finally:
         served.stop()
         served.recorder.close()
