@@ -105,3 +105,20 @@ def test_compare_refusals_are_one_line_and_write_nothing(two_dbs, tmp_path, caps
     assert main(["compare", "z", str(a), "--db", str(other)]) == 2
     assert "label 'z' names 2 suites" in capsys.readouterr().err
     assert a.read_bytes() == before and not png.exists()
+
+
+def test_compare_shows_hostile_names_from_the_files_inert(tmp_path, capsys):
+    """Task names, labels and suite ids come from the database: escapes and markup stay inert."""
+    bad = "\x1b[31m[/]red\x07"
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    for path, suite, verdicts in ((a, "s\x1b]0;x\x07", [True, False]), (b, "t", [False, False])):
+        with Store.open(path) as s:
+            for i, p in enumerate(verdicts):
+                _suite_run(s, suite, bad, bad, i, p, 100 + i)
+            rid = s.begin_run(task="x", model_id="m", meta={"suite": {"id": suite, "condition": "free", "index": [],
+                                                                      "settings": {"label": 7}}})
+            s.finish_run(rid, "complete", ["not", "an", "outcome"])
+    assert main(["compare", str(a), str(b), "--plot-terminal"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[31m" not in out and "\x1b]0;" not in out and "\x07" not in out
+    assert "[/]red" in out and "1/2" in out
