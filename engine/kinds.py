@@ -48,7 +48,9 @@ class ForkRequest:
 @dataclass(frozen=True, slots=True)
 class Plan:
     """A checked verb, ready to act on: the run, the request, and what the kind's check
-    built (a runtime, a program's fork plan)."""
+    built: for an agent run or served calls the decoded run, the parsed change, the child's
+    settings and the runtime (runs.AgentPlan, calls.CallPlan: acting reads the run no more);
+    a program's fork plan; an experiment's runtime or set-up."""
 
     run_id: int
     request: Any
@@ -117,7 +119,6 @@ class AgentRuns(RunKind):
 
     def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
         from tttr.engine.replay.policy import PolicyError
-        from tttr.engine.replay.runs import check_replay
 
         if request.code is not None:
             raise KindError(f"--code lays a program's files over its start tree, and run {run.id} is no recorded "
@@ -131,38 +132,39 @@ class AgentRuns(RunKind):
                               "add --free token, or drop --seed")
         # Checked on a read-only connection: a run that cannot be replayed (a value of the wrong
         # shape, a clock the sandbox cannot show, another model) is refused with the file untouched.
-        runtime = self.runtime(run, request.model)
-        check_replay(reader, run.id, request.policy, runtime=runtime, unsafe_no_sandbox=request.unsafe_no_sandbox)
-        return Plan(run.id, request, runtime)
+        # The plan holds what the check decoded: acting on it reads nothing of the run again.
+        return Plan(run.id, request, self._check_replay(reader, run, request, self.runtime(run, request.model)))
+
+    def _check_replay(self, reader, run, request: ReplayRequest, runtime):
+        from tttr.engine.replay.runs import check_replay
+
+        return check_replay(reader, run.id, request.policy, runtime=runtime, seed=request.seed,
+                            unsafe_no_sandbox=request.unsafe_no_sandbox)
 
     def replay(self, db: str, plan: Plan, progress: Progress | None = None):
-        from tttr.engine.replay.runs import replay
-        from tttr.sessions.store import Store
-
-        r = plan.request
-        with Store.open(db, create=False) as store:
-            return replay(store, plan.run_id, r.policy, runtime=plan.checked, seed=r.seed,
-                          unsafe_no_sandbox=r.unsafe_no_sandbox, progress=progress)
+        return self._act(db, plan, progress)
 
     def check_fork(self, reader, run, request: ForkRequest) -> Plan:
+        # The run, the site and the new value are all checked (the value parsed) before the file
+        # is opened for writing: a refused fork writes nothing and prints no progress.
+        return Plan(run.id, request, self._check_fork(reader, run, request, self.runtime(run, request.model)))
+
+    def _check_fork(self, reader, run, request: ForkRequest, runtime):
         from tttr.engine.replay.runs import check_fork
 
-        # The run, the site and the new value are all checked before the file is opened for
-        # writing: a refused fork writes nothing and prints no progress.
-        runtime = self.runtime(run, request.model)
-        check_fork(reader, run.id, request.site, request.value, runtime=runtime,
-                   unsafe_no_sandbox=request.unsafe_no_sandbox)
-        return Plan(run.id, request, runtime)
+        return check_fork(reader, run.id, request.site, request.value, runtime=runtime,
+                          unsafe_no_sandbox=request.unsafe_no_sandbox)
 
     def fork(self, db: str, plan: Plan, progress: Progress | None = None):
-        from tttr.engine.replay.runs import fork
+        return self._act(db, plan, progress)
+
+    def _act(self, db: str, plan: Plan, progress: Progress | None):
+        """The one open for writing; the checked plan (runs.AgentPlan, calls.CallPlan) acts on it,
+        refusing in one line a run deleted or replaced since the check."""
         from tttr.sessions.store import Store
 
-        r = plan.request
         with Store.open(db, create=False) as store:
-            return fork(store, plan.run_id, r.site, r.value, runtime=plan.checked,
-                        unsafe_no_sandbox=r.unsafe_no_sandbox, progress=progress)
-
+            return plan.checked.act(store, progress=progress)
 
     def check_experiment(self, reader, db: str, verb: str, request: ExperimentRequest) -> Plan:
         from tttr.engine.replay import bisect, triage
@@ -203,6 +205,18 @@ class ServedCalls(AgentRuns):
         from tttr.engine.replay.calls import local_kernel_mode
 
         return local_kernel_mode(run)  # a proxied run's calls, if ever generated here, in the local default
+
+    def _check_replay(self, reader, run, request: ReplayRequest, runtime):
+        from tttr.engine.replay.calls import check_call_replay
+        from tttr.engine.replay.source import Source
+
+        return check_call_replay(Source(reader, run.id), request.policy, runtime=runtime, seed=request.seed)
+
+    def _check_fork(self, reader, run, request: ForkRequest, runtime):
+        from tttr.engine.replay.calls import check_call_fork
+        from tttr.engine.replay.source import Source
+
+        return check_call_fork(Source(reader, run.id), request.site, request.value, runtime=runtime)
 
     check_experiment = RunKind.check_experiment  # refused: no deltas of calls yet
 

@@ -26,7 +26,9 @@ a freed layer is refused with a line that names the upstream; its faithful repla
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from tttr.engine.replay.diff import Divergence
 from tttr.engine.replay.mutation import Mutation, parse_mutation
@@ -134,9 +136,27 @@ def _recorded_seed(source: Source, sampling: dict) -> int:
     return seed
 
 
-def check_call_replay(store, run_id: int, policy: Policy, *, runtime) -> Source:
-    """Everything a replay of served calls checks before it writes."""
-    source = Source(store, run_id)
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    """A replay or fork of served calls, checked read-only: the decoded recording, the parsed
+    change (None for a replay), the seed a freed token layer draws from (drawn at the check)
+    and the runtime. `act` carries it out on a store opened for writing, reading nothing of
+    the run again."""
+
+    source: Source
+    policy: Policy
+    mutation: Mutation | None
+    seed: int | None
+    runtime: Any
+
+    def act(self, store, *, progress=None, cancel=None, meta: dict | None = None) -> RunResult:
+        """`meta` is merged into the child's meta."""
+        return _child(store, self.source.on(store), self.runtime, policy=self.policy, mutation=self.mutation,
+                      seed=self.seed, progress=progress, cancel=cancel, meta_extra=meta)
+
+
+def check_call_replay(source: Source, policy: Policy, *, runtime, seed: int | None = None) -> CallPlan:
+    """Everything a replay of served calls checks before it writes, on the decoded run."""
     _check(source, runtime, computes=not policy.faithful)
     if policy.pinned("token") and not policy.faithful:
         for step in call_steps(source):
@@ -144,12 +164,15 @@ def check_call_replay(store, run_id: int, policy: Policy, *, runtime) -> Source:
     elif not policy.faithful:
         for step in call_steps(source):
             _call_settings(source, step)
-    return source
+    if not policy.pinned("token") and seed is None:
+        seed = int.from_bytes(os.urandom(4), "little")
+    return CallPlan(source, policy, None, seed, runtime)
 
 
-def check_call_fork(store, run_id: int, site_text: str, value: str, *, runtime) -> Mutation:
-    """Everything a fork of served calls checks before it writes; the parsed mutation."""
-    source = Source(store, run_id)
+def check_call_fork(source: Source, site_text: str, value: str, *, runtime) -> CallPlan:
+    """Everything a fork of served calls checks before it writes, on the decoded run: the
+    site, the new value (parsed once, here) and the call's recorded settings."""
+    run_id = source.run.id
     try:
         at = Site.parse(site_text)
     except ValueError:
@@ -158,7 +181,7 @@ def check_call_fork(store, run_id: int, site_text: str, value: str, *, runtime) 
         raise ReplayError(f"run {run_id} is recorded API calls: only a token (CALL:token:POS) or a whole "
                           f"answer (CALL:message) can be changed there, not {at}")
     _check(source, runtime, computes=True)
-    mutation = parse_mutation(store, run_id, site_text, value, tokenizer=runtime.tokenizer)
+    mutation = parse_mutation(source.store, run_id, site_text, value, tokenizer=runtime.tokenizer)
     step, pos = mutation.site.step, mutation.site.pos or 0
     _, sampling, _, _ = _call_settings(source, step)
     _recorded_seed(source, sampling)
@@ -166,7 +189,7 @@ def check_call_fork(store, run_id: int, site_text: str, value: str, *, runtime) 
     if not all(type(t.get("id")) is int for t in before):
         raise ReplayError(f"run {run_id}, call {step}: its tokens before position {pos} have no ids "
                           "(a proxied call that recorded text only): it cannot be forked there")
-    return mutation
+    return CallPlan(source, Policy(), mutation, None, runtime)
 
 
 # ---------------------------------------------------------------------------- the program
@@ -224,26 +247,13 @@ def _message(tokenizer, ids: list[int], max_tokens: int, stops: tuple[str, ...])
     return {"text": text, "finish_reason": reason, "tool_calls": []}
 
 
-# ---------------------------------------------------------------------------- entry points
-def replay_calls(store, run_id: int, policy: Policy, *, runtime, seed: int | None = None, progress=None,
-                 cancel=None) -> RunResult:
-    source = check_call_replay(store, run_id, policy, runtime=runtime)
-    if not policy.pinned("token") and seed is None:
-        seed = int.from_bytes(os.urandom(4), "little")
-    return _child(store, source, runtime, policy=policy, mutation=None, seed=seed, progress=progress, cancel=cancel)
-
-
-def fork_calls(store, run_id: int, site_text: str, value: str, *, runtime, progress=None, cancel=None) -> RunResult:
-    mutation = check_call_fork(store, run_id, site_text, value, runtime=runtime)
-    return _child(store, Source(store, run_id), runtime, policy=Policy(), mutation=mutation, seed=None,
-                  progress=progress, cancel=cancel)
-
-
+# ---------------------------------------------------------------------------- acting
 def _child(store, source: Source, runtime, *, policy: Policy, mutation: Mutation | None, seed: int | None,
-           progress, cancel) -> RunResult:
+           progress, cancel, meta_extra: dict | None = None) -> RunResult:
     run = source.run
     live = mutation is not None or not policy.faithful
     meta = {**run.meta, "replay": {"free": sorted(policy.free)}} if mutation is None else dict(run.meta)
+    meta.update(meta_extra or {})
     kernel_mode = local_kernel_mode(run) if live else run.kernel_mode
     settings = dict(
         task=run.task, model_id=run.model_id, kernel_mode=kernel_mode, sampling=run.sampling,

@@ -16,8 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from tttr.engine.replay.agent import AgentLimits, run_agent
-from tttr.engine.replay.calls import (check_call_fork, check_call_replay, fork_calls, is_call_run, local_kernel_mode,
-                                     replay_calls)
+from tttr.engine.replay.calls import CallPlan, check_call_fork, check_call_replay, is_call_run, local_kernel_mode
 from tttr.engine.replay.diff import action_text
 from tttr.engine.replay.mutation import Mutation, parse_mutation
 from tttr.engine.replay.oracle import Oracle
@@ -231,11 +230,9 @@ def _check_values(source: Source) -> None:
                 raise ReplayError(f"run {rid}, site {e.site}: {exc}") from None
 
 
-def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation: Mutation | None,
-           progress, cancel, unsafe_no_sandbox: bool, seed: int | None, meta_extra: dict | None = None) -> RunResult:
+def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation: Mutation | None, plan: _Plan,
+           progress, cancel, unsafe_no_sandbox: bool, meta_extra: dict | None = None) -> RunResult:
     run = source.run
-    plan = _plan(source, policy, mutation, seed)
-    check_machine(runtime, unsafe_no_sandbox, commands=mutation is not None or not policy.faithful)
     task, seed, sampling, limits, base, fork_seq = (plan.task, plan.seed, plan.sampling, plan.limits,
                                                    plan.base, plan.fork_seq)
     meta = {"clock": base.isoformat(), "limits": _limits_json(limits),
@@ -281,65 +278,76 @@ def _recorded_actions(source: Source) -> list[str]:
     return [action_text(e.value) for e in source.events if e.kind == "action"]
 
 
-def check_replay(store, run_id: int, free=(), *, runtime: Runtime, unsafe_no_sandbox: bool = False) -> Source:
-    """Everything `replay` checks before it writes, on any store (a read-only one too)."""
+@dataclass(frozen=True, slots=True)
+class AgentPlan:
+    """A replay or fork of an agent run, checked read-only: the decoded recording, the parsed
+    change (None for a replay), the child's settings (task, seed, sampling, limits, clock,
+    fork point) and how it runs. `act` carries it out on a store opened for writing, reading
+    and checking nothing of the run again."""
+
+    source: Source
+    policy: Policy
+    mutation: Mutation | None
+    settings: _Plan
+    runtime: Runtime
+    unsafe_no_sandbox: bool = False
+
+    def act(self, store, *, progress=None, cancel=None, meta: dict | None = None) -> RunResult:
+        """`meta` is merged into the child's meta (e.g. a suite's id and condition)."""
+        return _child(store, self.source.on(store), self.runtime, policy=self.policy, mutation=self.mutation,
+                      plan=self.settings, progress=progress, cancel=cancel,
+                      unsafe_no_sandbox=self.unsafe_no_sandbox, meta_extra=meta)
+
+
+def check_replay(store, run_id: int, free=(), *, runtime: Runtime, unsafe_no_sandbox: bool = False,
+                 seed: int | None = None) -> AgentPlan | CallPlan:
+    """Everything `replay` checks before it writes, on any store (a read-only one too); the
+    plan to act on (`plan.act(store)`, on a store opened for writing)."""
     policy = Policy(frozenset(free)) if not isinstance(free, Policy) else free
-    if is_call_run(store.run(run_id)):
-        return check_call_replay(store, run_id, policy, runtime=runtime)
     source = Source(store, run_id)
+    if is_call_run(source.run):
+        return check_call_replay(source, policy, runtime=runtime, seed=seed)
     _check_source(source)
     _check_model(runtime, source.run)
-    _plan(source, policy, None, None)
+    settings = _plan(source, policy, None, seed)
     check_machine(runtime, unsafe_no_sandbox, commands=not policy.faithful)
-    return source
+    return AgentPlan(source, policy, None, settings, runtime, unsafe_no_sandbox)
 
 
 def check_fork(store, run_id: int, site: str, value: str, *, runtime: Runtime,
-               unsafe_no_sandbox: bool = False) -> Mutation:
+               unsafe_no_sandbox: bool = False) -> AgentPlan | CallPlan:
     """Everything `fork` checks before it writes, on any store (a read-only one too): the
-    source run, the model, the site and the new value; returns the parsed mutation."""
-    if is_call_run(store.run(run_id)):
-        return check_call_fork(store, run_id, site, value, runtime=runtime)
+    source run, the model, the site and the new value (parsed here, once); the plan to act on."""
     source = Source(store, run_id)
+    if is_call_run(source.run):
+        return check_call_fork(source, site, value, runtime=runtime)
     _check_source(source)
     _check_model(runtime, source.run)
     mutation = parse_mutation(store, run_id, site, value, tokenizer=runtime.tokenizer)
     _check_mutation_site(source, mutation)
-    _plan(source, Policy(), mutation, None)
+    settings = _plan(source, Policy(), mutation, None)
     check_machine(runtime, unsafe_no_sandbox)
-    return mutation
+    return AgentPlan(source, Policy(), mutation, settings, runtime, unsafe_no_sandbox)
+
+
+def _default_runtime(run) -> Runtime:
+    return Runtime(kernel_mode=local_kernel_mode(run) if is_call_run(run) else run.kernel_mode)
 
 
 def replay(store, run_id: int, free=(), *, runtime: Runtime | None = None, progress=None, cancel=None,
            unsafe_no_sandbox: bool = False, seed: int | None = None, meta: dict | None = None) -> RunResult:
-    """`meta` is merged into the replay's meta (e.g. a suite's id and condition)."""
-    run = store.run(run_id)
-    policy = Policy(frozenset(free)) if not isinstance(free, Policy) else free
-    if is_call_run(run):
-        runtime = runtime or Runtime(kernel_mode=local_kernel_mode(run))
-        return replay_calls(store, run_id, policy, runtime=runtime, seed=seed, progress=progress, cancel=cancel)
-    runtime = runtime or Runtime(kernel_mode=run.kernel_mode)
-    source = Source(store, run_id)
-    _check_source(source)
-    _check_model(runtime, source.run)
-    return _child(store, source, runtime, policy=policy, mutation=None, progress=progress,
-                  cancel=cancel, unsafe_no_sandbox=unsafe_no_sandbox, seed=seed, meta_extra=meta)
+    """Check, then act on the same store. `meta` is merged into the replay's meta (e.g. a
+    suite's id and condition)."""
+    runtime = runtime or _default_runtime(store.run(run_id))
+    plan = check_replay(store, run_id, free, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox, seed=seed)
+    return plan.act(store, progress=progress, cancel=cancel, meta=meta)
 
 
 def fork(store, run_id: int, site: str, value: str, *, runtime: Runtime | None = None, progress=None,
          cancel=None, unsafe_no_sandbox: bool = False) -> RunResult:
-    run = store.run(run_id)
-    if is_call_run(run):
-        runtime = runtime or Runtime(kernel_mode=local_kernel_mode(run))
-        return fork_calls(store, run_id, site, value, runtime=runtime, progress=progress, cancel=cancel)
-    runtime = runtime or Runtime(kernel_mode=run.kernel_mode)
-    source = Source(store, run_id)
-    _check_source(source)
-    _check_model(runtime, source.run)
-    mutation = parse_mutation(store, run_id, site, value, tokenizer=runtime.tokenizer)
-    _check_mutation_site(source, mutation)
-    return _child(store, source, runtime, policy=Policy(), mutation=mutation, progress=progress,
-                  cancel=cancel, unsafe_no_sandbox=unsafe_no_sandbox, seed=None)
+    runtime = runtime or _default_runtime(store.run(run_id))
+    plan = check_fork(store, run_id, site, value, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
+    return plan.act(store, progress=progress, cancel=cancel)
 
 
 def _check_source(source: Source) -> None:

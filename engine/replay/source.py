@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
 from typing import Any
 
 from tttr.sessions.errors import TTTRError
@@ -35,6 +37,22 @@ class Source:
                 tree = e.value.get("tree_after") or e.value.get("tree")
                 if tree and e.value.get("snapshot"):
                     self.manifests[tree] = e.value["snapshot"]
+
+    def on(self, store) -> Source:
+        """This recording read through `store`, another connection to the same file (the one
+        a checked plan acts on, opened for writing), without decoding it again. The run must
+        still be the one decoded: deleted or replaced since, it is refused in one line, before
+        anything is written."""
+        from tttr.engine.replay.result import ReplayError
+
+        rid = self.run.id
+        now = store.run(rid)  # StoreError naming the file and its runs when it is gone
+        if replace(now, name=None) != replace(self.run, name=None):  # a new name changes no value
+            raise ReplayError(f"run {rid} in {store.path} changed after it was checked (deleted and "
+                              "recorded again?): run the command again")
+        moved = copy.copy(self)
+        moved.store = store
+        return moved
 
     def value(self, site: str) -> Any:
         e = self.by_site.get(canonical_site(site))  # `-1:clock` is `setup:clock`, as the store writes it
