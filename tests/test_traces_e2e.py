@@ -182,10 +182,11 @@ def test_export_import_export_is_the_same_file_and_the_runs_read_like_any(record
     assert first.read_bytes() == second.read_bytes()
     with Store.open(db, readonly=True) as src, Store.open(imported, readonly=True) as dst:
         for (name, rid), d in zip(runs.items(), done):
-            want = [(e.kind, e.value["text"] if e.kind == "message" else None)
+            want = [(e.site, e.kind, e.value["text"] if e.kind == "message" else e.value.get("result", e.value.get("stdout")))
                     for e in src.events(rid) if e.kind == "message" or (e.kind == "tool" and "program" not in e.value)]
-            got = [(e.kind, e.value["text"] if e.kind == "message" else None) for e in dst.events(d["run"])]
-            assert got == want, name
+            got = [(e.site, e.kind, e.value["text"] if e.kind == "message" else e.value.get("result", e.value.get("stdout")))
+                   for e in dst.events(d["run"])]
+            assert got == want, name  # the recorded run's sites (tttr.step), its messages and tool results
     diff = cli_json(capsys, ["diff", str(done[0]["run"]), str(done[1]["run"]), "--db", str(imported), "--json"])
     assert diff["rows"]
 
@@ -247,4 +248,5 @@ def test_phoenix_receives_a_run_and_gives_back_its_spans_tree_and_attributes(rec
     with Store.open(tmp_path / "back.db", readonly=True) as store:
         events = store.events(done[0]["run"])
     assert [e.value["text"] for e in events if e.kind == "message"] == recorded_texts
-    assert [e.value["function"] for e in events if e.kind == "tool"] == ["list_files", "write_file", "shell"]
+    assert [e.value.get("function") or f"$ {e.value['cmd']}" for e in events if e.kind == "tool"] == \
+        ["list_files", "write_file", "$ cat greeting.txt"]

@@ -96,17 +96,29 @@ class Planned:
                 if isinstance(args, dict) and set(args) == {"args", "kwargs"} and isinstance(args["args"], list) \
                         and isinstance(args["kwargs"], dict):  # a Python function's call, as tttr exports it
                     value["args"], value["kwargs"] = args["args"], args["kwargs"]
+                elif isinstance(args, dict) and call.name == "shell" and set(args) == {"cmd"} \
+                        and isinstance(args["cmd"], str):  # a command, as tttr exports one: as its tool events read
+                    del value["function"], value["args"]
+                    value["cmd"] = args["cmd"]
+                    if isinstance(call.result, str):
+                        value["stdout"] = call.result
+                    code = span.attributes.get("tttr.exit_code")
+                    if type(code) is int:
+                        value["exit_code"] = code
                 elif isinstance(args, dict):
                     value["kwargs"] = args
                 elif args is not None:
                     value["arguments"] = args
-                if call.has_result:
+                if "cmd" in value:
+                    pass
+                elif call.has_result:
                     value["result"] = call.result
                 else:
                     missing.add("tool results")
                 self.events.append((len(self.events), "tool", value))
             else:
                 others.append(kept)
+        self.events = _tttr_steps(self.events)
         root = next((trace.spans[i] for i in order if not trace.spans[i].parent_id), trace.spans[order[0]])
         name = root.name or "trace"
         self.columns = dict(
@@ -122,6 +134,19 @@ class Planned:
         # `reason` is what the runs list and the app's title show of an outcome that is no verdict
         self.outcome = {"reason": "imported trace: messages only", "spans": len(trace.spans), "model_calls": chats,
                         "tool_calls": len(self.events) - chats, "lacks": list(LACKS), "missing": sorted(missing)}
+
+
+def _tttr_steps(events: list[tuple[int, str, dict]]) -> list[tuple[int, str, dict]]:
+    """The events at the steps their spans name (`tttr.step`, a run tttr exported), so that its
+    sites are the recorded run's (`2:message` is `2:message`) and `tttr diff` matches them site
+    by site; numbered 0, 1, 2, ... when any span names none, or the steps go back or name a
+    site twice."""
+    steps = [value["span"]["attributes"].get("tttr.step") for _, _, value in events]
+    if not steps or not all(type(s) is int and 0 <= s < 2**31 for s in steps) \
+            or any(b < a for a, b in zip(steps, steps[1:])) \
+            or len({(s, kind) for s, (_, kind, _) in zip(steps, events)}) != len(events):
+        return events  # a shell agent's step holds its message and its command: one of each kind
+    return [(step, kind, value) for step, (_, kind, value) in zip(steps, events)]
 
 
 def plan_import(traces: list[Trace], fmt: str, source: str) -> list[Planned]:
