@@ -135,7 +135,7 @@ def test_a_foreign_trace_round_trips_and_keeps_its_ids(tmp_path, capsys):
 
 def test_control_characters_and_markup_in_content_are_data(tmp_path, capsys):
     hostile = "\x1b[31mred\x1b[0m [bold red]x[/bold red] \x07"
-    spans = [_span("a" * 16, "chat m", 1, {"gen_ai.operation.name": "chat", "gen_ai.output.messages": json.dumps(
+    spans = [_span("a" * 16, "chat \x1b]0;title\x07m", 1, {"gen_ai.operation.name": "chat", "gen_ai.output.messages": json.dumps(
         [{"role": "assistant", "parts": [{"type": "text", "content": hostile}]}])}, parent=None)]
     db = tmp_path / "h.db"
     assert _run(capsys, ["import", str(_file(tmp_path, spans)), "--db", str(db)])[0] == 0
@@ -355,3 +355,17 @@ def test_phoenix_spans_with_nested_attributes_import(tmp_path, capsys):
         (call,) = (e.value for e in store.events(1))
         assert store.run(1).task == "trace:agent"
     assert call["text"] == "hello" and call["input"] == [{"role": "user", "content": "hi"}] and call["model"] == "gpt-x"
+
+
+def test_steps_named_by_the_spans_are_kept_only_when_they_make_sites(tmp_path, capsys):
+    def spans(steps):
+        return [_span("a" * 16, "root", 0, {}, parent=None)] + [
+            _span(f"{i + 1:016x}", "chat m", 10 * (i + 1), {"gen_ai.operation.name": "chat", "tttr.step": step})
+            for i, step in enumerate(steps)]
+
+    for steps, sites in (([2, 5], ["2:message", "5:message"]), ([5, 2], ["0:message", "1:message"]),
+                         ([3, 3], ["0:message", "1:message"])):
+        db = tmp_path / f"s{steps[0]}{steps[1]}.db"
+        assert _run(capsys, ["import", str(_file(tmp_path, spans(steps))), "--db", str(db)])[0] == 0
+        with Store.open(db, readonly=True) as store:
+            assert [e.site for e in store.events(1)] == sites, steps
