@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tttr.engine.replay import errorbars as eb
-from tttr.engine.replay.suite import SuiteRun, SuiteStats, stats_of
+from tttr.engine.replay.suite_runs import SuiteRun
+from tttr.engine.replay.suite_stats import SuiteStats, stats_of
 from tttr.engine.replay.variance import CONDITIONS, Interval
 from tttr.sessions.errors import TTTRError
 

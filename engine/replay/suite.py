@@ -28,7 +28,6 @@ and the runs it was in the middle of end at once, stored as incomplete.
 from __future__ import annotations
 
 import hashlib
-import json
 import queue
 import threading
 import uuid
@@ -37,33 +36,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tttr.engine.replay.variance import CONDITIONS, Decomposition, Outcomes, decompose, outcomes, state_actions
-from tttr.sessions.errors import TTTRError
-from tttr.sessions.vocabulary import SETUP_STEP, site
+from tttr.engine.replay.suite_runs import (  # noqa: F401 - also this module's names, as before the split
+    Resumed, SuiteError, SuiteRun, find_suite, read_run, read_suite, suite_ids, suite_labels, suite_runs,
+)
+from tttr.engine.replay.suite_stats import SuiteStats, TaskStats, stats_of, suite_stats  # noqa: F401
+from tttr.engine.replay.variance import CONDITIONS
 
 # The layers each replayed condition computes live (the tensor layer: with invariant kernels).
 FREED = {"token-pinned": ("tensor", "trace"), "trace-pinned": ("tensor", "token"), "pinned": ("tensor",)}
-
-
-class SuiteError(TTTRError, ValueError):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class SuiteRun:
-    """One stored run of a suite, as the statistics read it."""
-
-    run_id: int
-    task: str
-    condition: str
-    index: int
-    status: str
-    passed: bool | None
-    actions: tuple[str, ...]  # its state-modifying actions
-    seed: int | None = None
-    start_tree: str | None = None  # the digest of its tree after the task's setup
-    label: str | None = None  # the suite's label
-    calls: tuple[str, ...] | None = None  # a program's model calls: their answers, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,67 +79,6 @@ def _suite_meta(suite_id: str, condition: str, index: int, anchor: int | None, s
     if settings:
         info.update(settings)
     return {"suite": info}
-
-
-@dataclass(frozen=True, slots=True)
-class Resumed:
-    """What a suite already holds, read before a re-run: its settings, the (task, condition,
-    index) slots that have a complete run, and each task's anchor."""
-
-    settings: dict
-    done: frozenset
-    anchors: dict
-    runs: list
-
-
-def read_suite(store, suite_id: str) -> Resumed:
-    """The suite `suite_id` of a store as a re-run resumes it; SuiteError if it is not there."""
-    ids = suite_ids(store)
-    if suite_id not in ids:
-        held = ", ".join(ids) if ids else "none"
-        raise SuiteError(f"no suite {suite_id!r} in the database to resume (it holds: {held})")
-    settings: dict = {}
-    runs = []
-    for run in store.runs():
-        info = run.meta.get("suite") if isinstance(run.meta, dict) else None
-        if not isinstance(info, dict) or info.get("id") != suite_id:
-            continue
-        if not settings and isinstance(info.get("settings"), dict):
-            settings = info["settings"]
-        r = read_run(store, run)
-        if r is not None:
-            runs.append(r)
-    complete = [r for r in runs if r.status == "complete"]
-    anchors: dict = {}
-    for r in sorted(complete, key=lambda r: (r.index, r.run_id)):
-        if r.condition == "free":
-            anchors.setdefault(r.task, r.run_id)
-    return Resumed(settings, frozenset((r.task, r.condition, r.index) for r in complete), anchors, complete)
-
-
-def read_run(store, run) -> SuiteRun | None:
-    """A stored run as a suite run, or None if it belongs to no suite."""
-    info = run.meta.get("suite") if isinstance(run.meta, dict) else None
-    if not isinstance(info, dict) or info.get("condition") not in CONDITIONS or not isinstance(run.task, str):
-        return None
-    program = info.get("agent") == "program" and isinstance(info.get("task"), str)
-    task = info["task"] if program else run.task  # a program's run is `program:NAME`; its suite task is here
-    tools = [e.value for e in store.events(run.id, kind="tool")]
-    passed = run.outcome.get("passed") if isinstance(run.outcome, dict) else None
-    index = info.get("index") if isinstance(info.get("index"), int) else 0
-    setup = store.event_at(run.id, site(SETUP_STEP, "setup"))
-    tree = setup.value.get("tree") if setup is not None and isinstance(setup.value, dict) else None
-    settings = info.get("settings") if isinstance(info.get("settings"), dict) else {}
-    label = settings.get("label") if isinstance(settings.get("label"), str) else None
-    calls = tuple(json.dumps(e.value, sort_keys=True, default=str) for e in store.events(run.id, kind="message")) \
-        if program else None
-    actions = state_actions(tools)
-    if program:  # the program's own command is the same text every run: its end tree tells them apart
-        actions = state_actions([{**v, "cmd": f"{v.get('cmd')} -> {str(v.get('tree_after'))[:16]}"}
-                                 if isinstance(v, dict) and "program" in v else v for v in tools])
-    return SuiteRun(run.id, task, info["condition"], index, run.status, passed, actions,
-                    run.seed if isinstance(run.seed, int) else None, tree if isinstance(tree, str) else None, label,
-                    calls)
 
 
 CANCEL_POLL_S = 0.05  # how often a run waiting for its generation looks at the suite's cancel
@@ -343,122 +262,3 @@ def run_suite(
     phase([(t, c, i, anchors[t]) for c in FREED for t in tasks if t in anchors and not cancel.is_set()
            for i in range(runs) if (t, c, i) not in before.done])
     return suite_id, finished
-
-
-# ---------------------------------------------------------------------------- statistics
-
-@dataclass(frozen=True, slots=True)
-class TaskStats:
-    task: str  # or "overall"
-    by_condition: dict[str, Outcomes]
-    decomposition: Decomposition
-
-
-@dataclass(frozen=True, slots=True)
-class SuiteStats:
-    suite_id: str
-    tasks: list[TaskStats]
-    overall: TaskStats
-    left_out: int  # runs of the suite that are not complete
-
-    def to_json(self) -> dict:
-        def task_json(t: TaskStats) -> dict:
-            conds = {}
-            for c, o in t.by_condition.items():
-                iv = o.interval
-                conds[c] = {"runs": o.runs, "passed": o.passed, "pass_rate": o.pass_rate,
-                            "pass_interval_95": [iv.low, iv.high] if iv else None,
-                            "pairs": o.agreement.pairs, "agreeing_pairs": o.agreement.agreeing,
-                            "agreement": o.agreement.fraction, "outcome_agreement": o.verdicts.fraction,
-                            "model_call_agreement": o.calls.fraction if o.calls.pairs else None}
-            return {"task": t.task, "conditions": conds, "decomposition": t.decomposition.to_json()}
-
-        return {"suite": self.suite_id, "tasks": [task_json(t) for t in self.tasks],
-                "overall": task_json(self.overall), "incomplete_runs_left_out": self.left_out,
-                "residual_ok": self.overall.decomposition.residual_ok
-                and all(t.decomposition.residual_ok for t in self.tasks)}
-
-
-def suite_ids(store) -> list[str]:
-    """The suites recorded in a store, oldest first."""
-    seen: dict[str, int] = {}
-    for run in store.runs():
-        info = run.meta.get("suite") if isinstance(run.meta, dict) else None
-        if isinstance(info, dict) and isinstance(info.get("id"), str) and info.get("condition") in CONDITIONS:
-            seen.setdefault(info["id"], run.id)
-    return sorted(seen, key=seen.get)
-
-
-def suite_stats(store, suite_id: str | None = None) -> SuiteStats:
-    """The statistics of one suite of a store (the latest, unless named); SuiteError if the
-    store holds none (or not that one)."""
-    ids = suite_ids(store)
-    if not ids:
-        raise SuiteError("the database holds no suite runs: record some with `tttr suite --runs N --db FILE`")
-    if suite_id is None:
-        suite_id = ids[-1]
-    elif suite_id not in ids:
-        raise SuiteError(f"no suite {suite_id!r} in the database: it holds {', '.join(ids)}")
-    return stats_of(suite_id, suite_runs(store, suite_id))
-
-
-def suite_runs(store, suite_id: str) -> list[SuiteRun]:
-    """Every run of one suite (complete or not), in the store's order."""
-    runs = []
-    for run in store.runs():
-        info = run.meta.get("suite") if isinstance(run.meta, dict) else None
-        if isinstance(info, dict) and info.get("id") == suite_id:
-            r = read_run(store, run)
-            if r is not None:
-                runs.append(r)
-    return runs
-
-
-def suite_labels(store) -> dict[str, str | None]:
-    """Each suite of a store (oldest first) and its label (None where it has none)."""
-    labels: dict[str, str | None] = {i: None for i in suite_ids(store)}
-    for run in store.runs():
-        info = run.meta.get("suite") if isinstance(run.meta, dict) else None
-        settings = info.get("settings") if isinstance(info, dict) else None
-        if isinstance(settings, dict) and isinstance(settings.get("label"), str) and info.get("id") in labels:
-            labels[info["id"]] = labels[info["id"]] or settings["label"]
-    return labels
-
-
-def find_suite(store, key: str | None, where: str) -> str:
-    """The suite `key` names in a store: a suite id or a label (None: the store's only suite,
-    else its latest). SuiteError in one line if it names none, or a label names several."""
-    labels = suite_labels(store)
-    if not labels:
-        raise SuiteError(f"{where} holds no suite runs: record some with `tttr suite --runs N --db FILE`")
-    if key is None:
-        return list(labels)[-1]
-    if key in labels:
-        return key
-    named = [i for i, lab in labels.items() if lab == key]
-    if len(named) > 1:
-        raise SuiteError(f"label {key!r} names {len(named)} suites in {where} ({', '.join(named)}): give a suite id")
-    if not named:
-        known = ", ".join(f"{i} ({lab})" if lab else i for i, lab in labels.items())
-        raise SuiteError(f"no suite or label {key!r} in {where}: it holds {known}")
-    return named[0]
-
-
-def stats_of(suite_id: str, runs: list[SuiteRun]) -> SuiteStats:
-    """Pass rates, agreement and decomposition per task and overall, from complete runs only."""
-    complete = [r for r in runs if r.status == "complete"]
-    tasks = sorted({r.task for r in complete})
-    per_task = []
-    pooled: dict[str, Outcomes] = {}
-    for task in tasks:
-        by_cond = {}
-        for cond in CONDITIONS:
-            these = [r for r in complete if r.task == task and r.condition == cond]
-            rs = [(r.passed, r.actions) for r in these]
-            if rs:
-                calls = [r.calls for r in these] if all(r.calls is not None for r in these) else None
-                by_cond[cond] = outcomes(rs, calls)
-                pooled[cond] = pooled[cond] + by_cond[cond] if cond in pooled else by_cond[cond]
-        per_task.append(TaskStats(task, by_cond, decompose(by_cond)))
-    overall = TaskStats("overall", pooled, decompose(pooled))
-    return SuiteStats(suite_id, per_task, overall, len(runs) - len(complete))
