@@ -47,7 +47,9 @@ class Source:
 
         rid = self.run.id
         now = store.run(rid)  # StoreError naming the file and its runs when it is gone
-        if replace(now, name=None) != replace(self.run, name=None):  # a new name changes no value
+        decoded = self.events[-1].seq + 1 if self.events else 0  # seqs are dense
+        # The same row (a new name aside) and as many events: the run decoded, not another under its id.
+        if replace(now, name=None) != replace(self.run, name=None) or store.count_events(rid) != decoded:
             raise ReplayError(f"run {rid} in {store.path} changed after it was checked (deleted and "
                               "recorded again?): run the command again")
         moved = copy.copy(self)
