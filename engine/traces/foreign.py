@@ -23,7 +23,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from tttr.engine.traces.spans import CLIENT, INTERNAL, Span, SpanEvent, Trace
+from tttr.engine.traces.spans import CLIENT, INTERNAL, Span, SpanEvent, Trace, add_span
 
 _HEX = re.compile(r"[0-9a-fA-F]+\Z")
 
@@ -82,8 +82,6 @@ def _flat(reader, value: Any, prefix: str, out: dict, depth: int = 0) -> None:
 
 
 def phoenix_traces(reader, body: Any) -> list[Trace]:
-    from tttr.engine.traces.otlp import add_span
-
     found: dict[str, Trace] = {}
     for i, raw in enumerate(_items(body)):
         reader.where = f", span {i}"
@@ -125,8 +123,6 @@ def _json_text(v: Any) -> str | None:
 
 
 def langfuse_traces(reader, body: Any) -> list[Trace]:
-    from tttr.engine.traces.otlp import add_span
-
     found: dict[str, Trace] = {}
     resource, scope = {"service.name": "langfuse"}, {"name": "langfuse", "version": ""}
     for ti, raw in enumerate(_items(body)):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tttr.engine.traces.errors import TraceError
-from tttr.engine.traces.spans import SPAN_KINDS, STATUS_CODES, Bytes, Span, SpanEvent, SpanLink, Trace
+from tttr.engine.traces.spans import SPAN_KINDS, STATUS_CODES, Bytes, Span, SpanEvent, SpanLink, Trace, add_span
 
 MAX_FILE_BYTES = 256 << 20  # larger exports split by trace; the file is parsed whole in memory
 MAX_SPANS = 1_000_000
@@ -410,21 +410,3 @@ class Reader:
 _KIND_NAMES = {"SPAN_KIND_UNSPECIFIED": 0, "SPAN_KIND_INTERNAL": 1, "SPAN_KIND_SERVER": 2, "SPAN_KIND_CLIENT": 3,
                "SPAN_KIND_PRODUCER": 4, "SPAN_KIND_CONSUMER": 5}
 _STATUS_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
-
-
-def _index(items: list[dict], item: dict) -> int:
-    try:
-        return items.index(item)
-    except ValueError:
-        items.append(item)
-        return len(items) - 1
-
-
-def add_span(found: dict[str, Trace], span: Span, resource: dict, scope: dict) -> None:
-    """Put `span` into its trace in `found` (by trace id, in first-seen order), reported under
-    `resource` and `scope`."""
-    trace = found.get(span.trace_id)
-    if trace is None:
-        trace = found[span.trace_id] = Trace(span.trace_id, [], [], [], [])
-    trace.spans.append(span)
-    trace.placement.append((_index(trace.resources, resource), _index(trace.scopes, scope)))

@@ -194,3 +194,21 @@ def span_id_of(trace_id: str, what: str) -> str:
     """The id of the span that stands for `what` ("run", a site) in trace `trace_id`; never 0."""
     digest = hashlib.sha256(f"{trace_id}\x1f{what}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return digest if digest != "0" * 16 else "0" * 15 + "1"
+
+
+def add_span(found: dict[str, Trace], span: Span, resource: dict, scope: dict) -> None:
+    """Put `span` into its trace in `found` (by trace id, in first-seen order), reported under
+    `resource` and `scope`."""
+    trace = found.get(span.trace_id)
+    if trace is None:
+        trace = found[span.trace_id] = Trace(span.trace_id, [], [], [], [])
+    trace.spans.append(span)
+    trace.placement.append((_index(trace.resources, resource), _index(trace.scopes, scope)))
+
+
+def _index(items: list[dict], item: dict) -> int:
+    try:
+        return items.index(item)
+    except ValueError:
+        items.append(item)
+        return len(items) - 1
