@@ -245,3 +245,19 @@ def test_on_a_narrow_terminal_the_title_names_both_runs_however_long_the_forks_v
         assert "left: #1" in shown and f"right: #{child}" in shown and shown.rstrip().endswith("fail"), shown
 
     run_app(path, flow, load_tokenizer=False, size=(60, 24))
+
+
+def test_a_token_divergence_reads_as_text_with_its_id_beside_it(db):
+    from tttr.app import describe
+
+    store = open_store(db)
+    try:
+        d = diff_runs(store, 1, 2).first_divergence["token"]
+        texts = [store.event_at(run, d.site).value["text"] for run in (1, 2)]
+        line = describe.divergence_text(store, d, 1, 2)
+    finally:
+        store.close()
+    assert line == (f"{d.site} (token layer): a {describe.token_text(texts[0])} ({d.a}), "
+                    f"b {describe.token_text(texts[1])} ({d.b})")
+    assert describe.divergence_in(db, d, 1, 2) == line  # as `tttr replay` prints it, from the file's path
+    assert describe.token_with_id(None, 93) == "93"

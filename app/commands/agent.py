@@ -409,7 +409,9 @@ def _print_result(args, res, verb: str) -> None:
         say(("the same decisions led to a different end state" if res.identical else "the end state differs too")
             + f": {_verdict(res.extra.get('recorded_outcome'))} in the recording, {_verdict(res.outcome)} here")
     if res.divergence is not None:
-        say(f"replay diverged at {res.divergence.describe()}")
+        from tttr.app.describe import divergence_in  # a token's text beside its id
+
+        say(f"replay diverged at {divergence_in(args.db, res.divergence, res.parent, res.run_id)}")
     for note in res.extra.get("notes", ()):
         say(note)
     if res.parent is not None and calls:

@@ -205,7 +205,7 @@ class CompareScreen(FittedFooter, Screen):
     def _pair(c: Comparison, d) -> str:
         """A divergence's two values as a person reads them: a token as its recorded text."""
         texts = c.token_texts(d.site) if d.layer == "token" else (None, None)
-        sides = [d.shown(side, 50) if t is None or d.absent == side else f"{brief(v, 12)} {describe.token_text(t)}"
+        sides = [d.shown(side, 50) if t is None or d.absent == side else describe.token_with_id(t, brief(v, 12))
                  for side, v, t in zip("ab", (d.a, d.b), texts)]
         return f"{sides[0]} → {sides[1]}"
 
