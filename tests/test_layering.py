@@ -84,11 +84,11 @@ def _package(module: str) -> str:
 
 
 # The kernels the engine may reach: ops (every op, and which kernel runs), the mode switch,
-# the package itself (REVISION), and the per-op benchmark (tttr.kernels.bench, for the
-# engine's bench command), and array_ops (the same kernels on numpy arrays, for the
+# the package itself (REVISION), the benchmarks the engine's bench commands run (tttr.kernels.bench,
+# bench_gpu, and machine's limit probes), and array_ops (the same kernels on numpy arrays, for the
 # torch-free generation path). The compiled helpers and `invariant` stay behind those.
 ENGINE_MAY_IMPORT_KERNELS = {"tttr.kernels", "tttr.kernels.ops", "tttr.kernels.mode", "tttr.kernels.bench",
-                             "tttr.kernels.array_ops"}
+                             "tttr.kernels.array_ops", "tttr.kernels.bench_gpu", "tttr.kernels.machine"}
 
 
 def test_the_engine_reaches_the_kernels_only_through_ops():
