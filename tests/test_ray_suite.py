@@ -62,3 +62,35 @@ def test_a_ray_address_that_does_not_answer_is_one_line(tmp_path, capsys):
     assert main(["suite", "--runs", "2", "--tasks", "write-line", "--db", str(db), "--ray", "127.0.0.1:9"]) == 2
     err = capsys.readouterr().err
     assert "nothing answers there" in err and err.count("\n") == 1 and not db.exists()
+
+
+AGENT = '''
+import os
+from openai import OpenAI
+
+client = OpenAI()
+r = client.chat.completions.create(model=client.models.list().data[0].id, max_tokens=4, temperature=1.0,
+                                   messages=[{"role": "user", "content": os.environ["TTTR_TASK_INSTRUCTION"]}])
+open("answer.txt", "w").write((r.choices[0].message.content or "-") + "\\n")
+'''
+
+
+def test_a_program_suite_over_ray_and_a_program_no_worker_has(cluster, tmp_path, monkeypatch, capsys):
+    task = tmp_path / "tasks" / "say"
+    task.mkdir(parents=True)
+    (task / "instruction.md").write_text("Say one word.\n")
+    (task / "check.sh").write_text("[ -s answer.txt ]\n")
+    (tmp_path / "agent.py").write_text(AGENT)
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "p.db"
+    assert main(["suite", "--tasks-dir", str(tmp_path / "tasks"), "--runs", "2", "--db", str(db), "--ray",
+                 cluster.address, "--", "python3", "agent.py"]) == 0
+    with Store.open(db, readonly=True, create=False) as store:
+        runs = store.runs()
+        assert len(runs) == 6 and all(r.status == "complete" and r.outcome["passed"] for r in runs)
+        assert {r.meta["suite"]["condition"] for r in runs} == {"free", "trace-pinned", "pinned"}
+    capsys.readouterr()
+    assert main(["suite", "--tasks-dir", str(tmp_path / "tasks"), "--runs", "2", "--db", str(tmp_path / "q.db"),
+                 "--ray", cluster.address, "--", "no-such-agent-anywhere"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) >= 1 and err[-1].startswith("tttr: error: on a worker: program 'no-such-agent-anywhere'"), err

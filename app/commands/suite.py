@@ -113,9 +113,7 @@ def cmd_suite(args) -> int:
     SamplingParams(temperature=args.temperature, seed=0)
     tasks = _tasks(args.tasks, args.tasks_dir)
     args.clock = _clock_arg(args.clock) if args.clock else None
-    if args.program:
-        if args.ray is not None:
-            raise TTTRError("--ray runs the built-in agent's suites; a program's suite runs on this machine for now")
+    if args.program and args.ray is None:
         return _program_suite(args, tasks)
     if args.ray is not None:
         return _ray_suite(args, tasks)
@@ -190,7 +188,7 @@ def _ray_suite(args, tasks: list[str]) -> int:
             args.db, tasks, args.runs, model=args.model, temperature=args.temperature, max_steps=args.max_steps,
             batch=args.batch, unsafe_no_sandbox=args.unsafe_no_sandbox, suite_id=suite_id, label=args.label,
             resume=args.resume is not None, task_dirs=args.tasks_dir, seed=args.seed, clock=args.clock,
-            address=args.ray or None,
+            address=args.ray or None, program=args.program or None, timeout_s=args.timeout,
             progress=lambda f: print(_progress_line(f), file=sys.stderr, flush=True))
     except KeyboardInterrupt:
         print(f"tttr suite: interrupted; the tasks merged so far are kept in {args.db}; the others were cancelled "

@@ -92,14 +92,42 @@ def run_shard(task: str, snapshot: bytes | None, settings: dict) -> bytes:
         db = Path(tmp) / "shard.db"
         if snapshot is not None:
             db.write_bytes(snapshot)
+        if settings.get("program"):
+            _program_shard(str(db), task, snapshot is not None, settings)
+            return _closed_bytes(db)
         run_suite(str(db), [task], settings["runs"], runtime=_runtime(settings["model"]),
                   temperature=settings["temperature"], max_steps=settings["max_steps"], batch=settings["batch"],
                   unsafe_no_sandbox=settings["unsafe_no_sandbox"], suite_id=settings["suite_id"],
                   label=settings["label"], resume=snapshot is not None, task_dirs=settings["task_dirs"],
                   seed=settings["seed"], clock=datetime.fromisoformat(settings["clock"]) if settings["clock"] else None)
-        for suffix in ("-wal", "-shm"):  # every connection is closed: the file holds it all
-            Path(str(db) + suffix).unlink(missing_ok=True)
-        return db.read_bytes()
+        return _closed_bytes(db)
+
+
+def _closed_bytes(db: Path) -> bytes:
+    for suffix in ("-wal", "-shm"):  # every connection is closed: the file holds it all
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    return db.read_bytes()
+
+
+def _program_shard(db: str, task: str, resume: bool, settings: dict) -> None:
+    """A program's suite for one task on this worker: the program must be here (on PATH, and
+    the files its command line names in the driver's folder), else one line."""
+    import shutil
+
+    from tttr.engine.replay.program_suite import program_files, run_program_suite
+
+    argv, cwd = settings["program"], Path(settings["cwd"])
+    if "/" not in argv[0] and shutil.which(argv[0]) is None or "/" in argv[0] and not (cwd / argv[0]).exists():
+        raise _error(f"program {argv[0]!r} is not on worker {socket.gethostname()}: install it there")
+    named = [a for a in argv[1:] if a.endswith((".py", ".sh", ".js")) and not Path(a).is_absolute()]
+    missing = [a for a in named if a not in program_files(argv, cwd)]
+    if missing:
+        raise _error(f"{', '.join(missing)} not found in {cwd} on worker {socket.gethostname()}: "
+                     "give the cluster a shared folder, or run the program's suite on this machine")
+    run_program_suite(db, [task], settings["runs"], argv, model=settings["model"], timeout_s=settings["timeout_s"],
+                      unsafe_no_sandbox=settings["unsafe_no_sandbox"], suite_id=settings["suite_id"],
+                      label=settings["label"], resume=resume, task_dirs=settings["task_dirs"], seed=settings["seed"],
+                      cwd=cwd)
 
 
 def _file_bytes(db: str) -> bytes:
@@ -113,6 +141,7 @@ def run_suite_on_ray(
     db: str, tasks: list[str], runs: int, *, model: str | None, temperature: float, max_steps: int, batch: int = 8,
     unsafe_no_sandbox: bool = False, suite_id: str, label: str | None = None, resume: bool = False,
     task_dirs: list[str] | None = None, seed: int | None = None, clock=None, address: str | None = None,
+    program: list[str] | None = None, timeout_s: float = 600.0,
     progress: Callable | None = None, cancel: threading.Event | None = None, init_kwargs: dict | None = None,
 ):
     """The suite over Ray into `db` (see the module's note); the suite id and its runs that
@@ -133,7 +162,8 @@ def run_suite_on_ray(
     settings = {"runs": runs, "model": model, "temperature": temperature, "max_steps": max_steps, "batch": batch,
                 "unsafe_no_sandbox": unsafe_no_sandbox, "suite_id": suite_id, "label": label,
                 "task_dirs": [str(Path(d).absolute()) for d in task_dirs or ()], "seed": seed,
-                "clock": clock.isoformat() if clock is not None else None}
+                "clock": clock.isoformat() if clock is not None else None,
+                "program": list(program) if program else None, "cwd": str(Path.cwd()), "timeout_s": timeout_s}
     env = {k: os.environ[k] for k in (TASKS_PATH_ENV, "TTTR_MODEL") if k in os.environ}
     start_ray(address, runtime_env={"env_vars": env} if env else None, **(init_kwargs or {}))
     shard = ray.remote(max_retries=SHARD_RETRIES, num_cpus=1)(run_shard)
@@ -152,6 +182,16 @@ def run_suite_on_ray(
             task = pending.pop(ref)
             try:
                 data = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:
+                cause = getattr(exc, "cause", None)
+                if getattr(cause, "exit_code", None) is not None:  # the user's mistake, seen on a worker
+                    for other in pending:
+                        ray.cancel(other, force=True)
+                    raise _error(f"on a worker: {cause}") from None
+                if progress is not None:
+                    progress(Finished(len(finished) + 1, total, task, "all", 0, None,
+                                      f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"))
+                continue
             except Exception as exc:  # noqa: BLE001 - a shard that failed its retries: said, the rest go on
                 if progress is not None:
                     progress(Finished(len(finished) + 1, total, task, "all", 0, None,
