@@ -180,8 +180,9 @@ def _ray_suite(args, tasks: list[str]) -> int:
 
     check_address(args.ray or None)  # before anything is written
     suite_id = args.resume or new_suite_id()
-    total = len(tasks) * args.runs * 4
-    print(f"suite {suite_id}: {len(tasks)} task(s) x {args.runs} runs x 4 conditions = {total} runs into {args.db}, "
+    conditions = 3 if args.program else 4  # a program's: free, trace-pinned, pinned
+    total = len(tasks) * args.runs * conditions
+    print(f"suite {suite_id}: {len(tasks)} task(s) x {args.runs} runs x {conditions} conditions = {total} runs into {args.db}, "
           f"one Ray task per suite task on {args.ray or 'a local Ray instance'}", file=sys.stderr, flush=True)
     try:
         _, runs = run_suite_on_ray(
@@ -222,7 +223,7 @@ def _program_suite(args, tasks: list[str]) -> int:
         _, runs = run_program_suite(
             args.db, tasks, args.runs, args.program, model=args.model, timeout_s=args.timeout,
             unsafe_no_sandbox=args.unsafe_no_sandbox, suite_id=suite_id, label=args.label,
-            resume=args.resume is not None, task_dirs=args.tasks_dir, seed=args.seed,
+            resume=args.resume is not None, task_dirs=args.tasks_dir, seed=args.seed, clock=args.clock,
             progress=lambda f: print(_progress_line(f), file=sys.stderr, flush=True))
     except KeyboardInterrupt:
         print(f"tttr suite: interrupted; the finished runs are kept in {args.db}, the one in flight is marked "

@@ -70,7 +70,7 @@ def run_program_suite(
     db: str, tasks: list[str], runs: int, argv: list[str], *, model: str | None = None, timeout_s: float = 600.0,
     unsafe_no_sandbox: bool = False, suite_id: str | None = None, label: str | None = None, resume: bool = False,
     task_dirs: list[str] | None = None, seed: int | None = None, progress: Callable | None = None,
-    cancel: threading.Event | None = None, cwd: Path | None = None,
+    cancel: threading.Event | None = None, cwd: Path | None = None, clock: datetime | None = None,
 ):
     """Record the program suite into `db` (runs one after the other: each recording loads the
     model in its own server); the suite id and the runs that finished."""
@@ -90,6 +90,7 @@ def run_program_suite(
     suite_id = suite_id or new_suite_id()
     cancel = cancel or threading.Event()
     settings = {"settings": {"tasks": list(tasks), "runs": runs, "label": label, "seed": seed, "program": list(argv),
+                             "clock": clock.isoformat() if clock is not None else None,
                              "task_dirs": [str(Path(d).absolute()) for d in task_dirs or ()]}}
     Store.open(db, create=True).close()
     before = Resumed({}, frozenset(), {}, [])
@@ -123,18 +124,18 @@ def run_program_suite(
             else:
                 if condition == "free":
                     s = free_seed(seed, name, index) if seed is not None else int.from_bytes(os.urandom(4), "little")
-                    clock = _now_utc().replace(microsecond=0)
+                    start = clock or _now_utc().replace(microsecond=0)
                 else:
                     with Store.open(db, create=False, readonly=True) as reader:
                         a = anchor_runs.get(name) or reader.run(anchor)
                         anchor_runs[name] = a
                     s = a.seed or 0
-                    clock = datetime.fromisoformat(a.meta["clock"])
+                    start = datetime.fromisoformat(a.meta["clock"])
                 work = scratch_dir("tttr-suite-tree-")
                 try:
-                    build_tree(task, work / "tree", seed=s, clock=clock, files=files, cwd=cwd,
+                    build_tree(task, work / "tree", seed=s, clock=start, files=files, cwd=cwd,
                                unsafe_no_sandbox=unsafe_no_sandbox)
-                    res = record_program(db, argv, tree=str(work / "tree"), clock=clock, seed=s, model=model,
+                    res = record_program(db, argv, tree=str(work / "tree"), clock=start, seed=s, model=model,
                                          check=task.script("check"), timeout_s=timeout_s,
                                          unsafe_no_sandbox=unsafe_no_sandbox, env={ENV_NAME: task.instruction},
                                          meta=meta(task, condition, index, anchor))

@@ -127,7 +127,7 @@ def _program_shard(db: str, task: str, resume: bool, settings: dict) -> None:
     run_program_suite(db, [task], settings["runs"], argv, model=settings["model"], timeout_s=settings["timeout_s"],
                       unsafe_no_sandbox=settings["unsafe_no_sandbox"], suite_id=settings["suite_id"],
                       label=settings["label"], resume=resume, task_dirs=settings["task_dirs"], seed=settings["seed"],
-                      cwd=cwd)
+                      cwd=cwd, clock=datetime.fromisoformat(settings["clock"]) if settings["clock"] else None)
 
 
 def _file_bytes(db: str) -> bytes:
