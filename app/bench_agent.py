@@ -292,16 +292,17 @@ def measure(*, rounds: int = 3, model: str | None = None, unsafe_no_sandbox: boo
                 rep = replay_program(db, first, unsafe_no_sandbox=unsafe_no_sandbox)
                 times["replay"].append(time.perf_counter() - began)
                 times["identical"].append(rep.identical and rep.logits_computed == 0 and rep.tools_run == 0)
-                began = time.perf_counter()
-                forked = _fork(db, first, site, value, model, unsafe_no_sandbox)
-                times["fork"].append(time.perf_counter() - began)
-                if not forked.extra.get("forked"):
-                    raise ProgramRunError(f"the fork of run {first} at {site} never reached its site")
+                # before the fork, whose model's threads may still spin a while after it
                 began = time.perf_counter()
                 sealed = replay_program(db, first, unsafe_no_sandbox=unsafe_no_sandbox, sealed=True)
                 times["sealed"].append(time.perf_counter() - began)
                 if not sealed.identical:
                     raise ProgramRunError(f"the sealed replay of run {first} diverged: {sealed.divergence.describe()}")
+                began = time.perf_counter()
+                forked = _fork(db, first, site, value, model, unsafe_no_sandbox)
+                times["fork"].append(time.perf_counter() - began)
+                if not forked.extra.get("forked"):
+                    raise ProgramRunError(f"the fork of run {first} at {site} never reached its site")
                 progress(f"round {r}/{rounds}: record {times['record'][-1]:.2f} s (program {times['recorded'][-1]:.2f} s; "
                          f"unrecorded {times['unrecorded'][-1]:.2f} s) | replay {times['replay'][-1]:.2f} s "
                          f"({'identical' if times['identical'][-1] else 'NOT identical'}) | fork at {site} "
