@@ -225,3 +225,24 @@ def test_the_terminal_plot_of_a_suite_without_free_runs_draws_what_it_has(tmp_pa
     out = capsys.readouterr().out
     assert "action agreement per condition" in out
     assert "pass rate, free condition" not in out
+
+
+def test_a_label_names_one_suite_a_re_run_of_another_setting_is_refused(tmp_path, capsys):
+    """Issue 30: `tttr suite --label L` again with the same settings resumes L's suite; with other
+    settings, or when L's suite is complete, it is refused in one line with nothing written."""
+    path = tmp_path / "s.db"
+    settings = {"tasks": ["make-dir"], "runs": 2, "temperature": 0.7, "max_steps": 6, "label": "v1", "seed": None,
+                "clock": None, "task_dirs": []}
+    with Store.open(path) as store:
+        for i in range(2):
+            rid = store.begin_run(task="make-dir", model_id="m", seed=i,
+                                  meta={"suite": {"id": "s1", "condition": "free", "index": i, "anchor": None,
+                                                  "settings": settings}})
+            store.finish_run(rid, "complete", {"passed": True})
+    before = path.read_bytes()
+    for extra, says in ((["--runs", "3"], "other settings (runs)"), (["--runs", "2", "--temperature", "0.5"],
+                                                                      "other settings (temperature)")):
+        assert main(["suite", "--tasks", "make-dir", "--label", "v1", "--db", str(path), *extra]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "--resume s1" in err and err.count("\n") == 1, err
+    assert path.read_bytes() == before

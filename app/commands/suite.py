@@ -113,6 +113,8 @@ def cmd_suite(args) -> int:
     SamplingParams(temperature=args.temperature, seed=0)
     tasks = _tasks(args.tasks, args.tasks_dir)
     args.clock = _clock_arg(args.clock) if args.clock else None
+    if args.resume is None and args.label:
+        args.resume = _same_label(args, tasks)  # the same command again finishes the suite it began
     if args.program and args.ray is None:
         return _program_suite(args, tasks)
     if args.ray is not None:
@@ -233,6 +235,43 @@ def _program_suite(args, tasks: list[str]) -> int:
     print(f"suite {suite_id}: {complete} of {total} runs complete in {args.db}; "
           f"read them with: tttr stats --db {args.db} --suite {suite_id}")
     return 0
+
+
+def _same_label(args, tasks: list[str]) -> str | None:
+    """The suite of --db that --label names, when its settings are this command's and it lacks
+    runs (a re-run resumes it); None when no suite has the label. A label on a suite with other
+    settings, or on a finished one, is refused: `tttr compare` needs a label to name one suite."""
+    from pathlib import Path
+
+    from tttr.app.commands.agent import _open_readonly
+    from tttr.engine.replay.suite import SuiteError, read_suite, suite_labels
+
+    if not Path(args.db).is_file():
+        return None
+    with _open_readonly(args.db) as store:
+        named = [i for i, label in suite_labels(store).items() if label == args.label]
+        if not named:
+            return None
+        before = read_suite(store, named[-1])
+    s = before.settings
+    mine = {"tasks": list(tasks), "runs": args.runs, "temperature": args.temperature, "max_steps": args.max_steps,
+            "seed": args.seed, "clock": args.clock.isoformat() if args.clock else None,
+            "program": list(args.program) if args.program else None}
+    theirs = {k: s.get(k) for k in mine}
+    if args.program:  # a program's suite records no temperature or step limit of its own
+        mine.update(temperature=None, max_steps=None)
+        theirs.update(temperature=None, max_steps=None)
+    if theirs != mine:
+        differ = ", ".join(k for k in mine if theirs[k] != mine[k])
+        raise SuiteError(f"--label {args.label!r} names suite {named[-1]} of {args.db}, recorded with other settings "
+                         f"({differ}): give another label, or --resume {named[-1]} to finish that one")
+    conditions = 3 if args.program else 4
+    if len(before.done) >= len(tasks) * args.runs * conditions:
+        raise SuiteError(f"--label {args.label!r} names suite {named[-1]} of {args.db}, which is complete: "
+                         "give another label for a new suite")
+    print(f"tttr suite: resuming suite {named[-1]} (label {args.label}): the same settings, "
+          f"{len(before.done)} run(s) already complete", file=sys.stderr)
+    return named[-1]
 
 
 def _resume_settings(args) -> None:
