@@ -155,6 +155,12 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["suite", "--runs", "2", "--temperature", "nan", "--db", "{new}"],
         ["suite", "--runs", "2", "--batch", "0", "--db", "{new}"],
         ["suite", "--runs", "2", "--model", "{missing}", "--db", "{new}"],
+        ["suite", "--runs", "2", "--tasks-dir", "{missing}", "--db", "{new}"],
+        ["suite", "--runs", "2", "--tasks-dir", "{text}", "--db", "{new}"],
+        ["suite", "--resume", "nosuch", "--db", "{new}"], ["suite", "--resume", "nosuch", "--db", "{db}"],
+        ["suite", "--runs", "2", "--clock", "yesterday", "--db", "{new}"],
+        ["suite", "--runs", "2", "--ray", "127.0.0.1:9", "--db", "{new}"],
+        ["suite", "--runs", "2", "--db", "{new}", "--", "no-such-agent-program"],
     ],
     ("compare",): [
         ["compare", "{db}", "{db}"], ["compare", "{missing}", "x", "--db", "{missing}"], ["compare", "{text}", "{db}"],
