@@ -105,6 +105,12 @@ def test_report_lines_name_random_weights_limits_and_ratios():
     assert "20.00" in decode and "25.00" in decode and "0.80x" in decode and "50% / 62% of the limit" in decode
     assert "2.80x" in next(x for x in text.splitlines() if x.startswith("8-way"))
     assert "1.30x" in next(x for x in text.splitlines() if x.startswith("peak memory"))
+    # without llama.cpp: TTTR's figures, dashes for the other side, and how to install it
+    alone = bs.format_report({**r, "llama_cpp": None, "tttr_over_llama_cpp": None, "llama_cpp_status": "not installed",
+                              "llama_cpp_cold_start_s": None, "llama_cpp_cold_peak_rss_mib": None})
+    decode = next(x for x in alone.splitlines() if x.startswith("single-stream decode"))
+    assert "20.00" in decode and " - " in decode and "50% / - of the limit" in decode
+    assert "llama.cpp: not installed; " + lcpp.BUILD_HINT in alone
 
 
 def _cli(*args):
