@@ -149,3 +149,40 @@ def _command(event) -> str | None:
         return cmd
     function = value.get("function")
     return f"{function}(…)" if isinstance(function, str) else None
+
+
+def files_named(command: str, files, cwd: str | None = None) -> list[str]:
+    """The paths of `files` (a tree's paths) that `command`'s words name, in the order they
+    appear: what a command such as `cat greeting.txt` most likely read. Words are split as a
+    shell would (quotes kept together); `./x` and `CWD/x` name `x`."""
+    import shlex
+
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:  # an unclosed quote: split on spaces
+        words = command.split()
+    prefix = (cwd or "").rstrip("/") + "/" if cwd else None
+    found: list[str] = []
+    for word in words:
+        for part in word.replace(">", " ").replace("<", " ").split():
+            if prefix and part.startswith(prefix):
+                part = part[len(prefix):]
+            part = part.removeprefix("./").strip("/")
+            if part and part in files and part not in found and part != ".":
+                found.append(part)
+    return found
+
+
+def blame_command_input(store, run_id: int, step: int, command: str, cwd: str | None = None,
+                        *, trees: RunTrees | None = None) -> Blame | None:
+    """Where the input of step `step`'s command came from: `blame` of the first file of the
+    tree before that step that the command names, as of the step before; None when it names
+    none."""
+    if step <= SETUP_STEP:
+        return None
+    trees = trees or RunTrees(store, run_id)
+    before = trees.at(step - 1)
+    if before.note is not None:
+        raise TreeStateError(f"run {run_id} before step {step}: {before.note}")
+    named = files_named(command, before.files, cwd)
+    return blame(store, run_id, named[0], step - 1, trees=trees) if named else None

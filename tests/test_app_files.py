@@ -225,3 +225,36 @@ def test_b_on_a_file_goes_to_the_command_that_wrote_it(db):
         return True
 
     assert run_app(db, flow, run_id=1, load_tokenizer=False)
+
+
+def test_files_named_are_the_tree_paths_a_command_names():
+    from tttr.engine.blame import files_named
+
+    tree = {"greeting.txt": 1, "logs/app.log": 1, "README": 1}
+    assert files_named("cat greeting.txt logs/app.log", tree) == ["greeting.txt", "logs/app.log"]
+    assert files_named("wc -l /work/logs/app.log > README", tree, "/work") == ["logs/app.log", "README"]
+    assert files_named("grep 'hello world' ./greeting.txt", tree) == ["greeting.txt"]
+    assert files_named("ls -la", tree) == [] and files_named("echo 'unclosed", tree) == []
+
+
+def test_b_on_a_command_goes_to_the_step_that_wrote_the_file_it_reads(tmp_path):
+    commands = ("echo hello world > greeting.txt", "ls", "cat greeting.txt")
+    path = tmp_path / "reads.db"
+    with Store.open(path, create=True) as store:
+        run = record_scripted(store, "write-line", commands)
+
+    async def flow(app, pilot):
+        await wait_for(pilot, lambda: isinstance(app.screen, TimelineScreen))
+        timeline = app.screen.timeline
+        await pilot.press("end")  # the last step's row: `cat greeting.txt`
+        assert timeline.view.event(timeline.cursor).step == 2
+        await pilot.press("b")
+        await wait_for(pilot, lambda: timeline.view.event(timeline.cursor).site == "0:tool")
+        assert any("greeting.txt" in str(n.message) and "step 0" in str(n.message) for n in app._notifications)
+        await pilot.press("right")  # step 1's row: `ls`
+        assert timeline.view.event(timeline.cursor).site == "1:tool"
+        await pilot.press("b")  # it names no file: said, and the cursor stays
+        await wait_for(pilot, lambda: any("names no file" in str(n.message) for n in app._notifications))
+        return True
+
+    assert run_app(path, flow, run_id=run, load_tokenizer=False)

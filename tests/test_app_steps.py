@@ -234,3 +234,13 @@ def test_going_to_an_event_far_below_scrolls_to_it_once_its_step_opened(tmp_path
             assert site in "\n".join(lines(timeline))
 
     run_app(path, flow, size=(100, 24))
+
+
+def test_bench_app_reports_the_step_tree_and_blame_beside_its_old_figures():
+    from tttr.app.bench import measure
+
+    figures = measure(2_000, size=(100, 30), compare=False, runs=0, blame=30)
+    for key in ("events", "open_s", "keypress_ms", "keys", "steps", "step_keypress_ms", "blame_first_ms",
+                "blame_last_ms", "generate_s"):
+        assert key in figures, key
+    assert figures["steps"] >= 2 and figures["blame_writes"] == 30

@@ -31,6 +31,7 @@ from tttr.app.widgets.fork_progress import ForkProgress
 from tttr.app.widgets.message import MessageStrip
 from tttr.app.widgets.timeline import Timeline
 from tttr.sessions.safe_text import visible
+from tttr.sessions.vocabulary import site
 
 
 class BlobsLoaded(Message):
@@ -49,6 +50,14 @@ class CorpusBuilt(Message):
         self.dialog, self.corpus, self.error = dialog, corpus, error
 
 
+class CommandBlamed(Message):
+    """Where a command's input file came from (`engine.blame.Blame`), or why that is not known."""
+
+    def __init__(self, blame, error: str | None) -> None:
+        super().__init__()
+        self.blame, self.error = blame, error
+
+
 FOLLOW_S = 0.5  # how often a run still being recorded is read again
 
 
@@ -61,6 +70,7 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
         Binding("f", "filter", "filter"),
         Binding("F", "files", "files at this step"),
         Binding("t", "timing", "timing of the steps", show=False),
+        Binding("b", "blame", "go to where this command's file came from", show=False),
         # like a debugger: go to, search matches, bookmarks, copy, export (docs/reference.md)
         Binding("colon", "goto", "go to event/step/site", show=False),
         Binding("n", "search_next", "next search match", show=False),
@@ -366,6 +376,44 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
             if event_filter.active and not self.timeline.rows.expanded:
                 self.notify("the filter applies inside expanded steps: space expands one, z every one",
                             timeout=4, markup=False)
+
+    def action_blame(self) -> None:
+        """`b` on a command (its tool result, or a step's row): the step and command that last
+        wrote the first file it names (`cat greeting.txt`: who wrote greeting.txt), found in a
+        worker; the cursor then goes there."""
+        event = self.current
+        if event is not None and event.kind not in ("tool", "action") and self.timeline.on_step_row:
+            event = self.view.at(site(event.step, "tool")) or event  # a step's row: its command
+        value = event.value if event is not None and isinstance(event.value, dict) else {}
+        command = value.get("cmd") if event is not None and event.kind in ("tool", "action") else None
+        if not isinstance(command, str) or not isinstance(event.step, int):
+            self.timeline.nowhere("b works on a command: a tool result, an action or a step's row")
+            return
+        cwd = value.get("cwd") if isinstance(value.get("cwd"), str) else None
+        self.run_worker(partial(self._blame, event.step, command, cwd), thread=True, exclusive=True,
+                        group="blame", exit_on_error=False, name="blame")
+
+    def _blame(self, step: int, command: str, cwd: str | None) -> None:
+        from tttr.engine.blame import blame_command_input
+        from tttr.sessions.store import Store
+
+        try:
+            with Store.open(self.app.db_path, create=False, readonly=True) as store:
+                found = blame_command_input(store, self.view.run_id, step, command, cwd)
+        except Exception as exc:  # noqa: BLE001 - said in a notification
+            self.post_message(CommandBlamed(None, str(exc)))
+            return
+        self.post_message(CommandBlamed(found, None if found is not None else
+                                        "the command names no file of the tree before it"))
+
+    def on_command_blamed(self, message: "CommandBlamed") -> None:
+        found = message.blame
+        if found is None:
+            self.timeline.nowhere(f"cannot tell where its input came from: {describe.short(message.error, 160)}")
+            return
+        self.notify(visible(found.describe(), newlines=False), timeout=6, markup=False)
+        if found.seq is not None:
+            self.timeline.go_to(found.seq, "this is the command that wrote it")
 
     def action_timing(self) -> None:
         """`t`: each step's tokens and command time, as bars."""
