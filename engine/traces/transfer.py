@@ -5,8 +5,10 @@ then act: a bad run, file or value writes nothing.
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +16,29 @@ from tttr.engine.traces.errors import TraceError
 from tttr.engine.traces.spans import Trace
 
 
+@contextmanager
+def bulk():
+    """Python's cyclic garbage collector held off while a whole trace is built or read: the
+    work makes ~100 objects per span and no cycles, and each of the collector's full passes
+    walks every object made so far (half the time of a 10,000-span import or export, measured
+    with cProfile). Reference counting still frees everything as usual; the collector runs
+    again on leaving."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def run_traces(db: str, run_ids: list[int], *, content: bool = False) -> list[Trace]:
     """The runs `run_ids` of database `db` as traces, one each, read-only."""
+    with bulk():
+        return _run_traces(db, run_ids, content)
+
+
+def _run_traces(db: str, run_ids: list[int], content: bool) -> list[Trace]:
     from tttr.engine.kinds import IMPORTED, kind_of
     from tttr.engine.traces.from_run import run_trace
     from tttr.engine.traces.imported import kept_trace
@@ -38,7 +61,8 @@ def write_file(traces: list[Trace], path: str | Path) -> int:
     renamed); the number of spans."""
     from tttr.engine.traces.otlp import to_json
 
-    text = to_json(traces)
+    with bulk():
+        text = to_json(traces)
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
@@ -77,8 +101,9 @@ def import_file(path: str | Path, db: str | Path, fmt: str = "otlp") -> list[Imp
     from tttr.engine.traces.otlp import read_file
     from tttr.sessions.store import Store
 
-    planned = plan_import(read_file(path), fmt, str(path))
-    with Store.open(db) as store:
-        ids = write_import(store, planned)
+    with bulk():
+        planned = plan_import(read_file(path), fmt, str(path))
+        with Store.open(db) as store:
+            ids = write_import(store, planned)
     return [Imported(rid, p.trace.trace_id, len(p.trace.spans), p.outcome["model_calls"], p.outcome["tool_calls"],
                      tuple(p.outcome["missing"])) for rid, p in zip(ids, planned)]
