@@ -170,6 +170,14 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
         ["merge", "{db}"], ["merge", "{db}", "--into", "{db}", "--append"], ["merge", "{missing}", "--into", "{new}"],
         ["merge", "{text}", "--into", "{new}"], ["merge", "{db}", "--into", "{text}"],
     ],
+    ("export",): [
+        ["export", "1", "--db", "{db}"], ["export", "999", "--db", "{db}", "--otlp", "{new}"],
+        ["export", "1", "--db", "{missing}", "--otlp", "{new}"], ["export", "1", "--db", "{text}", "--otlp", "{new}"],
+    ],
+    ("import",): [
+        ["import", "{missing}", "--db", "{new}"], ["import", "{text}", "--db", "{new}"],
+        ["import", "{empty}", "--db", "{new}"], ["import", "{db}", "--db", "{new}", "--format", "nosuch"],
+    ],
     ("stats",): [
         ["stats", "--db", "{db}"], ["stats", "--db", "{missing}"], ["stats", "--db", "{text}"],
         ["stats", "--db", "{db}", "--suite", "nosuch"], ["stats", "--db", "{db}", "--plot", "{new}"],
@@ -205,6 +213,8 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ("bench", "agent"): [["bench", "agent", "--rounds", "0"], ["bench", "agent", "--rounds", "x"],
                          ["bench", "agent", "--model", "{missing}"]],
     ("bench", "suite"): [["bench", "suite", "--runs", "1"], ["bench", "suite", "--merge-events", "x"]],
+    ("bench", "export"): [["bench", "export", "--spans", "0"], ["bench", "export", "--spans", "x"]],
+    ("bench", "gpu"): [["bench", "gpu", "--runs", "0"], ["bench", "gpu", "--tokens", "x"]],
     ("bench", "fidelity"): [["bench", "fidelity", "--replays", "0"], ["bench", "fidelity", "--load", "x"],
                             ["bench", "fidelity", "--model", "{missing}"], ["bench", "fidelity", "--tasks", "nosuch"]],
     ("files",): [
@@ -216,8 +226,9 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
 # What `tttr --help` and `tttr bench --help` list (README's and docs' commands).
 COMMANDS = {"info", "runs", "events", "prompt", "generate", "serve", "sandbox", "tasks", "task", "record", "replay", "fork",
             "diff", "triage", "bisect", "open", "demo", "bench", "rename", "delete", "gc", "suite", "stats", "files",
-            "compare", "merge"}
-BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve", "bisect", "agent", "fidelity", "suite"}
+            "compare", "merge", "export", "import"}
+BENCHES = {"store", "engine", "determinism", "kernels", "sandbox", "replay", "app", "serve", "bisect", "agent", "fidelity", "suite",
+           "export", "gpu"}
 
 
 def command_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = (), help_text: str | None = None):
