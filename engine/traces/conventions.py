@@ -34,15 +34,21 @@ def role_of(span: Span) -> str:
     return "other"
 
 
+_DEPTH = MAX_DEPTH - 8
+_decode = json.JSONDecoder().decode
+
+
 def _loads(v: Any) -> Any:
     """An attribute's JSON text parsed, or the text itself when it is no JSON a run can keep
     (not JSON, or nested deeper than the store reads)."""
     if isinstance(v, str) and v[:1] in ("[", "{", '"'):
         try:
-            parsed = json.loads(v)
+            parsed = _decode(v)
         except (ValueError, RecursionError):
             return v
-        return v if depth_problem(parsed, MAX_DEPTH - 8) else parsed
+        if v.count("[") + v.count("{") <= _DEPTH:  # no deeper than its brackets: nothing to measure
+            return parsed
+        return v if depth_problem(parsed, _DEPTH) else parsed
     return v
 
 
@@ -159,26 +165,26 @@ def _lf_messages(v: Any, output: bool = False) -> list | None:
 
 
 def _input(a: dict, order: tuple[str, ...]) -> list | None:
-    readers = {
-        "otlp": lambda: _from_parts(_loads(a.get("gen_ai.input.messages"))) or _legacy_messages(a, "gen_ai.prompt."),
-        "openinference": lambda: _oi_messages(a, "llm.input_messages.") or _lf_messages(a.get("input.value")),
-        "langfuse": lambda: _lf_messages(a.get("langfuse.observation.input")),
-    }
     for name in order:
-        found = readers[name]()
+        if name == "otlp":
+            found = _from_parts(_loads(a.get("gen_ai.input.messages"))) or _legacy_messages(a, "gen_ai.prompt.")
+        elif name == "openinference":
+            found = _oi_messages(a, "llm.input_messages.") or _lf_messages(a.get("input.value"))
+        else:
+            found = _lf_messages(a.get("langfuse.observation.input"))
         if found:
             return found
     return None
 
 
 def _output(a: dict, order: tuple[str, ...]) -> list | None:
-    readers = {
-        "otlp": lambda: _from_parts(_loads(a.get("gen_ai.output.messages"))) or _legacy_messages(a, "gen_ai.completion."),
-        "openinference": lambda: _oi_messages(a, "llm.output_messages.") or _lf_messages(a.get("output.value"), True),
-        "langfuse": lambda: _lf_messages(a.get("langfuse.observation.output"), True),
-    }
     for name in order:
-        found = readers[name]()
+        if name == "otlp":
+            found = _from_parts(_loads(a.get("gen_ai.output.messages"))) or _legacy_messages(a, "gen_ai.completion.")
+        elif name == "openinference":
+            found = _oi_messages(a, "llm.output_messages.") or _lf_messages(a.get("output.value"), True)
+        else:
+            found = _lf_messages(a.get("langfuse.observation.output"), True)
         if found:
             return found
     return None
@@ -192,7 +198,21 @@ def _first(a: dict, *names: str) -> Any:
 
 
 def order_for(fmt: str) -> tuple[str, ...]:
-    return (fmt, *(f for f in FORMATS if f != fmt))
+    return _ORDERS.get(fmt) or (fmt, *(f for f in FORMATS if f != fmt))
+
+
+_ORDERS = {fmt: (fmt, *(f for f in FORMATS if f != fmt)) for fmt in FORMATS}
+_SAMPLING = tuple((key, f"gen_ai.request.{key}") for key in ("temperature", "top_p", "top_k", "seed", "max_tokens"))
+_USAGE = (("input_tokens", ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt"), "input"),
+          ("output_tokens", ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion"), "output"))
+_TOOL_NAMES = {"otlp": ("gen_ai.tool.name",), "openinference": ("tool.name",), "langfuse": ()}
+_TOOL_ARGS = {"otlp": ("gen_ai.tool.call.arguments",), "openinference": ("tool.parameters", "input.value"),
+              "langfuse": ("langfuse.observation.input",)}
+_TOOL_RESULTS = {"otlp": ("gen_ai.tool.call.result",), "openinference": ("output.value",),
+                 "langfuse": ("langfuse.observation.output",)}
+# per --format: the names of a tool's name, arguments and result, the preferred convention's first
+_TOOL_ORDER = {fmt: tuple(tuple(n for f in order for n in names[f]) for names in (_TOOL_NAMES, _TOOL_ARGS, _TOOL_RESULTS))
+               for fmt, order in _ORDERS.items()}
 
 
 def chat_call(span: Span, fmt: str = "otlp") -> ChatCall:
@@ -212,16 +232,17 @@ def chat_call(span: Span, fmt: str = "otlp") -> ChatCall:
     sampling = {}
     params = _loads(_first(a, "llm.invocation_parameters", "langfuse.observation.model.parameters"))
     params = params if isinstance(params, dict) else {}
-    for key in ("temperature", "top_p", "top_k", "seed", "max_tokens"):
-        v = _first(a, f"gen_ai.request.{key}") if params.get(key) is None or order[0] == "otlp" else None
-        v = v if v is not None else params.get(key)
+    otlp_first = order[0] == "otlp"
+    for key, name in _SAMPLING:
+        p = params.get(key)
+        v = a.get(name) if p is None or otlp_first else None
+        v = v if v is not None else p
         if type(v) in (int, float):
             sampling[key] = v
     usage = {}
     lf_usage = _loads(a.get("langfuse.observation.usage_details"))
     lf_usage = lf_usage if isinstance(lf_usage, dict) else {}
-    for key, names, lf in (("input_tokens", ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt"), "input"),
-                           ("output_tokens", ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion"), "output")):
+    for key, names, lf in _USAGE:
         v = _first(a, *names)
         v = v if v is not None else lf_usage.get(lf)
         if type(v) is int:
@@ -231,17 +252,12 @@ def chat_call(span: Span, fmt: str = "otlp") -> ChatCall:
 
 def tool_call(span: Span, fmt: str = "otlp") -> ToolCall:
     a = span.attributes
-    order = order_for(fmt)
-    names = {"otlp": ("gen_ai.tool.name",), "openinference": ("tool.name",), "langfuse": ()}
-    args_names = {"otlp": ("gen_ai.tool.call.arguments",), "openinference": ("tool.parameters", "input.value"),
-                  "langfuse": ("langfuse.observation.input",)}
-    result_names = {"otlp": ("gen_ai.tool.call.result",), "openinference": ("output.value",),
-                    "langfuse": ("langfuse.observation.output",)}
-    name = _first(a, *(n for f in order for n in names[f]))
+    names, args_names, result_names = _TOOL_ORDER.get(fmt) or _TOOL_ORDER["otlp"]
+    name = _first(a, *names)
     if not isinstance(name, str) or not name:
         name = span.name.removeprefix("execute_tool ").strip() or "tool"
-    arguments = _loads(_first(a, *(n for f in order for n in args_names[f])))
-    result_name = next((n for f in order for n in result_names[f] if a.get(n) is not None), None)
+    arguments = _loads(_first(a, *args_names))
+    result_name = next((n for n in result_names if a.get(n) is not None), None)
     result = _loads(a[result_name]) if result_name else None
     call_id = _first(a, "gen_ai.tool.call.id", "tool_call.id", "tool.id")
     error = {"message": span.status_message or "error"} if span.status_code == 2 else None
