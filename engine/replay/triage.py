@@ -9,8 +9,8 @@ the failure disappears.
 A layer with no delta is not replayed (it cannot be the cause on its own). The verdict
 names the layer(s) whose values alone fix BAD, or says the difference needs more than one.
 
-A replay of BAD that goes on past BAD's last step (on GOOD's path, say, once GOOD's token is
-in) reaches steps BAD has no value for; it reads GOOD's clock there (`unreached_clocks`), the
+A replay of BAD that goes on past BAD's last command (on GOOD's path, say, once GOOD's token is
+in) reaches steps BAD read no clock at; it reads GOOD's clock there (`unreached_clocks`), the
 only recorded one, so that the world is in the state GOOD ran its commands in and answers them
 as it did (engine/replay/world.py's `known_answer`) instead of at a made-up time no recording
 asked about: a pipeline whose processes both write stderr, run live again, can interleave its
@@ -102,9 +102,10 @@ def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbo
 
 
 def unreached_clocks(pair: Pair) -> list[Delta]:
-    """GOOD's clock at each step BAD never reached (`pair`: BAD the base, GOOD the other), as
-    values a replay of BAD takes if it gets there; not deltas (BAD has no value to differ)."""
-    reached = {e.step for e in pair.base.events}
+    """GOOD's clock at each step where BAD read none (`pair`: BAD the base, GOOD the other: BAD
+    never got there, or ended at that step's message), as values a replay of BAD takes if it
+    gets there; not deltas (BAD has no value to differ)."""
+    reached = {e.step for e in pair.base.events if e.kind == "clock"}
     out = []
     for step in sorted({e.step for e in pair.other.events if e.kind == "clock" and e.step >= 0} - reached):
         value = pair.other.value(site(step, "clock"))
