@@ -121,3 +121,24 @@ def test_a_bad_value_is_one_line_on_either_path(span, says):
     with pytest.raises(TraceError) as err:
         read_json(_one(span))
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_orjson_and_the_standard_library_write_the_same_file(monkeypatch):
+    from tttr.engine.traces import otlp_json
+
+    traces = [_odd(), synthetic_trace(20)]
+    small = [Trace(trace_id_of("s"), [Span(trace_id_of("s"), "ab" * 8, "", "s", 1, 1, 2, {"f": 1e-07, "g": 2.5e-5})])]
+    fast, fast_small = otlp_json.to_bytes(traces), otlp_json.to_bytes(small)
+    monkeypatch.setattr(otlp_json, "orjson", None)
+    assert otlp_json.to_bytes(traces) == fast
+    plain_small = otlp_json.to_bytes(small)  # a small float's exponent is the one difference (1e-07, 1e-7)
+    assert read_json(plain_small)[0].spans == read_json(fast_small)[0].spans == small[0].spans
+
+
+def test_text_with_a_lone_surrogate_exports_and_reads_back(tmp_path):
+    t = trace_id_of("surrogate")
+    trace = Trace(t, [Span(t, span_id_of(t, "r"), "", "name \ud800 x", 1, 1, 2, {"a": "\udfff"})])
+    data = to_json([trace])
+    data.encode("ascii")  # escaped, so the file is UTF-8 (ASCII even)
+    (back,) = read_json(data)
+    assert back.spans == trace.spans

@@ -63,25 +63,24 @@ def register(sub, bench_sub) -> None:
 def export(args: argparse.Namespace) -> int:
     from tttr.engine.traces import transfer
 
-    traces = transfer.run_traces(args.db, args.runs, content=args.content)
-    spans = sum(len(t.spans) for t in traces)
     if args.otlp is not None:
-        transfer.write_file(traces, args.otlp)
-        where = args.otlp
+        done = transfer.export_file(args.db, args.runs, args.otlp, content=args.content)
+        trace_ids, spans, where = done.trace_ids, done.spans, args.otlp
     else:
         from tttr.engine.traces.otlp import endpoint_url, send
 
-        send(traces, args.endpoint)
+        traces = transfer.run_traces(args.db, args.runs, content=args.content)
+        trace_ids, spans = [t.trace_id for t in traces], send(traces, args.endpoint)
         where = endpoint_url(args.endpoint)
     if args.json:
         from tttr.sessions.export import safe_json
 
-        print(safe_json({"runs": list(dict.fromkeys(args.runs)), "traces": [t.trace_id for t in traces],
+        print(safe_json({"runs": list(dict.fromkeys(args.runs)), "traces": trace_ids,
                          "spans": spans, "to": where, "content": args.content}))
     else:
         from tttr.sessions.safe_text import visible
 
-        print(f"exported {len(traces)} run(s) as {len(traces)} trace(s), {spans} spans, to "
+        print(f"exported {len(trace_ids)} run(s) as {len(trace_ids)} trace(s), {spans} spans, to "
               f"{visible(where, newlines=False)}" + ("" if args.content else " (no content: add --content for messages)"))
     return 0
 

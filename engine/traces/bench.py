@@ -51,7 +51,7 @@ def synthetic_trace(spans: int, seed: str = "bench") -> Trace:
 
 def run_bench(spans: int = 10_000) -> dict:
     from tttr.engine.traces.otlp import to_json
-    from tttr.engine.traces.transfer import import_file, run_traces, write_file
+    from tttr.engine.traces.transfer import export_file, import_file
 
     from tttr.engine.traces.otlp import to_request
     from tttr.sessions.store import Store
@@ -69,7 +69,7 @@ def run_bench(spans: int = 10_000) -> dict:
         (done,) = import_file(first, db)
         import_s, import_cpu = time.perf_counter() - t, time.process_time() - c
         t, c = time.perf_counter(), time.process_time()
-        write_file(run_traces(str(db), [done.run_id], content=True), second)
+        export_file(str(db), [done.run_id], second, content=True)
         export_s, export_cpu = time.perf_counter() - t, time.process_time() - c
         identical = first.read_bytes() == second.read_bytes()
     return {"spans": spans, "import_s": round(import_s, 3), "export_s": round(export_s, 3),

@@ -85,17 +85,17 @@ class Span:
     def from_record(cls, r: dict) -> "Span":
         """The span an imported run kept (`record()`); TraceError when the record is not one."""
         try:
+            get = r.get
             return cls(
-                trace_id=_hex(r["traceId"], 32), span_id=_hex(r["spanId"], 16),
-                parent_id=_hex(r.get("parentSpanId", ""), 16, empty=True), name=_str(r["name"]),
-                kind=_int(r["kind"]), start_ns=_int(r["start"]), end_ns=_int(r["end"]),
-                attributes=from_json_value(r.get("attributes", {})),
-                events=[SpanEvent(_str(e["name"]), _int(e["time"]), from_json_value(e.get("attributes", {})))
-                        for e in r.get("events", [])],
-                links=[SpanLink(_hex(ln["traceId"], 32), _hex(ln["spanId"], 16), from_json_value(ln.get("attributes", {})))
-                       for ln in r.get("links", [])],
-                status_code=_int(r.get("statusCode", 0)), status_message=_str(r.get("statusMessage", "")),
-                trace_state=_str(r.get("traceState", "")), flags=_int(r.get("flags", 0)),
+                _hex(r["traceId"], 32), _hex(r["spanId"], 16), _hex(get("parentSpanId", ""), 16, empty=True),
+                _str(r["name"]), _int(r["kind"]), _int(r["start"]), _int(r["end"]),
+                from_json_value(get("attributes", {})),
+                [SpanEvent(_str(e["name"]), _int(e["time"]), from_json_value(e.get("attributes", {})))
+                 for e in get("events", ())],
+                [SpanLink(_hex(ln["traceId"], 32), _hex(ln["spanId"], 16), from_json_value(ln.get("attributes", {})))
+                 for ln in get("links", ())],
+                _int(get("statusCode", 0)), _str(get("statusMessage", "")), _str(get("traceState", "")),
+                _int(get("flags", 0)),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise TraceError(f"a kept span record is damaged ({type(exc).__name__}: {str(exc)[:60]})") from None
@@ -160,9 +160,9 @@ _HEX = re.compile(r"[0-9a-f]+\Z")
 
 
 def _hex(v: Any, digits: int, empty: bool = False) -> str:
-    if empty and v == "":
-        return ""
     if type(v) is not str or len(v) != digits or not _HEX.match(v):
+        if empty and v == "":
+            return ""
         raise TypeError(f"{str(v)[:40]!r} is not {digits} hex digits")
     return v
 
