@@ -61,7 +61,6 @@ def run_bench(spans: int = 10_000) -> dict:
         trace = synthetic_trace(spans)
         first.write_text(to_json([trace]), encoding="utf-8")  # also loads what both directions import
         Store.open(Path(tmp) / "warm.db").close()  # the store's modules, loaded before timing
-        import tttr.engine.kinds  # noqa: F401 - and the run kinds' (export asks a run for its kind)
         t = time.perf_counter()
         to_request([trace]).SerializeToString()
         protobuf_s = time.perf_counter() - t

@@ -72,10 +72,11 @@ def _short_decimal(x: str) -> bool:
 class Reader:
     def __init__(self, name: str):
         self.name = name
-        self.where = ""
+        self.where: str | tuple = ""
 
     def bad(self, what: str) -> TraceError:
-        return TraceError(f"{self.name}{self.where}: {what}")
+        where = self.where if type(self.where) is str else ", resourceSpans[{}].scopeSpans[{}].spans[{}]".format(*self.where)
+        return TraceError(f"{self.name}{where}: {what}")
 
     def traces(self, body: Any) -> list[Trace]:
         from tttr.engine.traces.foreign import langfuse_traces, phoenix_traces, shape_of
@@ -128,7 +129,7 @@ class Reader:
                     if len(spans) > MAX_SPANS:
                         raise self.bad(f"holds more than {MAX_SPANS:,} spans; export fewer per file")
                     for pi, raw in enumerate(spans):
-                        self.where = f", resourceSpans[{ri}].scopeSpans[{si}].spans[{pi}]"
+                        self.where = (ri, si, pi)  # formatted only for a message (bad)
                         add_span(found, self.span(raw), resource, scope)
         return list(found.values())
 
@@ -252,16 +253,18 @@ class Reader:
             if type(key) is not str:
                 raise self.bad(f"a {what} attribute is not {{key, value}}")
             if type(v) is dict and len(v) == 1:  # the short path: a string or an integer
-                x = v.get("stringValue")
-                if type(x) is str:
-                    out[key] = x
-                    continue
-                x = v.get("intValue")
-                if type(x) is str and 0 < len(x) <= 19 and x.isascii() and x.isdigit():  # below 10**19: int64 if < 2**63
-                    n = int(x)
-                    if n < 2**63:
-                        out[key] = n
+                if "stringValue" in v:
+                    x = v["stringValue"]
+                    if type(x) is str:
+                        out[key] = x
                         continue
+                elif "intValue" in v:
+                    x = v["intValue"]
+                    if type(x) is str and 0 < len(x) <= 19 and x.isascii() and x.isdigit():  # < 10**19: int64 if < 2**63
+                        n = int(x)
+                        if n < 2**63:
+                            out[key] = n
+                            continue
             out[key] = self.value(v, depth)
         return out
 

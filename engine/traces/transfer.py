@@ -39,9 +39,7 @@ def bulk(fn):
 @bulk
 def run_traces(db: str, run_ids: list[int], *, content: bool = False) -> list[Trace]:
     """The runs `run_ids` of database `db` as traces, one each, read-only."""
-    from tttr.engine.kinds import IMPORTED, kind_of
-    from tttr.engine.traces.from_run import run_trace
-    from tttr.engine.traces.imported import kept_trace
+    from tttr.engine.traces.imported import is_imported_run, kept_trace
     from tttr.sessions.store import Store
 
     out = []
@@ -50,9 +48,13 @@ def run_traces(db: str, run_ids: list[int], *, content: bool = False) -> list[Tr
             run = store.run(rid)
             if run.problem:
                 raise TraceError(f"run {rid}: {run.problem}")
-            kind = kind_of(run)
-            out.append(kept_trace(store, run, content=content) if kind is IMPORTED
-                       else run_trace(store, run, kind, content=content))
+            if is_imported_run(run):  # what kind_of asks first, without loading the other kinds' modules
+                out.append(kept_trace(store, run, content=content))
+            else:
+                from tttr.engine.kinds import kind_of
+                from tttr.engine.traces.from_run import run_trace
+
+                out.append(run_trace(store, run, kind_of(run), content=content))
     return out
 
 
