@@ -281,7 +281,7 @@ def generate_writes(path: Path, writes: int = 1_000, files: int = 100) -> int:
         store.close()
 
 
-def measure_blame(path: Path, run_id: int, rounds: int = 3) -> dict:
+def measure_blame(path: Path, run_id: int, rounds: int = 3, last: str = "f99.txt") -> dict:
     """`tttr files --blame` as the command runs it (a fresh store and RunTrees each round):
     a file written at step 0 of a run of 1,000 writes, and one written at its last step."""
     from tttr.engine.blame import blame
@@ -295,7 +295,7 @@ def measure_blame(path: Path, run_id: int, rounds: int = 3) -> dict:
         return (time.perf_counter() - t) * 1000
 
     return {"blame_first_ms": statistics.median(once("first.txt") for _ in range(rounds)),
-            "blame_last_ms": statistics.median(once("f99.txt") for _ in range(rounds))}
+            "blame_last_ms": statistics.median(once(last) for _ in range(rounds))}
 
 
 def measure(events: int = 100_000, db: Path | None = None, size: tuple[int, int] = (160, 48),
@@ -321,6 +321,7 @@ def measure(events: int = 100_000, db: Path | None = None, size: tuple[int, int]
             figures |= asyncio.run(_drive_runs_list(many, size))
         if blame:
             writes = Path(tmp) / "writes.db"
-            figures |= {"blame_writes": blame} | measure_blame(writes, generate_writes(writes, blame))
+            figures |= {"blame_writes": blame} | measure_blame(writes, generate_writes(writes, blame),
+                                                               last=f"f{(blame - 1) % 100}.txt")
     figures["generate_s"] = generate_s
     return figures

@@ -78,10 +78,20 @@ def build_corpus(view: RunView, prompts: dict | None = None) -> list[Entry]:
             for key in ("checker_output", "stderr", "error"):
                 if isinstance(value, dict) and value.get(key) is not None:
                     lines(event, "outcome", view.text(value.get(key)), MAX_OUTPUT_LINES)
-        else:  # actions, clock reads, the setup, SDK calls, and kinds this app does not know
+        elif kind == "action" and isinstance(value.get("cmd"), str):
+            continue  # its command is the tool result's, indexed there (a hit lands on the result)
+        else:  # `done` actions, clock reads, the setup, SDK calls, and kinds this app does not know
             lines(event, kind if len(kind) <= 12 else "event", describe.summary(event).plain)
     entries.sort(key=lambda e: (e.seq, e.what != "command"))
     return entries
+
+
+def _score(query: str, text: str, *, processor=None, score_cutoff=None) -> float:
+    """partial_ratio, but a line shorter than the query (a checker's `ok`) is scored whole:
+    it cannot hold the query, and a partial match of it would rank `ok` for `gzip -k`."""
+    if len(text) < len(query):
+        return fuzz.ratio(query, text, score_cutoff=score_cutoff)
+    return fuzz.partial_ratio(query, text, score_cutoff=score_cutoff)
 
 
 def search(corpus: list[Entry], query: str, limit: int | None = 50, cutoff: float = 60.0) -> list[Hit]:
@@ -92,7 +102,7 @@ def search(corpus: list[Entry], query: str, limit: int | None = 50, cutoff: floa
     if not query:
         return []
     found = process.extract(
-        query.lower(), [e.text.lower() for e in corpus], scorer=fuzz.partial_ratio,
+        query.lower(), [e.text.lower() for e in corpus], scorer=_score,
         limit=limit, score_cutoff=cutoff,
     )
     hits = [Hit(corpus[index], score) for _, score, index in found]

@@ -5,6 +5,8 @@ as the default model's tokenizer splits them."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.app_helpers import run_app, wait_for
@@ -145,7 +147,7 @@ def test_the_compare_screen_marks_the_tokens_that_differ_between_the_two_message
         assert [m for m in _marked(pair) if m] == ["world"]
         # The first divergence is a token: named by its recorded text beside its id.
         summary = str(app.screen.query_one("#compare-summary").render())
-        assert '" world" → ' in summary and "0:token:" in summary
+        assert re.search(r'" world" \(\d+\) → ', summary) and "0:token:" in summary  # text, then its id
         await pilot.press("n")  # the next differing row: step 1, where the right run also removed README
         await pilot.pause()
         row = side.rows[side.cursor]

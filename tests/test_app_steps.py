@@ -175,7 +175,7 @@ def test_search_covers_outcomes_and_every_kind(failed_db):
     finally:
         store.close()
     whats = {e.what for e in corpus}
-    assert {"prompt", "message", "action", "clock", "setup", "command", "outcome"} <= whats
+    assert {"prompt", "message", "clock", "setup", "command", "outcome"} <= whats
     hits = search(corpus, "no file")
     assert hits and hits[0].entry.what == "outcome" and "no file greeting.txt" in hits[0].entry.text
 

@@ -72,7 +72,7 @@ class FilesScreen(FittedFooter, Screen):
     CSS_PATH = "../styles/files.tcss"
     BINDINGS = [
         Binding("c", "toggle_contents", "diff / contents"),
-        Binding("b", "blame", "go to the step that wrote it"),
+        Binding("b", "blame", "the step that wrote it"),
         Binding("escape", "back", "back"),
     ]
     place = "files"

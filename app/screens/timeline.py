@@ -70,7 +70,7 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
         Binding("f", "filter", "filter"),
         Binding("F", "files", "files at this step"),
         Binding("t", "timing", "timing of the steps", show=False),
-        Binding("b", "blame", "go to where this command's file came from", show=False),
+        Binding("b", "blame", "who wrote the file this command reads", show=False),
         # like a debugger: go to, search matches, bookmarks, copy, export (docs/reference.md)
         Binding("colon", "goto", "go to event/step/site", show=False),
         Binding("n", "search_next", "next search match", show=False),
