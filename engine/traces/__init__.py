@@ -2,8 +2,9 @@
 
 - `spans`: the trace and span values both directions share, and the stable ids of a run's spans.
 - `from_run`: a recorded run (any kind) as one trace: `invoke_agent`, `chat`, `execute_tool`.
-- `otlp`: traces to OTLP (the official protobuf messages; JSON through protobuf's json_format,
-  or OTLP/HTTP to a collector) and OTLP/JSON files back to traces, checked.
+- `otlp`: traces to OTLP's protobuf messages, sent to a collector over OTLP/HTTP; `otlp_json`
+  the same traces as OTLP/JSON (what json_format writes of those messages, built directly);
+  `otlp_read` OTLP/JSON files back to traces, checked.
 - `conventions`: reading a span's model call or tool call by the GenAI conventions' names,
   then OpenInference's (Phoenix) and Langfuse's.
 - `imported`: a trace written into a session database as a run of the imported kind, and that
