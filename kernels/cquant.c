@@ -190,8 +190,12 @@ const char *tttr_qlinear_kernel(void) { return KERNEL_NAME; }
    it; over all M rows at once, a long prompt's x (64 MiB for a 1B model's down projection at
    2,048 rows) came from memory again for every group of 16 outputs. Each row's outputs are the
    same calls on the same values whatever the tiling (rows MAXR at a time, each with its own
-   accumulators): the same bits. */
+   accumulators): the same bits. An x that fits in cache (up to TILE_MIN_BYTES: the default
+   model's prompts) is taken whole, as before: there tiles only re-read the weight. */
 #define ROW_TILE 64
+#ifndef TILE_MIN_BYTES
+#define TILE_MIN_BYTES (8 << 20)
+#endif
 
 /* Outputs g*16 .. g*16+15 of rows r0..r1-1: the same calls whichever thread runs it. */
 static inline void one_group(int64_t g, const int64_t *first, const int *formats, const uint8_t *const *ws,
@@ -225,17 +229,18 @@ int tttr_qlinear_parts(int nparts, const int *formats, const uint8_t *const *ws,
         first[i + 1] = first[i] + ns[i] / G;
     }
     const int64_t nb = K / 32, groups = first[nparts], N = groups * G;
+    const int64_t tile = M * K * (int64_t)sizeof(float) > TILE_MIN_BYTES ? ROW_TILE : (M > 0 ? M : 1);
     if (omp_in_parallel()) {
-        for (int64_t t0 = 0; t0 < M; t0 += ROW_TILE) {
-            const int64_t t1 = M - t0 < ROW_TILE ? M : t0 + ROW_TILE;
+        for (int64_t t0 = 0; t0 < M; t0 += tile) {
+            const int64_t t1 = M - t0 < tile ? M : t0 + tile;
             #pragma omp for schedule(static) nowait
             for (int64_t g = 0; g < groups; g++) one_group(g, first, formats, ws, nb, K, x, t0, t1, out, N);
         }
         return 0;
     }
     #pragma omp parallel num_threads(threads)
-    for (int64_t t0 = 0; t0 < M; t0 += ROW_TILE) {
-        const int64_t t1 = M - t0 < ROW_TILE ? M : t0 + ROW_TILE;
+    for (int64_t t0 = 0; t0 < M; t0 += tile) {
+        const int64_t t1 = M - t0 < tile ? M : t0 + tile;
         #pragma omp for schedule(static) nowait
         for (int64_t g = 0; g < groups; g++) one_group(g, first, formats, ws, nb, K, x, t0, t1, out, N);
     }

@@ -1,21 +1,38 @@
-"""Block products of long prompts go through the rows in tiles (cquant.c's ROW_TILE, 64 rows):
-a row's outputs are the same bits wherever the tiles fall, for every block format and for a
-weight stacked from parts of different formats (Q4_K_M's q/k/v)."""
+"""Block products of long prompts go through the rows in tiles (cquant.c's ROW_TILE, 64 rows,
+once x is over TILE_MIN_BYTES): a row's outputs are the same bits wherever the tiles fall, for
+every block format and for a weight stacked from parts of different formats (Q4_K_M's q/k/v).
+The tests' inputs are small, so they run a build that tiles every x (-DTILE_MIN_BYTES=0)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import ctypes
+
 from tttr.kernels import cquant
+from tttr.sessions.cache import build_shared
 from tests.kernel_helpers import random_weight
 
 ROW_TILE = 64
 
 
+@pytest.fixture(autouse=True)
+def always_tiled(monkeypatch):
+    """cquant's products through a build that tiles every x, and the module's own build to compare."""
+    path, why = build_shared("qlinear-test-tiled", cquant.SOURCE, cquant._FLAGS + ["-DTILE_MIN_BYTES=0"], "a test build",
+                             subdir="kernels")
+    assert path is not None, why
+    lib = ctypes.CDLL(str(path))
+    cquant._declare(lib)
+    untiled = cquant.load()
+    monkeypatch.setattr(cquant, "load", lambda: lib)
+    return untiled
+
+
 @pytest.mark.skipif(not cquant.available(), reason="no C compiler for the block products")
 @pytest.mark.parametrize("fmt", cquant.FORMATS)
-def test_rows_past_the_row_tile_get_the_bits_they_get_alone(fmt):
+def test_rows_past_the_row_tile_get_the_bits_they_get_alone(fmt, always_tiled, monkeypatch):
     n, k = 48, 256
     raw, values = random_weight(fmt, n, k, seed=3)
     qw = cquant.pack(fmt, raw, n, k)
@@ -25,6 +42,8 @@ def test_rows_past_the_row_tile_get_the_bits_they_get_alone(fmt):
         for start in (0, 3, ROW_TILE - 2, x.shape[0] - rows):
             assert torch.equal(cquant.linear(x[start:start + rows], qw), full[start:start + rows]), (rows, start)
     assert torch.allclose(full, x @ torch.from_numpy(values).T, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(cquant, "load", lambda: always_tiled)  # small x: taken whole by the shipped build
+    assert torch.equal(cquant.linear(x, qw), full)
 
 
 @pytest.mark.skipif(not cquant.available(), reason="no C compiler for the block products")
