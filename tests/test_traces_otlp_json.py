@@ -142,3 +142,22 @@ def test_text_with_a_lone_surrogate_exports_and_reads_back(tmp_path):
     data.encode("ascii")  # escaped, so the file is UTF-8 (ASCII even)
     (back,) = read_json(data)
     assert back.spans == trace.spans
+
+
+@pytest.mark.parametrize("text", ['{"a": [1, 2.5, "x"]}', '[NaN, Infinity, -Infinity]', '[123456789012345678901234567890]', '[-9223372036854775809, 18446744073709551615]',
+                                  '"\\ud800"', '{"a": 1, "a": 2}', '[1e400, -0.0, 5e-324]'])
+def test_fastjson_reads_what_json_reads(text):
+    from tttr.engine.traces.fastjson import loads
+
+    assert repr(loads(text)) == repr(json.loads(text))
+
+
+@pytest.mark.parametrize("text", ['{"a": ', "[" * 5000 + "]" * 5000, "\xff", ""])
+def test_fastjson_fails_where_json_fails(text):
+    from tttr.engine.traces.fastjson import loads
+
+    with pytest.raises((ValueError, RecursionError)) as ours:
+        loads(text)
+    with pytest.raises((ValueError, RecursionError)) as theirs:
+        json.loads(text)
+    assert type(ours.value) is type(theirs.value)

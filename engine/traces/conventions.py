@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tttr.engine.traces.fastjson import loads
 from tttr.engine.traces.spans import Span
 from tttr.sessions.values import MAX_DEPTH, depth_problem
 
@@ -35,7 +36,6 @@ def role_of(span: Span) -> str:
 
 
 _DEPTH = MAX_DEPTH - 8
-_decode = json.JSONDecoder().decode
 
 
 def _loads(v: Any) -> Any:
@@ -43,7 +43,7 @@ def _loads(v: Any) -> Any:
     (not JSON, or nested deeper than the store reads)."""
     if isinstance(v, str) and v[:1] in ("[", "{", '"'):
         try:
-            parsed = _decode(v)
+            parsed = loads(v)
         except (ValueError, RecursionError):
             return v
         if v.count("[") + v.count("{") <= _DEPTH:  # no deeper than its brackets: nothing to measure

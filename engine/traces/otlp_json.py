@@ -17,12 +17,8 @@ import json
 import math
 from typing import Any
 
+from tttr.engine.traces.fastjson import orjson
 from tttr.engine.traces.spans import Bytes, Span, Trace
-
-try:
-    import orjson
-except ImportError:  # without the otel extra: the standard library's encoder
-    orjson = None
 
 _I64 = (-(2**63), 2**63)
 
