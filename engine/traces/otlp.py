@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tttr.engine.traces.errors import TraceError
+from tttr.engine.traces.otlp_read import MAX_FILE_BYTES, MAX_SPANS, Reader, read_file, read_json  # noqa: F401 - the reading half
 from tttr.engine.traces.spans import Bytes, Span, Trace
 
 TIMEOUT_S = 10.0
@@ -157,7 +158,3 @@ def send(traces: list[Trace], url: str, timeout: float = TIMEOUT_S) -> int:
         raise TraceError(f"the collector at {url} refused the traces: HTTP {r.status_code} "
                          f"{r.text[:120]!r}; write a file with --otlp FILE.json instead")
     return sum(len(t.spans) for t in traces)
-
-
-# ---------------------------------------------------------------------------- in
-from tttr.engine.traces.otlp_read import MAX_FILE_BYTES, MAX_SPANS, Reader, read_file, read_json  # noqa: E402,F401
