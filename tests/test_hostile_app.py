@@ -279,7 +279,7 @@ def test_the_app_shows_a_hostile_database_safely(template, tmp_path, name):
         assert app.screen.query_one("#runs").row_count == 2
 
         # Every event of run 1, with its detail.
-        await pilot.press("enter")
+        await pilot.press("enter", "z", "home")  # the step tree, every step expanded: a row per event
         assert isinstance(app.screen, TimelineScreen)
         timeline, detail = app.screen.query_one(Timeline), app.screen.query_one(DetailPane)
         view = timeline.view

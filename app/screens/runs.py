@@ -22,6 +22,17 @@ from tttr.app.screens.confirm import ConfirmScreen
 from tttr.app.screens.footer import FittedFooter
 from tttr.sessions.safe_text import visible
 
+LINEAGE_WIDTH = 64  # a fork's long new value or a row's problem is cut here (its timeline's title has it
+#                    whole), so the columns after it stay on a 140-column screen
+
+
+def _lineage(run, verdict: str | None) -> Text:
+    """The lineage cell: what is wrong with the run's row if anything, else where it comes from."""
+    text = describe.run_problem(run) or Text(describe.lineage(run, verdict))
+    text.truncate(LINEAGE_WIDTH, overflow="ellipsis")
+    return text
+
+
 class VerdictsRead(Message):
     """Replays' verdicts, read in a worker: {run id: `identical` or `diverged at SITE`}."""
 
@@ -171,7 +182,7 @@ class RunsScreen(FittedFooter, Screen):
                     run = self.app.store.run(run_id)
                 except Exception:  # noqa: BLE001 - deleted meanwhile: the next listing drops its row
                     continue
-                table.update_cell(key, "lineage", describe.run_problem(run) or Text(describe.lineage(run, verdict)))
+                table.update_cell(key, "lineage", _lineage(run, verdict))
 
     def _load_near(self, row: int) -> None:
         """Read the next window into the table when `row` is within a screen of its last row."""
@@ -221,7 +232,7 @@ class RunsScreen(FittedFooter, Screen):
             Text(describe.short(describe.task_label(run, lineage), 40)),  # a recorded program: its command line
             describe.outcome_label(run),
             describe.status_label(run),
-            describe.run_problem(run) or Text(describe.lineage(run, self.verdicts.get(run.id))),
+            _lineage(run, self.verdicts.get(run.id)),
             Text(str(row.steps)),
             Text(describe.short(run.seed, 20)),
             Text(describe.short(run.model_id or "", 28)),
