@@ -22,7 +22,7 @@ from tttr.app.screens.confirm import ConfirmScreen
 from tttr.app.screens.footer import FittedFooter
 from tttr.sessions.safe_text import visible
 
-LINEAGE_WIDTH = 64  # a fork's long new value or a row's problem is cut here (its timeline's title has it
+LINEAGE_WIDTH = 72  # a fork's long new value or a row's problem is cut here (its timeline's title has it
 #                    whole), so the columns after it stay on a 140-column screen
 
 
