@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from tttr.engine.serve import messages_api
 from tttr.engine.serve.errors import APIError
 from tttr.engine.serve.httpio import events, run_name
+from tttr.engine.serve.modes import Proxied
 from tttr.engine.serve.proxy import Plan, ProxiedCall, Upstream
 from tttr.engine.serve.requests import SEED_LIMIT
 
@@ -133,35 +134,14 @@ def add_event(call: ProxiedCall, event: dict, arguments: dict[int, str]) -> None
         _finish(call, delta.get("stop_reason"), event.get("usage"), delta.get("stop_sequence"))
 
 
-class ProxiedMessages:
-    """Mode (engine/serve/modes.py): an upstream Messages API answers."""
+class ProxiedMessages(Proxied):
+    """Mode (engine/serve/modes.py): an upstream Messages API answers (loading, models and
+    the rest as any proxied upstream's; the routes its wire format changes, here)."""
 
-    def __init__(self, upstream: AnthropicUpstream):
-        self.upstream = upstream
-
-    def needs_loading(self) -> bool:
-        return True
-
-    def load(self, announce) -> None:
-        try:
-            self.upstream.load()
-        except Exception as exc:  # noqa: BLE001 - recorded tokens then get id 0
-            announce(f"tttr serve: warning: the local tokenizer failed to load ({exc}); recorded token ids will be 0")
-
-    def cancel(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+    upstream: AnthropicUpstream
 
     def health(self) -> tuple[dict, int]:
         return {"status": "ok", "mode": "proxy", "format": "anthropic", "upstream": self.upstream.shown}, 200
-
-    async def models(self) -> dict:
-        return await self.upstream.models()
-
-    def recorded(self, run, kind, value):
-        return None
 
     async def count_tokens(self, body: object) -> int:
         messages_api.to_chat(body, counting=True)  # refused here as it would be by the engine
