@@ -279,6 +279,9 @@ def divergence_in(db, divergence, run_a: int | None, run_b: int | None) -> str:
     read-only for the two reads; the plain `describe()` when it cannot be."""
     if divergence is None or run_a is None or run_b is None:
         return "" if divergence is None else divergence.describe()
+    parts = site_parts(divergence.site) if isinstance(divergence.site, str) else None
+    if parts is None or parts[1] != "token":
+        return divergence.describe()  # only a token's text is read back: nothing else opens the file again
     from tttr.sessions.store import Store
 
     try:

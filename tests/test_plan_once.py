@@ -9,6 +9,8 @@ with the official `openai` client against a real `tttr serve --db`."""
 
 from __future__ import annotations
 
+import re
+
 import shutil
 from collections import Counter
 
@@ -172,4 +174,8 @@ def test_a_served_call_fork_opens_the_file_twice_and_decodes_the_run_once(tmp_pa
     (rid,) = _children(db)
     out = _cli(counted, capsys, "fork", str(rid), "--at", "0:token:1", "--set", "id:28", "--db", str(db))
     assert f"(child of {rid})" in out and "call 0:" in out
-    assert dict(counted) == ONCE
+    # Checked once read-only, acted once through the write connection, the run decoded once; the
+    # report then reads the divergence's two token events back to show each token's text beside its
+    # id: one more read-only open, nothing decoded.
+    assert re.search(r"diverged at 0:token:1 \(token layer\): recorded .+ \(\d+\), live .+ \(28\)", out), out
+    assert dict(counted) == {**ONCE, "read-only opens": 2}
