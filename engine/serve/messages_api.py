@@ -24,7 +24,7 @@ import re
 from typing import AsyncIterator
 
 from tttr.engine.serve.errors import APIError, bad_request
-from tttr.engine.serve.tools import merge_tool_call
+from tttr.engine.serve.tools import function_tool, merge_tool_call
 
 BLOCKS = ("text", "tool_use", "tool_result")  # the content blocks this server reads
 ROLES = ("user", "assistant")
@@ -192,13 +192,7 @@ def _tools(tools: object) -> list[dict]:
         if kind not in ("custom", None):
             raise bad_request(f"tools[{i}].type", f"tools[{i}].type={kind!r} is not supported: this server offers "
                               "the model client tools only ({name, description, input_schema}), no server tools")
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            raise bad_request(f"tools[{i}].name", f"tools[{i}] needs a name")
-        function = {"name": name, "parameters": tool.get("input_schema") or {"type": "object", "properties": {}}}
-        if tool.get("description"):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
+        out.append(function_tool(i, tool, "input_schema"))
     return out
 
 

@@ -22,7 +22,7 @@ from typing import AsyncIterator, Iterator
 
 from tttr.engine.serve.errors import bad_request
 from tttr.engine.serve.requests import check_text
-from tttr.engine.serve.tools import merge_tool_call
+from tttr.engine.serve.tools import function_tool, merge_tool_call
 
 INPUT_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -174,13 +174,7 @@ def _tools(tools: object) -> list[dict]:
         if kind != "function":
             raise bad_request(f"tools[{i}]", f"tools[{i}] of type {kind!r} is not supported: this server offers the "
                        "model function tools only (no built-in tools)")
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            raise bad_request(f"tools[{i}].name", f"tools[{i}] needs a name")
-        function = {"name": name, "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
-        if tool.get("description"):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
+        out.append(function_tool(i, tool, "parameters"))
     return out
 
 

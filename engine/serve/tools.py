@@ -12,6 +12,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from tttr.engine.serve.errors import bad_request
+
 _TOOLS_VAR = re.compile(r"\btools\b")
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 
@@ -85,3 +87,15 @@ def merge_tool_call(calls: list[dict], part: dict) -> None:
     call["id"] = part.get("id") or call["id"]
     call["function"]["name"] += fn.get("name") or ""
     call["function"]["arguments"] += fn.get("arguments") or ""
+
+
+def function_tool(i: int, tool: dict, parameters_key: str) -> dict:
+    """The chat form of tool `i` of another API's request (a Responses function tool's
+    `parameters`, a Messages tool's `input_schema`): its name checked, the rest carried."""
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise bad_request(f"tools[{i}].name", f"tools[{i}] needs a name")
+    function = {"name": name, "parameters": tool.get(parameters_key) or {"type": "object", "properties": {}}}
+    if tool.get("description"):
+        function["description"] = tool["description"]
+    return {"type": "function", "function": function}
