@@ -4,7 +4,6 @@ is `tttr.engine.replay.comparison` and `tttr.sessions.merge`; this parses and pr
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from tttr.app.commands import args as argtypes
@@ -124,23 +123,12 @@ def cmd_compare(args) -> int:
         print(safe_json(c.to_json()))
     else:
         print(comparison_text(c))
-    if args.plot:
-        from tttr.app.stats_plot import write_compare_png
+    if args.plot or args.plot_terminal:
+        from tttr.app import stats_plot
+        from tttr.app.commands.suite import show_plots
 
-        write_compare_png(c, args.plot)
-        if not args.json:
-            print(f"plot written to {args.plot}")
-    if args.plot_terminal:
-        from tttr.app.stats_plot import compare_terminal_plot
-
-        print(compare_terminal_plot(c), file=sys.stderr if args.json else sys.stdout)
+        show_plots(args, c, stats_plot.write_compare_png, stats_plot.compare_terminal_plot)
     return 0
-
-
-def _f(x: float | None, signed: bool = False) -> str:
-    if x is None:
-        return "-"
-    return f"{x:+.2f}" if signed else f"{x:.2f}"
 
 
 def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
@@ -158,6 +146,7 @@ def side_name(side) -> str:
 
 def comparison_text(c) -> str:
     """The comparison as plain text (it goes into a README as it is)."""
+    from tttr.app.commands.suite import _f
     from tttr.engine.replay.variance import CONDITIONS
     from tttr.sessions.safe_text import visible
 

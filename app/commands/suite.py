@@ -331,17 +331,21 @@ def cmd_stats(args) -> int:
     if not all(t.decomposition.residual_ok for t in [*stats.tasks, stats.overall]):
         print("tttr stats: RESIDUAL NOT ZERO: runs with every layer pinned disagree; those replays are not "
               "controlled experiments on this machine (see the 'pinned' column)", file=sys.stderr)
-    if args.plot:
-        from tttr.app.stats_plot import write_png
+    from tttr.app import stats_plot
 
-        write_png(stats, args.plot)
+    show_plots(args, stats, stats_plot.write_png, stats_plot.terminal_plot)
+    return 0
+
+
+def show_plots(args, result, write_png, terminal_plot) -> None:
+    """`--plot FILE` and `--plot-terminal` of `tttr stats` and `tttr compare`: the PNG written
+    (said so unless --json), the terminal plot on stdout (stderr beside --json)."""
+    if args.plot:
+        write_png(result, args.plot)
         if not args.json:
             print(f"plot written to {args.plot}")
     if args.plot_terminal:
-        from tttr.app.stats_plot import terminal_plot
-
-        print(terminal_plot(stats), file=sys.stderr if args.json else sys.stdout)
-    return 0
+        print(terminal_plot(result), file=sys.stderr if args.json else sys.stdout)
 
 
 def _f(x: float | None, signed: bool = False) -> str:
