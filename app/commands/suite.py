@@ -197,9 +197,14 @@ def _ray_suite(args, tasks: list[str]) -> int:
         print(f"tttr suite: interrupted; the tasks merged so far are kept in {args.db}; the others were cancelled "
               f"(tttr suite --resume {suite_id} --db {args.db} --ray finishes them)", file=sys.stderr)
         return 130
+    return _finished(args.db, suite_id, total, runs)
+
+
+def _finished(db, suite_id: str, total: int, runs) -> int:
+    """The last line of a Ray or program suite: how many of its runs completed, and how to read them."""
     complete = sum(r.status == "complete" for r in runs)
-    print(f"suite {suite_id}: {complete} of {total} runs complete in {args.db}; "
-          f"read them with: tttr stats --db {args.db} --suite {suite_id}")
+    print(f"suite {suite_id}: {complete} of {total} runs complete in {db}; "
+          f"read them with: tttr stats --db {db} --suite {suite_id}")
     return 0
 
 
@@ -231,10 +236,7 @@ def _program_suite(args, tasks: list[str]) -> int:
         print(f"tttr suite: interrupted; the finished runs are kept in {args.db}, the one in flight is marked "
               f"incomplete (tttr suite --resume {suite_id} --db {args.db} -- ... finishes it)", file=sys.stderr)
         return 130
-    complete = sum(r.status == "complete" for r in runs)
-    print(f"suite {suite_id}: {complete} of {total} runs complete in {args.db}; "
-          f"read them with: tttr stats --db {args.db} --suite {suite_id}")
-    return 0
+    return _finished(args.db, suite_id, total, runs)
 
 
 def _same_label(args, tasks: list[str]) -> str | None:
