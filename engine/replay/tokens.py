@@ -58,11 +58,7 @@ class Tokens:
         p = mutation.site.pos
         self.replayed(step, tokens[:p], logits[:p])
         token_id = mutation.value
-        at_p = logits[p] if p < len(logits) else None
-        self.emit(step, p, {
-            "id": token_id, "text": self.tokenizer.decode([token_id]), "forced": True, "mutated": True,
-            "logprob": _logprob_of(at_p or {}, token_id), "rng": [d.seed, d.rng_step, p],
-        }, at_p)
+        self._emit_mutated(step, d, p, token_id, logits[p] if p < len(logits) else None)
         return [tv["id"] for tv in tokens[:p]] + [token_id]
 
     def whole(self, step: int, text: str, stops: tuple[str, ...], logits: list[dict],
@@ -78,12 +74,16 @@ class Tokens:
         if not stops and self._stop_ids() and (not ids or ids[-1] not in self._stop_ids()):
             ids.append(self._stop_ids()[0])
         for pos, token_id in enumerate(ids):
-            at_p = logits[0] if pos == 0 and logits else None
-            self.emit(step, pos, {
-                "id": token_id, "text": self.tokenizer.decode([token_id]), "forced": True, "mutated": True,
-                "logprob": _logprob_of(at_p or {}, token_id), "rng": [d.seed, d.rng_step, pos],
-            }, at_p)
+            self._emit_mutated(step, d, pos, token_id, logits[0] if pos == 0 and logits else None)
         return ids
+
+    def _emit_mutated(self, step: int, d: Draws, pos: int, token_id: int, logits: dict | None) -> None:
+        """A token a fork put at `pos` (forced, mutated), its logprob read from the recorded
+        logits there when the context is the recording's."""
+        self.emit(step, pos, {
+            "id": token_id, "text": self.tokenizer.decode([token_id]), "forced": True, "mutated": True,
+            "logprob": _logprob_of(logits or {}, token_id), "rng": [d.seed, d.rng_step, pos],
+        }, logits)
 
     def generated(self, step: int, ids: list[int], forced: list[int], max_tokens: int,
                   stops: tuple[str, ...], draws: Draws | None = None) -> list:
