@@ -240,11 +240,12 @@ _RESERVED_ENV = ("TTTR_", "LD_")  # the sandbox's own: a run cannot start withou
 def _setup_value(store, run_id: int, at: Site, text: str) -> dict:
     """A setup value's new text: a start-tree file's (`setup:file:PATH`) or a variable's
     (`setup:env:NAME`), checked against the run's recorded setup."""
-    setup = store.event_at(run_id, site(-1, "setup"))
-    if setup is None or setup.problem or not isinstance(setup.value, dict) or not setup.value.get("tree"):
-        why = f"its setup is unreadable ({visible(setup.problem, newlines=False)})" if setup is not None and setup.problem \
-            else "it has no recorded start tree"
-        raise MutationError(f"run {run_id}: {why}, so {at} cannot be changed")
+    setup = store.event_at(run_id, str(Site(at.step, "setup")))
+    if setup is not None and setup.problem:
+        raise MutationError(f"run {run_id}: its setup is unreadable ({visible(setup.problem, newlines=False)}), "
+                            f"so {at} cannot be changed")
+    if setup is None or not isinstance(setup.value, dict) or not setup.value.get("tree"):
+        raise MutationError(f"run {run_id}: it has no recorded start tree, so {at} cannot be changed")
     value = _text_value(text, f"{at.name} text")
     if at.name == "env":
         if not _ENV_NAME.match(at.arg) or at.arg.startswith(_RESERVED_ENV):
