@@ -94,3 +94,59 @@ def test_a_program_suite_over_ray_and_a_program_no_worker_has(cluster, tmp_path,
                  "--ray", cluster.address, "--", "no-such-agent-anywhere"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) >= 1 and err[-1].startswith("tttr: error: on a worker: program 'no-such-agent-anywhere'"), err
+
+
+SLOW_AGENT = AGENT.replace("open(", "import time\ntime.sleep(1.0)\nopen(", 1)  # a window to be killed in
+
+
+def _kill_one_shard_worker(seen: list, stop) -> None:
+    """Once: SIGKILL the Ray worker process (`ray::run_shard`) that is running the program
+    `agent.py` of some shard, mid-run."""
+    import psutil
+
+    while not stop.is_set():
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                if not any(a.endswith("agent.py") for a in proc.info["cmdline"] or ()):
+                    continue
+                worker = next((p for p in proc.parents() if " ".join(p.cmdline()).startswith("ray::run_shard")), None)
+            except psutil.Error:
+                continue
+            if worker is not None:
+                seen.append(worker.pid)
+                worker.kill()
+                return
+        stop.wait(0.05)
+
+
+def test_a_shard_whose_worker_dies_runs_again_and_merges_once(cluster, tmp_path, monkeypatch, capsys):
+    import threading
+
+    task = tmp_path / "tasks" / "say"
+    task.mkdir(parents=True)
+    (task / "instruction.md").write_text("Say one word.\n")
+    (task / "check.sh").write_text("[ -s answer.txt ]\n")
+    (tmp_path / "agent.py").write_text(SLOW_AGENT)
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "d.db"
+    killed: list = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_one_shard_worker, args=(killed, stop), daemon=True)
+    killer.start()
+    try:
+        assert main(["suite", "--tasks-dir", str(tmp_path / "tasks"), "--runs", "2", "--db", str(db), "--ray",
+                     cluster.address, "--", "python3", "agent.py"]) == 0
+    finally:
+        stop.set()
+        killer.join()
+    assert len(killed) == 1  # a worker was killed while its program ran
+    err = capsys.readouterr().err
+    assert "its worker died" in err and "attempt 2 of 3" in err, err
+    with Store.open(db, readonly=True, create=False) as store:
+        runs = store.runs()
+        keys = [(r.meta["suite"]["task"], r.meta["suite"]["condition"], r.meta["suite"]["index"]) for r in runs]
+        assert len(keys) == len(set(keys)) == 6  # every run once: the dead shard's runs are not in it
+        assert all(r.status == "complete" and r.outcome["passed"] for r in runs)
+        assert len({r.meta["merged_from"]["db"] for r in runs}) == 1  # only the shard that finished was merged
+        ids = {r.id for r in runs}
+        assert all(r.meta["suite"]["anchor"] in ids for r in runs if r.meta["suite"]["condition"] != "free")

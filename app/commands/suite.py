@@ -163,7 +163,9 @@ def _progress_line(f) -> str:
     from tttr.sessions.safe_text import visible
 
     what = f"[{f.done}/{f.total}] {f.task} {f.condition} #{f.index}"
-    if f.error is not None:
+    if f.retry is not None:
+        line = f"{what}: {f.retry}"
+    elif f.error is not None:
         line = f"{what}: failed: {f.error}"
     elif f.run is None:
         line = f"{what}: not stored"

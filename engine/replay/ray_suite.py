@@ -4,7 +4,10 @@ The suite is sharded by task: one Ray task per suite task runs `run_suite` for t
 (its free runs, then the replays of its anchor, `--batch` at a time through one engine) into
 a database of its own on the worker, and returns the file. The driver merges each file into
 the suite's database as it arrives (`sessions.merge`), so a shard that dies half way leaves
-nothing in it, and Ray runs the shard again elsewhere (`max_retries`). A worker process keeps
+nothing in it: its database dies with it (or is left in the worker's temporary folder), never
+read. The driver runs a shard whose worker or node died again, elsewhere if Ray will
+(`SHARD_RETRIES` times, each said on the progress line: `Finished.retry`), rather than Ray's
+silent `max_retries`; a shard that raised (the user's mistake, a bug) is not run again. A worker process keeps
 its model loaded between the shards it runs. The seeds of free runs follow from `--seed`
 (task, index), so the runs are those of the single-machine suite given the same seed.
 
@@ -166,9 +169,10 @@ def run_suite_on_ray(
                 "program": list(program) if program else None, "cwd": str(Path.cwd()), "timeout_s": timeout_s}
     env = {k: os.environ[k] for k in (TASKS_PATH_ENV, "TTTR_MODEL") if k in os.environ}
     start_ray(address, runtime_env={"env_vars": env} if env else None, **(init_kwargs or {}))
-    shard = ray.remote(max_retries=SHARD_RETRIES, num_cpus=1)(run_shard)
+    shard = ray.remote(max_retries=0, num_cpus=1)(run_shard)  # retried here, where the retry is seen
     snap_ref = ray.put(snapshot) if snapshot is not None else None
     pending = {shard.remote(t, snap_ref, settings): t for t in tasks}
+    attempts = dict.fromkeys(tasks, 1)
     finished = []
     total = len(tasks) * runs * 4
     try:
@@ -192,7 +196,16 @@ def run_suite_on_ray(
                     progress(Finished(len(finished) + 1, total, task, "all", 0, None,
                                       f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"))
                 continue
-            except Exception as exc:  # noqa: BLE001 - a shard that failed its retries: said, the rest go on
+            except Exception as exc:  # noqa: BLE001 - its worker or node died: again, or said and the rest go on
+                why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                if attempts[task] <= SHARD_RETRIES:
+                    attempts[task] += 1
+                    pending[shard.remote(task, snap_ref, settings)] = task
+                    if progress is not None:
+                        progress(Finished(len(finished), total, task, "all", 0, None,
+                                          retry=f"its worker died ({why}); running it again, attempt "
+                                                f"{attempts[task]} of {SHARD_RETRIES + 1}"))
+                    continue
                 if progress is not None:
                     progress(Finished(len(finished) + 1, total, task, "all", 0, None,
                                       f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"))

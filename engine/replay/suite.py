@@ -57,6 +57,7 @@ class Finished:
     index: int
     run: SuiteRun | None
     error: str | None = None
+    retry: str | None = None  # a shard run again (its worker died): why, and which attempt; nothing stored
 
 
 def _now_utc() -> datetime:
