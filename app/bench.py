@@ -67,13 +67,13 @@ def generate(path: Path, events: int = 100_000, *, seed: int = 0, tokens_per_ste
             sampling={"temperature": 0.7, "top_p": 1.0, "top_k": 0}, seed=seed,
             fingerprint={"device": "cpu"}, meta={"clock": clock.isoformat(), "synthetic": True},
         )
-        store.append(run, -1, "trace", "clock", "setup:clock", {"t": clock.isoformat()})
-        store.append(run, -1, "trace", "setup", "setup:setup",
+        store.append(run, "setup:clock", {"t": clock.isoformat()})
+        store.append(run, "setup:setup",
                      {"task": "rotate-logs", "clock": clock.isoformat(), "tree": _hex(rng, 64), "snapshot": None})
         store.commit_step(run)
         tree = _hex(rng, 64)
         for step in range(steps):
-            store.append(run, step, "agent", "prompt", f"{step}:prompt",
+            store.append(run, f"{step}:prompt",
                          {"ids_digest": _hex(rng, 16), "n_tokens": 300 + step * 40})
             text = []
             for pos in range(tokens_per_step):
@@ -81,27 +81,27 @@ def generate(path: Path, events: int = 100_000, *, seed: int = 0, tokens_per_ste
                 word = WORDS[rng.randrange(len(WORDS))]
                 text.append(word)
                 lp = -round(rng.random() * 2, 3)
-                store.append(run, step, "token", "token", f"{step}:token:{pos}",
+                store.append(run, f"{step}:token:{pos}",
                              {"id": tid, "text": word, "forced": False, "logprob": lp, "rng": [seed, step, pos]})
                 topk = [[tid, lp]] + [[rng.randrange(49152), lp - 0.5 * (k + 1)] for k in range(4)]
-                store.append(run, step, "tensor", "logits", f"{step}:logits:{pos}",
+                store.append(run, f"{step}:logits:{pos}",
                              {"digest": _hex(rng, 16), "topk": topk, "batch": [4, [rng.randrange(4)]],
                               "mode": "invariant"})
             cmd = commands[step % len(commands)]
-            store.append(run, step, "agent", "message", f"{step}:message", {"text": "".join(text)})
-            store.append(run, step, "agent", "action", f"{step}:action", {"cmd": cmd})
+            store.append(run, f"{step}:message", {"text": "".join(text)})
+            store.append(run, f"{step}:action", {"cmd": cmd})
             clock += timedelta(seconds=3)
-            store.append(run, step, "trace", "clock", f"{step}:clock", {"t": clock.isoformat()})
+            store.append(run, f"{step}:clock", {"t": clock.isoformat()})
             before, tree = tree, _hex(rng, 64) if step % 3 == 0 else tree
             out = "\n".join(f"-rw-r--r-- 1 agent agent {rng.randrange(99999):>5} app-{i}.log" for i in range(8))
-            store.append(run, step, "trace", "tool", f"{step}:tool", {
+            store.append(run, f"{step}:tool", {
                 "cmd": cmd, "cwd": "/work", "env": {"HOME": "/work", "TZ": "UTC", "PATH": "/usr/bin:/bin"},
                 "stdout": out, "stderr": "", "exit_code": 0, "duration_ms": rng.randrange(2, 40),
                 "stdout_size": len(out), "stderr_size": 0, "truncated": False,
                 "tree_before": before, "tree_after": tree, "snapshot": None,
             })
             store.commit_step(run)
-        store.append(run, steps - 1, "agent", "outcome", f"{steps - 1}:outcome",
+        store.append(run, f"{steps - 1}:outcome",
                      {"passed": True, "checker_exit": 0, "checker_output": "ok"})
         store.commit_step(run)
         store.finish_run(run, "complete", {"passed": True, "checker_exit": 0, "checker_output": "ok"})
@@ -216,9 +216,9 @@ def generate_runs(path: Path, runs: int = 50_000, *, seed: int = 0) -> None:
                 run = store.begin_run(**common)
             for step in steps:
                 cmd = COMMANDS[rng.randrange(len(COMMANDS))]
-                store.append(run, step, "trace", "clock", f"{step}:clock", {"t": f"2026-11-29T10:00:0{step}"})
-                store.append(run, step, "agent", "action", f"{step}:action", {"cmd": cmd})
-                store.append(run, step, "trace", "tool", f"{step}:tool", {"cmd": cmd, "stdout": "ok\n", "exit_code": 0})
+                store.append(run, f"{step}:clock", {"t": f"2026-11-29T10:00:0{step}"})
+                store.append(run, f"{step}:action", {"cmd": cmd})
+                store.append(run, f"{step}:tool", {"cmd": cmd, "stdout": "ok\n", "exit_code": 0})
                 store.commit_step(run)
             store.finish_run(run, "complete", {"passed": rng.random() < 0.7, "checker_exit": 0})
             done.append(run)
@@ -261,7 +261,7 @@ def generate_writes(path: Path, writes: int = 1_000, files: int = 100) -> int:
             return store.put_blob(manifest_bytes([tree[p] for p in sorted(tree)]))
 
         start = manifest()
-        store.append(run, -1, "trace", "setup", "setup:setup", {"task": "write-line", "tree": start, "snapshot": start})
+        store.append(run, "setup:setup", {"task": "write-line", "tree": start, "snapshot": start})
         store.commit_step(run)
         before = start
         for step in range(writes):
@@ -269,8 +269,8 @@ def generate_writes(path: Path, writes: int = 1_000, files: int = 100) -> int:
             tree[name] = Entry(name, "f", 0o644, step * 1_000_000_000, 20 + step, hashlib.sha256(b"%d" % step).hexdigest())
             after = manifest()
             cmd = f"echo {step} > {name}"
-            store.append(run, step, "agent", "action", f"{step}:action", {"cmd": cmd})
-            store.append(run, step, "trace", "tool", f"{step}:tool", {
+            store.append(run, f"{step}:action", {"cmd": cmd})
+            store.append(run, f"{step}:tool", {
                 "cmd": cmd, "stdout": "", "stderr": "", "exit_code": 0, "duration_ms": 3,
                 "tree_before": before, "tree_after": after, "snapshot": after})
             store.commit_step(run)

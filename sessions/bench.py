@@ -97,7 +97,7 @@ def bench_append(path: Path, events: int, per_step: int = 50, as_json: bool = Fa
         if step != last:
             commit(run)
             last = step
-        append(run, step, "token", "token", site, v)
+        append(run, site, v)
     store.finish_run(run, "complete", {"passed": True})
     store.close()  # its final WAL checkpoint is part of the cost
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -113,15 +113,15 @@ def build_window_db(path: Path, events: int) -> int:
         step, written = 0, 0
         while written < events:
             a = store.append
-            a(run, step, "trace", "clock", f"{step}:clock", {"t": f"2026-11-29T10:{step % 60:02d}:00"})
-            a(run, step, "agent", "prompt", f"{step}:prompt",
+            a(run, f"{step}:clock", {"t": f"2026-11-29T10:{step % 60:02d}:00"})
+            a(run, f"{step}:prompt",
               {"ids_digest": hashlib.sha256(str(step).encode()).hexdigest(), "n_tokens": 300 + step, "text": "…"})
             for pos in range(POSITIONS_PER_STEP):
-                a(run, step, "tensor", "logits", f"{step}:logits:{pos}", values.logits())
-                a(run, step, "token", "token", f"{step}:token:{pos}", values.token(seed, step, pos))
-            a(run, step, "agent", "message", f"{step}:message", {"text": "```bash\nls -la logs\n```"})
-            a(run, step, "agent", "action", f"{step}:action", {"cmd": "ls -la logs"})
-            a(run, step, "trace", "tool", f"{step}:tool",
+                a(run, f"{step}:logits:{pos}", values.logits())
+                a(run, f"{step}:token:{pos}", values.token(seed, step, pos))
+            a(run, f"{step}:message", {"text": "```bash\nls -la logs\n```"})
+            a(run, f"{step}:action", {"cmd": "ls -la logs"})
+            a(run, f"{step}:tool",
               {"cmd": "ls -la logs", "cwd": "/work", "env": {"HOME": "/root"}, "stdout": "a.log\nb.log\n",
                "stderr": "", "exit_code": 0, "duration_ms": 9, "stdout_size": 12, "stderr_size": 0,
                "truncated": False, "tree_before": "ab" * 32, "tree_after": "ab" * 32, "snapshot": None})

@@ -24,7 +24,7 @@ from typing import Any, Iterator, NamedTuple
 from . import blobs, codec, liveness, opening, run_list, safe_text, schema, values
 from .records import Event, Run
 from .run_list import RunLink, RunRow
-from .vocabulary import LAYERS, canonical_site, site_parts
+from .vocabulary import KIND_LAYER, KINDS, LAYERS, canonical_site, site_parts
 from .errors import StoreError
 
 __all__ = ["Store", "StoreError", "Run", "Event", "RawEvent", "RunLink", "RunRow", "LAYERS", "STATUSES"]
@@ -263,16 +263,36 @@ class Store:
             raise StoreError(f"run {run_id} is not being recorded by this store; append to the id begin_run returned")
         return rec
 
-    def append(self, run_id: int, step: int, layer: str, kind: str, site: str, value: Any) -> int:
-        """Buffer one event of the step in flight; returns its seq. Written by commit_step."""
+    def append(self, run_id: int, site: str, value: Any) -> int:
+        """Buffer the value consumed at `site` (`2:tool`, `setup:clock`, `2:token:5`) in the
+        step in flight; returns its seq. Written by commit_step. The event's step, kind and
+        layer are the site's (`vocabulary.site_parts`, `KIND_LAYER`): a site outside the
+        grammar, or of a kind outside the vocabulary, is refused (`append_event` writes one)."""
+        parts = site_parts(site) if type(site) is str else None
+        layer = KIND_LAYER.get(parts[1]) if parts is not None else None
+        if layer is None:
+            why = "is not STEP:KIND or STEP:KIND:POS" if parts is None else f"names the kind {parts[1]!r}, not one of {', '.join(KINDS)}"
+            raise StoreError(f"site {safe_text.visible(str(site)[:60], newlines=False)!r} {why}; "
+                             "write it with tttr.sessions.vocabulary.site(step, kind, pos)")
+        step, kind, pos = parts
+        return self._buffer(run_id, step, layer, kind, site, pos, None, value)  # the site is its parts: stored as pos
+
+    def append_event(self, run_id: int, step: int, layer: str, kind: str, site: str, value: Any) -> int:
+        """`append` with the event's step, layer and kind given, not derived from its site:
+        for foreign data (an imported or hand-made row whose site or kind is outside the
+        grammar). Buffers the event; returns its seq."""
+        if type(step) is not int or type(site) is not str:
+            raise StoreError(f"step must be an int and site a str, not {step!r} and {site!r}")
+        pos, verbatim = codec.split_site(site, step, kind)
+        return self._buffer(run_id, step, layer, kind, site, pos, verbatim, value)
+
+    def _buffer(self, run_id: int, step: int, layer: str, kind: str, site: str, pos: int | None,
+                verbatim: str | None, value: Any) -> int:
         with self._lock:
             rec = self._recording.get(run_id) or self._recorder(run_id)
             code = self._codes.get((layer, kind))
             if code is None:
                 code = self._new_kind(layer, kind)
-            if type(step) is not int or type(site) is not str:
-                raise StoreError(f"step must be an int and site a str, not {step!r} and {site!r}")
-            pos, verbatim = codec.split_site(site, step, kind)
             try:
                 stored = codec.encode(kind, value, rec.seed, step, pos)
             except ValueError as exc:

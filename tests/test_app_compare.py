@@ -38,7 +38,7 @@ def _fork(path, parent: int, at: str, mutation=None) -> int:
                          "mutated": True}
             elif e.kind == "clock" and e.step == step and e.step == later[-1].step:
                 value = {"t": "2027-01-01T00:00:00"}
-            store.append(child, e.step, e.layer, e.kind, e.site, value)
+            store.append(child, e.site, value)
         store.commit_step(child)
         store.finish_run(child, "complete", {"passed": False})
     return child

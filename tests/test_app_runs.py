@@ -33,14 +33,14 @@ def build(path) -> dict[str, int]:
         parent = record(store, steps=4)
         fork = store.begin_run(task="t", parent=parent, fork_site="2:token:3",
                                mutation={"site": "2:token:3", "input": "x", "value": 999}, seed=SEED)
-        store.append(fork, 2, "token", "token", "2:token:3", token(2, 3, tid=999))
+        store.append(fork, "2:token:3", token(2, 3, tid=999))
         store.commit_step(fork)
         record_step(store, fork, 3, positions=2)
         store.finish_run(fork, "complete", {"passed": False, "checker_exit": 1, "checker_output": "no"})
         cancelled = store.begin_run(task="t", parent=fork, fork_site="3:clock",
                                     mutation={"site": "3:clock", "input": "+1d", "value": "2026-11-30T10:03:00"},
                                     seed=SEED)
-        store.append(cancelled, 3, "trace", "clock", "3:clock", {"t": "2026-11-30T10:03:00"})
+        store.append(cancelled, "3:clock", {"t": "2026-11-30T10:03:00"})
         store.commit_step(cancelled)
         store.finish_run(cancelled, "incomplete", CANCELLED)
         replay = store.begin_run(task="t", parent=parent, fork_seq=0, meta={"replay": {"free": ["tensor"]}}, seed=SEED)
@@ -426,7 +426,7 @@ def _copy_as_replay(store, source: int, parent: int) -> int:
     for e in store.events(source):
         if step is not None and e.step != step:
             store.commit_step(replay)
-        store.append(replay, e.step, e.layer, e.kind, e.site, e.value)
+        store.append(replay, e.site, e.value)
         step = e.step
     store.commit_step(replay)
     store.finish_run(replay, "complete", store.run(source).outcome)

@@ -78,7 +78,7 @@ def test_a_prompt_that_encodes_to_its_recorded_digest_reads_verified(tmp_path, m
         run = store.begin_run(task="rotate-logs", model_id="m", kernel_mode="invariant", sampling={}, seed=0,
                               fingerprint={}, meta={})
         first = FakeTokenizer().apply_chat_template([{"role": "user", "content": "x"}])
-        store.append(run, 0, "agent", "prompt", "0:prompt", {"ids_digest": "0" * 32, "n_tokens": len(first)})
+        store.append(run, "0:prompt", {"ids_digest": "0" * 32, "n_tokens": len(first)})
         store.commit_step(run)
         store.finish_run(run, "complete", {"passed": True})
         # the digest the rebuild will produce, written as the recorder would have
@@ -90,7 +90,7 @@ def test_a_prompt_that_encodes_to_its_recorded_digest_reads_verified(tmp_path, m
     try:
         run = store.begin_run(task="rotate-logs", model_id="m", kernel_mode="invariant", sampling={}, seed=0,
                               fingerprint={}, meta={})
-        store.append(run, 0, "agent", "prompt", "0:prompt",
+        store.append(run, "0:prompt",
                      {"ids_digest": ids_digest(FakeTokenizer().encode(rebuilt.text)), "n_tokens": rebuilt.n_tokens})
         store.commit_step(run)
         store.finish_run(run, "complete", {"passed": True})
@@ -128,19 +128,19 @@ def _record(store, *, clock, tree, outcome, parent=None, mutation=None) -> int:
     run = store.begin_run(task="rotate-logs", model_id="m", kernel_mode="invariant", sampling={}, seed=0,
                           fingerprint={}, meta={}, parent=parent,
                           fork_site=mutation["site"] if mutation else None, mutation=mutation)
-    store.append(run, -1, "trace", "clock", "-1:clock", {"t": clock})  # as older databases spell the setup step
-    store.append(run, -1, "trace", "setup", "-1:setup", {"task": "rotate-logs", "clock": clock, "tree": tree,
+    store.append(run, "-1:clock", {"t": clock})  # as older databases spell the setup step
+    store.append(run, "-1:setup", {"task": "rotate-logs", "clock": clock, "tree": tree,
                                                          "snapshot": None})
     store.commit_step(run)
     for step, cmd in enumerate(STEPS):
-        store.append(run, step, "agent", "prompt", f"{step}:prompt", {"ids_digest": "0" * 32, "n_tokens": 40})
+        store.append(run, f"{step}:prompt", {"ids_digest": "0" * 32, "n_tokens": 40})
         for pos, word in enumerate(("ok", "\n")):
-            store.append(run, step, "token", "token", f"{step}:token:{pos}",
+            store.append(run, f"{step}:token:{pos}",
                          {"id": pos, "text": word, "forced": False, "logprob": -0.1, "rng": [0, step, pos]})
-        store.append(run, step, "agent", "message", f"{step}:message", {"text": "ok\n"})
-        store.append(run, step, "agent", "action", f"{step}:action", {"cmd": cmd})
-        store.append(run, step, "trace", "clock", f"{step}:clock", {"t": f"2026-03-02T10:00:0{step + 1}"})
-        store.append(run, step, "trace", "tool", f"{step}:tool", {
+        store.append(run, f"{step}:message", {"text": "ok\n"})
+        store.append(run, f"{step}:action", {"cmd": cmd})
+        store.append(run, f"{step}:clock", {"t": f"2026-03-02T10:00:0{step + 1}"})
+        store.append(run, f"{step}:tool", {
             "cmd": cmd, "cwd": "/work", "stdout": "app.log\n", "stderr": "", "exit_code": 0, "duration_ms": 3,
             "stdout_size": 8, "stderr_size": 0, "truncated": False, "tree_before": tree, "tree_after": tree,
             "snapshot": None})

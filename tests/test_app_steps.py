@@ -35,22 +35,22 @@ def failed_db(tmp_path_factory):
     path = tmp_path_factory.mktemp("failed") / "failed.db"
     store = Store.open(path, create=True)
     run = store.begin_run(task="write-line", model_id="m", kernel_mode="invariant", seed=1)
-    store.append(run, -1, "trace", "clock", "setup:clock", {"t": "2026-01-01T10:00:00"})
-    store.append(run, -1, "trace", "setup", "setup:setup", {"task": "write-line", "clock": "2026-01-01T10:00:00",
+    store.append(run, "setup:clock", {"t": "2026-01-01T10:00:00"})
+    store.append(run, "setup:setup", {"task": "write-line", "clock": "2026-01-01T10:00:00",
                                                              "tree": "ab" * 32, "snapshot": None})
     store.commit_step(run)
-    store.append(run, 0, "agent", "prompt", "0:prompt", {"ids_digest": "cd" * 8, "n_tokens": 12})
-    store.append(run, 0, "token", "token", "0:token:0", {"id": 93, "text": " goodbye", "forced": False,
+    store.append(run, "0:prompt", {"ids_digest": "cd" * 8, "n_tokens": 12})
+    store.append(run, "0:token:0", {"id": 93, "text": " goodbye", "forced": False,
                                                           "logprob": -0.5, "rng": [1, 0, 0]})
-    store.append(run, 0, "tensor", "logits", "0:logits:0", {"digest": "ef" * 8, "topk": [[93, -0.5], [5167, -1.2]],
+    store.append(run, "0:logits:0", {"digest": "ef" * 8, "topk": [[93, -0.5], [5167, -1.2]],
                                                              "batch": [1, [0]], "mode": "invariant"})
-    store.append(run, 0, "agent", "message", "0:message", {"text": "echo goodbye > greet.txt"})
-    store.append(run, 0, "agent", "action", "0:action", {"cmd": "echo goodbye > greet.txt"})
-    store.append(run, 0, "trace", "clock", "0:clock", {"t": "2026-01-01T10:00:03"})
-    store.append(run, 0, "trace", "tool", "0:tool", {"cmd": "echo goodbye > greet.txt", "stdout": "", "stderr": "",
+    store.append(run, "0:message", {"text": "echo goodbye > greet.txt"})
+    store.append(run, "0:action", {"cmd": "echo goodbye > greet.txt"})
+    store.append(run, "0:clock", {"t": "2026-01-01T10:00:03"})
+    store.append(run, "0:tool", {"cmd": "echo goodbye > greet.txt", "stdout": "", "stderr": "",
                                                      "exit_code": 0, "duration_ms": 4})
     outcome = {"passed": False, "checker_exit": 1, "checker_output": "no file greeting.txt"}
-    store.append(run, 0, "agent", "outcome", "0:outcome", outcome)
+    store.append(run, "0:outcome", outcome)
     store.commit_step(run)
     store.finish_run(run, "complete", outcome)
     store.close()

@@ -158,16 +158,16 @@ def _run(store, *, seed=1, task="today-report", model="m", kernels="invariant", 
     rid = store.begin_run(task=task, model_id=model, kernel_mode=kernels, seed=seed,
                           sampling={"temperature": 0.7, "top_p": 1.0, "top_k": 0},
                           fingerprint={"kernels_revision": revision})
-    store.append(rid, -1, "trace", "clock", "setup:clock", {"t": "2026-11-29T10:00:00"})
-    store.append(rid, -1, "trace", "setup", "setup:setup", {"tree": tree0, "clock": "2026-11-29T10:00:00"})
+    store.append(rid, "setup:clock", {"t": "2026-11-29T10:00:00"})
+    store.append(rid, "setup:setup", {"tree": tree0, "clock": "2026-11-29T10:00:00"})
     store.commit_step(rid)
     for step, clock in enumerate(clocks):
-        store.append(rid, step, "agent", "prompt", f"{step}:prompt", {"ids_digest": "P0" if step == 0 else prompt1})
+        store.append(rid, f"{step}:prompt", {"ids_digest": "P0" if step == 0 else prompt1})
         for pos, tid in enumerate((1, 2) if step == 0 else tokens1):
-            store.append(rid, step, "token", "token", f"{step}:token:{pos}", {"id": tid, "text": f"t{tid}"})
-        store.append(rid, step, "agent", "action", f"{step}:action", {"cmd": f"ls {step}"})
-        store.append(rid, step, "trace", "clock", f"{step}:clock", {"t": clock})
-        store.append(rid, step, "trace", "tool", f"{step}:tool",
+            store.append(rid, f"{step}:token:{pos}", {"id": tid, "text": f"t{tid}"})
+        store.append(rid, f"{step}:action", {"cmd": f"ls {step}"})
+        store.append(rid, f"{step}:clock", {"t": clock})
+        store.append(rid, f"{step}:tool",
                      {"cmd": f"ls {step}", "cwd": "/work", "exports": {}, "tree_before": tree0,
                       "tree_after": tree0, "stdout": out if step == 0 else "", "stderr": "", "exit_code": 0})
         store.commit_step(rid)

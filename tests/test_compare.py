@@ -16,7 +16,7 @@ def _suite_run(store, suite, label, task, index, passed, seed, tree="T" * 64, co
     rid = store.begin_run(task=task, model_id="m", kernel_mode="invariant", seed=seed,
                           meta={"suite": {"id": suite, "condition": cond, "index": index, "anchor": None,
                                           "settings": {"label": label, "runs": 2, "tasks": [task]}}})
-    store.append(rid, -1, "trace", "setup", "setup:setup", {"task": task, "tree": tree, "snapshot": None})
+    store.append(rid, "setup:setup", {"task": task, "tree": tree, "snapshot": None})
     store.commit_step(rid)
     store.finish_run(rid, "complete", {"passed": passed})
     return rid

@@ -25,7 +25,7 @@ from tttr.recorders.tasks import load_task
 from tttr.recorders.treestate import (SHOW_LIMIT, RunTrees, TreeStateError, diff_runs_at, diff_steps, file_text,
                                       text_diff, tree_at)
 from tttr.sessions.store import Store
-from tttr.sessions.vocabulary import KIND_LAYER, site
+from tttr.sessions.vocabulary import site
 
 pytestmark = needs_sandbox
 
@@ -62,7 +62,7 @@ def record_scripted(store, task: str, commands, *, tokenizer=None, parent: int |
     def add(step: int, kind: str, value, pos: int | None = None) -> None:
         nonlocal seq
         if fork_seq is None or seq >= fork_seq:
-            store.append(run, step, KIND_LAYER[kind], kind, site(step, kind, pos), value)
+            store.append(run, site(step, kind, pos), value)
         seq += 1
 
     try:

@@ -450,8 +450,8 @@ def test_snapshot_diffs_load_deferred_and_file_names_are_shown_safely(tmp_path):
     try:
         a, b = snapshot(before_dir, store), snapshot(after_dir, store)
         run_id = store.begin_run(task="t", model_id="m", kernel_mode="invariant", seed=1)
-        store.append(run_id, -1, "trace", "setup", "-1:setup", {"snapshot": a, "tree": "t0"})
-        store.append(run_id, 0, "trace", "tool", "0:tool", {
+        store.append(run_id, "-1:setup", {"snapshot": a, "tree": "t0"})
+        store.append(run_id, "0:tool", {
             "cmd": "touch x", "stdout": "", "stderr": "", "exit_code": 0, "duration_ms": 1,
             "tree_before": "t0", "tree_after": "t1", "snapshot": b})
         store.commit_step(run_id)

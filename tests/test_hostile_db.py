@@ -43,27 +43,27 @@ def _write_run(store: Store, cmds: list[str], model_id: str = "m") -> int:
         sampling={"temperature": 0.7, "top_p": 1.0, "top_k": 0},
         meta={"clock": CLOCK, "limits": {"max_steps": 6, "max_message_tokens": 48}},
     )
-    store.append(rid, -1, "trace", "clock", "-1:clock", {"t": CLOCK})
-    store.append(rid, -1, "trace", "setup", "-1:setup", {"task": TASK, "clock": CLOCK, "tree": "0" * 64, "snapshot": None})
+    store.append(rid, "-1:clock", {"t": CLOCK})
+    store.append(rid, "-1:setup", {"task": TASK, "clock": CLOCK, "tree": "0" * 64, "snapshot": None})
     store.commit_step(rid)
     for s, cmd in enumerate(cmds):
-        store.append(rid, s, "agent", "prompt", f"{s}:prompt", {"ids_digest": "ab" * 16, "n_tokens": 100})
+        store.append(rid, f"{s}:prompt", {"ids_digest": "ab" * 16, "n_tokens": 100})
         for p in range(2):
-            store.append(rid, s, "token", "token", f"{s}:token:{p}",
+            store.append(rid, f"{s}:token:{p}",
                          {"id": 10 + p, "text": "x", "forced": False, "logprob": -0.5, "rng": [SEED, s, p]})
-            store.append(rid, s, "tensor", "logits", f"{s}:logits:{p}",
+            store.append(rid, f"{s}:logits:{p}",
                          {"digest": "cd" * 16, "topk": [[10 + p, -0.5]], "batch": [1, [0]], "mode": "invariant"})
-        store.append(rid, s, "agent", "message", f"{s}:message", {"text": f"```bash\n{cmd}\n```"})
-        store.append(rid, s, "agent", "action", f"{s}:action", {"cmd": cmd})
-        store.append(rid, s, "trace", "clock", f"{s}:clock", {"t": f"2026-03-01T09:00:0{s + 1}"})
-        store.append(rid, s, "trace", "tool", f"{s}:tool", {
+        store.append(rid, f"{s}:message", {"text": f"```bash\n{cmd}\n```"})
+        store.append(rid, f"{s}:action", {"cmd": cmd})
+        store.append(rid, f"{s}:clock", {"t": f"2026-03-01T09:00:0{s + 1}"})
+        store.append(rid, f"{s}:tool", {
             "cmd": cmd, "cwd": "/work", "exports": {}, "env": {}, "stdout": f"out {s}\n", "stderr": "",
             "exit_code": 0, "tree_before": "0" * 64, "tree_after": "0" * 64, "snapshot": None,
         })
         store.commit_step(rid)
     last = len(cmds) - 1
     outcome = {"passed": True, "checker_exit": 0, "checker_output": "", "tree": "0" * 64, "clock": CLOCK}
-    store.append(rid, last, "agent", "outcome", f"{last}:outcome", outcome)
+    store.append(rid, f"{last}:outcome", outcome)
     store.finish_run(rid, "complete", outcome)
     return rid
 

@@ -26,13 +26,13 @@ def _suite_db(path, suite, label, blob=b"shared blob", n=2):
             rid = s.begin_run(task="write-line", model_id="m", seed=7 + i, meta=meta,
                               parent=first, fork_seq=0 if first else None)
             for step in range(2):
-                s.append(rid, step, "trace", "tool", f"{step}:tool", {"cmd": f"echo {i}.{step}", "blob": digest})
-                s.append(rid, step, "token", "token", f"{step}:token:0", {"id": step, "forced": False})
+                s.append(rid, f"{step}:tool", {"cmd": f"echo {i}.{step}", "blob": digest})
+                s.append(rid, f"{step}:token:0", {"id": step, "forced": False})
                 s.commit_step(rid)
             s.finish_run(rid, "complete", {"passed": i == 0})
             first = first or rid
         fork = s.begin_run(task="write-line", model_id="m", seed=7, parent=first, fork_seq=2, meta={"note": "fork"})
-        s.append(fork, 1, "trace", "tool", "1:tool", {"cmd": "echo forked"})
+        s.append(fork, "1:tool", {"cmd": "echo forked"})
         s.commit_step(fork)
         s.finish_run(fork, "complete", {"passed": False})
         s.begin_run(task="write-line", model_id="m", meta={})  # left recording: arrives incomplete
@@ -120,7 +120,7 @@ def test_merge_with_known_runs_copies_only_the_new_ones(tmp_path):
     with Store.open(worker) as s:
         child = s.begin_run(task="write-line", model_id="m", seed=7, parent=1, fork_seq=0,
                             meta={"suite": {"id": "s1", "condition": "pinned", "index": 1, "anchor": 1}})
-        s.append(child, 0, "trace", "tool", "0:tool", {"cmd": "echo again"})
+        s.append(child, "0:tool", {"cmd": "echo again"})
         s.commit_step(child)
         s.finish_run(child, "complete", {"passed": True})
     with Store.open(target, readonly=True, create=False) as t:

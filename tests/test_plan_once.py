@@ -73,13 +73,13 @@ def _served_run(store, answers=(["Hel", "lo"], ["Bye"])) -> int:
                           meta={"source": "tttr serve", "endpoint": "chat",
                                 "served_by": {"upstream": "http://127.0.0.1:9/v1"}})
     for step, words in enumerate(answers):
-        store.append(rid, step, "agent", "prompt", f"{step}:prompt",
+        store.append(rid, f"{step}:prompt",
                      {"endpoint": "chat", "request": {"messages": [{"role": "user", "content": "hi"}]},
                       "sampling": {"temperature": 0.0, "seed": 5}})
         for pos, w in enumerate(words):
-            store.append(rid, step, "token", "token", f"{step}:token:{pos}",
+            store.append(rid, f"{step}:token:{pos}",
                          {"id": 100 + pos, "text": w, "forced": False, "logprob": -0.5, "rng": [5, 0, pos]})
-        store.append(rid, step, "agent", "message", f"{step}:message", {"text": "".join(words), "tool_calls": []})
+        store.append(rid, f"{step}:message", {"text": "".join(words), "tool_calls": []})
         store.commit_step(rid)
     store.finish_run(rid, "complete", {"calls": len(answers)})
     return rid

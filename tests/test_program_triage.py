@@ -29,29 +29,29 @@ def program_run(store: Store, *, argv=ARGV, clock: str = "2026-03-02T10:01:00", 
     meta = {"source": "tttr record", "program": list(argv), "clock": "2026-03-02T10:00:00",
             **({"check": check} if check else {})}
     rid = store.begin_run(task=f"program:{argv[0]}", model_id="m", kernel_mode="invariant", seed=seed, meta=meta)
-    store.append(rid, -1, "trace", "clock", "setup:clock", {"t": "2026-03-02T10:00:00"})
-    store.append(rid, -1, "trace", "setup", "setup:setup", {"task": f"program:{argv[0]}", "clock": "2026-03-02T10:00:00",
+    store.append(rid, "setup:clock", {"t": "2026-03-02T10:00:00"})
+    store.append(rid, "setup:setup", {"task": f"program:{argv[0]}", "clock": "2026-03-02T10:00:00",
                                                             "tree": "t0", "snapshot": "s0", "program": list(argv)})
     store.commit_step(rid)
-    store.append(rid, 0, "trace", "clock", "0:clock", {"t": clock, "source": "sdk"})
+    store.append(rid, "0:clock", {"t": clock, "source": "sdk"})
     store.commit_step(rid)
     request = {"model": "m", "messages": [{"role": "user", "content": "Name a fruit."}], "max_tokens": 3}
-    store.append(rid, 1, "agent", "prompt", "1:prompt", {
+    store.append(rid, "1:prompt", {
         "ids_digest": "d1", "n_tokens": 3, "ids": [1, 2, 3], "endpoint": "chat", "request": request,
         "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "seed": call_seed}, "seed_drawn": True,
         "max_tokens": 3, "stop": []})
     for pos, tid in enumerate(tokens):
-        store.append(rid, 1, "token", "token", f"1:token:{pos}", {"id": tid, "text": f"t{tid}", "forced": False})
-    store.append(rid, 1, "agent", "message", "1:message", {"text": "".join(f"t{t}" for t in tokens)})
+        store.append(rid, f"1:token:{pos}", {"id": tid, "text": f"t{tid}", "forced": False})
+    store.append(rid, "1:message", {"text": "".join(f"t{t}" for t in tokens)})
     store.commit_step(rid)
-    store.append(rid, 2, "trace", "tool", "2:tool", tool or {"function": "forecast", "args": list(args), "kwargs": {},
+    store.append(rid, "2:tool", tool or {"function": "forecast", "args": list(args), "kwargs": {},
                                                              "result": result, "source": "sdk"})
     store.commit_step(rid)
-    store.append(rid, 3, "trace", "tool", "3:tool", {"cmd": " ".join(argv), "stdout": "", "exit_code": 0,
+    store.append(rid, "3:tool", {"cmd": " ".join(argv), "stdout": "", "exit_code": 0,
                                                      "tree_before": "t0", "tree_after": f"end-{result}",
                                                      "snapshot": "s1", "program": list(argv)})
     outcome = {"exit_code": 0, "calls": 1, **({"passed": passed} if passed is not None else {})}
-    store.append(rid, 3, "agent", "outcome", "3:outcome", outcome)
+    store.append(rid, "3:outcome", outcome)
     store.finish_run(rid, "complete", outcome)
     return rid
 

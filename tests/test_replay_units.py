@@ -5,7 +5,7 @@ import pytest
 from tttr.engine.replay.agent import AgentLimits, observation, parse_action
 from tttr.engine.replay.diff import align, divergences
 from tttr.engine.replay.policy import Policy, PolicyError
-from tttr.sessions.vocabulary import KIND_LAYER, Site, SiteError
+from tttr.sessions.vocabulary import Site, SiteError
 
 
 def test_policy_parse_and_pins():
@@ -179,8 +179,8 @@ def _program_run(store, decided: str, later: str, t: str = "2026-03-02T10:00:05"
          ("outcome", "4:outcome", {"exit_code": 0})],
     ]
     for k, events in enumerate(steps):
-        for kind, at, value in events:
-            store.append(run, k - 1, KIND_LAYER[kind], kind, at, value)
+        for _kind, at, value in events:
+            store.append(run, at, value)
         store.commit_step(run)
     store.finish_run(run, status="complete")
     return run
@@ -237,7 +237,7 @@ def test_diff_of_an_agent_run_and_a_program_run_says_why_no_row_pairs(tmp_path, 
     with Store.open(db) as store:
         program = _program_run(store, "stop", "done")
         agent = store.begin_run(task="write-line", meta={})
-        store.append(agent, 0, KIND_LAYER["action"], "action", "0:action", {"cmd": "ls"})
+        store.append(agent, "0:action", {"cmd": "ls"})
         store.commit_step(agent)
         store.finish_run(agent, status="complete")
     assert main(["diff", str(agent), str(program), "--db", str(db)]) == 0

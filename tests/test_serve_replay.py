@@ -39,15 +39,15 @@ def _proxied_run(store) -> int:
                           meta={"source": "tttr serve", "name": None, "endpoint": "chat", "served_by": served_by,
                                 "tensor": "not recorded"})
     for step, words in enumerate((["Hel", "lo", "!"], ["Bye", "."])):
-        store.append(rid, step, "agent", "prompt", f"{step}:prompt", {
+        store.append(rid, f"{step}:prompt", {
             "endpoint": "chat", "request": {"messages": [{"role": "user", "content": f"call {step}"}]},
             "sent": {}, "sampling": {"temperature": 0.0, "seed": 5}, "seed_drawn": False, "response_id": "r",
             "upstream": UPSTREAM})
         for pos, w in enumerate(words):
-            store.append(rid, step, "token", "token", f"{step}:token:{pos}",
+            store.append(rid, f"{step}:token:{pos}",
                          {"id": 1000 + pos, "text": w, "forced": False, "logprob": -0.25, "rng": [5, 0, pos],
                           "upstream": True, "id_source": "vocab"})
-        store.append(rid, step, "agent", "message", f"{step}:message",
+        store.append(rid, f"{step}:message",
                      {"text": "".join(words), "finish_reason": "stop", "tool_calls": [], "upstream": True})
         store.commit_step(rid)
     store.finish_run(rid, "complete", {"calls": 2})

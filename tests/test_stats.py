@@ -109,13 +109,13 @@ def _store_run(store, task, cond, index, passed, cmds_changing, cmds_reading=(),
     tree = T0
     step = 0
     for cmd in cmds_reading:
-        store.append(rid, step, "trace", "tool", f"{step}:tool",
+        store.append(rid, f"{step}:tool",
                      {"cmd": cmd, "stdout": "", "exit_code": 0, "tree_before": tree, "tree_after": tree})
         store.commit_step(rid)
         step += 1
     for cmd in cmds_changing:
         after = hashlib.sha256((tree + cmd).encode()).hexdigest()
-        store.append(rid, step, "trace", "tool", f"{step}:tool",
+        store.append(rid, f"{step}:tool",
                      {"cmd": cmd, "stdout": "", "exit_code": 0, "tree_before": tree, "tree_after": after})
         store.commit_step(rid)
         tree, step = after, step + 1
@@ -204,7 +204,7 @@ def test_stats_shows_hostile_names_from_the_file_inert(tmp_path, capsys):
         for i in range(2):
             rid = store.begin_run(task="\x1b[31m[/]red", model_id="m",
                                   meta={"suite": {"id": "s\x1b]0;x\x07", "condition": "free", "index": "x"}})
-            store.append(rid, 0, "trace", "tool", "0:tool", {"cmd": ["not", "text"], "tree_before": 1, "tree_after": 2})
+            store.append(rid, "0:tool", {"cmd": ["not", "text"], "tree_before": 1, "tree_after": 2})
             store.commit_step(rid)
             store.finish_run(rid, "complete", ["not", "an", "outcome"])
         store.begin_run(task="t", model_id="m", meta={"suite": {"id": 7, "condition": "free"}})  # not a suite id

@@ -45,12 +45,12 @@ def record(store: Store, steps: int = 4, positions: int = 5, **run) -> int:
 
 
 def record_step(store: Store, rid: int, s: int, positions: int = 5) -> None:
-    store.append(rid, s, "trace", "clock", f"{s}:clock", {"t": f"2026-11-29T10:0{s % 10}:00"})
+    store.append(rid, f"{s}:clock", {"t": f"2026-11-29T10:0{s % 10}:00"})
     for p in range(positions):
-        store.append(rid, s, "tensor", "logits", f"{s}:logits:{p}", logits(p))
-        store.append(rid, s, "token", "token", f"{s}:token:{p}", token(s, p, tid=100 * s + p))
-    store.append(rid, s, "agent", "action", f"{s}:action", {"cmd": f"echo {s}"})
-    store.append(rid, s, "trace", "tool", f"{s}:tool", {"cmd": f"echo {s}", "stdout": f"{s}\n", "exit_code": 0})
+        store.append(rid, f"{s}:logits:{p}", logits(p))
+        store.append(rid, f"{s}:token:{p}", token(s, p, tid=100 * s + p))
+    store.append(rid, f"{s}:action", {"cmd": f"echo {s}"})
+    store.append(rid, f"{s}:tool", {"cmd": f"echo {s}", "stdout": f"{s}\n", "exit_code": 0})
     store.commit_step(rid)
 
 
@@ -145,14 +145,14 @@ def test_site_lookup(db):
     assert db.event_at(rid, "3:tool").value["cmd"] == "echo 3"
     assert db.event_at(rid, "2:token:99") is None and db.event_at(rid, "nonsense") is None
     other = db.begin_run(seed=SEED)
-    db.append(other, 0, "trace", "tool", "custom site", {"x": 1})
+    db.append_event(other, 0, "trace", "tool", "custom site", {"x": 1})
     db.commit_step(other)
     assert db.event_at(other, "custom site").value == {"x": 1}
 
 
 def test_uncommitted_events_are_not_visible_and_seqs_stay_dense(db):
     rid = db.begin_run(seed=SEED)
-    assert db.append(rid, 0, "trace", "clock", "0:clock", {"t": "2026-11-29T10:00:00"}) == 0
+    assert db.append(rid, "0:clock", {"t": "2026-11-29T10:00:00"}) == 0
     assert db.count_events(rid) == 0 and db.events(rid) == []
     db.commit_step(rid)
     assert db.count_events(rid) == 1 and db.run(rid).status == "recording"
@@ -161,11 +161,11 @@ def test_uncommitted_events_are_not_visible_and_seqs_stay_dense(db):
 def test_bad_writes_are_refused(db):
     rid = db.begin_run()
     with pytest.raises(StoreError, match="unknown layer"):
-        db.append(rid, 0, "kernel", "x", "0:x", 1)
+        db.append_event(rid, 0, "kernel", "x", "0:x", 1)
     with pytest.raises(StoreError, match="not JSON"):
-        db.append(rid, 0, "trace", "tool", "0:tool", {"f": object()})
+        db.append(rid, "0:tool", {"f": object()})
     with pytest.raises(StoreError, match="not being recorded"):
-        db.append(rid + 1, 0, "trace", "tool", "0:tool", {})
+        db.append(rid + 1, "0:tool", {})
     with pytest.raises(StoreError, match="final status"):
         db.finish_run(rid, "done")
     with pytest.raises(StoreError, match="no run 99"):
@@ -181,8 +181,8 @@ def test_fork_reads_parent_prefix_then_its_own_events_without_copying(db):
     assert db.run(child).fork_seq == fork_at
     assert db._conn.execute("SELECT count(*) FROM events").fetchone()[0] == rows_before  # O(1): nothing copied
     assert db.count_events(child) == fork_at
-    db.append(child, 2, "token", "token", "2:token:3", token(2, 3, tid=999))
-    db.append(child, 2, "token", "token", "2:token:4", token(2, 4, tid=998))
+    db.append(child, "2:token:3", token(2, 3, tid=999))
+    db.append(child, "2:token:4", token(2, 4, tid=998))
     db.commit_step(child)
     record_step(db, child, 3, positions=1)
     events = db.events(child)
@@ -211,7 +211,7 @@ def test_raw_events_read_a_fork_as_events_does_and_peek_reads_ids_and_digests(db
     parent = record(db, steps=3)
     fork_at = db.event_at(parent, "1:token:2").seq
     child = db.begin_run(parent=parent, fork_site="1:token:2", mutation={"site": "1:token:2", "value": "x"}, seed=SEED)
-    db.append(child, 1, "token", "token", "1:token:2", token(1, 2, tid=777))
+    db.append(child, "1:token:2", token(1, 2, tid=777))
     db.commit_step(child)
     assert db.sources(child) == [parent, child] and db.sources(parent) == [parent]
     raw = [r for rows in db.raw_events(child, batch=3) for r in rows]  # several batches, across the fork
@@ -310,7 +310,7 @@ def test_a_run_left_recording_by_a_dead_process_reads_incomplete(tmp_path):
     code = (
         "import os, sys; from tttr.sessions.store import Store\n"
         "s = Store.open(sys.argv[1]); r = s.begin_run(seed=1)\n"
-        "s.append(r, 0, 'trace', 'clock', '0:clock', {'t': 'x'}); s.commit_step(r)\n"
+        "s.append(r, '0:clock', {'t': 'x'}); s.commit_step(r)\n"
         "os._exit(0)  # no close, no finish\n"
     )
     subprocess.run([sys.executable, "-c", code, str(path)], check=True, cwd=ROOT)
@@ -354,7 +354,7 @@ def test_a_reader_sees_each_step_as_the_writer_commits_it(tmp_path):
         record_step(writer, rid, 0)
         with Store.open(path, readonly=True) as reader:
             assert reader.run(rid).status == "recording" and reader.steps(rid) == 1
-            writer.append(rid, 1, "trace", "clock", "1:clock", {"t": "2026-11-29T10:01:00"})
+            writer.append(rid, "1:clock", {"t": "2026-11-29T10:01:00"})
             assert reader.count_events(rid) == 13  # not yet committed
             writer.commit_step(rid)
             assert reader.count_events(rid) == 14 and reader.event_at(rid, "1:clock").value == {"t": "2026-11-29T10:01:00"}
@@ -374,7 +374,7 @@ def test_events_round_trip_through_the_file(tmp_path_factory, events):
         rid = store.begin_run(seed=SEED)
         for step, where, (kind, value) in events:
             site = f"{step}:{kind}" if where is None else f"{step}:{kind}:{where}" if isinstance(where, int) else where
-            store.append(rid, step, "trace", kind, site, value)
+            store.append_event(rid, step, "trace", kind, site, value)
             # the setup step's old spelling (`-1:note`) reads back as `setup:note`
             expected.append((step, kind, canonical_site(site), json.loads(json.dumps(value))))
         store.commit_step(rid)
@@ -397,7 +397,7 @@ def test_the_database_file_alone_holds_every_run_a_closed_writer_wrote(tmp_path)
     writer = Store.open(path)
     rid = writer.begin_run(seed=SEED)
     for pos in range(3):
-        writer.append(rid, 0, "token", "token", f"0:token:{pos}", {"id": pos})
+        writer.append(rid, f"0:token:{pos}", {"id": pos})
     writer.commit_step(rid)
     writer.finish_run(rid, outcome={"passed": True})
     writer.close()
@@ -419,7 +419,7 @@ def _fork_tree(store: Store) -> tuple[int, int, int, int]:
     and an unrelated run."""
     parent = record(store, steps=4)
     fork = store.begin_run(parent=parent, fork_site="2:token:3", mutation={"site": "2:token:3", "value": "x"}, seed=SEED)
-    store.append(fork, 2, "token", "token", "2:token:3", token(2, 3, tid=999))
+    store.append(fork, "2:token:3", token(2, 3, tid=999))
     store.commit_step(fork)
     record_step(store, fork, 3, positions=2)
     store.finish_run(fork, "complete", {"passed": False})
@@ -517,7 +517,7 @@ def _blob_run(store: Store, tree: Path, output: bytes) -> tuple[int, str, str]:
     rid = store.begin_run(task="t", seed=SEED)
     out = store.put_blob(output)
     manifest = snapshot(tree, store)
-    store.append(rid, 0, "trace", "tool", "0:tool", {"cmd": "x", "stdout": {"$blob": out, "size": len(output)},
+    store.append(rid, "0:tool", {"cmd": "x", "stdout": {"$blob": out, "size": len(output)},
                                                      "exit_code": 0, "tree_after": manifest})
     store.commit_step(rid)
     store.finish_run(rid, status="complete")

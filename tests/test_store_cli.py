@@ -35,7 +35,7 @@ def recorded(tmp_path) -> Path:
     with Store.open(path) as store:
         parent = record(store, steps=3)
         child = store.begin_run(parent=parent, fork_site="1:token:2", mutation={"site": "1:token:2", "value": "y"})
-        store.append(child, 1, "token", "token", "1:token:2", {"id": 5, "text": "y", "forced": True, "logprob": -2.0, "rng": [1, 1, 2]})
+        store.append(child, "1:token:2", {"id": 5, "text": "y", "forced": True, "logprob": -2.0, "rng": [1, 1, 2]})
         store.finish_run(child, "failed", {"passed": False})
     return path
 
@@ -221,7 +221,7 @@ def test_gc_removes_what_a_deleted_run_left_and_vacuum_shrinks_the_file(recorded
     with Store.open(recorded) as store:
         big = random.Random(0).randbytes(1 << 20)  # 1 MiB that zlib cannot shrink
         rid = store.begin_run(task="t")
-        store.append(rid, 0, "trace", "tool", "0:tool", {"cmd": "x", "stdout": {"$blob": store.put_blob(big), "size": len(big)}})
+        store.append(rid, "0:tool", {"cmd": "x", "stdout": {"$blob": store.put_blob(big), "size": len(big)}})
         store.finish_run(rid)
         parent_events = [(e.seq, e.site, e.value) for e in store.events(1)]
     assert main(["delete", str(rid), "--db", str(recorded), "--yes"]) == 0

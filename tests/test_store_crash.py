@@ -28,11 +28,11 @@ print("run", run, flush=True)
 step = 0
 while True:
     for pos in range({POSITIONS}):
-        store.append(run, step, "token", "token", f"{{step}}:token:{{pos}}",
+        store.append(run, f"{{step}}:token:{{pos}}",
                      {{"id": step * 1000 + pos, "text": "x" * (pos % 7), "forced": False, "logprob": -0.5, "rng": [5, step, pos]}})
     if step % 5 == 0:
         blob = store.put_blob(os.urandom(64) * 64)
-    store.append(run, step, "trace", "tool", f"{{step}}:tool", {{"cmd": "echo " * 50, "step": step, "blob": blob}})
+    store.append(run, f"{{step}}:tool", {{"cmd": "echo " * 50, "step": step, "blob": blob}})
     store.commit_step(run)
     print("committed", step, flush=True)
     step += 1
@@ -83,7 +83,7 @@ def test_sigkill_at_random_moments_loses_at_most_the_step_in_flight(tmp_path):
             recorded += last + 1
     with Store.open(path) as store:  # and a writer can carry on with the file
         rid = store.begin_run(task="after")
-        store.append(rid, 0, "trace", "clock", "0:clock", {"t": "x"})
+        store.append(rid, "0:clock", {"t": "x"})
         store.finish_run(rid)
         assert store.run(rid).status == "complete"
         assert all(r.status == "incomplete" for r in store.runs()[:-1])

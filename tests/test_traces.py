@@ -265,7 +265,7 @@ def test_export_refuses_a_run_it_cannot_read_and_writes_no_file(tmp_path, capsys
     db = tmp_path / "d.db"
     with Store.open(db) as store:
         rid = store.begin_run(task="write-line", model_id="m", seed=1)
-        store.append(rid, 0, "agent", "message", "0:message", {"text": 12})  # not text: unreadable
+        store.append(rid, "0:message", {"text": 12})  # not text: unreadable
         store.finish_run(rid)
     assert _run(capsys, ["import", str(_openinference(tmp_path)), "--db", str(db)])[0] == 0
     import sqlite3

@@ -40,7 +40,7 @@ from datetime import datetime, timedelta, timezone
 from tttr.engine.program.record import ProgramRunError
 from tttr.engine.program.replay import Replayer, _load, _Step, recorded_clock, recorded_clock_read
 from tttr.engine.serve.errors import APIError
-from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, Site, SiteError, canonical_site, site, site_parts
+from tttr.sessions.vocabulary import SETUP_STEP, Site, SiteError, canonical_site, site, site_parts
 
 SITES = ("an SDK tool (STEP:tool), a clock read (STEP:clock, or setup:clock), a model call's token (STEP:token:POS) "
          "or its whole answer (STEP:message)")
@@ -151,10 +151,10 @@ class ForkPlan:
             clock = {"t": change.value} if change is not None else setup_clock
             recorder.adopt(recorder.default_run, child)
             if clock is not None:
-                recorder.store.append(child, SETUP_STEP, KIND_LAYER["clock"], "clock", site(SETUP_STEP, "clock"),
+                recorder.store.append(child, site(SETUP_STEP, "clock"),
                                       clock)
             new_setup = {**setup, "clock": change.value} if change is not None else setup
-            recorder.store.append(child, SETUP_STEP, KIND_LAYER["setup"], "setup", site(SETUP_STEP, "setup"),
+            recorder.store.append(child, site(SETUP_STEP, "setup"),
                                   new_setup)
             recorder.store.commit_step(child)
             return

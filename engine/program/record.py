@@ -35,7 +35,7 @@ from tttr.recorders.program import (
     PORT, SOCKET_NAME, HostPython, api_dir, check_program, check_tree, endpoint_env, sandboxed_command,
 )
 from tttr.sessions.errors import TTTRError
-from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, site
+from tttr.sessions.vocabulary import SETUP_STEP, site
 
 CHECK_TIMEOUT_S = 60.0
 # How long the server keeps an idle connection: the SDK keeps one open for all of a program's
@@ -255,8 +255,8 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         watch.start()
         start, start_digest = snapshot(tree_dir, store), tree_digest(tree_dir)
         # As the built-in agent's: the clock the run starts at (a fork site), then the setup.
-        store.append(run_id, SETUP_STEP, KIND_LAYER["clock"], "clock", site(SETUP_STEP, "clock"), {"t": iso(clock)})
-        store.append(run_id, SETUP_STEP, KIND_LAYER["setup"], "setup", site(SETUP_STEP, "setup"),
+        store.append(run_id, site(SETUP_STEP, "clock"), {"t": iso(clock)})
+        store.append(run_id, site(SETUP_STEP, "setup"),
                      {"task": name, "clock": iso(clock), "tree": start_digest, "snapshot": start,
                       "program": list(argv)})
         store.commit_step(run_id)
@@ -283,7 +283,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         end = snapshot(tree_dir, store)
         end_digest = tree_digest(tree_dir)
         stderr = res.stderr
-        store.append(run_id, last, KIND_LAYER["tool"], "tool", site(last, "tool"), {
+        store.append(run_id, site(last, "tool"), {
             "cmd": program, "cwd": res.cwd, "exports": dict(env), "env": res.env,
             "stdout": stored_text(store, res.stdout), "stderr": stored_text(store, stderr),
             "exit_code": res.exit_code, "duration_ms": round(res.duration_ms, 3),
@@ -305,7 +305,7 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
             passed = checker.exit_code == 0
             outcome |= {"passed": passed, "checker_exit": checker.exit_code,
                         "checker_output": (checker.stdout + checker.stderr)[-2000:]}
-        store.append(run_id, last, KIND_LAYER["outcome"], "outcome", site(last, "outcome"), outcome)
+        store.append(run_id, site(last, "outcome"), outcome)
         store.finish_run(run_id, status="complete", outcome=outcome)
         run_id_done, run_id = run_id, None
         return ProgramResult(run_id_done, res.exit_code, calls, res.stdout, stderr, passed, res.limit_hit,

@@ -62,7 +62,7 @@ from tttr.engine.serve.sdk_tree import SDKTree, program_file
 from tttr.recorders.program import (
     SOCKET_NAME, HostPython, ProgramError, api_dir, check_program, endpoint_env, sandboxed_command,
 )
-from tttr.sessions.vocabulary import KIND_LAYER, SETUP_STEP, site, site_parts
+from tttr.sessions.vocabulary import SETUP_STEP, site, site_parts
 
 RECORDED_BY = "tttr record"
 DEFAULT_TIMEOUT_S = 600.0
@@ -678,14 +678,14 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         if fork is None:
             recorder.adopt(name, child)
             if rec.setup_clock is not None:  # as recorded, so that diff finds the setup alike
-                store.append(child, SETUP_STEP, KIND_LAYER["clock"], "clock", site(SETUP_STEP, "clock"), rec.setup_clock)
+                store.append(child, site(SETUP_STEP, "clock"), rec.setup_clock)
             setup = rec.setup
             if new_code:  # the start tree this replay ran from: the recorded one with --code laid over it
                 start = snapshot(tree_dir, store)
                 setup = {**setup, "tree": start, "snapshot": start}
             if argv != setup.get("program"):  # `-- PROGRAM ARG...`: the command line it ran
                 setup = {**setup, "program": list(argv)}
-            store.append(child, SETUP_STEP, KIND_LAYER["setup"], "setup", site(SETUP_STEP, "setup"), setup)
+            store.append(child, site(SETUP_STEP, "setup"), setup)
             store.commit_step(child)
         else:  # the setup and the steps before the site are the parent's, shared
             fork.adopt(recorder, child, rec.setup, rec.setup_clock)
@@ -704,7 +704,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
         last = store.steps(child)
         end = snapshot(tree_dir, store)
         end_digest = end  # the manifest's digest is the tree's (recorders/snapshot.py)
-        store.append(child, last, KIND_LAYER["tool"], "tool", site(last, "tool"), {
+        store.append(child, site(last, "tool"), {
             "cmd": program, "cwd": res.cwd, "exports": dict(env), "env": res.env,
             "stdout": stored_text(store, res.stdout), "stderr": stored_text(store, res.stderr),
             "exit_code": res.exit_code, "duration_ms": round(res.duration_ms, 3), "stdout_size": res.stdout_size,
@@ -739,7 +739,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
                         "checker_output": (checker.stdout + checker.stderr)[-2000:]}
         if isinstance(rec.outcome, dict) and "passed" in rec.outcome:
             outcome["recorded_passed"] = rec.outcome["passed"]
-        store.append(child, last, KIND_LAYER["outcome"], "outcome", site(last, "outcome"), outcome)
+        store.append(child, site(last, "outcome"), outcome)
         store.finish_run(child, status="incomplete" if cancelled else "complete", outcome=outcome)
         done, child = child, None
         return ReplayResult(done, run.id, identical, replayer.divergence, res.exit_code, rec.final.get("exit_code"),

@@ -9,7 +9,6 @@ import json
 from typing import Any, Callable
 
 from tttr.engine.replay.source import OracleError, Source
-from tttr.sessions.vocabulary import KIND_LAYER
 
 BLOB_THRESHOLD = 1024  # bytes of text kept inline in an event; longer text goes to a blob
 
@@ -54,7 +53,7 @@ class EventLog:
         self._pending: list[tuple] = []
         self.next_seq = 0
 
-    def emit(self, step: int, kind: str, site: str, value: Any) -> None:
+    def emit(self, site: str, value: Any) -> None:
         seq = self.next_seq
         self.next_seq += 1
         if seq < self.fork_seq:
@@ -65,14 +64,14 @@ class EventLog:
             return
         if not self.write:
             return
-        event = (seq, step, KIND_LAYER[kind], kind, site, value)
+        event = (seq, site, value)
         if self.run_id is None and self._begin is not None:
             self._pending.append(event)
             return
         self._append(*event)
 
-    def _append(self, seq: int, step: int, layer: str, kind: str, site: str, value: Any) -> None:
-        got = self.store.append(self.run_id, step, layer, kind, site, value)
+    def _append(self, seq: int, site: str, value: Any) -> None:
+        got = self.store.append(self.run_id, site, value)
         if got is not None and got != seq:
             raise OracleError(f"event numbering drifted: store gave seq {got}, oracle expected {seq}")
 

@@ -129,7 +129,7 @@ class Oracle:
     def note(self, step: int, kind: str, value: dict) -> None:
         """A derived value of the agent layer (message, action): recorded, never pinned."""
         at = site(step, kind)
-        self.log.emit(step, kind, at, value)
+        self.log.emit(at, value)
         if kind == "action":
             self.actions.append("done" if value.get("done") else value.get("cmd", ""))
             recorded = self._recorded(at)
@@ -156,7 +156,7 @@ class Oracle:
             t = self.clock_base + timedelta(seconds=round(time.monotonic() - self._t0, 3))
         t = t.replace(microsecond=0)
         self._last_clock = t
-        self.log.emit(step, "clock", at, {"t": t.isoformat()})
+        self.log.emit(at, {"t": t.isoformat()})
         if recorded is not None and not mutated:
             self._compare(at, "trace", recorded["t"], t.isoformat())
         return t
@@ -174,7 +174,7 @@ class Oracle:
             if recorded is not None:
                 self._compare(at, "trace", recorded.get("tree"), value["tree"])
         value = self._setup_values(value)
-        self.log.emit(-1, "setup", at, value)
+        self.log.emit(at, value)
         self.log.commit()
         self._report(0, "set up")
 
@@ -226,7 +226,7 @@ class Oracle:
         else:
             value = self.world.run(step, cmd, clock)
         self.world.advance(value)
-        self.log.emit(step, "tool", at, value)
+        self.log.emit(at, value)
         if recorded is not None and not value.get("mutated"):
             self._compare(at, "trace", compared_value("tool", recorded), compared_value("tool", value))
         return {
@@ -247,7 +247,7 @@ class Oracle:
         ids = self.tokenizer.encode(prompt_text)
         digest = ids_digest(ids)
         at = site(step, "prompt")
-        self.log.emit(step, "prompt", at, {"ids_digest": digest, "n_tokens": len(ids)})
+        self.log.emit(at, {"ids_digest": digest, "n_tokens": len(ids)})
         recorded = self._recorded(at)
         same = recorded is not None and recorded.get("ids_digest") == digest
         if recorded is not None and not same:
@@ -260,7 +260,7 @@ class Oracle:
         recording's by construction; `draws` carries the call's seed and sampling. The ids
         are the recorded ones where tokens are pinned (no model, no tokenizer needed), else
         generated from the prompt's token ids."""
-        self.log.emit(step, "prompt", site(step, "prompt"), prompt)
+        self.log.emit(site(step, "prompt"), prompt)
         same = self.source is not None and self._recorded(site(step, "prompt")) is not None
         return self._message_ids(step, prompt.get("ids"), same, max_tokens, stops, draws, ends_with_stop=False)
 
@@ -336,7 +336,7 @@ class Oracle:
             if recorded is not None:
                 self._compare(at, "trace", recorded.get("passed"), outcome["passed"])
         self.outcome = outcome
-        self.log.emit(last_step, "outcome", at, outcome)
+        self.log.emit(at, outcome)
         self.log.commit()
         self.status = "complete"
         self.log.finish("complete", outcome)

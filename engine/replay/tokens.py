@@ -40,9 +40,9 @@ class Tokens:
         return draws if draws is not None else Draws(self.seed, step, self._make_sequence)
 
     def emit(self, step: int, pos: int, token: dict, logits: dict | None) -> None:
-        self._log.emit(step, "token", site(step, "token", pos), token)
+        self._log.emit(site(step, "token", pos), token)
         if logits is not None:  # a call recorded through a proxy has tokens but no logits
-            self._log.emit(step, "logits", site(step, "logits", pos), logits)
+            self._log.emit(site(step, "logits", pos), logits)
 
     def replayed(self, step: int, tokens: list[dict], logits: list[dict]) -> list[int]:
         """The recorded positions as they are, recorded again; their token ids."""

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from tttr.engine.replay.events import ids_digest
 from tttr.sessions.store import Store
-from tttr.sessions.vocabulary import KIND_LAYER, site
+from tttr.sessions.vocabulary import site
 
 if TYPE_CHECKING:  # torch is not needed to replay or read a recording
     from tttr.engine.inference.sampler import SamplingParams
@@ -242,7 +242,7 @@ class CallRecorder:
 
             value = {**value, **{k: stored_text(self.store, value[k]) for k in ("stdout", "stderr")
                                  if isinstance(value.get(k), str)}}
-        self.store.append(run_id, step, KIND_LAYER[event.kind], event.kind, site(step, event.kind), value)
+        self.store.append(run_id, site(step, event.kind), value)
         self.store.commit_step(run_id)
 
     def _write_copy(self, item: CopiedStep) -> None:
@@ -251,7 +251,7 @@ class CallRecorder:
         run_id, step = self._begin_run(item.name, {})
         for kind, pos, value in item.events:
             if site(step, kind, pos) not in self.shared:
-                self.store.append(run_id, step, KIND_LAYER[kind], kind, site(step, kind, pos), value)
+                self.store.append(run_id, site(step, kind, pos), value)
         self.store.commit_step(run_id)
 
     def _write_proxied(self, call) -> None:
@@ -268,7 +268,7 @@ class CallRecorder:
         store = self.store
 
         def emit(kind: str, value, pos: int | None = None) -> None:
-            store.append(run_id, step, KIND_LAYER[kind], kind, site(step, kind, pos), value)
+            store.append(run_id, site(step, kind, pos), value)
 
         usage = call.usage or {}
         counted = {"n_tokens": usage["prompt_tokens"]} if type(usage.get("prompt_tokens")) is int else {}
@@ -292,7 +292,7 @@ class CallRecorder:
 
         def emit(kind: str, value, pos: int | None = None) -> None:
             if site(step, kind, pos) not in self.shared:
-                store.append(run_id, step, KIND_LAYER[kind], kind, site(step, kind, pos), value)
+                store.append(run_id, site(step, kind, pos), value)
 
         if call.clock is not None:
             emit("clock", call.clock)

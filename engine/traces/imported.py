@@ -157,13 +157,13 @@ def plan_import(traces: list[Trace], fmt: str, source: str) -> list[Planned]:
 
 def write_import(store, planned: list[Planned]) -> list[int]:
     """Write each planned trace as a run; its id each. One transaction per run."""
-    from tttr.sessions.vocabulary import KIND_LAYER, site
+    from tttr.sessions.vocabulary import site
 
     ids = []
     for p in planned:
         run_id = store.begin_run(**p.columns)
         for step, kind, value in p.events:
-            store.append(run_id, step, KIND_LAYER[kind], kind, site(step, kind), value)
+            store.append(run_id, site(step, kind), value)
         store.finish_run(run_id, status="complete", outcome=p.outcome)
         ids.append(run_id)
     return ids
