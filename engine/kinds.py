@@ -43,6 +43,14 @@ class ForkRequest:
     value: str
     model: str | None = None
     unsafe_no_sandbox: bool = False
+    argv: tuple[str, ...] = ()  # `-- PROGRAM ARG...` and --code DIR: a program forked against an imported trace
+    code: str | None = None
+
+    def only_imported(self, run) -> None:
+        if self.argv or self.code is not None:
+            what = "-- PROGRAM" if self.argv else "--code"
+            raise KindError(f"{what} forks your program against an imported trace (tttr import), and run {run.id} "
+                            f"is none: drop {what}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +155,7 @@ class AgentRuns(RunKind):
     def check_fork(self, reader, run, request: ForkRequest) -> Plan:
         # The run, the site and the new value are all checked (the value parsed) before the file
         # is opened for writing: a refused fork writes nothing and prints no progress.
+        request.only_imported(run)
         return Plan(run.id, request, self._check_fork(reader, run, request, self.runtime(run, request.model)))
 
     def _check_fork(self, reader, run, request: ForkRequest, runtime):
@@ -242,6 +251,7 @@ class RecordedProgram(RunKind):
     def check_fork(self, reader, run, request: ForkRequest) -> Plan:
         from tttr.engine.program.fork import check_program_fork
 
+        request.only_imported(run)
         return Plan(run.id, request, check_program_fork(reader, run.id, request.site, request.value,
                                                         model=request.model))
 
@@ -287,10 +297,17 @@ class ImportedTrace(RunKind):
 
         return Plan(run.id, request, check_replay(reader, run, request))
 
+    def replay(self, db: str, plan: Plan, progress: Progress | None = None):
+        from tttr.engine.traces.kind import act
+
+        return act(db, plan, progress)
+
     def check_fork(self, reader, run, request: ForkRequest) -> Plan:
         from tttr.engine.traces.kind import check_fork
 
         return Plan(run.id, request, check_fork(reader, run, request))
+
+    fork = replay  # a fork is a replay against the trace with one value changed (the plan holds it)
 
     def check_experiment(self, reader, db: str, verb: str, request: ExperimentRequest) -> Plan:
         from tttr.engine.traces.kind import check_experiment

@@ -75,7 +75,7 @@ def register(sub, bench_sub) -> None:
     _common(p)
     p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser(
+    p = _with_program_after_dashes(sub, lambda: sub.add_parser(
         "fork", help="change one recorded value and run on from there",
         description="Fork a run at one site with a new value: everything before the site comes from "
                     "the record, the rest runs live (values that do not depend on the change, such as "
@@ -83,10 +83,13 @@ def register(sub, bench_sub) -> None:
                     "(ISO time or +/-seconds, +2h, -1d; setup:clock, the setup step's clock, moves the "
                     "whole run), STEP:tool (stdout text, exit=N, or JSON with "
                     "stdout/stderr/exit_code), STEP:token:POS (a token id or one token's text).",
-    )
+    ))
     p.add_argument("run", type=argtypes.run_id, help="run id to fork")
     p.add_argument("--at", required=True, metavar="SITE", help="e.g. 2:clock, 1:tool, 0:token:3, setup:clock")
     p.add_argument("--set", required=True, dest="value", metavar="VALUE", help="the new value")
+    p.add_argument("--code", metavar="DIR", help="an imported trace only: the folder holding the program after --")
+    p.add_argument("program", nargs="*", metavar="PROGRAM ARG",  # filled from after -- (_with_program_after_dashes)
+                   help="after --: an imported trace only, your program, forked against the trace (docs/traces.md)")
     _model_args(p)
     _common(p)
     p.set_defaults(func=cmd_fork)
@@ -344,7 +347,8 @@ def cmd_replay(args) -> int:
 def cmd_fork(args) -> int:
     from tttr.engine.kinds import ForkRequest, kind_of
 
-    request = ForkRequest(args.at, args.value, model=args.model, unsafe_no_sandbox=args.unsafe_no_sandbox)
+    request = ForkRequest(args.at, args.value, model=args.model, unsafe_no_sandbox=args.unsafe_no_sandbox,
+                          argv=tuple(args.program), code=args.code)
     with _open_readonly(args.db) as reader:  # the run, the site and the value, checked before anything is written
         run = reader.run(args.run)
         kind = kind_of(run)
@@ -357,13 +361,13 @@ def cmd_fork(args) -> int:
 def _reporter(args, kind, verb: str, header: str):
     """How a verb's progress reaches stderr: a program's replay says what it does in lines of
     its own, the oracle's reports steps under a header printed with the first one."""
-    if kind.name == "program":
+    if kind.name in ("program", "imported"):  # an imported trace's replay is a program's
         return None if args.json else (lambda text: print(f"tttr {verb}: {text}", file=sys.stderr, flush=True))
     return _progress(not args.json, header)
 
 
 def _show(args, kind, res, verb: str) -> None:
-    if kind.name == "program":
+    if kind.name in ("program", "imported"):
         from tttr.app.commands.program_output import print_fork, print_replay
 
         print_replay(res, args.json) if verb == "replayed" else print_fork(res, args.json)

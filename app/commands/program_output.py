@@ -65,10 +65,13 @@ def print_replay(res: ReplayResult, as_json: bool, verb: str = "replayed") -> No
                 "(its exit code and output below are its own)")
     if not res.same_stdout:
         say("stdout differs from the recording")
-    if res.exit_code != res.recorded_exit_code:
+    if res.recorded_exit_code is not None and res.exit_code != res.recorded_exit_code:
         say(f"exit code {res.recorded_exit_code} in the recording, {res.exit_code} here")
-    say("end tree " + ("identical to the recording" if res.same_tree
-                       else "differs from the recording"))
+    if res.same_tree is not None:  # None: a trace's replay, no end tree to compare with
+        say("end tree " + ("identical to the recording" if res.same_tree
+                           else "differs from the recording"))
+    if "compared" in res.extra:  # a program replayed against an imported trace: what was compared
+        say(f"compared with trace run {res.extra.get('against_trace')}: {res.extra['compared']}")
     say(f"  logits computed: {res.logits_computed}, tools run: {res.tools_run}")
 
 

@@ -3,8 +3,9 @@ read from an OpenTelemetry export (`tttr import`), with message fidelity and not
 
 It holds the model calls' messages and the tools' arguments and results, but no program, no
 clock reads, no randomness, no file trees and no token ids or logits (`LACKS`). So `tttr diff`,
-`events`, `runs` and the app show it like any run, and the verbs that re-execute a run refuse
-it in one line: there is nothing to run again, and triage and bisect have no layer values.
+`events`, `runs` and the app show it like any run; `tttr replay` and `fork` run a user's program
+against it (`-- PROGRAM`: engine/traces/against.py); triage and bisect refuse it in one line:
+they have no layer values to pin.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from tttr.engine.traces.errors import TraceError
 from tttr.engine.traces.imported import LACKS, is_imported_run
 
-__all__ = ["is_imported_run", "lacks_line", "check_replay", "check_fork", "check_experiment"]
+__all__ = ["is_imported_run", "lacks_line", "check_replay", "check_fork", "check_experiment", "act"]
 
 
 def lacks_line(run) -> str:
@@ -24,18 +25,31 @@ def lacks_line(run) -> str:
     return f"no {', '.join(LACKS[:-1])} or {LACKS[-1]}{more}"
 
 
-def _refuse(run, verb: str) -> TraceError:
-    return TraceError(f"run {run.id} is an imported trace (tttr import): it holds no program to {verb} "
-                      f"({lacks_line(run)}); compare it with `tttr diff`, or export it with "
-                      f"`tttr export {run.id} --otlp FILE.json`")
-
-
 def check_replay(reader, run, request):
-    raise _refuse(run, "replay")
+    """`tttr replay IMPORTED [--code DIR] [--sealed] -- PROGRAM`, checked read-only."""
+    from tttr.engine.traces.against import check_against
+
+    if not request.policy.faithful or request.seed is not None:
+        raise TraceError(f"run {run.id} is an imported trace: it has no layer values to free (drop --free and "
+                         "--seed); its program's replay answers from the trace while the requests match")
+    return check_against(reader, run, argv=request.argv, code=request.code, sealed=request.sealed,
+                         model=request.model, unsafe_no_sandbox=request.unsafe_no_sandbox)
 
 
 def check_fork(reader, run, request):
-    raise _refuse(run, "fork")
+    """`tttr fork IMPORTED --at SITE --set VALUE [--code DIR] -- PROGRAM`, checked read-only."""
+    from tttr.engine.traces.against import check_against
+
+    return check_against(reader, run, argv=getattr(request, "argv", ()), code=getattr(request, "code", None),
+                         model=request.model, unsafe_no_sandbox=request.unsafe_no_sandbox,
+                         site=request.site, value=request.value)
+
+
+def act(db: str, plan, progress=None):
+    """A checked replay or fork against a trace, run: the program's new run (a ReplayResult)."""
+    from tttr.engine.traces.against import run_against
+
+    return run_against(db, plan.checked, progress)
 
 
 def check_experiment(run, verb: str):
@@ -50,4 +64,5 @@ def imported_note(runs) -> str | None:
         return None
     shown = ", ".join(map(str, ids[:8])) + (" …" if len(ids) > 8 else "")
     return (f"{len(ids)} run(s) imported from traces ({shown}): messages and tool results only; "
-            f"no {', '.join(LACKS[:-1])} or {LACKS[-1]}, so replay, fork and triage refuse them")
+            f"no {', '.join(LACKS[:-1])} or {LACKS[-1]}; a program replays and forks against one "
+            f"(tttr replay RUN --code DIR -- PROGRAM), triage and bisect refuse them")
