@@ -76,6 +76,7 @@ class ExperimentRequest:
     batch: bool = True
     max_replays: int = 50
     unsafe_no_sandbox: bool = False
+    ray: str | None = None  # each replay a Ray task: at this cluster address, or a local instance (""); None: here
 
 
 Progress = Callable[..., None]
@@ -192,7 +193,7 @@ class AgentRuns(RunKind):
         r = plan.request
         with Store.open(db, create=False) as store:
             return triage(store, r.good, r.bad, judge=r.judge, runtime=plan.checked, batch=r.batch,
-                          unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer)
+                          unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, ray=r.ray)
 
     def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None):
         from tttr.engine.replay.bisect import bisect
@@ -201,7 +202,8 @@ class AgentRuns(RunKind):
         r = plan.request
         with Store.open(db, create=False) as store:
             return bisect(store, r.good, r.bad, judge=r.judge, max_replays=r.max_replays, runtime=plan.checked,
-                          batch=r.batch, unsafe_no_sandbox=r.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial)
+                          batch=r.batch, unsafe_no_sandbox=r.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial,
+                          ray=r.ray)
 
 
 class ServedCalls(AgentRuns):
@@ -275,7 +277,7 @@ class RecordedProgram(RunKind):
 
         r = plan.request
         return triage(db, r.good, r.bad, judge=r.judge, model=r.model, batch=r.batch,
-                      unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, setup=plan.checked)
+                      unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, setup=plan.checked, ray=r.ray)
 
     def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None):
         from tttr.engine.program.triage import bisect
@@ -283,7 +285,7 @@ class RecordedProgram(RunKind):
         r = plan.request
         return bisect(db, r.good, r.bad, judge=r.judge, max_replays=r.max_replays, model=r.model, batch=r.batch,
                       unsafe_no_sandbox=r.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial,
-                      setup=plan.checked)
+                      setup=plan.checked, ray=r.ray)
 
 
 class ImportedTrace(RunKind):

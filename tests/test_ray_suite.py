@@ -150,3 +150,78 @@ def test_a_shard_whose_worker_dies_runs_again_and_merges_once(cluster, tmp_path,
         assert len({r.meta["merged_from"]["db"] for r in runs}) == 1  # only the shard that finished was merged
         ids = {r.id for r in runs}
         assert all(r.meta["suite"]["anchor"] in ids for r in runs if r.meta["suite"]["condition"] != "free")
+
+
+def _without_ids(value):
+    """A triage's or bisect's report less what names the stored runs (their ids, the batch note)."""
+    if isinstance(value, dict):
+        return {k: _without_ids(v) for k, v in value.items() if k not in ("run_id", "batch_note")}
+    if isinstance(value, list):
+        return [_without_ids(v) for v in value]
+    return value
+
+
+def test_triage_and_bisect_over_ray_give_the_local_reports(cluster, tmp_path, capsys):
+    """today-report's BAD run, and GOOD = BAD with its first clock moved (harmless) and its last
+    one a day back (the checker then passes): the same experiment here and over two Ray nodes."""
+    import json
+
+    from tttr.engine.replay.agent import AgentLimits
+    from tttr.engine.replay.runs import fork, record
+    from tttr.engine.replay.runtime import Runtime
+
+    db = tmp_path / "t.db"
+    runtime = Runtime(kernel_mode="invariant")
+    with Store.open(db, create=True) as store:
+        bad = record(store, "today-report", runtime=runtime, seed=2, limits=AgentLimits(max_steps=3))
+        steps = sorted({e.step for e in store.events(bad.run_id) if e.kind == "tool"})
+        moved = fork(store, bad.run_id, f"{steps[0]}:clock", "+1h", runtime=runtime)
+        good = fork(store, moved.run_id, f"{steps[-1]}:clock", "-1d", runtime=runtime)
+        assert bad.passed is False and good.passed is True
+    runtime.close()
+    reports = {}
+    for verb in ("triage", "bisect"):
+        for where in ("here", "ray"):
+            before = len(Store.open(db, readonly=True, create=False).runs())
+            extra = ["--ray", cluster.address] if where == "ray" else []
+            assert main([verb, str(good.run_id), str(bad.run_id), "--db", str(db), "--json", *extra]) == 0
+            reports[verb, where] = json.loads(capsys.readouterr().out)
+            with Store.open(db, readonly=True, create=False) as store:
+                new = store.runs()[before:]
+                report = reports[verb, where]
+                tested = {t["run_id"] for t in report["tests"]} if verb == "bisect" else \
+                    {r["replay"]["run_id"] for r in report["layers"] if r["replay"]}
+                assert {r.id for r in new} == tested  # each replay stored once, under the id the report gives
+                assert all(r.status == "complete" and r.parent in (good.run_id, bad.run_id) for r in new)
+                assert all(("merged_from" in r.meta) == (where == "ray") for r in new)
+        assert _without_ids(reports[verb, "ray"]) == _without_ids(reports[verb, "here"]), verb
+        assert "Ray task" in reports[verb, "ray"]["batch_note"]
+    assert reports["triage", "ray"]["culprits"] == ["trace"]
+    assert [d["site"] for d in reports["bisect", "ray"]["minimal"]] == [f"{steps[-1]}:clock"]
+    assert main(["bisect", str(good.run_id), str(bad.run_id), "--db", str(db), "--ray", "127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing answers there" in err and err.count("\n") == 1
+
+
+def test_a_programs_triage_and_bisect_over_ray_give_the_local_reports(cluster, tmp_path, capsys):
+    """tests/test_program_triage.py's pair (an innocent token fork, a planted tool result): each
+    replay a program in a sandbox on a Ray worker, the same reports and stored tokens as here."""
+    from tests.program_helpers import cli_json
+    from tests.test_program_triage import record_pair, stored
+
+    db, good, bad = record_pair(capsys, tmp_path)
+    for verb in ("triage", "bisect"):
+        here = cli_json(capsys, [verb, str(good), str(bad), "--db", str(db), "--json"])
+        there = cli_json(capsys, [verb, str(good), str(bad), "--db", str(db), "--json", "--ray", cluster.address])
+        assert _without_ids(there) == _without_ids(here), verb
+        assert "Ray task" in there["batch_note"]
+        if verb == "bisect":
+            assert [d["site"] for d in there["minimal"]] == ["2:tool"]
+            pairs = zip(here["tests"], there["tests"])
+        else:
+            assert there["culprits"] == ["trace"]
+            pairs = ((a["replay"], b["replay"]) for a, b in zip(here["layers"], there["layers"]) if a["replay"])
+        with Store.open(db, readonly=True) as store:
+            for a, b in pairs:  # the same tokens and logits digests, here and on a worker
+                assert stored(store, a["run_id"]) == stored(store, b["run_id"])
+                assert store.run(b["run_id"]).meta["merged_from"] and store.run(b["run_id"]).status == "complete"

@@ -81,6 +81,9 @@ def _pair_args(p) -> None:
     p.add_argument("bad", type=argtypes.run_id, metavar="BAD", help="the run that failed")
     p.add_argument("--judge", choices=("outcome", "actions"), default="outcome",
                    help="what failing means: the task's checker fails (default), or the actions differ from GOOD's")
+    p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                   help="run each replay as a Ray task, merged here as it returns: on a local Ray instance, or the "
+                        "cluster at ADDRESS (pip install 'tttr[ray]'); the same tests and verdicts as without")
     _model_args(p)
     _common(p)  # --db FILE (default tttr.db) and --json, as tttr diff takes them
 
@@ -91,9 +94,14 @@ def _planned(args, verb: str):
     read-only connection, so refused input writes nothing."""
     from tttr.engine.kinds import ExperimentRequest, pair_kind
 
+    if args.ray is not None:
+        from tttr.engine.replay.ray_suite import _ray, check_address
+
+        check_address(args.ray or None)  # an address that does not answer: one line, before anything is replayed
+        _ray()
     request = ExperimentRequest(args.good, args.bad, judge=args.judge, model=args.model,
                                 batch=not args.one_at_a_time, max_replays=getattr(args, "max_replays", 50),
-                                unsafe_no_sandbox=args.unsafe_no_sandbox)
+                                unsafe_no_sandbox=args.unsafe_no_sandbox, ray=args.ray)
     with _open_readonly(args.db) as reader:
         kind = pair_kind(reader.run(args.good), reader.run(args.bad), verb)
         return kind, kind.check_experiment(reader, args.db, verb, request)

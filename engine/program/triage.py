@@ -222,14 +222,18 @@ def apply(db: str, base: int, subset: list[Delta], setup: Setup, *, model: str |
 
 def triage(db: str, good: int, bad: int, *, judge: str = "outcome", model: str | None = None, batch: bool = True,
            unsafe_no_sandbox: bool = False, on_layer: Callable[[LayerResult], None] | None = None,
-           cancel: threading.Event | None = None, setup: Setup | None = None) -> Triage:
+           cancel: threading.Event | None = None, setup: Setup | None = None, ray: str | None = None) -> Triage:
     """Replay BAD once per layer with GOOD's values of that layer in place; the replays side
     by side with `batch` under invariant kernels. `setup`: the caller's
-    `prepare(db, bad, good, good, judge)`, if it checked the input already."""
+    `prepare(db, bad, good, good, judge)`, if it checked the input already. `ray`: each replay
+    a Ray task (engine/replay/ray_experiments.py) at that address, or a local instance ("")."""
     setup = setup or prepare(db, bad, good, good, judge, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
     out = Triage(good, bad, judge, batch_note=ONE_AT_A_TIME)
     choose_batching(out, {setup.pair.base.run.kernel_mode, setup.pair.other.run.kernel_mode}, batch, TRIAGE_BATCHED)
     stop = cancel or threading.Event()
+    if ray is not None:
+        tests, test = _on_ray(db, ray, bad, good, setup, model, unsafe_no_sandbox, stop)
+        return tests.noted(replay_layers(out, setup.deltas, test, stop=stop, on_layer=on_layer))
     live = SharedModel(model, setup.pair.base.run.model_id)
 
     def replay(subset: list[Delta]) -> Trial:  # opens its own connections: it may run in any thread
@@ -244,18 +248,22 @@ def triage(db: str, good: int, bad: int, *, judge: str = "outcome", model: str |
 def bisect(db: str, good: int, bad: int, *, judge: str = "outcome", max_replays: int = 50, model: str | None = None,
            batch: bool = True, unsafe_no_sandbox: bool = False, on_round: Callable | None = None,
            on_trial: Callable[[Trial], None] | None = None, cancel: threading.Event | None = None,
-           setup: Setup | None = None) -> Bisect:
+           setup: Setup | None = None, ray: str | None = None) -> Bisect:
     """ddmin over BAD's deltas applied to GOOD; a round's independent tests side by side with
     `batch` under invariant kernels. The whole set is tested first: if it does not reproduce
     the failure, ReplayError (that replay stays stored). Ctrl-C or the budget ends it with the
     best set so far. `setup`: the caller's `prepare(db, good, bad, good, judge)`, if it
-    checked the input already."""
+    checked the input already. `ray`: each test a Ray task at that address, or a local instance ("")."""
     if max_replays < 1:
         raise ReplayError(f"--max-replays {max_replays}: give at least 1")
     setup = setup or prepare(db, good, bad, good, judge, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
     out = Bisect(good, bad, judge, setup.deltas, batch_note=ONE_AT_A_TIME)
     choose_batching(out, {setup.pair.base.run.kernel_mode, setup.pair.other.run.kernel_mode}, batch, BATCHED)
     stop = cancel or threading.Event()
+    if ray is not None:
+        tests, test = _on_ray(db, ray, good, bad, setup, model, unsafe_no_sandbox, stop)
+        return tests.noted(run_rounds(out, test, max_replays=max_replays, stop=stop, on_round=on_round,
+                                      on_trial=on_trial))
     live = SharedModel(model, setup.pair.base.run.model_id)
 
     def test(subset: list[Delta]) -> Trial:  # opens its own connections: it may run in any thread
@@ -265,6 +273,21 @@ def bisect(db: str, good: int, bad: int, *, judge: str = "outcome", max_replays:
         return run_rounds(out, test, max_replays=max_replays, stop=stop, on_round=on_round, on_trial=on_trial)
     finally:
         live.release()
+
+
+def _on_ray(db: str, ray: str, base: int, other: int, setup: Setup, model, unsafe_no_sandbox: bool,
+            stop: threading.Event):
+    """The RayTests of `db`, and a test of program run `base` with a subset of the deltas as a
+    Ray task (engine/replay/ray_experiments.py)."""
+    from tttr.engine.replay.ray_experiments import RayTests
+
+    tests = RayTests(db, ray or None)
+
+    def test(subset: list[Delta]) -> Trial:
+        return tests.program(base, other, subset, setup.judge, check=setup.check, model=model,
+                             unsafe_no_sandbox=unsafe_no_sandbox, stop=stop)
+
+    return tests, test
 
 
 __all__ = ["BATCHED", "ONE_AT_A_TIME", "TRIAGE_BATCHED", "SharedModel", "bisect", "prepare", "program_actions", "triage"]

@@ -161,10 +161,12 @@ def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbo
 
 def bisect(store, good: int, bad: int, *, judge: str = "outcome", max_replays: int = 50, runtime,
            batch: bool = True, unsafe_no_sandbox: bool = False, on_round: Callable | None = None,
-           on_trial: Callable[[Trial], None] | None = None, cancel: threading.Event | None = None) -> Bisect:
+           on_trial: Callable[[Trial], None] | None = None, cancel: threading.Event | None = None,
+           ray: str | None = None) -> Bisect:
     """ddmin over BAD's deltas applied to GOOD. The whole set is tested first: if it does not
     reproduce the failure, ReplayError (that replay stays stored). Ctrl-C or the budget
-    ends it with the best set so far."""
+    ends it with the best set so far. `ray`: each test a Ray task (engine/replay/ray_experiments.py)
+    on the cluster at that address, or a local instance (""); None: here."""
     if max_replays < 1:
         raise ReplayError(f"--max-replays {max_replays}: give at least 1")
     pair, the_judge, found = prepare(store, good, bad, judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
@@ -172,6 +174,17 @@ def bisect(store, good: int, bad: int, *, judge: str = "outcome", max_replays: i
     stop = cancel or threading.Event()
     choose_batching(out, {pair.base.run.kernel_mode, pair.other.run.kernel_mode}, batch,
                     "independent tests of a round run batched (sound: the kernels are batch-invariant)")
+    if ray is not None:
+        from tttr.engine.replay.ray_experiments import RayTests
+
+        tests = RayTests(store.path, ray or None)
+
+        def on_ray(subset: list[Delta]) -> Trial:
+            return tests.agent(good, bad, subset, the_judge, model=str(runtime.path), kernel_mode=runtime.kernel_mode,
+                               unsafe_no_sandbox=unsafe_no_sandbox, stop=stop)
+
+        return tests.noted(run_rounds(out, on_ray, max_replays=max_replays, stop=stop, on_round=on_round,
+                                      on_trial=on_trial))
 
     def test(subset: list[Delta]) -> Trial:
         return apply(store, pair, subset, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox,

@@ -75,6 +75,13 @@ def start_ray(address: str | None = None, **kwargs) -> None:
             from None
 
 
+def worker_env() -> dict:
+    """The driver's settings a worker needs too: the task folders and the default model."""
+    from tttr.recorders.tasks import TASKS_PATH_ENV
+
+    return {k: os.environ[k] for k in (TASKS_PATH_ENV, "TTTR_MODEL") if k in os.environ}
+
+
 def _runtime(model: str | None):
     from tttr.engine.replay.runtime import Runtime
 
@@ -150,7 +157,6 @@ def run_suite_on_ray(
     """The suite over Ray into `db` (see the module's note); the suite id and its runs that
     arrived, as `run_suite` returns them."""
     from tttr.engine.replay.suite import Finished, read_run
-    from tttr.recorders.tasks import TASKS_PATH_ENV
     from tttr.sessions.merge import merge
     from tttr.sessions.store import Store
 
@@ -167,7 +173,7 @@ def run_suite_on_ray(
                 "task_dirs": [str(Path(d).absolute()) for d in task_dirs or ()], "seed": seed,
                 "clock": clock.isoformat() if clock is not None else None,
                 "program": list(program) if program else None, "cwd": str(Path.cwd()), "timeout_s": timeout_s}
-    env = {k: os.environ[k] for k in (TASKS_PATH_ENV, "TTTR_MODEL") if k in os.environ}
+    env = worker_env()
     start_ray(address, runtime_env={"env_vars": env} if env else None, **(init_kwargs or {}))
     shard = ray.remote(max_retries=0, num_cpus=1)(run_shard)  # retried here, where the retry is seen
     snap_ref = ray.put(snapshot) if snapshot is not None else None

@@ -120,13 +120,25 @@ def unreached_clocks(pair: Pair) -> list[Delta]:
 
 def triage(store, good: int, bad: int, *, judge: str = "outcome", runtime, batch: bool = True,
            unsafe_no_sandbox: bool = False, on_layer: Callable[[LayerResult], None] | None = None,
-           cancel: threading.Event | None = None) -> Triage:
+           cancel: threading.Event | None = None, ray: str | None = None) -> Triage:
+    """`ray`: run each replay as a Ray task (engine/replay/ray_experiments.py) on the cluster at
+    that address, or a local instance (""); None: here."""
     pair, the_judge, found = prepare(store, good, bad, judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
     out = Triage(good, bad, judge)
     choose_batching(out, {pair.base.run.kernel_mode, pair.other.run.kernel_mode}, batch, BATCHED)
     stop = cancel or threading.Event()
 
     beyond = unreached_clocks(pair)
+    if ray is not None:
+        from tttr.engine.replay.ray_experiments import RayTests
+
+        tests = RayTests(store.path, ray or None)
+
+        def on_ray(subset: list[Delta]) -> Trial:
+            return tests.agent(bad, good, subset + beyond, the_judge, model=str(runtime.path),
+                               kernel_mode=runtime.kernel_mode, unsafe_no_sandbox=unsafe_no_sandbox, stop=stop)
+
+        return tests.noted(replay_layers(out, found, on_ray, stop=stop, on_layer=on_layer))
 
     def replay(subset: list[Delta]) -> Trial:
         return apply(store, pair, subset + beyond, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox,
