@@ -271,8 +271,8 @@ class Store:
         parts = site_parts(site) if type(site) is str else None
         layer = KIND_LAYER.get(parts[1]) if parts is not None else None
         if layer is None:
-            why = "is not STEP:KIND or STEP:KIND:POS" if parts is None else f"names the kind {parts[1]!r}, not one of {', '.join(KINDS)}"
-            raise StoreError(f"site {safe_text.visible(str(site)[:60], newlines=False)!r} {why}; "
+            why = "is not STEP:KIND or STEP:KIND:POS" if parts is None else f"names the kind {parts[1][:40]!r}, not one of {', '.join(KINDS)}"
+            raise StoreError(f"site {str(site)[:60]!r} {why}; "
                              "write it with tttr.sessions.vocabulary.site(step, kind, pos)")
         step, kind, pos = parts
         return self._buffer(run_id, step, layer, kind, site, pos, None, value)  # the site is its parts: stored as pos

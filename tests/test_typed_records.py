@@ -1,0 +1,109 @@
+"""Types for what is stored (issue 28): `Store.append(run, site, value)` derives the event's
+step, layer and kind from its site and stores the same bytes as the low-level
+`Store.append_event(run, step, layer, kind, site, value)`; a site outside the grammar or a
+kind outside the vocabulary is refused in one line naming the site."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from tttr.sessions.store import Store, StoreError
+from tttr.sessions.vocabulary import KIND_LAYER, site, site_parts
+
+SEED = 7
+
+# One of every kind of the vocabulary, at the setup step (both spellings), positions and steps.
+EVENTS = [
+    ("setup:clock", {"t": "2026-03-02T10:00:00"}),
+    ("-1:setup", {"task": "t", "clock": "2026-03-02T10:00:00", "tree": "ab" * 32, "snapshot": None}),
+    ("0:prompt", {"ids_digest": "cd" * 16, "n_tokens": 12}),
+    ("0:token:0", {"id": 93, "text": " hi", "forced": False, "logprob": -0.5, "rng": [SEED, 0, 0]}),
+    ("0:logits:0", {"digest": "ef" * 16, "topk": [[93, -0.5], [5, -1.25]], "batch": [2, [1]], "mode": "invariant"}),
+    ("0:token:1", {"id": 94, "text": "\x1b[31m", "forced": True, "logprob": 0.1, "rng": [3, 9, 9]}),  # rng not the derived one: kept in the record
+    ("0:token:2", {"rng": [SEED, 0, 2], "id": 1}),  # keys in another order: stored as JSON text
+    ("0:message", {"text": "echo hi"}),
+    ("0:action", {"cmd": "echo hi"}),
+    ("0:clock", {"t": "2026-03-02T10:00:01"}),
+    ("0:tool", {"cmd": "echo hi", "stdout": "hi\n", "stderr": "", "exit_code": 0}),
+    ("1:token:10", {"id": 2, "text": "", "forced": False, "logprob": -0.25, "rng": [SEED, 1, 10]}),
+    ("1:outcome", {"passed": True, "checker_exit": 0}),
+]
+
+
+def _rows(path) -> list[tuple]:
+    conn = sqlite3.connect(path)
+    try:
+        return [conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in ("events", "steps", "kinds")]
+    finally:
+        conn.close()
+
+
+def _record(path, write) -> None:
+    with Store.open(path) as store:
+        rid = store.begin_run(task="t", seed=SEED)
+        step = None
+        for at, value in EVENTS:
+            s = site_parts(at)[0]
+            if step is not None and s != step:
+                store.commit_step(rid)
+            step = s
+            write(store, rid, at, value)
+        store.finish_run(rid, "complete", {"passed": True})
+
+
+def test_append_stores_the_same_rows_as_append_event(tmp_path):
+    def old(store, rid, at, value):
+        step, kind, _ = site_parts(at)
+        return store.append_event(rid, step, KIND_LAYER[kind], kind, at, value)
+
+    def new(store, rid, at, value):
+        return store.append(rid, at, value)
+
+    _record(tmp_path / "old.db", old)
+    _record(tmp_path / "new.db", new)
+    old_rows, new_rows = _rows(tmp_path / "old.db"), _rows(tmp_path / "new.db")
+    assert old_rows == new_rows
+    assert len(old_rows[0]) == len(EVENTS) and any(type(r[-1]) is bytes for r in old_rows[0])
+    with Store.open(tmp_path / "new.db", readonly=True) as store:
+        events = store.events(1)
+    assert [(e.site, e.layer) for e in events] == [
+        (site(*site_parts(at)), KIND_LAYER[site_parts(at)[1]]) for at, _ in EVENTS]
+    assert [e.value for e in events] == [v for _, v in EVENTS]
+
+
+def test_append_returns_dense_seqs_like_append_event(tmp_path):
+    with Store.open(tmp_path / "s.db") as store:
+        rid = store.begin_run(seed=SEED)
+        assert store.append(rid, "0:clock", {"t": "2026-03-02T10:00:00"}) == 0
+        assert store.append_event(rid, 0, "trace", "tool", "0:tool", {"cmd": "x"}) == 1
+        assert store.append(rid, "0:token:0", {"id": 1}) == 2
+
+
+@pytest.mark.parametrize("bad, said", [
+    ("custom site", "is not STEP:KIND"),
+    ("2:tool:x", "is not STEP:KIND"),
+    ("02:tool", "is not STEP:KIND"),
+    ("2:token:-1", "is not STEP:KIND"),
+    ("2:sdk", "names the kind 'sdk'"),
+    ("setup:file:a.txt", "is not STEP:KIND"),
+    ("2:\x1b[31m", "names the kind"),
+    ("2:tool\n3:tool", "is not STEP:KIND"),
+    (7, "is not STEP:KIND"),
+])
+def test_append_refuses_a_site_it_cannot_derive_in_one_line_naming_it(tmp_path, bad, said):
+    with Store.open(tmp_path / "s.db") as store:
+        rid = store.begin_run(seed=SEED)
+        with pytest.raises(StoreError, match=said) as err:
+            store.append(rid, bad, {"x": 1})
+        line = str(err.value)
+        assert "\n" not in line and "\x1b" not in line and "site(step, kind, pos)" in line
+        assert repr(str(bad)) in line
+        store.commit_step(rid)
+        assert store.count_events(rid) == 0  # nothing was buffered
+        # the low-level form still writes such a row (foreign data) where its kind is a valid name
+        if isinstance(bad, str) and bad.isprintable():
+            store.append_event(rid, 0, "trace", "tool", bad, {"x": 1})
+            store.commit_step(rid)
+            assert store.event_at(rid, bad).value == {"x": 1}
