@@ -11,7 +11,6 @@ prints it, the app jumps to it.
 
 from __future__ import annotations
 
-import bisect
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -57,7 +56,7 @@ def blame(store, run_id: int, path: str, step: int | None = None, *, trees: RunT
     wanted = path.strip("/")
     asked = trees.last_step if step is None else step
     trees.tree_digest(asked)  # a step the run does not have fails here, naming its steps
-    digests = _tree_digests(trees, asked)
+    digests = trees.digests_through(asked)
     rows: dict[str, Any] = {}  # tree digest -> the path's row in its manifest (None: not there)
 
     def row(at: int):
@@ -86,26 +85,12 @@ def blame(store, run_id: int, path: str, step: int | None = None, *, trees: RunT
     return Blame(run_id, wanted, asked, k, site, getattr(event, "seq", None), change, _command(event), entry)
 
 
-def _tree_digests(trees: RunTrees, last: int):
-    """digest(step): the tree after `step`, as `RunTrees.tree_digest` gives it, by a lookup
-    per step in what RunTrees read (its scan of every step per call is quadratic in a walk)."""
-    collected = trees._trees  # treestate's own reading of the run's setup and tool events
-    after = {step: digest for step, (digest, _) in collected.after.items() if step <= last}
-    steps = sorted(after)
-
-    def digest(step: int) -> str | None:
-        i = bisect.bisect_right(steps, step)
-        return after[steps[i - 1]] if i else collected.setup
-
-    return digest
-
-
 def _row_of(store, trees: RunTrees, step: int, digest: str, path: str, run_id: int):
     """The row of `path` in the manifest of the tree after `step`, read by finding the path
     in the manifest's JSON rather than parsing every entry (a manifest lists each path once,
     as a JSON array starting with the path). The rows found are compared, never trusted: the
     entries blame returns are read through `read_manifest`'s checks."""
-    manifest = trees._manifest(digest)  # the tree's manifest, a parent's included (treestate's lookup)
+    manifest = trees.manifest_of(digest)
     if manifest is None:
         raise TreeStateError(f"run {run_id} after step {_written(step)}: no snapshot of tree {digest[:12]} is in "
                              "the database (the run recorded its digest only)")

@@ -14,9 +14,11 @@ File contents are untrusted: callers show them through `sessions.safe_text`.
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import stat
 from dataclasses import dataclass, field
+from typing import Callable
 
 from tttr.recorders.errors import RecorderError, SnapshotError
 from tttr.recorders.snapshot import Entry, read_manifest
@@ -160,6 +162,25 @@ class RunTrees:
         if done:
             return t.after[max(done)]
         return t.setup, (site(SETUP_STEP, "setup") if t.setup else None)
+
+    def digests_through(self, last: int) -> Callable[[int], str | None]:
+        """digest(step): the tree after any step up to `last` (`tree_digest`'s digest, the
+        setup's before the first command), by a lookup per step: a walk back over many
+        steps stays linear, where `tree_digest` scans every step at each call."""
+        t = self._trees
+        after = {step: digest for step, (digest, _) in t.after.items() if step <= last}
+        steps = sorted(after)
+
+        def digest(step: int) -> str | None:
+            i = bisect.bisect_right(steps, step)
+            return after[steps[i - 1]] if i else t.setup
+
+        return digest
+
+    def manifest_of(self, digest: str) -> str | None:
+        """The digest of tree `digest`'s snapshot manifest, recorded by this run or a parent
+        it was forked or replayed from; None when the store holds no snapshot of it."""
+        return self._manifest(digest)
 
     def _manifest(self, digest: str) -> str | None:
         found = self._trees.manifests.get(digest)
