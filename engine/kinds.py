@@ -238,17 +238,22 @@ class RecordedProgram(RunKind):
     name, label = "program", "a recorded program's run"
 
     def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
+        from tttr.engine.program.replay import check_recording
+
         if not request.policy.faithful or request.seed is not None:
             raise KindError(f"run {run.id} is a recorded program: only its faithful replay is supported yet "
                             "(drop --free and --seed)")
-        return Plan(run.id, request)
+        # The recording decoded and checked once (engine/program/replay.py's Recording): the replay acts on it.
+        return Plan(run.id, request, check_recording(reader, run.id, sealed=request.sealed, code=request.code,
+                                                     argv=list(request.argv) or None))
 
     def replay(self, db: str, plan: Plan, progress: Progress | None = None):
         from tttr.engine.program.replay import replay_program
 
         r = plan.request
         return replay_program(db, plan.run_id, unsafe_no_sandbox=r.unsafe_no_sandbox, progress=progress,
-                              model=r.model, code=r.code, argv=list(r.argv) or None, sealed=r.sealed)  # model: for calls after a divergence, generated live
+                              model=r.model, code=r.code, argv=list(r.argv) or None, sealed=r.sealed,
+                              recording=plan.checked)  # model: for calls after a divergence, generated live
 
     def check_fork(self, reader, run, request: ForkRequest) -> Plan:
         from tttr.engine.program.fork import check_program_fork

@@ -1,11 +1,13 @@
-"""Check once, then act on the checked plan: `tttr replay` and `tttr fork` of an agent run and of
-a served-call run open the database once read-only (the check) and once for writing (the act),
-and decode the run once (one `Source`, one `Store.load_run`). A plan whose run was deleted or
-replaced between the check and the act is refused in one line, with nothing written.
+"""Check once, then act on the checked plan: `tttr replay` and `tttr fork` of an agent run, of
+a served-call run and of a recorded program open the database once read-only (the check) and
+once for writing (the act), and decode the run once (one `Source`, one `Store.load_run`). A
+plan whose run was deleted or replaced between the check and the act is refused in one line,
+with nothing written.
 
 The counting wraps `Store.open`, `Store.load_run` and `Source.__init__` around the real ones;
 the runs are real: an agent run recorded with the default model in the sandbox, calls made
-with the official `openai` client against a real `tttr serve --db`."""
+with the official `openai` client against a real `tttr serve --db`, a program recorded with
+`tttr record -- PROGRAM` in the sandbox."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from tttr.engine.replay.result import ReplayError
 from tttr.engine.replay.source import Source
 from tttr.sessions.errors import StoreError
 from tttr.sessions.store import Store
+from sandbox_helpers import needs_sandbox
 
 
 @pytest.fixture
@@ -179,3 +182,58 @@ def test_a_served_call_fork_opens_the_file_twice_and_decodes_the_run_once(tmp_pa
     # id: one more read-only open, nothing decoded.
     assert re.search(r"diverged at 0:token:1 \(token layer\): recorded .+ \(\d+\), live .+ \(28\)", out), out
     assert dict(counted) == {**ONCE, "read-only opens": 2}
+
+
+# ---------------------------------------------------------------------------- a recorded program
+ONE_CALL_PROGRAM = """\
+from openai import OpenAI
+from tttr.recorders import sdk
+
+@sdk.tool
+def decide(text):
+    return "stop"
+
+client = OpenAI()
+model = client.models.list().data[0].id
+r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hi"}], max_tokens=3, seed=3)
+print("verdict:", decide(r.choices[0].message.content))
+print("notes:", open("notes.txt").read().strip())
+"""
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_a_program_replay_and_fork_open_the_file_twice_and_decode_the_run_once(tmp_path, counted, capsys):
+    from tests.program_helpers import program_tree, record_one_call
+
+    from tttr.engine.kinds import PROGRAM
+
+    db = tmp_path / "program.db"
+    tree = program_tree(tmp_path, "tree", ONE_CALL_PROGRAM)
+    (tree / "notes.txt").write_text("v1\n")
+    rid = record_one_call(capsys, db, tree)["run_id"]
+    shutil.copy(db, tmp_path / "kept.db")
+
+    out = _cli(counted, capsys, "replay", str(rid), "--db", str(db))
+    assert "identical to the recording" in out, out
+    assert dict(counted) == ONCE
+    # Acted on the checked plan, nothing is generated: the fork's new values, then the recording's.
+    for at, value, said in (("1:tool", "go", "verdict: go"), ("setup:file:notes.txt", "v2", "notes: v2"),
+                            ("setup:clock", "+1d", "verdict: stop")):
+        out = _cli(counted, capsys, "fork", str(rid), "--at", at, "--set", value, "--db", str(db))
+        assert said in out and f"forked at {at}, 0 model calls generated" in out, out
+        assert dict(counted) == ONCE, at
+
+    kept = tmp_path / "kept.db"
+    with Store.open(kept, readonly=True) as reader:
+        run = reader.run(rid)
+        kind = kind_of(run)
+        plans = [kind.check_fork(reader, run, ForkRequest("1:tool", "go")),
+                 kind.check_replay(reader, run, ReplayRequest(Policy.parse("")))]
+    assert kind is PROGRAM
+    with Store.open(kept) as store:
+        store.delete_run(rid)
+    for plan, act in zip(plans, (kind.fork, kind.replay)):
+        with pytest.raises(StoreError, match=f"no run {rid} in "):
+            act(str(kept), plan)
+    assert _children(kept) == []

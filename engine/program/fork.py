@@ -38,12 +38,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from tttr.engine.program.record import ProgramRunError
-from tttr.engine.program.replay import Replayer, _load, _Step, recorded_clock, recorded_clock_read
+from tttr.engine.program.replay import (
+    Recording, Replayer, _Step, load_recording, recorded_clock, recorded_clock_read,
+)
 from tttr.engine.serve.errors import APIError
-from tttr.sessions.vocabulary import SETUP_STEP, Site, SiteError, canonical_site, site, site_parts
+from tttr.sessions.vocabulary import SETUP_STEP, SETUP_VALUES, Site, SiteError, canonical_site, site, site_parts
 
 SITES = ("an SDK tool (STEP:tool), a clock read (STEP:clock, or setup:clock), a model call's token (STEP:token:POS) "
-         "or its whole answer (STEP:message)")
+         "or its whole answer (STEP:message), a file of the start tree (setup:file:PATH) or a variable it starts "
+         "with (setup:env:NAME)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +54,8 @@ class Change:
     """One new value at one site of a program run: a fork's, or one of an experiment's."""
 
     site: Site
-    value: object  # tool: dict of replaced fields; token: int token id; clock: the new ISO time
+    value: object  # tool: dict of replaced fields; token: int token id; clock: the new ISO time;
+    # setup:file: {"path", "text"}; setup:env: {"name", "value"}
     text: str  # as given (a fork's --set), or what the value is (an experiment's delta)
     forced: dict | None = None  # token: {position: token id}
     settings: dict | None = None  # token: prompt ids, seed, max_tokens
@@ -94,6 +98,9 @@ class ForkPlan:
     # once set, refuses the program's next model calls so that it ends early.
     progress: object = None
     cancel: object = None
+    # The recording as the check decoded it (check_program_fork): acting on the plan decodes
+    # nothing again. None (an experiment's plan): the replay reads it itself.
+    recording: Recording | None = None
 
     def __post_init__(self) -> None:
         keys = [c.key for c in self.changes]
@@ -119,18 +126,20 @@ class ForkPlan:
 
     @property
     def setup_change(self) -> Change | None:
-        return next((c for c in self.changes if c.at_setup), None)
+        """The change of the setup clock, if any."""
+        return next((c for c in self.changes if c.at_setup and c.site.name == "clock"), None)
 
     @property
     def at_setup(self) -> bool:
-        """Written from the start (nothing shared): the setup clock changes, or the seed."""
-        return self.setup_change is not None or self.seed is not None or not self.changes
+        """Written from the start (nothing shared): a setup value changes (the clock, a file of
+        the start tree, a variable), or the seed."""
+        return any(c.at_setup for c in self.changes) or self.seed is not None or not self.changes
 
     def run_seed(self, recorded: int | None) -> int | None:
         return recorded if self.seed is None else self.seed
 
     def columns(self) -> dict:
-        fork_site = None if self.at_setup and self.setup_change is None else str(self.site)
+        fork_site = str(self.site) if any(c.at_setup for c in self.changes) or not self.at_setup else None
         mutation = self.mutation or ({"site": str(self.site), "value": self.value, "input": self.text}
                                      if self.changes else None)
         out = {"fork_seq": self.fork_seq, "fork_site": fork_site, "mutation": mutation}
@@ -161,6 +170,14 @@ class ForkPlan:
         recorder.adopt(recorder.default_run, child, first_step=self.site.step)
         recorder.shared.update(self.shared)
 
+    def lay_setup(self, setup: dict, tree_dir, store) -> dict:
+        """The setup the child starts with: the recorded one with this fork's new start-tree
+        files written into `tree_dir` (the tree the program runs from) and its variables
+        (engine/program/setup_values.py)."""
+        from tttr.engine.program import setup_values
+
+        return setup_values.lay([c for c in self.changes if c.at_setup], setup, tree_dir, store)
+
     def replayer(self, rec, recorder, name: str) -> "ForkReplayer":
         return ForkReplayer(rec, recorder, name, self)
 
@@ -168,9 +185,9 @@ class ForkPlan:
 def _sdk_value(text: str, recorded: dict) -> dict:
     """The new value of an SDK tool step: see the module's text."""
     if "function" not in recorded:  # sdk.shell: the built-in agent's tool grammar
-        from tttr.engine.replay.mutation import _tool
+        from tttr.engine.replay.mutation import tool_value
 
-        return _tool(text)
+        return tool_value(text)
     stripped = text.strip()
     if re.fullmatch(r"exit(?:_code)?\s*=\s*-?\d+", stripped):
         raise ProgramRunError(f"the tool is the function {recorded['function']!r}, which has no exit code: set its "
@@ -202,15 +219,13 @@ def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, m
     """Everything a program fork checks before it writes; ProgramRunError (one line) if bad.
     `runtime` (engine.replay.runtime.Runtime of `model`): the model's identity and tokenizer
     for a token's value, when the caller holds one already (the app)."""
-    from tttr.engine.replay.source import Source
-
-    rec = _load(store, run_id)
+    rec = load_recording(store, run_id)  # the run decoded once: the plan keeps it
     try:
         at = Site.parse(site_text)
     except (SiteError, ValueError) as exc:
         raise ProgramRunError(f"{exc}; a program run forks at {SITES}") from None
     step = next((s for s in rec.steps if s.step == at.step), None)
-    source = Source(store, run_id)
+    source = rec.source
     if at.name == "clock":
         return _check_clock(rec, source, at, step, value_text)
     if at.name == "tool":
@@ -223,18 +238,24 @@ def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, m
         except ValueError as exc:
             raise ProgramRunError(str(exc)) from None
         return ForkPlan(run_id, (Change(at, value, value_text),), source.seq_of(str(at)), shared=_shared(source, at),
-                        check=recorded_check(store, rec.run))
+                        check=recorded_check(store, rec.run), recording=rec)
+    if at.name in SETUP_VALUES:
+        from tttr.engine.program.setup_values import check
+
+        value = check(store, run_id, str(at), value_text)
+        return ForkPlan(run_id, (Change(at, value, value_text),), 0, check=recorded_check(store, rec.run),
+                        recording=rec)
     if at.name in ("token", "message"):
         if step is None or step.kind != "call":
             raise ProgramRunError(f"site {at} is not a model call's {'token' if at.name == 'token' else 'answer'} "
                                   f"in run {run_id}: `tttr events DB {run_id}` lists its sites")
-        return _check_token(store, source, at, value_text, model, runtime)
+        return _check_token(store, rec, at, value_text, model, runtime)
     raise ProgramRunError(f"a program run forks at {SITES}, not {at}")
 
 
 def _check_clock(rec, source, at: Site, step, value_text: str) -> ForkPlan:
     """A clock read's (or the setup clock's) new value, and how far it moves the run's clock."""
-    from tttr.engine.replay.mutation import MutationError, _clock
+    from tttr.engine.replay.mutation import MutationError, clock_value
 
     program_read = step is not None and recorded_clock_read(step) is not None  # the program's own, before a call
     if at.step == SETUP_STEP:
@@ -248,14 +269,14 @@ def _check_clock(rec, source, at: Site, step, value_text: str) -> ForkPlan:
         fork_seq, shared = source.seq_of(str(at)), _shared(source, at)
     try:
         old = datetime.fromisoformat(recorded)
-        new = _utc(_clock(value_text, {"t": recorded}))
+        new = _utc(clock_value(value_text, {"t": recorded}))
     except (MutationError, TypeError, ValueError) as exc:
         raise ProgramRunError(f"run {rec.run.id}, site {at}: {exc}") from None
     # a read the program made moves by exactly the shift (to the µs it was read at); an SDK
     # read or the setup clock, to the second
     shift = (new if program_read else new.replace(microsecond=0)) - _utc(old)
     return ForkPlan(rec.run.id, (Change(at, (old + shift).isoformat(), value_text, shift=shift),), fork_seq,
-                    shared=shared, check=recorded_check(source.store, rec.run))
+                    shared=shared, check=recorded_check(source.store, rec.run), recording=rec)
 
 
 def _utc(t: datetime) -> datetime:
@@ -263,26 +284,26 @@ def _utc(t: datetime) -> datetime:
     return t if t.tzinfo is None else t.astimezone(timezone.utc).replace(tzinfo=None)
 
 
-def _check_token(store, source, at: Site, value_text: str, model: str | None, runtime=None) -> ForkPlan:
-    from tttr.engine.replay.calls import _call_settings, _recorded_seed
+def _check_token(store, rec: Recording, at: Site, value_text: str, model: str | None, runtime=None) -> ForkPlan:
+    from tttr.engine.replay.calls import call_settings, recorded_seed
     from tttr.engine.replay.mutation import parse_mutation
     from tttr.engine.replay.runtime import Runtime
 
-    run = source.run
+    source, run = rec.source, rec.run
     runtime = runtime or Runtime(model)  # the model's identity and tokenizer only: nothing loads here
     if run.model_id != runtime.model_id:
         raise ProgramRunError(f"run {run.id} was served by model {run.model_id}; generating its calls needs that "
                               f"model here, but the local model is {runtime.model_id}: pass it with --model")
     mutation = parse_mutation(store, run.id, str(at), value_text, tokenizer=runtime.tokenizer)
-    prompt, sampling, max_tokens, _ = _call_settings(source, at.step)
-    seed = _recorded_seed(source, sampling)
+    prompt, sampling, max_tokens, _ = call_settings(source, at.step)
+    seed = recorded_seed(source, sampling)
     if at.name == "message":  # the whole answer: every position forced, ended by the end of turn
         ids = list(runtime.tokenizer.encode(mutation.value)) + list(runtime.tokenizer.stop_token_ids[:1])
         forced = dict(enumerate(ids))
         settings = {"ids": list(prompt["ids"]), "seed": seed, "max_tokens": max(max_tokens, len(ids))}
         return ForkPlan(run.id, (Change(at, mutation.value, value_text, forced, settings),),
                         source.seq_of(mutation.first_site), model, _shared(source, mutation.first_site),
-                        check=recorded_check(store, run))
+                        check=recorded_check(store, run), recording=rec)
     before = source.tokens.get(at.step, [])[:at.pos]
     if not all(type(t.get("id")) is int for t in before):
         raise ProgramRunError(f"run {run.id}, call {at.step}: its tokens before position {at.pos} have no ids")
@@ -290,7 +311,7 @@ def _check_token(store, source, at: Site, value_text: str, model: str | None, ru
     forced[at.pos] = mutation.value
     settings = {"ids": list(prompt["ids"]), "seed": seed, "max_tokens": max_tokens}
     return ForkPlan(run.id, (Change(at, mutation.value, value_text, forced, settings),), source.seq_of(str(at)), model,
-                    _shared(source, at), check=recorded_check(store, run))
+                    _shared(source, at), check=recorded_check(store, run), recording=rec)
 
 
 def _shared(source, at) -> frozenset:
@@ -311,6 +332,8 @@ class ForkReplayer(Replayer):
         if plan.live is not None:  # the model stays loaded from one test of an experiment to the next
             self.live = plan.live.bind(recorder)
         self.pending = {c.key: c for c in plan.changes if not c.at_setup}
+        # setup:file changes: kept in the tree through the recorded effects of SDK functions
+        self.start_files = {c.value["path"]: c.value["text"] for c in plan.changes if c.at_setup and c.site.name == "file"}
         self.applied: list[str] = [str(c.site) for c in plan.changes if c.at_setup]
         self.forked = plan.at_setup  # the setup comes before every request
         self.moved = timedelta(0)  # a strict fork's clock change moves the later reads by as much
@@ -396,6 +419,8 @@ class ForkReplayer(Replayer):
 
     def _answer_sdk(self, step: _Step, recorded: dict, value: dict) -> dict:
         change = self._change_at(step, "tool")
+        if change is None and self.start_files and self.tree is not None and "function" in recorded:
+            return self._carry_files(step, recorded)
         if change is None:
             return super()._answer_sdk(step, recorded, value)
         self._take_change(change)
@@ -405,6 +430,19 @@ class ForkReplayer(Replayer):
         self.cursor += 1
         self.arm_clock()
         return _tool_answer(value, new)
+
+    def _carry_files(self, step: _Step, recorded: dict) -> dict:
+        """A pinned SDK function in a fork with new start-tree files: its recorded answer, its
+        recorded effects on the files with the fork's files kept (setup_values.carry)."""
+        from tttr.engine.program.setup_values import carry
+
+        effects = carry(self.tree, recorded, self.rec.setup.get("snapshot"), self.start_files, self.recorder.store)
+        self.recorder.record_copy(self.name, [(e.kind, site_parts(e.site)[2], {**e.value, **effects}
+                                               if e.kind == "tool" else e.value) for e in step.events])
+        self.cursor += 1
+        self.answered += 1
+        self.arm_clock()
+        return {**effects, **({"error": recorded["error"]} if recorded.get("error") else {"result": recorded.get("result")})}
 
     def _answer_clock(self, step: _Step, recorded: dict) -> dict:
         change = self._change_at(step, "clock")
@@ -475,7 +513,7 @@ _TOOL_REQUEST = ("function", "args", "kwargs", "cmd", "cwd", "timeout_s")
 
 def _same_request(kind: str, recorded: dict, live: dict) -> bool:
     if kind == "token":
-        from tttr.engine.replay.diff import first_request_difference
+        from tttr.engine.replay.divergence import first_request_difference
 
         return first_request_difference(recorded, live) is None
     keys = ("function", "args", "kwargs") if "function" in recorded else ("cmd", "cwd", "timeout_s")

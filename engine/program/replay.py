@@ -45,12 +45,13 @@ from tttr.recorders.treeio import remove_tree
 import os
 import stat
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
 from tttr.engine.program.record import ProgramRunError, _Endpoint
+from tttr.engine.program.setup_values import exports
 from tttr.engine.program.divergence import (
     RESPONSES_ROUTE, call_divergence, in_responses_terms, noting_responses, responses_body,
 )
@@ -127,18 +128,34 @@ class ReplayResult:
 
 
 # ---------------------------------------------------------------------------- the recording
-@dataclass(slots=True)
-class _Recording:
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """A recorded program run, decoded and checked once (`load_recording`): a replay's or a
+    fork's plan holds it, and acting on it decodes nothing again (`on`)."""
+
     run: object
     setup: dict
     steps: list  # _Step, in order
     final: dict  # N:tool: the program's output, exit code, end tree
     outcome: dict | None
     setup_clock: dict | None = None  # setup:clock; None in a recording made before it was recorded
+    source: object = None  # the engine.replay.source.Source it was decoded from: its events by site
+
+    def on(self, store) -> Recording:
+        """This recording read through `store` (the connection a plan acts on, opened for
+        writing), not decoded again: refused in one line when the run was deleted or
+        replaced since it was checked (Source.on)."""
+        return replace(self, source=self.source.on(store)) if self.source is not None else self
 
 
-def _load(store, run_id: int) -> _Recording:
-    run, events = store.load_run(run_id)
+def load_recording(store, run_id: int) -> Recording:
+    """Program run `run_id` of `store`, decoded once (one Source) and checked; ProgramRunError
+    (one line) when it is not a complete recorded program with its start tree, command line
+    and end."""
+    from tttr.engine.replay.source import Source
+
+    source = Source(store, run_id)
+    run, events = source.run, source.events
     if not is_program_run(run):
         raise ProgramRunError(f"run {run_id} is not a recorded program")
     if run.status != "complete":
@@ -165,7 +182,25 @@ def _load(store, run_id: int) -> _Recording:
     final = next(e.value for e in events if e.step == final_step and e.kind == "tool")
     outcome = next((e.value for e in events if e.step == final_step and e.kind == "outcome"), None)
     setup_clock = next((e.value for e in events if e.step == SETUP_STEP and e.kind == "clock"), None)
-    return _Recording(run, setup, steps, final, outcome, setup_clock)
+    return Recording(run, setup, steps, final, outcome, setup_clock, source)
+
+
+_load = load_recording  # the name engine/program's other modules knew it by
+_Recording = Recording
+
+
+def check_recording(store, run_id: int, *, sealed: bool = False, code: str | None = None,
+                    argv: list[str] | None = None) -> Recording:
+    """What a replay of program run `run_id` checks read-only before it writes: the
+    recording (decoded once), its clock, a sealed replay's SDK events and `--code DIR`."""
+    rec = load_recording(store, run_id)
+    recorded_clock(rec)
+    if sealed:
+        check_sealable(rec)
+    if code is not None:
+        recorded_argv = [str(a) for a in rec.setup["program"]]
+        check_code(code, list(argv) if argv else recorded_argv, recorded_argv)
+    return rec
 
 
 def request_field(a, b, path: str = ""):
@@ -200,7 +235,7 @@ def recorded_clock_read(step: _Step) -> dict | None:
     return value if isinstance(value, dict) and isinstance(value.get("t"), str) else None
 
 
-def recorded_clock(rec: _Recording) -> datetime:
+def recorded_clock(rec: Recording) -> datetime:
     """The virtual clock the program started at, checked before anything is written (a
     hostile or damaged database gets one line, not a run left incomplete)."""
     from tttr.recorders.clock import normalize_clock
@@ -257,7 +292,7 @@ def _response(endpoint: str, step: _Step, prompt: dict, model: str) -> dict:
 class Replayer:
     """Meets the program's requests with the recording's steps, in order."""
 
-    def __init__(self, rec: _Recording, recorder, name: str, model: str | None = None):
+    def __init__(self, rec: Recording, recorder, name: str, model: str | None = None):
         from tttr.engine.program.live import LiveCalls
 
         self.rec, self.recorder, self.name = rec, recorder, name
@@ -279,6 +314,7 @@ class Replayer:
         # Sealed (`--sealed`): nothing runs live. After the divergence a model call gets an error
         # (no model loads, nothing is computed), an SDK tool an error in its place (it never runs).
         self.sealed = False
+        self.tree = None  # the program's tree (engine/serve/sdk_tree.py's SDKTree), set by the runner
         self._lock = threading.Lock()
 
     def _diverge(self, where: str, a, b, detail: dict | None = None) -> None:
@@ -567,7 +603,7 @@ class _RenamedTree(SDKTree):
         return moved
 
 
-def check_sealable(rec: _Recording) -> None:
+def check_sealable(rec: Recording) -> None:
     """A sealed replay answers the program's tools from their SDK events: a run with none was
     recorded without the SDK (its tools, if any, ran inside the program, unrecorded)."""
     if not any(s.kind in ("tool", "clock") for s in rec.steps):
@@ -578,7 +614,8 @@ def check_sealable(rec: _Recording) -> None:
 
 def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, timeout_s: float | None = None,
                    progress=None, fork=None, model: str | None = None, code: str | None = None,
-                   meta: dict | None = None, argv: list[str] | None = None, sealed: bool = False) -> ReplayResult:
+                   meta: dict | None = None, argv: list[str] | None = None, sealed: bool = False,
+                   recording: Recording | None = None) -> ReplayResult:
     """Replay recorded program run `run_id` of `db` as a child run; see the module's text.
     `fork` (engine/program/fork.py's ForkPlan, checked already) makes it a fork at one site.
     `timeout_s`: the recording's --timeout unless given (a program that hung when recorded
@@ -586,39 +623,51 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
     files are laid over the recorded start tree (lay_code). `argv`: another command line
     (`tttr replay RUN -- PROGRAM ARG...`). `sealed`: nothing runs live (Replayer.sealed); a
     run whose program used no SDK (its tools ran unrecorded, so nothing could keep them from
-    running again) is refused."""
+    running again) is refused. `recording`: the run as a replay's check decoded it
+    (check_recording; a fork's plan holds its own): the file is then opened once, for
+    writing, and the run not decoded again."""
+    from tttr.engine.serve.recorder import CallRecorder
     from tttr.recorders.limits import Limits
     from tttr.recorders.sandbox import Executor
     from tttr.recorders.snapshot import restore
     from tttr.sessions.store import Store
 
     say = progress or (lambda text: None)
+    rec = recording if recording is not None else getattr(fork, "recording", None)
+    if rec is None:  # no plan handed in: checked here, read-only, before anything is written
+        with Store.open(db, create=False, readonly=True) as reader:
+            rec = check_recording(reader, run_id, sealed=sealed, code=code, argv=argv)
     host = HostPython.current()
     work = scratch_dir("tttr-replay-")
     tree_dir = work / "tree"
+    recorder = None
     try:
-        with Store.open(db, create=False, readonly=True) as reader:  # checked before anything is written
-            rec = _load(reader, run_id)
-            if sealed:
-                check_sealable(rec)
-            recorded_argv = [str(a) for a in rec.setup["program"]]
-            argv = list(argv) if argv else recorded_argv
-            restore(rec.setup["snapshot"], reader, tree_dir)
-            old_name = None
-            if code is not None:
-                check_code(code, argv, recorded_argv)
-                old_name = renamed(code, tree_dir, argv, recorded_argv)
-                lay_code(code, tree_dir)
-            try:
-                program = check_program(argv, tree_dir, host)
-            except ProgramError:
-                if argv == recorded_argv:
-                    raise
-                where = f"in the recorded start tree nor in --code {code}" if code is not None \
-                    else "in the recorded start tree (nor --code DIR given)"
-                raise ProgramRunError(f"-- {' '.join(argv)} cannot start: {_script(argv) or argv[0]!r} is neither "
-                                      f"{where}: put it in a folder and pass --code DIR") from None
-            recorded_stdout = _text(reader, rec.final.get("stdout"))
+        # The one connection that writes: the child run, and the start tree and recorded output read
+        # through it; the recording is the checked one, refused if its run changed since the check.
+        recorder = CallRecorder(db, None, default_run=rec.run.task)
+        rec = rec.on(recorder.store)
+        recorded_argv = [str(a) for a in rec.setup["program"]]
+        argv = list(argv) if argv else recorded_argv
+        if rec.setup.get("snapshot") is not None:
+            restore(rec.setup["snapshot"], recorder.store, tree_dir)
+        else:  # a recording with no start tree (an imported trace's, engine/traces/against.py): an empty one
+            tree_dir.mkdir()
+        # a fork's new start-tree files, written into the tree it runs from, and its variables
+        setup = fork.lay_setup(rec.setup, tree_dir, recorder.store) if fork is not None else rec.setup
+        old_name = None
+        if code is not None:
+            old_name = renamed(code, tree_dir, argv, recorded_argv)
+            lay_code(code, tree_dir)
+        try:
+            program = check_program(argv, tree_dir, host)
+        except ProgramError:
+            if argv == recorded_argv:
+                raise
+            where = f"in the recorded start tree nor in --code {code}" if code is not None \
+                else "in the recorded start tree (nor --code DIR given)"
+            raise ProgramRunError(f"-- {' '.join(argv)} cannot start: {_script(argv) or argv[0]!r} is neither "
+                                  f"{where}: put it in a folder and pass --code DIR") from None
+        recorded_stdout = _text(recorder.store, rec.final.get("stdout"))
         if timeout_s is None:
             timeout_s = recorded_timeout(rec.run)
         clock = recorded_clock(rec)
@@ -631,20 +680,22 @@ def replay_program(db: str, run_id: int, *, unsafe_no_sandbox: bool = False, tim
                             limits=Limits(timeout_s=timeout_s, tree_mb=1024),
                             binds=(*host.binds(sock_dir), share.bind()), logical_clock=True)
         try:
-            return _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
-                           fork, model, code is not None, share, meta, sealed, old_name)
+            owner, recorder = recorder, None  # _replay's server closes it
+            return _replay(owner, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout,
+                           say, fork, model, code is not None, share, meta, sealed, old_name, setup)
         finally:
             executor.close()
             share.close()
     finally:
+        if recorder is not None:  # refused before the program started: nothing of the child was written
+            recorder.close()
         remove_tree(work)
 
 
-def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
+def _replay(recorder, rec, executor, host, program, argv, tree_dir, clock, sock_dir, recorded_stdout, say,
             fork=None, model=None, new_code=False, share=None, meta=None, sealed=False,
-            old_name=None) -> ReplayResult:
+            old_name=None, setup=None) -> ReplayResult:
     from tttr.engine.serve.modes import FromRecording
-    from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.sdk_events import ProgramClock
     from tttr.engine.serve.server import create_app
     from tttr.recorders.clock import iso
@@ -653,8 +704,8 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
 
     run = rec.run
     name = run.task
-    recorder = CallRecorder(db, None, default_run=name)
     store = recorder.store
+    setup = rec.setup if setup is None else setup  # the start tree and variables this run starts with
     replayer = fork.replayer(rec, recorder, name) if fork is not None else Replayer(rec, recorder, name, model)
     replayer.clock = share  # the program's clock reads: compared per call, moved as recorded (or forked)
     replayer.sealed = sealed
@@ -666,6 +717,7 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
                      tree=_RenamedTree(tree_dir, store, recorded_since=run.created, program=_script(argv),
                                        old_name=old_name))  # effects put back
     server = app.state.server
+    replayer.tree = server.sdk_tree
     endpoint = None
     child = None
     try:
@@ -679,19 +731,20 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
             recorder.adopt(name, child)
             if rec.setup_clock is not None:  # as recorded, so that diff finds the setup alike
                 store.append(child, site(SETUP_STEP, "clock"), rec.setup_clock)
-            setup = rec.setup
+            written = setup
             if new_code:  # the start tree this replay ran from: the recorded one with --code laid over it
                 start = snapshot(tree_dir, store)
-                setup = {**setup, "tree": start, "snapshot": start}
-            if argv != setup.get("program"):  # `-- PROGRAM ARG...`: the command line it ran
-                setup = {**setup, "program": list(argv)}
-            store.append(child, site(SETUP_STEP, "setup"), setup)
+                written = {**written, "tree": start, "snapshot": start}
+            if argv != written.get("program"):  # `-- PROGRAM ARG...`: the command line it ran
+                written = {**written, "program": list(argv)}
+            store.append(child, site(SETUP_STEP, "setup"), written)
             store.commit_step(child)
         else:  # the setup and the steps before the site are the parent's, shared
-            fork.adopt(recorder, child, rec.setup, rec.setup_clock)
+            fork.adopt(recorder, child, setup, rec.setup_clock)
         sandboxed = executor.sandboxed
         endpoint = _Endpoint(noting_responses(app), str(sock_dir / SOCKET_NAME) if sandboxed else None)
-        env = {**(host.env() if sandboxed else {"PATH": host.path, **(share.env() if share else {})}),
+        env = {**exports(setup),  # a fork's setup:env variables (tttr's own below win over a database's)
+               **(host.env() if sandboxed else {"PATH": host.path, **(share.env() if share else {})}),
                **endpoint_env(endpoint.base, name), "TTTR_REPLAY": "1", **task_env(run.meta)}  # a suite task's
         replayer.arm_clock()  # the reads before the first call
         command = sandboxed_command(program, host) if sandboxed else program
@@ -709,14 +762,16 @@ def _replay(db, rec, executor, host, program, argv, tree_dir, clock, sock_dir, r
             "stdout": stored_text(store, res.stdout), "stderr": stored_text(store, res.stderr),
             "exit_code": res.exit_code, "duration_ms": round(res.duration_ms, 3), "stdout_size": res.stdout_size,
             "stderr_size": res.stderr_size, "truncated": res.truncated, "limit_hit": res.limit_hit,
-            "tree_before": rec.setup.get("tree"), "tree_after": end_digest, "snapshot": end,
+            "tree_before": setup.get("tree"), "tree_after": end_digest, "snapshot": end,
             "program": list(argv),
         })
         tools_run = recorder.posted.get("tool", 0)
-        same_stdout = res.stdout == recorded_stdout
-        same_exit = res.exit_code == rec.final.get("exit_code")
+        # What the recording does not hold (an imported trace's end: engine/traces/against.py) is not compared.
+        same_stdout = "stdout" not in rec.final or res.stdout == recorded_stdout
+        same_exit = "exit_code" not in rec.final or res.exit_code == rec.final.get("exit_code")
         same_tree = (same_files(store, rec.final["snapshot"], end, _script(argv)) if rec.final.get("snapshot")
-                     else end_digest == rec.final.get("tree_after"))  # a recording without its end manifest
+                     else end_digest == rec.final.get("tree_after") if "tree_after" in rec.final
+                     else None)  # a recording without its end manifest; None: no end tree to compare with
         identical = replayer.divergence is None and same_stdout and same_exit
         logits = replayer.logits_computed
         outcome = {"exit_code": res.exit_code, "calls": replayer.calls, "tree": end_digest, "clock": iso(clock),

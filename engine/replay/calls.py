@@ -98,7 +98,7 @@ def _check(source: Source, runtime, *, computes: bool) -> None:
         )
 
 
-def _call_settings(source: Source, step: int) -> tuple[dict, dict, int, tuple[str, ...]]:
+def call_settings(source: Source, step: int) -> tuple[dict, dict, int, tuple[str, ...]]:
     """A call's prompt value, sampling, max_tokens and stop strings, checked for generation."""
     rid = source.run.id
     prompt = source.value(site(step, "prompt"))
@@ -129,7 +129,7 @@ def _sampling(recorded: dict, seed: int):
                           top_k=recorded.get("top_k", 0), seed=seed)
 
 
-def _recorded_seed(source: Source, sampling: dict) -> int:
+def recorded_seed(source: Source, sampling: dict) -> int:
     seed = sampling.get("seed", source.run.seed)
     if type(seed) is not int:
         raise ReplayError(f"run {source.run.id}: a call has no recorded seed: replay it with --free token")
@@ -160,10 +160,10 @@ def check_call_replay(source: Source, policy: Policy, *, runtime, seed: int | No
     _check(source, runtime, computes=not policy.faithful)
     if policy.pinned("token") and not policy.faithful:
         for step in call_steps(source):
-            _recorded_seed(source, _call_settings(source, step)[1])
+            recorded_seed(source, call_settings(source, step)[1])
     elif not policy.faithful:
         for step in call_steps(source):
-            _call_settings(source, step)
+            call_settings(source, step)
     if not policy.pinned("token") and seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
     return CallPlan(source, policy, None, seed, runtime)
@@ -183,8 +183,8 @@ def check_call_fork(source: Source, site_text: str, value: str, *, runtime) -> C
     _check(source, runtime, computes=True)
     mutation = parse_mutation(source.store, run_id, site_text, value, tokenizer=runtime.tokenizer)
     step, pos = mutation.site.step, mutation.site.pos or 0
-    _, sampling, _, _ = _call_settings(source, step)
-    _recorded_seed(source, sampling)
+    _, sampling, _, _ = call_settings(source, step)
+    recorded_seed(source, sampling)
     before = source.tokens.get(step, [])[:pos]
     if not all(type(t.get("id")) is int for t in before):
         raise ReplayError(f"run {run_id}, call {step}: its tokens before position {pos} have no ids "
@@ -207,8 +207,8 @@ def run_calls(oracle: Oracle, source: Source, runtime, *, seed: int | None, last
         mutated = oracle.mutation is not None and (oracle.mutation.at("token", step) or oracle.mutation.at("message", step))
         live = mutated or not oracle.policy.faithful
         if live:
-            prompt, sampling, max_tokens, stops = _call_settings(source, step)
-            call_seed = _recorded_seed(source, sampling) if oracle.policy.pinned("token") else seed
+            prompt, sampling, max_tokens, stops = call_settings(source, step)
+            call_seed = recorded_seed(source, sampling) if oracle.policy.pinned("token") else seed
             draws = Draws(call_seed, 0, _sequence_factory(runtime, sampling))
         else:
             max_tokens, stops, draws = 0, (), None

@@ -93,15 +93,15 @@ def parse_mutation(store, run_id: int, site_text: str, value_text: str, tokenize
             f"`tttr events DB {run_id} --json` lists its sites"
         )
     if site.name == "clock":
-        return Mutation(site, _clock(value_text, event.value), value_text)
+        return Mutation(site, clock_value(value_text, event.value), value_text)
     if site.name == "tool":
-        return Mutation(site, _tool(value_text), value_text)
+        return Mutation(site, tool_value(value_text), value_text)
     if site.name == "message":
         return Mutation(site, _message(value_text, tokenizer), value_text)
     return Mutation(site, _token(value_text, tokenizer), value_text)
 
 
-def _clock(text: str, recorded: dict) -> datetime:
+def clock_value(text: str, recorded: dict) -> datetime:
     text = text.strip()
     m = _SHIFT.match(text)
     if m:
@@ -144,7 +144,7 @@ def _in_range(t: datetime, text: str) -> datetime:
     return t
 
 
-def _tool(text: str) -> dict:
+def tool_value(text: str) -> dict:
     stripped = text.strip()
     m = re.fullmatch(r"exit(?:_code)?\s*=\s*(-?\d+)", stripped)
     if m:
