@@ -186,7 +186,7 @@ def test_a_run_without_snapshots_says_so_in_the_files_view(tmp_path):
 def test_blame_names_the_step_and_command_that_last_wrote_a_file(db, capsys):
     from tttr.app.cli import main
     from tttr.engine.blame import blame
-    from tttr.recorders.treestate import TreeStateError, diff_steps
+    from tttr.recorders.treestate import RunTrees, TreeStateError, diff_steps
 
     with Store.open(db, create=False, readonly=True) as store:
         written = blame(store, 1, "greeting.txt")
@@ -201,6 +201,11 @@ def test_blame_names_the_step_and_command_that_last_wrote_a_file(db, capsys):
         assert blame(store, 2, "README", step=0).step == -1  # as of step 0 it was still the starting one
         with pytest.raises(TreeStateError, match="no file or directory 'nope.txt'"):
             blame(store, 1, "nope.txt")
+        trees = RunTrees(store, 2)  # blame's public accessors agree with the tree at each step
+        digest = trees.digests_through(trees.last_step)
+        assert [digest(s) for s in range(-1, trees.last_step + 1)] == \
+            [trees.tree_digest(s)[0] for s in range(-1, trees.last_step + 1)]
+        assert trees.manifest_of(digest(1)) is not None and trees.manifest_of("0" * 64) is None
     assert main(["files", str(db), "1", "--blame", "greeting.txt"]) == 0
     out = capsys.readouterr().out
     assert out == f"greeting.txt: {written.change} at step 0 by {LEFT[0]} (0:tool)\n"
