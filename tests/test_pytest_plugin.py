@@ -90,3 +90,81 @@ def test_the_plugin_replays_marked_tests_sealed_against_todays_code(tmp_path, ca
     assert _counts(out.stdout) == {"passed": 1}, out.stdout + out.stderr
     found = re.search(r"run 1 re-recorded as run (\d+)", out.stdout)
     assert found and int(found.group(1)) > 1, out.stdout
+
+
+@pytest.mark.slow
+def test_an_agent_function_in_the_test_process_replays_sealed(tmp_path):
+    """An agent *function* (assets/examples/greeting_agent.py) called in the test's body:
+    --tttr-record records its calls with the default model as the run named `greeting`; a plain
+    run answers them from that run through the plugin's in-process server, sealed."""
+    db = tmp_path / "greeting.db"
+    example = str(EXAMPLES / "test_greeting_agent_replay.py")
+    out = _pytest(example, "--tttr-db", str(db), "--tttr-record", "-k", "still_decides", cwd=tmp_path)
+    assert _counts(out.stdout) == {"passed": 1}, out.stdout + out.stderr
+    assert "the test's calls recorded as run 1 (name 'greeting')" in out.stdout
+
+    # The shipped pair: the same function passes; a one-line prompt change fails with the divergence.
+    before = db.read_bytes()
+    out = _pytest(example, "--tttr-db", str(db), cwd=tmp_path)
+    text = out.stdout + out.stderr
+    assert _counts(out.stdout) == {"passed": 1, "failed": 1}, text
+    failure = text[text.index("_ test_a_one_line_prompt_change_fails _"):]
+    assert "the test's calls do not replay run 1 (greeting): call 0 (step 1), message 0" in failure, failure
+    assert "at 1:prompt, messages[0].content:" in failure
+    assert "What is the file name?" in failure and "Which file?" in failure
+    assert "UnprocessableEntityError" in failure  # what the body's client got, after the cause
+    assert db.read_bytes() == before  # sealed: nothing written
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    shutil.copy(EXAMPLES / "greeting_agent.py", mine)
+    (mine / "test_mine.py").write_text(textwrap.dedent("""\
+        import os
+
+        import pytest
+        from openai import OpenAI
+
+        import greeting_agent
+
+
+        @pytest.fixture
+        def folder(tmp_path, monkeypatch):
+            (tmp_path / "greeting.txt").write_text("here already\\n")  # unlike the recording's folder
+            monkeypatch.chdir(tmp_path)
+
+
+        @pytest.mark.tttr(run=1)
+        def test_tools_are_answered_not_run(tttr_replay, folder):
+            assert os.environ["OPENAI_BASE_URL"] == tttr_replay.base_url
+            plan = greeting_agent.plan_greeting(OpenAI())  # list_files answered as recorded: README only
+            assert plan["file"] == "greeting.txt" and tttr_replay.cassette.answered == 3
+
+
+        @pytest.mark.tttr(name="greeting")
+        def test_fewer_calls_than_recorded(tttr_replay, folder):
+            greeting_agent.list_files()
+            greeting_agent.ask(OpenAI(), "Task: " + greeting_agent.TASK + "\\nFiles here: README\\n"
+                               + greeting_agent.ASKED)
+
+
+        @pytest.mark.tttr(name="greeting")
+        def test_a_swallowed_error_still_fails(tttr_replay, folder):
+            try:
+                greeting_agent.ask(OpenAI(), "something else")
+            except Exception:
+                pass
+
+
+        @pytest.mark.tttr(name="no-such-name")
+        def test_no_such_name(tttr_replay):
+            pass
+    """))
+    out = _pytest("test_mine.py", "--tttr-db", str(db), cwd=mine)
+    text = out.stdout + out.stderr
+    assert _counts(out.stdout) == {"passed": 1, "failed": 2, "error": 1}, text
+    assert "PASSED test_mine.py::test_tools_are_answered_not_run" in text
+    assert "(the test made 1 of the 2 recorded model calls)" in text  # the second call was never asked
+    swallowed = text[text.index("_ test_a_swallowed_error_still_fails _"):]
+    assert "call 0 (step 1), message 0" in swallowed and "'something else'" in swallowed
+    assert "no complete run named 'no-such-name'" in text
+    assert db.read_bytes() == before
