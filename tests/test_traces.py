@@ -215,7 +215,7 @@ def test_a_collector_that_does_not_answer_is_one_line_and_nothing_is_lost(tmp_pa
     assert code == 2 and "no run 7" in err and not (tmp_path / "no.json").exists()
 
 
-def test_an_imported_run_refuses_replay_fork_and_triage_in_one_line(tmp_path, capsys):
+def test_an_imported_run_takes_a_program_to_replay_and_refuses_triage_in_one_line(tmp_path, capsys):
     db = tmp_path / "i.db"
     assert _run(capsys, ["import", str(_openinference(tmp_path)), "--db", str(db)])[0] == 0
     assert _run(capsys, ["import", str(_openinference(tmp_path)), "--db", str(db)])[0] == 0
@@ -224,10 +224,11 @@ def test_an_imported_run_refuses_replay_fork_and_triage_in_one_line(tmp_path, ca
                  ["triage", "1", "2", "--db", str(db)]):
         code, out, err = _run(capsys, argv)
         assert code == 2 and err.count("\n") == 1 and "imported trace" in err, (argv, err)
-        assert "clock reads" in err or argv[0] == "triage"
+        assert "-- python3 agent.py" in err or argv[0] == "triage"  # how to run a program against it
     assert db.read_bytes() == before
     code, out, _ = _run(capsys, ["info", str(db), "--json"])
     assert code == 0 and "2 run(s) imported from traces (1, 2)" in out and "no clock reads" in out
+    assert "a program replays and forks against one" in out
     code, out, _ = _run(capsys, ["diff", "1", "2", "--db", str(db), "--json"])
     assert code == 0 and json.loads(out.strip().splitlines()[-1])["identical"] is True
 
