@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tttr.app.runview import RunView, is_blob, value_problem
-from tttr.engine.replay.diff import PROGRAM_STEP_KINDS, ScanCancelled, align, scan_runs
+from tttr.engine.replay.diff import ScanCancelled, align, scan_runs
 from tttr.sessions.vocabulary import SETUP_STEP, site_order, site_parts
 
 
@@ -162,21 +162,47 @@ def _action_text(value: dict) -> str:
 
 
 def _steps(store, run_id: int) -> list[StepInfo]:
-    """One StepInfo per action of the run, in order (DiffRow steps index this list). An
-    unreadable action or tool result keeps its row and says why."""
-    actions = _events(store, run_id, "action")
-    if not actions:
-        return _program_steps(store, run_id)
-    tools = {e.step: e for e in _events(store, run_id, "tool") if e.kind == "tool"}
-    out = []
-    for e in actions:
-        problem = value_problem(e)
+    """One StepInfo per step of the run, as its kind describes its steps (`RunKind.steps`, the
+    list `tttr diff`'s rows index): the agent's actions with their tools' results, or a run of
+    model calls' messages, SDK tools, clock reads and end. An unreadable step keeps its row, in
+    its place, and says why."""
+    from tttr.engine.kinds import kind_of
+    from tttr.engine.replay.steps import Step
+
+    kind = kind_of(store.run(run_id))
+    events = {e.seq: e for k in kind.step_kinds for e in _events(store, run_id, k) if e.kind in (k, "?")}
+    unreadable = [Step(e.step, "?", "", e) for e in events.values() if e.kind == "?"]
+    steps = sorted(kind.steps([e for e in events.values() if e.kind != "?"]) + unreadable, key=lambda s: s.event.seq)
+    tools = {e.step: e for e in _events(store, run_id, "tool") if e.kind == "tool"} \
+        if any(s.kind == "action" for s in steps) else {}
+    return [_step_info(s.event, tools) for s in steps]
+
+
+def _step_info(e, tools: dict) -> StepInfo:
+    """One compare side: an agent's action (or an event that could not be read) with its tool's
+    result; a call's message, an SDK tool's call and result, a clock read, the program's end."""
+    from tttr.app.describe import is_program_end, program_line, sdk_call_line
+
+    problem = value_problem(e)
+    if e.kind in ("action", "?"):
         tool = tools.get(e.step)
         tool_problem = value_problem(tool) if tool is not None else None
         code, first_line = _result(tool.value) if tool is not None and tool_problem is None else (None, "")
         action = "" if problem is not None or e.kind != "action" else _action_text(e.value)
-        out.append(StepInfo(e.step, action, code, first_line, problem, tool_problem))
-    return out
+        return StepInfo(e.step, action, code, first_line, problem, tool_problem)
+    v = e.value if problem is None and isinstance(e.value, dict) else {}
+    code, first_line, command = None, "", False
+    if e.kind == "message":
+        action = str(v.get("text", ""))
+    elif e.kind == "clock":
+        action = f"clock {v.get('t', '')}"
+    elif "function" in v:
+        action = sdk_call_line(v, 80).plain
+    else:  # sdk.shell's command, or the program itself
+        action = program_line(v) if is_program_end(e) else str(v.get("cmd", ""))
+        code, first_line = _result(v)
+        command = True
+    return StepInfo(e.step, action, code, first_line, problem, command=command)
 
 
 def _result(value: dict) -> tuple[int | None, str]:
@@ -186,33 +212,6 @@ def _result(value: dict) -> tuple[int | None, str]:
         stdout = f"‹{stdout.get('size', '?')} bytes›"
     text = str(stdout or value.get("stderr", "") or "")[:4096]
     return value.get("exit_code"), next((ln for ln in text.splitlines() if ln.strip()), "")
-
-
-def _program_steps(store, run_id: int) -> list[StepInfo]:
-    """The steps of a run of recorded API calls (a recorded program's), in order: a call's
-    message, an SDK tool's call and result, a clock read, the program's end; the same steps,
-    in the same order, as the engine's `program_steps` aligns (its rows index this list)."""
-    from tttr.app.describe import is_program_end, program_line, sdk_call_line
-
-    events = sorted((e for kind in PROGRAM_STEP_KINDS for e in _events(store, run_id, kind)
-                     if e.kind == kind and e.step >= 0), key=lambda e: e.seq)
-    out = []
-    for e in events:
-        problem = value_problem(e)
-        v = e.value if problem is None and isinstance(e.value, dict) else {}
-        code, first_line, command = None, "", False
-        if e.kind == "message":
-            action = str(v.get("text", ""))
-        elif e.kind == "clock":
-            action = f"clock {v.get('t', '')}"
-        elif "function" in v:
-            action = sdk_call_line(v, 80).plain
-        else:  # sdk.shell's command, or the program itself
-            action = program_line(v) if is_program_end(e) else str(v.get("cmd", ""))
-            code, first_line = _result(v)
-            command = True
-        out.append(StepInfo(e.step, action, code, first_line, problem, command=command))
-    return out
 
 
 def _setup(store, run_id: int) -> StepInfo | None:
@@ -244,7 +243,7 @@ def build_comparison(store, run_a: int, run_b: int, *, progress=None, cancelled=
     try:
         diff = scan_runs(store, run_a, run_b, progress=progress, cancelled=cancelled)
         divergences, differing = dict(diff.first_divergence), dict(diff.differing_sites)
-        rows = diff.rows  # a program's runs: one row per step, the engine's `program_steps`, as `_program_steps`
+        rows = diff.rows  # each run's steps as its kind describes them, as `_steps` lists them
     except ScanCancelled:
         raise
     except Exception as exc:  # noqa: BLE001 - the rows still show, with the unreadable ones marked

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from tttr.engine.replay import steps as _steps
 from tttr.sessions.errors import TTTRError
 
 
@@ -86,6 +87,23 @@ class RunKind:
     name = ""
     label = ""  # how a message names a run of this kind
     experiments = True  # triage and bisect take two runs of this kind
+    # The event kinds a run of this kind has one step per (`tttr diff`'s rows, the compare
+    # screen's): by default a run of model calls' (a message, an SDK tool's call, a clock read).
+    step_kinds: tuple[str, ...] = _steps.PROGRAM_STEP_KINDS
+
+    def steps(self, events: list) -> list[_steps.Step]:
+        """The run's steps, in order, from its events (decoded; a caller that could not read
+        some passes what it has): what `tttr diff` and the compare screen align."""
+        return _steps.program_steps(events)
+
+    def deltas(self, reader, base: int, other: int) -> list:
+        """The values that differ between runs `base` and `other` of this kind (engine/replay/
+        deltas.py's Delta: each applies `other`'s value to `base`), read-only; DeltaError (one
+        line) for a pair that cannot be compared or does not differ, KindError for a kind that
+        has no deltas."""
+        raise KindError(f"run {other} is {self.label}: its values cannot be set against another run's (deltas "
+                        "are found between the shell agent's runs (tttr record --task) and recorded programs' "
+                        "(tttr record -- PROGRAM))")
 
     def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
         raise NotImplementedError
@@ -116,6 +134,15 @@ class AgentRuns(RunKind):
     """The built-in shell agent on a task: the oracle's replay (engine/replay/runs.py)."""
 
     name, label = "agent", "the built-in agent's run"
+    step_kinds = _steps.ACTION_STEP_KINDS
+
+    def steps(self, events: list) -> list[_steps.Step]:
+        return _steps.action_steps(events)
+
+    def deltas(self, reader, base: int, other: int) -> list:
+        from tttr.engine.replay.deltas import Pair, differing
+
+        return differing(Pair.load(reader, base, other))
 
     def kernel_mode(self, run) -> str:
         return run.kernel_mode
@@ -211,6 +238,7 @@ class ServedCalls(AgentRuns):
     reached through the same entry points); no experiments yet."""
 
     name, label, experiments = "calls", "a served API's calls", False
+    step_kinds, steps, deltas = RunKind.step_kinds, RunKind.steps, RunKind.deltas  # one step per call; no deltas yet
 
     def kernel_mode(self, run) -> str:
         from tttr.engine.replay.calls import local_kernel_mode
@@ -236,6 +264,11 @@ class RecordedProgram(RunKind):
     """A user's program run in the sandbox (engine/program/)."""
 
     name, label = "program", "a recorded program's run"
+
+    def deltas(self, reader, base: int, other: int) -> list:
+        from tttr.engine.program.deltas import ProgramPair, differing
+
+        return differing(ProgramPair.load(reader, base, other))
 
     def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
         from tttr.engine.program.replay import check_recording

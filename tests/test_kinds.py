@@ -9,6 +9,7 @@ import pytest
 
 from tttr.engine.kinds import AGENT, CALLS, KINDS, PROGRAM, ForkRequest, KindError, ReplayRequest, kind_of
 from tttr.engine.replay.policy import Policy
+from tttr.sessions.errors import TTTRError
 from tttr.sessions.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +48,8 @@ def test_a_kind_refuses_what_it_does_not_take_before_anything_is_read_or_written
             PROGRAM.check_replay(store, program, ReplayRequest(Policy.parse("token")))
         with pytest.raises(KindError, match="only its faithful replay"):
             PROGRAM.check_replay(store, program, ReplayRequest(Policy.parse(""), seed=3))
-        assert PROGRAM.check_replay(store, program, ReplayRequest(Policy.parse(""), code="d")).run_id == program.id
+        with pytest.raises(TTTRError, match=f"run {program.id} is incomplete: only complete runs can be replayed"):
+            PROGRAM.check_replay(store, program, ReplayRequest(Policy.parse(""), code="d"))  # the recording checked
         assert isinstance(ForkRequest("1:tool", "x"), ForkRequest)
     assert db.read_bytes() == before
 

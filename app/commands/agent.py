@@ -425,15 +425,12 @@ def _print_result(args, res, verb: str) -> None:
 
 
 def cmd_diff(args) -> int:
-    from tttr.engine.kinds import AGENT, kind_of
     from tttr.engine.replay.diff import diff_runs
 
     with _open_readonly(args.db) as store:  # a diff only reads
         d = diff_runs(store, args.run_a, args.run_b)
-        kinds = [kind_of(store.run(r)) for r in (args.run_a, args.run_b)]
-    if kinds[0] is not kinds[1] and AGENT in kinds:  # agent actions beside calls: every row differs, and this says why
-        print(f"note: run {args.run_a} is {kinds[0].label} and run {args.run_b} {kinds[1].label}: their steps are of "
-              "different kinds, so no row can pair up", file=sys.stderr)
+    if d.note:  # agent actions beside calls: every row differs, and this says why
+        print(f"note: {d.note}", file=sys.stderr)
     if args.json:
         print(safe_json(d.to_json(), default=str))
         return 0

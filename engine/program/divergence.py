@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from tttr.engine.replay.diff import Divergence
+from tttr.engine.replay.divergence import Divergence
 from tttr.engine.serve.requests import ROUTES
 from tttr.engine.serve.responses_api import RESPONSES_NAMES
 from tttr.sessions.safe_text import brief

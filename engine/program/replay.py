@@ -56,7 +56,7 @@ from tttr.engine.program.divergence import (
     RESPONSES_ROUTE, call_divergence, in_responses_terms, noting_responses, responses_body,
 )
 from tttr.engine.replay.events import stored_text
-from tttr.engine.replay.diff import Divergence, first_request_difference
+from tttr.engine.replay.divergence import Divergence, first_request_difference
 from tttr.engine.serve.errors import APIError
 from tttr.recorders.tasks import task_env
 from tttr.engine.serve.sdk_tree import SDKTree, program_file

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from tttr.engine.replay.diff import Divergence
+from tttr.engine.replay.divergence import Divergence
 from tttr.engine.replay.mutation import Mutation, parse_mutation
 from tttr.engine.replay.oracle import Oracle
 from tttr.engine.replay.policy import Policy

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tttr.engine.replay.diff import compared_value
+from tttr.engine.replay.divergence import compared_value
 from tttr.engine.replay.events import read_text
 from tttr.engine.replay.mutation import Mutation
 from tttr.engine.replay.mutations import MutationSet

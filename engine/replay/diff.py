@@ -1,62 +1,29 @@
 """Compare two runs: align their steps by the actions taken, and find, per layer, the
 first site where their values differ and how many sites of that layer differ in all.
 
-Steps are aligned by edit distance over the action sequences (rapidfuzz), so an extra or
-a missing command in one run shifts the alignment instead of marking every later step
-as different. A recorded program's run has no actions: each of its steps (a model call's
-message, an SDK tool's call and result, a clock read, the program's end) is aligned instead.
+Steps are aligned by edit distance (rapidfuzz), so an extra or a missing command in one run
+shifts the alignment instead of marking every later step as different. Each run's kind says
+what its steps are (`kind_of(run).steps(events)`, engine/replay/steps.py): the built-in agent's
+actions, or a run of model calls' steps (a call's message, an SDK tool's call and result, a
+clock read, the program's end).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from rapidfuzz.distance import Levenshtein
 
-from tttr.sessions.safe_text import brief
+from tttr.engine.kinds import kind_of
+from tttr.engine.replay.divergence import COMPARED, Divergence, compared_value, first_request_difference, token_label
 from tttr.sessions.vocabulary import KIND_LAYER, LAYERS, site_order, site_parts
 
-# What counts as "the value" of an event when comparing two runs, per kind.
-_COMPARED = {
-    "clock": ("t",),
-    "tool": ("stdout", "stderr", "exit_code", "result", "error"),  # a command's outcome, or an SDK function's
-    "token": ("id",),
-    "logits": ("digest",),
-    "action": ("cmd", "done"),
-    "setup": ("tree", "exports"),  # the start tree and the variables a run starts with
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Divergence:
-    """The first site of one layer where two runs' values differ (or that only one has).
-    `a` is the first run's value — in a replay or fork, the recording's — and `b` the
-    second's, the live one; `names` says which is which in messages and in JSON."""
-
-    site: str
-    layer: str
-    a: Any
-    b: Any
-    names: tuple[str, str] = ("a", "b")
-    absent: str = ""  # "a" or "b": the run that has no event at this site (its value is None)
-
-    def shown(self, side: str, width: int = 60) -> str:
-        """One side's value as a person reads it: a site that run does not have says so."""
-        if self.absent == side:
-            return "(no such event)"
-        return brief(self.a if side == "a" else self.b, width)
-
-    def describe(self) -> str:
-        first, second = self.names
-        return f"{self.site} ({self.layer} layer): {first} {self.shown('a')}, {second} {self.shown('b')}"
-
-    def to_json(self) -> dict:
-        first, second = self.names
-        return {"site": self.site, "layer": self.layer, first: self.a, second: self.b}
-
+# Divergence, first_request_difference and token_label live in engine/replay/divergence.py (the
+# oracle and the replays import them from there); `tttr.engine.replay.diff` names them too.
+__all__ = ["Divergence", "DiffRow", "PromptChange", "RunDiff", "ScanCancelled", "align", "clock_first_steps",
+           "consumed_order", "diff_runs", "divergences", "first_request_difference", "prompt_change", "scan_runs",
+           "token_label"]
 
 @dataclass(frozen=True, slots=True)
 class DiffRow:
@@ -94,6 +61,9 @@ class RunDiff:
     # Steps whose clock was read before their model call (a recorded program's `S:clock`, taken
     # as the request came), where the agent's clock of a step is read after its message.
     clock_first: frozenset = frozenset()
+    # Why no row can pair up: the runs' kinds describe their steps differently (an agent's
+    # actions beside a program's calls); what `tttr diff` says on stderr. Not in the JSON.
+    note: str | None = None
 
     @property
     def identical(self) -> bool:
@@ -148,24 +118,6 @@ def clock_first_steps(*runs: list) -> frozenset:
     return frozenset(out)
 
 
-def first_request_difference(a: dict, b: dict) -> tuple[str, Any, Any] | None:
-    """(what, a's value, b's value) of the first message, then parameter, where two model
-    requests (OpenAI chat or completions bodies) differ; None when they are the same."""
-    a_msgs, b_msgs = a.get("messages"), b.get("messages")
-    if isinstance(a_msgs, list) and isinstance(b_msgs, list):
-        for i in range(max(len(a_msgs), len(b_msgs))):
-            x = a_msgs[i] if i < len(a_msgs) else None
-            y = b_msgs[i] if i < len(b_msgs) else None
-            if x != y:
-                return f"message {i}", x, y
-    elif a_msgs != b_msgs:
-        return "messages", a_msgs, b_msgs
-    for key in sorted((set(a) | set(b)) - {"messages"}):
-        if a.get(key) != b.get(key):
-            return f"parameter {key}", a.get(key), b.get(key)
-    return None
-
-
 def prompt_change(a_events: list, b_events: list) -> PromptChange | None:
     """The first step (in order) at which both runs made a model call with a recorded request
     and the requests differ (a recorded program's or a served API's runs)."""
@@ -179,18 +131,6 @@ def prompt_change(a_events: list, b_events: list) -> PromptChange | None:
         if found is not None:
             return PromptChange(step, *found)
     return None
-
-
-def action_text(value: dict) -> str:
-    return "done" if value.get("done") else str(value.get("cmd", ""))
-
-
-def compared_value(kind: str, value: Any) -> Any:
-    keys = _COMPARED.get(kind)
-    if keys is None or not isinstance(value, dict):
-        return value
-    picked = {k: value.get(k) for k in keys if k in value}
-    return picked[keys[0]] if len(keys) == 1 else picked
 
 
 def align(a: list[str], b: list[str]) -> list[DiffRow]:
@@ -234,11 +174,21 @@ def divergences(a_events: list, b_events: list) -> Divergences:
     by_layer: dict[str, dict[str, dict[str, Any]]] = {}
     for side, events in (("a", a_events), ("b", b_events)):
         for e in events:
-            if e.kind not in _COMPARED:
+            if e.kind not in COMPARED:
                 continue
             layer = KIND_LAYER[e.kind]
             by_layer.setdefault(layer, {}).setdefault(e.site, {})[side] = compared_value(e.kind, e.value)
-    return _first_per_layer(by_layer)
+    found = _first_per_layer(by_layer)
+    token = found.first.get("token")
+    if token is not None:  # its two texts, from the token events already decoded
+        found.first["token"] = replace(token, texts=(_token_text(a_events, token.site), _token_text(b_events, token.site)))
+    return found
+
+
+def _token_text(events: list, at: str) -> str | None:
+    text = next((e.value.get("text") for e in events if e.kind == "token" and e.site == at
+                 and isinstance(e.value, dict)), None)
+    return text if isinstance(text, str) else None
 
 
 def _first_per_layer(by_layer: dict[str, dict[str, dict[str, Any]]]) -> Divergences:
@@ -259,82 +209,28 @@ def _first_per_layer(by_layer: dict[str, dict[str, dict[str, Any]]]) -> Divergen
 _MISSING = object()
 
 
-PROGRAM_STEP_KINDS = ("message", "tool", "clock")
-
-
-class ProgramStep(NamedTuple):
-    step: int
-    kind: str  # one of PROGRAM_STEP_KINDS
-    key: str  # what is aligned: the same key, the same step
-
-
-def program_steps(events: list) -> list[ProgramStep]:
-    """The steps of a run of recorded API calls (a recorded program's), in the order they
-    were recorded: a call's message, an SDK tool's call with its result, a clock read, the
-    program's end. `tttr diff` and the compare screen align these (one row per step), so a
-    fork at an SDK tool's result or a clock read differs on its own row."""
-    picked = sorted((e for e in events if e.kind in PROGRAM_STEP_KINDS and e.step >= 0 and not _call_clock(e)),
-                    key=lambda e: e.seq)
-    return [ProgramStep(e.step, e.kind, _program_key(e.kind, e.value if isinstance(e.value, dict) else {}))
-            for e in picked]
-
-
-def _call_clock(e) -> bool:
-    """A recorded program's own clock read before a model call (part of the call's step, not a
-    row of its own: compared site by site, `S:clock`)."""
-    return e.kind == "clock" and isinstance(e.value, dict) and e.value.get("source") == "program"
-
-
-def _program_key(kind: str, v: dict) -> str:
-    def text(x) -> str:
-        return json.dumps(x, ensure_ascii=False, sort_keys=True, default=str)
-
-    if kind == "message":
-        calls = v.get("tool_calls")
-        return str(v.get("text") or "") + (f" → tool calls {text(calls)}" if calls else "")
-    if kind == "clock":
-        return f"clock {v.get('t', '')}"
-    if "function" in v:  # an @sdk.tool call
-        args = [text(a) for a in v.get("args") or []]
-        kwargs = v.get("kwargs") if isinstance(v.get("kwargs"), dict) else {}
-        args += [f"{k}={text(a)}" for k, a in kwargs.items()]
-        end = f" ✗ {text(v['error'])}" if v.get("error") is not None else f" → {text(v.get('result'))}"
-        return f"{v['function']}({', '.join(args)}){end}"
-    if isinstance(v.get("program"), list):  # the program's own end, with its output: a fork that prints otherwise differs here
-        return f"end: {' '.join(str(a) for a in v['program'])} (exit {v.get('exit_code')}){_output(v.get('stdout'))}"
-    return f"$ {v.get('cmd', '')} (exit {v.get('exit_code')})"  # sdk.shell
-
-
-def _output(stdout) -> str:
-    """The program's stdout in a few words: its last line (inline text), or its size and
-    content hash (a blob), so that two different outputs never read the same."""
-    if isinstance(stdout, dict) and isinstance(stdout.get("$blob"), str):
-        return f" · stdout {stdout.get('size')} bytes #{stdout['$blob'][:12]}"
-    if not isinstance(stdout, str) or not stdout.strip():
-        return ""
-    lines = stdout.rstrip("\n").split("\n")
-    last = lines[-1] if len(lines[-1]) <= 60 else lines[-1][:59] + "…"
-    more = f" ({len(lines)} lines, {hashlib.blake2b(stdout.encode('utf-8', 'surrogateescape'), digest_size=6).hexdigest()})" \
-        if len(lines) > 1 or last != lines[-1] else ""
-    return f" · stdout {json.dumps(last, ensure_ascii=False)}{more}"
-
-
 def diff_runs(store, run_a: int, run_b: int) -> RunDiff:
     """The two runs' aligned steps and per-layer divergences, every value of both decoded
     and checked first (a run with any unreadable value is refused: StoreError)."""
     # Unknown ids, and a run with any unreadable value, fail here in one line with the store's message.
-    _, a_events = store.load_run(run_a)
-    _, b_events = store.load_run(run_b)
-    a_actions = [action_text(e.value) for e in a_events if e.kind == "action"]
-    b_actions = [action_text(e.value) for e in b_events if e.kind == "action"]
-    if not a_actions and not b_actions:  # recorded API calls (a program's): every step is aligned
-        a_actions = [p.key for p in program_steps(a_events)]
-        b_actions = [p.key for p in program_steps(b_events)]
+    a_run, a_events = store.load_run(run_a)
+    b_run, b_events = store.load_run(run_b)
     first, counts = divergences(a_events, b_events)
-    return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts, prompt_change(a_events, b_events),
-                   clock_first_steps(a_events, b_events))
+    return _diff(a_run, b_run, a_events, b_events, first, counts)
 
 
+def _diff(a_run, b_run, a_events: list, b_events: list, first: dict, counts: dict) -> RunDiff:
+    """The RunDiff of two runs whose divergences are found: each run's steps as its kind
+    describes them (`RunKind.steps`), aligned."""
+    a_kind, b_kind = kind_of(a_run), kind_of(b_run)
+    a_steps = [s.key for s in a_kind.steps(a_events)]
+    b_steps = [s.key for s in b_kind.steps(b_events)]
+    note = None
+    if a_kind.step_kinds != b_kind.step_kinds:  # agent actions beside calls: every row differs, and this says why
+        note = (f"run {a_run.id} is {a_kind.label} and run {b_run.id} {b_kind.label}: their steps are of different "
+                "kinds, so no row can pair up")
+    return RunDiff(a_run.id, b_run.id, align(a_steps, b_steps), first, counts, prompt_change(a_events, b_events),
+                   clock_first_steps(a_events, b_events), note)
 
 
 # ---------------------------------------------------------------------------- a quick scan
@@ -358,8 +254,7 @@ def scan_runs(store, run_a: int, run_b: int, *, progress=None, cancelled=None) -
     from tttr.sessions.errors import StoreError
     from tttr.sessions.safe_text import visible
 
-    for run_id in (run_a, run_b):
-        _check_readable(store, run_id)
+    runs = {side: _check_readable(store, run_id) for side, run_id in (("a", run_a), ("b", run_b))}
     total = store.count_events(run_a) + store.count_events(run_b)
     done = 0
     if progress is not None:
@@ -383,26 +278,20 @@ def scan_runs(store, run_a: int, run_b: int, *, progress=None, cancelled=None) -
                         raise StoreError(f"run {run_id}, site {visible(e.site, newlines=False)}{where}: "
                                          f"{visible(e.problem, newlines=False)}")
                     decoded.append(e)
-                    if e.kind not in _COMPARED:
+                    if e.kind not in COMPARED:
                         continue
                     kind, site, value = e.kind, e.site, compared_value(e.kind, e.value)
                 keyed.setdefault(KIND_LAYER[kind], {}).setdefault(site, {})[side] = value
             done += len(rows)
             if progress is not None:
                 progress(done, total)
-    a_actions = [action_text(e.value) for e in events["a"] if e.kind == "action"]
-    b_actions = [action_text(e.value) for e in events["b"] if e.kind == "action"]
-    if not a_actions and not b_actions:
-        a_actions = [p.key for p in program_steps(events["a"])]
-        b_actions = [p.key for p in program_steps(events["b"])]
     first, counts = _first_per_layer(keyed)
-    return RunDiff(run_a, run_b, align(a_actions, b_actions), first, counts, prompt_change(events["a"], events["b"]),
-                   clock_first_steps(events["a"], events["b"]))
+    return _diff(runs["a"], runs["b"], events["a"], events["b"], first, counts)
 
 
-def _check_readable(store, run_id: int) -> None:
-    """What `Store.load_run` refuses before it reads an event: an unknown run, or a run
-    (or a run it shares events with) whose row cannot be read."""
+def _check_readable(store, run_id: int):
+    """The run, refused as `Store.load_run` refuses it before it reads an event: an unknown
+    run, or a run (or a run it shares events with) whose row cannot be read."""
     from tttr.sessions.errors import StoreError
     from tttr.sessions.safe_text import visible
 
@@ -414,6 +303,7 @@ def _check_readable(store, run_id: int) -> None:
         if problem:
             raise StoreError(f"run {run_id} shares the events of run {ancestor}, which cannot be read: "
                              f"{visible(problem, newlines=False)}")
+    return run
 
 
 def _quick_value(raw) -> tuple[str, Any] | None:

@@ -29,7 +29,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from tttr.engine.replay.diff import Divergence, compared_value
+from tttr.engine.replay.divergence import Divergence, compared_value
 from tttr.engine.replay.events import EventLog, ids_digest
 from tttr.engine.replay.mutation import Mutation
 from tttr.engine.replay.mutations import REQUEST_KEYS, MutationSet

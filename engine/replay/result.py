@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tttr.engine.replay.diff import Divergence
+from tttr.engine.replay.divergence import Divergence
 from tttr.kernels import REVISION
 from tttr.sessions.errors import TTTRError
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from tttr.engine.replay.agent import AgentLimits, run_agent
 from tttr.engine.replay.calls import CallPlan, check_call_fork, check_call_replay, is_call_run, local_kernel_mode
-from tttr.engine.replay.diff import action_text
+from tttr.engine.replay.steps import action_text
 from tttr.engine.replay.mutation import Mutation, parse_mutation
 from tttr.engine.replay.oracle import Oracle
 from tttr.engine.replay.policy import Policy

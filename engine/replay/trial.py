@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tttr.engine.replay.deltas import KERNELS, SEED, Delta, Pair, counted, mutation_set
-from tttr.engine.replay.diff import action_text
+from tttr.engine.replay.steps import action_text
 from tttr.engine.replay.oracle import Oracle
 from tttr.engine.replay.policy import Policy
 from tttr.engine.replay.result import ReplayError
