@@ -87,8 +87,8 @@ def test_a_program_suite_over_ray_and_a_program_no_worker_has(cluster, tmp_path,
                  cluster.address, "--", "python3", "agent.py"]) == 0
     with Store.open(db, readonly=True, create=False) as store:
         runs = store.runs()
-        assert len(runs) == 6 and all(r.status == "complete" and r.outcome["passed"] for r in runs)
-        assert {r.meta["suite"]["condition"] for r in runs} == {"free", "trace-pinned", "pinned"}
+        assert len(runs) == 8 and all(r.status == "complete" and r.outcome["passed"] for r in runs)
+        assert {r.meta["suite"]["condition"] for r in runs} == {"free", "token-pinned", "trace-pinned", "pinned"}
     capsys.readouterr()
     assert main(["suite", "--tasks-dir", str(tmp_path / "tasks"), "--runs", "2", "--db", str(tmp_path / "q.db"),
                  "--ray", cluster.address, "--", "no-such-agent-anywhere"]) == 2
@@ -145,7 +145,7 @@ def test_a_shard_whose_worker_dies_runs_again_and_merges_once(cluster, tmp_path,
     with Store.open(db, readonly=True, create=False) as store:
         runs = store.runs()
         keys = [(r.meta["suite"]["task"], r.meta["suite"]["condition"], r.meta["suite"]["index"]) for r in runs]
-        assert len(keys) == len(set(keys)) == 6  # every run once: the dead shard's runs are not in it
+        assert len(keys) == len(set(keys)) == 8  # every run once: the dead shard's runs are not in it
         assert all(r.status == "complete" and r.outcome["passed"] for r in runs)
         assert len({r.meta["merged_from"]["db"] for r in runs}) == 1  # only the shard that finished was merged
         ids = {r.id for r in runs}

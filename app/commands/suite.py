@@ -184,7 +184,7 @@ def _ray_suite(args, tasks: list[str]) -> int:
 
     check_address(args.ray or None)  # before anything is written
     suite_id = args.resume or new_suite_id()
-    conditions = 3 if args.program else 4  # a program's: free, trace-pinned, pinned
+    conditions = 4  # a program's too (engine/replay/program_suite.py)
     total = len(tasks) * args.runs * conditions
     print(f"suite {suite_id}: {len(tasks)} task(s) x {args.runs} runs x {conditions} conditions = {total} runs into {args.db}, "
           f"one Ray task per suite task on {args.ray or 'a local Ray instance'}", file=sys.stderr, flush=True)
@@ -269,7 +269,7 @@ def _same_label(args, tasks: list[str]) -> str | None:
         differ = ", ".join(k for k in mine if theirs[k] != mine[k])
         raise SuiteError(f"--label {args.label!r} names suite {named[-1]} of {args.db}, recorded with other settings "
                          f"({differ}): give another label, or --resume {named[-1]} to finish that one")
-    conditions = 3 if args.program else 4
+    conditions = 4
     if len(before.done) >= len(tasks) * args.runs * conditions:
         raise SuiteError(f"--label {args.label!r} names suite {named[-1]} of {args.db}, which is complete: "
                          "give another label for a new suite")

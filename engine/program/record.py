@@ -177,11 +177,13 @@ class _Endpoint:
 def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: datetime, seed: int,
                    model: str | None = None, check: str | None = None, timeout_s: float = 600.0,
                    unsafe_no_sandbox: bool = False, progress=None, in_place: bool = False,
-                   env: dict | None = None, meta: dict | None = None) -> ProgramResult:
+                   env: dict | None = None, meta: dict | None = None,
+                   call_seeds: list[int] | None = None) -> ProgramResult:
     """Record `argv` run in the sandbox as one run of `db`. Everything a user can get wrong
     (the program, the tree, the model path, the sandbox) is refused before `db` is touched.
     The program runs in a copy of `tree` (the end tree is in the database), so recording twice
-    starts from the same files; `in_place` runs it in `tree` itself."""
+    starts from the same files; `in_place` runs it in `tree` itself. `call_seeds`: the seeds of
+    the model calls that send none, in order (then drawn), as a recording's calls had them."""
     from tttr.engine.serve.recorder import CallRecorder
     from tttr.engine.serve.service import Service
     from tttr.recorders.limits import Limits
@@ -204,6 +206,7 @@ def record_program(db: str, argv: list[str], *, tree: str | None = None, clock: 
         program = check_program(argv, tree_dir, host)
         limits = Limits(timeout_s=timeout_s, tree_mb=1024)
         service = Service(model, kernel_mode="invariant", any_model=True)  # a wrong model path is refused here
+        service.pinned_seeds = list(call_seeds or ())
         sock_dir = api_dir(work / "api", host)
         share = ClockShare(work / "clock")
         executor = Executor(tree_dir, seed=seed, unsafe_no_sandbox=unsafe_no_sandbox, limits=limits,

@@ -15,10 +15,19 @@ The conditions, as the program's machinery allows them today:
 - `trace-pinned`: a recording with the anchor's clock, sandbox seed and start tree (rebuilt by
   the same setup, checked against the anchor's digest); the model's seeds drawn afresh. Tools
   and commands run live from that same state.
+- `token-pinned`: the token layer pinned, the trace free, as for the built-in agent. A
+  recording with the anchor's sandbox seed (the sandbox's randomness moves with the token
+  layer) and the machine's clock, on a start tree that the task's setup builds at that clock,
+  whose model calls get the anchor's call seeds in order (`record_program(call_seeds=...)`;
+  a call that sends its own seed keeps it). Tools, commands and clock reads run live. Under
+  the invariant kernels a call's tokens follow from its prompt and its seed alone (the draw at
+  a position depends on the seed and the position only), so a call whose prompt is the
+  anchor's gets the anchor's tokens (its answer pinned), and a call whose prompt the live world
+  changed is sampled live from the anchor's RNG stream: the built-in agent's "recorded token
+  forced while the context is identical, then the recorded RNG stream". Its calls are
+  computed, not read back.
 - `pinned`: `tttr replay` of the anchor: every model call, SDK tool result and clock read
   answered from the recording. It must agree 100%.
-- `token-pinned` is not run for programs: it needs a replay that answers model calls from the
-  recording while the world runs live, which engine/program does not offer yet.
 
 Statistics (`suite.read_run`) group a program run under its suite task (`meta.suite.task`, the
 run's own task being `program:NAME`) and compare pairs on their model calls (the answers, in
@@ -38,7 +47,18 @@ from typing import Callable
 from tttr.recorders.tasks import INSTRUCTION_ENV as ENV_NAME
 from tttr.recorders.tasks import INSTRUCTION_FILE
 
-PROGRAM_CONDITIONS = ("free", "trace-pinned", "pinned")
+PROGRAM_CONDITIONS = ("free", "token-pinned", "trace-pinned", "pinned")
+
+
+def call_seeds(store, run_id: int) -> list[int]:
+    """The seeds a program run's model calls were given by the server (not sent), in order."""
+    out = []
+    for e in store.events(run_id, kind="prompt"):
+        v = e.value if isinstance(e.value, dict) else {}
+        seed = v.get("sampling", {}).get("seed") if isinstance(v.get("sampling"), dict) else None
+        if v.get("seed_drawn") is True and isinstance(seed, int) and not isinstance(seed, bool):
+            out.append(seed)
+    return out
 
 
 def program_files(argv: list[str], cwd: Path) -> list[str]:
@@ -116,6 +136,7 @@ def run_program_suite(
             continue  # no complete free run: nothing to pin to
         run_id = None
         error = None
+        seeds = None  # the anchor's call seeds: token-pinned only
         try:
             if condition == "pinned":
                 res = replay_program(db, anchor, unsafe_no_sandbox=unsafe_no_sandbox, model=model,
@@ -129,8 +150,10 @@ def run_program_suite(
                     with Store.open(db, create=False, readonly=True) as reader:
                         a = anchor_runs.get(name) or reader.run(anchor)
                         anchor_runs[name] = a
+                        seeds = call_seeds(reader, anchor) if condition == "token-pinned" else None
                     s = a.seed or 0
-                    start = datetime.fromisoformat(a.meta["clock"])
+                    start = _now_utc().replace(microsecond=0) if condition == "token-pinned" \
+                        else datetime.fromisoformat(a.meta["clock"])
                 work = scratch_dir("tttr-suite-tree-")
                 try:
                     build_tree(task, work / "tree", seed=s, clock=start, files=files, cwd=cwd,
@@ -138,7 +161,8 @@ def run_program_suite(
                     res = record_program(db, argv, tree=str(work / "tree"), clock=start, seed=s, model=model,
                                          check=task.script("check"), timeout_s=timeout_s,
                                          unsafe_no_sandbox=unsafe_no_sandbox, env={ENV_NAME: task.instruction},
-                                         meta=meta(task, condition, index, anchor))
+                                         meta=meta(task, condition, index, anchor),
+                                         call_seeds=seeds)
                     run_id = res.run_id
                 finally:
                     remove_tree(work)

@@ -116,6 +116,9 @@ class Service:
         self.max_token_bytes = 0  # the vocabulary's longest token in UTF-8 bytes, measured at load
         self.load_error: str | None = None
         self._ready = threading.Event()
+        # Seeds for the calls that send none, in order, before any is drawn: a recording's call
+        # seeds, given to a run whose token layer is pinned to it (a program suite's token-pinned).
+        self.pinned_seeds: list[int] = []
 
     # -- loading -------------------------------------------------------------------------
     def load(self) -> None:
@@ -247,7 +250,8 @@ class Service:
                 f"{len(ids) + asked} tokens ({len(ids)} in the prompt, {asked} in the completion). "
                 "Shorten the prompt or lower max_tokens.",
                 param="messages" if req.endpoint == "chat" else "prompt", code="context_length_exceeded")
-        seed = req.seed if req.seed is not None else secrets.randbelow(SEED_LIMIT)
+        seed = req.seed if req.seed is not None else \
+            (self.pinned_seeds.pop(0) if self.pinned_seeds else secrets.randbelow(SEED_LIMIT))
         return Prepared(req, tuple(ids), seed, req.seed is None, req.max_tokens or room, tool_format, names)
 
     def _refuse_untokenized(self, text: str, param: str) -> None:
