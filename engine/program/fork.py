@@ -237,7 +237,7 @@ def check_program_fork(store, run_id: int, site_text: str, value_text: str, *, m
             value = _sdk_value(value_text, recorded)
         except ValueError as exc:
             raise ProgramRunError(str(exc)) from None
-        return ForkPlan(run_id, (Change(at, value, value_text),), source.seq_of(str(at)), shared=_shared(source, at),
+        return ForkPlan(run_id, (Change(at, value, value_text),), source.seq_of(str(at)), shared=shared_before(source, at),
                         check=recorded_check(store, rec.run), recording=rec)
     if at.name in SETUP_VALUES:
         from tttr.engine.program.setup_values import check
@@ -266,7 +266,7 @@ def _check_clock(rec, source, at: Site, step, value_text: str) -> ForkPlan:
                               f"call) of run {rec.run.id}: `tttr events DB {rec.run.id}` lists its sites")
     else:
         recorded = next(e.value for e in step.events if e.kind == "clock").get("t")
-        fork_seq, shared = source.seq_of(str(at)), _shared(source, at)
+        fork_seq, shared = source.seq_of(str(at)), shared_before(source, at)
     try:
         old = datetime.fromisoformat(recorded)
         new = _utc(clock_value(value_text, {"t": recorded}))
@@ -302,7 +302,7 @@ def _check_token(store, rec: Recording, at: Site, value_text: str, model: str | 
         forced = dict(enumerate(ids))
         settings = {"ids": list(prompt["ids"]), "seed": seed, "max_tokens": max(max_tokens, len(ids))}
         return ForkPlan(run.id, (Change(at, mutation.value, value_text, forced, settings),),
-                        source.seq_of(mutation.first_site), model, _shared(source, mutation.first_site),
+                        source.seq_of(mutation.first_site), model, shared_before(source, mutation.first_site),
                         check=recorded_check(store, run), recording=rec)
     before = source.tokens.get(at.step, [])[:at.pos]
     if not all(type(t.get("id")) is int for t in before):
@@ -311,10 +311,10 @@ def _check_token(store, rec: Recording, at: Site, value_text: str, model: str | 
     forced[at.pos] = mutation.value
     settings = {"ids": list(prompt["ids"]), "seed": seed, "max_tokens": max_tokens}
     return ForkPlan(run.id, (Change(at, mutation.value, value_text, forced, settings),), source.seq_of(str(at)), model,
-                    _shared(source, at), check=recorded_check(store, run), recording=rec)
+                    shared_before(source, at), check=recorded_check(store, run), recording=rec)
 
 
-def _shared(source, at) -> frozenset:
+def shared_before(source, at) -> frozenset:
     """The events of `at`'s step before it (a Site, or a site's text): the parent's, shared."""
     seq = source.seq_of(str(at))
     step = source.by_site[canonical_site(str(at))].step
@@ -584,4 +584,4 @@ def recorded_check(store, run) -> str | None:
     return None
 
 
-__all__ = ["Change", "ForkPlan", "ForkReplayer", "check_program_fork", "recorded_check"]
+__all__ = ["Change", "ForkPlan", "ForkReplayer", "check_program_fork", "recorded_check", "shared_before"]

@@ -191,7 +191,7 @@ def apply(db: str, base: int, subset: list[Delta], setup: Setup, *, model: str |
           unsafe_no_sandbox: bool = False, cancel: threading.Event | None = None, live: SharedModel | None = None
           ) -> Trial:
     """Replay program run `base` of `db` with `subset` (deltas against it) in place, as a child run."""
-    from tttr.engine.program.fork import ForkPlan, _shared
+    from tttr.engine.program.fork import ForkPlan, shared_before
     from tttr.engine.program.replay import replay_program
     from tttr.engine.replay.source import Source
     from tttr.sessions.store import Store
@@ -204,7 +204,7 @@ def apply(db: str, base: int, subset: list[Delta], setup: Setup, *, model: str |
     with Store.open(db, create=False, readonly=True) as store:
         source = Source(store, base)
         if changes and seed is None and not changes[0].at_setup:
-            fork_seq, shared = source.seq_of(str(changes[0].site)), _shared(source, changes[0].site)
+            fork_seq, shared = source.seq_of(str(changes[0].site)), shared_before(source, changes[0].site)
     mutation = {"site": sites[0], "value": counted(len(subset)), "input": f"{counted(len(subset))} from run "
                 f"{other.id}: " + ", ".join(sites), "deltas": [d.site for d in subset]} if subset else None
     plan = ForkPlan(base, changes, fork_seq, model, shared, strict=False, seed=seed, check=setup.check,
