@@ -54,6 +54,7 @@ def generate(path: Path, events: int = 100_000, *, seed: int = 0, tokens_per_ste
              commands: tuple[str, ...] = COMMANDS) -> int:
     """Add to the database at `path` (made if missing) one complete run of about `events`
     events; returns its id. Deterministic for a given seed and commands."""
+    from tttr.sessions.records import token_value
     from tttr.sessions.store import Store
 
     rng = random.Random(seed)
@@ -82,7 +83,7 @@ def generate(path: Path, events: int = 100_000, *, seed: int = 0, tokens_per_ste
                 text.append(word)
                 lp = -round(rng.random() * 2, 3)
                 store.append(run, f"{step}:token:{pos}",
-                             {"id": tid, "text": word, "forced": False, "logprob": lp, "rng": [seed, step, pos]})
+                             token_value(tid, word, False, lp, [seed, step, pos]))
                 topk = [[tid, lp]] + [[rng.randrange(49152), lp - 0.5 * (k + 1)] for k in range(4)]
                 store.append(run, f"{step}:logits:{pos}",
                              {"digest": _hex(rng, 16), "topk": topk, "batch": [4, [rng.randrange(4)]],

@@ -1,4 +1,5 @@
-"""What the store hands out: a run's metadata and one event. Both are frozen values."""
+"""What the store hands out: a run's metadata and one event (frozen values), and the one
+constructor of a `token` event's value."""
 
 from __future__ import annotations
 
@@ -45,3 +46,21 @@ class Event:
     # its kind), naming the problem; `value` is then None. Readers that show events mark it;
     # readers that need the value (replay, fork, diff) refuse the run with this line.
     problem: str | None = None
+
+
+def token_value(token_id: int, text: str, forced: bool, logprob: float | None, rng, *, mutated: bool = False,
+                **extra: Any) -> dict:
+    """A `token` event's value (docs/contracts.md): `{"id", "text", "forced", "logprob", "rng"}`
+    in that order, which `codec` stores as a fixed binary record; `mutated` (a fork's edited
+    token) after `forced`, and `extra` fields (a proxied call's `upstream`, `id_source`, ...)
+    after `rng`: such a value is stored as JSON text. `rng` is `[seed, step, pos]`; `logprob`
+    None where it is not known (a retokenized upstream answer). The fields are stored as given
+    (a caller rounds or converts them), so the stored bytes are the caller's choice."""
+    value = {"id": token_id, "text": text, "forced": forced}
+    if mutated:
+        value["mutated"] = True
+    value["logprob"] = logprob
+    value["rng"] = list(rng)
+    if extra:
+        value.update(extra)
+    return value

@@ -107,3 +107,38 @@ def test_append_refuses_a_site_it_cannot_derive_in_one_line_naming_it(tmp_path, 
             store.append_event(rid, 0, "trace", "tool", bad, {"x": 1})
             store.commit_step(rid)
             assert store.event_at(rid, bad).value == {"x": 1}
+
+
+# ---------------------------------------------------------------------------- the token value
+def test_token_value_is_the_contract_record_codec_stores_binary():
+    from tttr.sessions import codec
+    from tttr.sessions.records import token_value
+
+    value = token_value(93, " hi", False, -0.5, (SEED, 2, 3))
+    assert value == {"id": 93, "text": " hi", "forced": False, "logprob": -0.5, "rng": [SEED, 2, 3]}
+    assert tuple(value) == codec.TOKEN_KEYS
+    stored = codec.encode("token", value, SEED, 2, 3)
+    assert type(stored) is bytes and stored == codec.encode("token", dict(value), SEED, 2, 3)
+    assert codec.decode(stored, SEED, 2, 3) == value
+
+
+def test_a_mutated_or_proxied_token_keeps_its_key_order_and_is_stored_as_json():
+    from tttr.sessions import codec
+    from tttr.sessions.records import token_value
+
+    mutated = token_value(7, " x", True, -1.25, [1, 0, 0], mutated=True)
+    assert list(mutated) == ["id", "text", "forced", "mutated", "logprob", "rng"]
+    proxied = token_value(0, "hi", False, None, [1, 0, 4], upstream=True, id_source="none")
+    assert list(proxied) == [*codec.TOKEN_KEYS, "upstream", "id_source"] and proxied["logprob"] is None
+    for v in (mutated, proxied):
+        assert codec.encode("token", v, 1, 0, 0) == codec._json(v)
+
+
+def test_the_engines_token_record_gives_the_same_value():
+    from tttr.engine.inference.sequence import TokenRecord
+    from tttr.sessions.records import token_value
+
+    r = TokenRecord(position=3, token_id=93, forced=True, logprob=-0.25, topk=((93, -0.25),), digest="ab" * 16,
+                    batch_rows=1, rows=(0,), row=0, kernel_mode="invariant", rng=(SEED, 2, 3), text=" hi")
+    assert r.token_value() == token_value(93, " hi", True, -0.25, [SEED, 2, 3])
+    assert list(r.token_value()) == list(token_value(93, " hi", True, -0.25, [SEED, 2, 3]))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 from tttr.engine.errors import EngineError
 from tttr.engine.inference.sampling import SamplingParams
+from tttr.sessions.records import token_value
 
 if TYPE_CHECKING:
     import torch
@@ -38,8 +39,7 @@ class TokenRecord:
 
     def token_value(self) -> dict:
         """The `token` event value of docs/contracts.md."""
-        return {"id": self.token_id, "text": self.text, "forced": self.forced, "logprob": self.logprob,
-                "rng": list(self.rng)}
+        return token_value(self.token_id, self.text, self.forced, self.logprob, self.rng)
 
     def logits_value(self) -> dict:
         """The `logits` event value of docs/contracts.md."""

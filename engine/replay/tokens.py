@@ -13,6 +13,7 @@ from typing import Callable
 
 from tttr.engine.replay.events import EventLog
 from tttr.engine.replay.mutation import Mutation
+from tttr.sessions.records import token_value
 from tttr.sessions.vocabulary import site
 
 
@@ -80,10 +81,9 @@ class Tokens:
     def _emit_mutated(self, step: int, d: Draws, pos: int, token_id: int, logits: dict | None) -> None:
         """A token a fork put at `pos` (forced, mutated), its logprob read from the recorded
         logits there when the context is the recording's."""
-        self.emit(step, pos, {
-            "id": token_id, "text": self.tokenizer.decode([token_id]), "forced": True, "mutated": True,
-            "logprob": _logprob_of(logits or {}, token_id), "rng": [d.seed, d.rng_step, pos],
-        }, logits)
+        self.emit(step, pos, token_value(token_id, self.tokenizer.decode([token_id]), True,
+                                         _logprob_of(logits or {}, token_id), [d.seed, d.rng_step, pos], mutated=True),
+                  logits)
 
     def generated(self, step: int, ids: list[int], forced: list[int], max_tokens: int,
                   stops: tuple[str, ...], draws: Draws | None = None) -> list:
@@ -102,8 +102,8 @@ class Tokens:
         return records
 
     def token_value(self, draws: Draws, r) -> dict:
-        return {"id": r.token_id, "text": self.tokenizer.decode([r.token_id]), "forced": bool(r.forced),
-                "logprob": round(float(r.logprob), 6), "rng": [draws.seed, draws.rng_step, r.position]}
+        return token_value(r.token_id, self.tokenizer.decode([r.token_id]), bool(r.forced), round(float(r.logprob), 6),
+                           [draws.seed, draws.rng_step, r.position])
 
     def _stop_ids(self) -> tuple[int, ...]:
         return tuple(self.tokenizer.stop_token_ids)  # the ids the engine stops a message on

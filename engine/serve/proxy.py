@@ -31,6 +31,7 @@ except ImportError:  # pragma: no cover - depends on the installed openai
 from tttr.engine.serve.errors import APIError
 from tttr.engine.serve.requests import SEED_LIMIT
 from tttr.engine.serve.tools import merge_tool_call
+from tttr.sessions.records import token_value
 
 ASKED_TOP_LOGPROBS = 5  # alternatives asked for per position when the client asked for none
 ENDPOINTS = {"chat": "/chat/completions", "completion": "/completions"}
@@ -139,9 +140,8 @@ class ProxiedCall:
             for p, t in enumerate(self.tokens):
                 raw = bytes(t.bytes) if t.bytes is not None else t.text.encode("utf-8")
                 token_id = table.get(raw)
-                value = {"id": token_id if token_id is not None else 0, "text": t.text, "forced": False,
-                         "logprob": t.logprob, "rng": [seed, 0, p], "upstream": True,
-                         "id_source": "vocab" if token_id is not None else "none"}
+                value = token_value(token_id if token_id is not None else 0, t.text, False, t.logprob, [seed, 0, p],
+                                    upstream=True, id_source="vocab" if token_id is not None else "none")
                 if t.bytes is not None:
                     value["bytes"] = list(t.bytes)
                 if t.top:
@@ -149,8 +149,8 @@ class ProxiedCall:
                 out.append(value)
         elif tok is not None and self.text:
             for p, token_id in enumerate(tok.encode(self.text)):
-                out.append({"id": token_id, "text": tok.token_text(token_id), "forced": False, "logprob": None,
-                            "rng": [seed, 0, p], "upstream": True, "id_source": "retokenized"})
+                out.append(token_value(token_id, tok.token_text(token_id), False, None, [seed, 0, p],
+                                       upstream=True, id_source="retokenized"))
         return out
 
     def served_by(self) -> dict:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tttr.engine.replay.events import ids_digest
+from tttr.sessions.records import token_value
 from tttr.sessions.store import Store
 from tttr.sessions.vocabulary import site
 
@@ -304,8 +305,7 @@ class CallRecorder:
         })
         k = max(RECORDED_TOPK, call.top_logprobs)
         for r in call.records:
-            emit("token", {"id": r.token_id, "text": r.text, "forced": bool(r.forced), "logprob": float(r.logprob),
-                           "rng": list(r.rng)}, r.position)
+            emit("token", token_value(r.token_id, r.text, bool(r.forced), float(r.logprob), r.rng), r.position)
             emit("logits", {"digest": r.digest, "topk": [[int(i), float(lp)] for i, lp in r.topk[:k]],
                             "batch": [r.batch_rows, list(r.rows)], "mode": r.kernel_mode}, r.position)
         message = {"text": call.text, "finish_reason": call.finish_reason, "tool_calls": call.tool_calls}
