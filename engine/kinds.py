@@ -101,9 +101,8 @@ class RunKind:
         deltas.py's Delta: each applies `other`'s value to `base`), read-only; DeltaError (one
         line) for a pair that cannot be compared or does not differ, KindError for a kind that
         has no deltas."""
-        raise KindError(f"run {other} is {self.label}: its values cannot be set against another run's (deltas "
-                        "are found between the shell agent's runs (tttr record --task) and recorded programs' "
-                        "(tttr record -- PROGRAM))")
+        raise KindError(f"run {other} is {self.label}: deltas are found between two of the shell agent's runs "
+                        "(tttr record --task) or two runs of one recorded program (tttr record -- PROGRAM)")
 
     def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
         raise NotImplementedError
