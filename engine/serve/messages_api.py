@@ -14,8 +14,11 @@ a replayed program's request matches its recording). The chat answer is then sha
 Errors are Anthropic's shape: `{"type": "error", "error": {"type", "message"}}`. What has no
 chat counterpart is refused with one line naming the field: content blocks other than text,
 tool_use and tool_result (images, documents, thinking …), server tools, extended thinking.
-`metadata`, `service_tier`, `cache_control` and `output_config`'s effort are accepted and have no
-effect; `output_config.format` (structured outputs) is refused."""
+`metadata`, `service_tier`, `cache_control`, `context_management`, `output_config`'s effort and
+`thinking: {"type": "adaptive"}` (the model decides whether to think: this one never does) are
+accepted and have no effect; `output_config.format` (structured outputs) is refused. A `system`
+message inside `messages` (the Claude Code CLI sends its environment as one after the first user
+turn) is a system message at that place."""
 
 from __future__ import annotations
 
@@ -114,9 +117,13 @@ def _messages(messages: object) -> list[dict]:
         if not isinstance(message, dict):
             raise bad_request(where, f"{where} must be an object, not {type(message).__name__}")
         role = message.get("role")
+        if role == "system":  # a system message between turns (the Claude Code CLI sends its environment so)
+            text = _text_blocks(message.get("content"), f"{where}.content")
+            out.append({"role": "system", "content": text})
+            continue
         if role not in ROLES:
-            raise bad_request(f"{where}.role", f"{where}.role={role!r}: use user or assistant (the system prompt is "
-                              "the top-level `system` field)")
+            raise bad_request(f"{where}.role", f"{where}.role={role!r}: use user, assistant or system (the system "
+                              "prompt is the top-level `system` field)")
         content = message.get("content")
         if isinstance(content, str):
             out.append({"role": role, "content": content})
@@ -216,7 +223,8 @@ def _tool_choice(choice: object) -> dict:
 
 
 def _thinking(thinking: object) -> None:
-    if thinking is None or (isinstance(thinking, dict) and thinking.get("type") == "disabled"):
+    """`adaptive` lets the model decide whether to think: one without thinking answers as it is."""
+    if thinking is None or (isinstance(thinking, dict) and thinking.get("type") in ("disabled", "adaptive")):
         return
     raise bad_request("thinking", "thinking is not supported: the served model has no extended thinking; "
                       "drop `thinking` or set it to {\"type\": \"disabled\"}")
