@@ -133,27 +133,18 @@ class ExperimentScreen(FittedFooter, Screen):
 
     def _work(self, cancel: threading.Event) -> None:
         """In a worker thread, on a writable connection of its own (the app's is read-only)."""
-        from tttr.engine.kinds import AGENT, PROGRAM, kind_of
-        from tttr.engine.replay.deltas import Pair, differing
+        from tttr.engine.kinds import PROGRAM, pair_kind
         from tttr.sessions.store import Store
 
         try:
             store = Store.open(self.app.db_path, create=False)
             try:
-                kinds = [kind_of(store.run(rid)) for rid in (self.good, self.bad)]
-                programs = all(kind is PROGRAM for kind in kinds)
-                for rid, kind in zip((self.good, self.bad), kinds):
-                    if not programs and kind is not AGENT:
-                        raise ValueError(f"run {rid} is a recorded program or API calls, the other is not: {self.kind} "
-                                         "works on two shell agent's runs or two runs of one recorded program")
-                if programs:  # engine/program/triage.py: the program is replayed, its model loads if a call is generated
-                    from tttr.engine.program.deltas import ProgramPair, differing as program_differing
-
-                    program_differing(ProgramPair.load(store, self.good, self.bad))
-                    runtime = None
-                else:
-                    # The refusals that need no model (different tasks, no difference) come before it loads.
-                    differing(Pair.load(store, self.good, self.bad))
+                # Two runs of one kind that experiments take, and their deltas: the refusals that
+                # need no model (another kind, different tasks, no difference) come from the kind.
+                kind = pair_kind(store.run(self.good), store.run(self.bad), self.kind)
+                kind.deltas(store, self.good, self.bad)
+                runtime = None  # a recorded program's model loads if a call is generated (engine/program/triage.py)
+                if kind is not PROGRAM:
                     self._say("loading the model …")
                     runtime = self.app.runtime()
                 run = self._triage if self.kind == "triage" else self._bisect
