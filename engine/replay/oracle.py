@@ -191,7 +191,7 @@ class Oracle:
         for m in edits:
             self.mutations.took(m)
             if m.site.name == "file":
-                value["tree"], value["snapshot"] = self.world.edit_file(m.value["path"], m.value["text"])
+                value["tree"], value["snapshot"] = self.world.edit_file(m.value["path"], m.value["text"], self._last_clock)
             else:
                 value["exports"] = self.world.start_with(m.value["name"], m.value["value"])
         value["mutated"] = ", ".join(str(m.site) for m in edits)

@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
 from tttr.engine.replay.events import EventLog
 from tttr.engine.replay.source import OracleError
+from tttr.recorders.clock import clock_epoch
+from tttr.recorders.filetimes import clamp_times
 from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.shell import ShellState
 from tttr.recorders.snapshot import restore, snapshot, tree_digest
@@ -85,11 +88,13 @@ class World:
         self.tree, manifest = self._snapshot(tree_dir)
         return {"task": self.task.name, "clock": clock.isoformat(), "tree": self.tree, "snapshot": manifest}
 
-    def edit_file(self, path: str, text: str) -> tuple[str, str | None]:
+    def edit_file(self, path: str, text: str, clock: datetime) -> tuple[str, str | None]:
         """Set the text of the file at `path` (relative, "/"-separated) in the tree as it
         stands, through directory descriptors that never follow a link; the tree's new
-        digest and manifest. A fork's `setup:file:PATH`."""
+        digest and manifest. A fork's `setup:file:PATH`. The times it leaves read `clock`
+        (the setup's), as a command's do: the same edit gives the same tree every time."""
         tree_dir = self._materialise()
+        started = time.time_ns()
         *folders, name = path.split("/")
         fds = [open_root(str(tree_dir))]
         try:
@@ -105,6 +110,7 @@ class World:
         finally:
             for fd in fds:
                 os.close(fd)
+        clamp_times(str(tree_dir), started, time.time_ns(), clock_epoch(clock))
         self.tree, manifest = self._snapshot(tree_dir)
         return self.tree, manifest
 
