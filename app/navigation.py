@@ -1,6 +1,7 @@
 """Where a debugger's navigation keys go, as plain functions of a `RunView` (no textual):
 `:` go to an event, a step or a site; `n`/`N` the next or previous search match; `'`
-the next bookmark; `y` the value under the cursor as text.
+the next bookmark; `y` the value under the cursor as text; `p` on a token, the context it
+was conditioned on (the step's prompt, then the tokens generated before it).
 """
 
 from __future__ import annotations
@@ -9,7 +10,11 @@ import bisect
 import json
 import re
 
-from tttr.app.runview import RunView, value_problem
+from rich.text import Text
+
+from tttr.app.runview import RunView, token_pos, value_problem
+from tttr.engine.replay.diff import token_label
+from tttr.sessions.safe_text import short, visible
 from tttr.sessions.vocabulary import SETUP, SETUP_STEP, canonical_site, site_parts
 
 GOTO_HELP = ("57: event 57 · s2: step 2 (s0 the first, setup the setup) · 2:tool or 2:token:5: "
@@ -85,3 +90,53 @@ def value_text(view: RunView, event, prompt=None) -> str | None:
         if event.kind == "tool" and "stdout" in value:
             return view.loaded_text(value["stdout"])
     return json.dumps(value, ensure_ascii=False, indent=2, default=str)
+
+
+CONTEXT_CHARS = 1500  # of the prompt's end shown before the generated tokens (the text nearest the position)
+TOKEN_CHARS = 200  # of one generated token's text
+
+
+def token_context(prompt_event, prompt, tokens: list, pos: int) -> Text:
+    """What the token at position `pos` of a step was conditioned on, as text: the end of the
+    step's prompt (`prompt`: its text rebuilt from the record, an `engine.replay.prompts.Prompt`,
+    or a line saying why there is none), then the step's tokens before `pos` (`tokens`: its
+    token events, in order), then the token itself, marked. Recorded text: controls visible,
+    never markup."""
+    token = next((e for e in tokens if token_pos(e) == pos), None)
+    before = [e for e in tokens if (token_pos(e) or 0) < pos]
+    n_prompt = prompt.n_tokens if hasattr(prompt, "n_tokens") else (
+        prompt_event.value.get("n_tokens") if isinstance(prompt_event.value, dict) else None)
+    step = prompt_event.step
+    text = Text(f"context of {step}:token:{pos}", style="bold reverse")
+    if token is not None and value_problem(token) is None:
+        text.append(" " + _token_label(token), style="bold reverse")
+    text.append(f"\n{short(n_prompt if n_prompt is not None else '?', 12)} prompt tokens, then {len(before)} "
+                "generated before it; the model read this, the token last:\n", style="dim")
+    prompt_text = getattr(prompt, "text", None)
+    if isinstance(prompt_text, str) and prompt_text:
+        tail = prompt_text[-CONTEXT_CHARS:]
+        if len(tail) < len(prompt_text):
+            text.append(f"… ({len(prompt_text) - len(tail):,} characters before) …", style="dim")
+        text.append(visible(tail))
+    else:
+        why = prompt if isinstance(prompt, str) else "the prompt's text is not rebuilt"
+        text.append(f"[{visible(why, newlines=False)}]\n", style="dim italic")
+    for e in before:
+        text.append(_token_text(e), style="cyan")
+    if token is not None:
+        shown = _token_text(token)
+        text.append(shown if shown.strip() else shown.replace(" ", "␣").replace("\n", "⏎\n") or "∅",
+                    style="bold reverse")
+    return text
+
+
+def _token_text(event) -> str:
+    value = event.value
+    if value_problem(event) is not None or not isinstance(value, dict) or not isinstance(value.get("text"), str):
+        return "✗"
+    return visible(value["text"][:TOKEN_CHARS])
+
+
+def _token_label(event) -> str:
+    value = event.value if isinstance(event.value, dict) else {}
+    return token_label(value.get("text"), value.get("id"), 40)

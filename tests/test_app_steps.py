@@ -244,3 +244,29 @@ def test_bench_app_reports_the_step_tree_and_blame_beside_its_old_figures():
                 "blame_last_ms", "generate_s"):
         assert key in figures, key
     assert figures["steps"] >= 2 and figures["blame_writes"] == 30
+
+
+def test_p_on_a_token_goes_to_its_prompt_and_shows_the_context_it_was_conditioned_on(db):
+    async def flow(app, pilot):
+        timeline = app.screen.query_one(Timeline)
+        detail = app.screen.query_one(DetailPane)
+        view = timeline.view
+        await pilot.press("colon", *"2:logits:3", "enter")
+        tokens = [view.at(f"2:token:{p}").value["text"] for p in range(4)]
+        await pilot.press("p")
+        await pilot.pause()
+        assert view.event(timeline.cursor).site == "2:prompt"
+        text = " ".join(detail.text.split())
+        assert text.startswith("context of 2:token:3 ") and f"({view.at('2:token:3').value['id']})" in text
+        assert f"{view.at('2:prompt').value['n_tokens']} prompt tokens, then 3 generated before it" in text and "not rebuilt" in text
+        # the tokens before it, in order, then the token itself (no tokenizer: the prompt's text is not shown)
+        assert "".join("".join(tokens).split()) in "".join(text.split())
+        await pilot.press("down")  # off the prompt: the context goes with it
+        await pilot.pause()
+        assert not detail.text.startswith("context of")
+        await pilot.press("colon", *"2:tool", "enter", "p")  # not a token: said, nothing moves
+        await pilot.pause()
+        assert view.event(timeline.cursor).site == "2:tool"
+        assert any("p works on a token" in str(n.message) for n in app._notifications)
+
+    run_app(db, flow)

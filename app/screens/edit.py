@@ -1,5 +1,5 @@
 """The edit dialog: a new value for one clock, tool result (a command's, or an SDK
-function's) or token, checked before it is accepted. It dismisses with the value text; an
+function's), token, or setup value (a start-tree file, a variable), checked before it is accepted. It dismisses with the value text; an
 invalid value keeps it open with the reason, and nothing is written until the screen below
 starts the fork."""
 
@@ -23,6 +23,8 @@ HELP = {
     "tool": 'new stdout as plain text, exit=N for the exit code, or JSON: {"stdout": …, "stderr": …, "exit_code": N}',
     "function": 'the new result as JSON (3, "text", [1, 2]) or plain text; {"error": "message"} makes the tool raise',
     "token": 'pick a recorded alternative, or type a token id (1234) or one token of text (quote as JSON to force text: "5")',
+    "file": 'the file\'s new text, as JSON for newlines and escapes ("line one\\nline two\\n") or plain text',
+    "env": 'the variable\'s value, exported before the first step: plain text, or JSON for escapes',
 }
 
 

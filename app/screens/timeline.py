@@ -20,7 +20,7 @@ from textual.widgets import Footer, Static
 from tttr.app import describe
 from tttr.app.runview import (RunView, token_pos)
 from tttr.app.exporting import ask_export
-from tttr.app.navigation import GOTO_HELP, goto_target, names_step, next_in, value_text
+from tttr.app.navigation import GOTO_HELP, goto_target, names_step, next_in, token_context, value_text
 from tttr.app.screens.ask import AskScreen
 from tttr.app.screens.search import SearchScreen
 from tttr.app.screens.timeline_fork import EditAndFork
@@ -71,6 +71,7 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
         Binding("F", "files", "files at this step"),
         Binding("t", "timing", "timing of the steps", show=False),
         Binding("b", "blame", "who wrote the file this command reads", show=False),
+        Binding("p", "token_context", "on a token: the prompt and tokens it was conditioned on", show=False),
         # like a debugger: go to, search matches, bookmarks, copy, export (docs/reference.md)
         Binding("colon", "goto", "go to event/step/site", show=False),
         Binding("n", "search_next", "next search match", show=False),
@@ -98,6 +99,7 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
         self.message_shown: tuple[int, int | None] | None = None
         self.search_query = ""
         self.search_seqs: list[int] = []  # the events the last search matched, in seq order
+        self.context_at: tuple[int, int] | None = None  # (step, position): `p`'s token, while its prompt is shown
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="run-title")
@@ -178,8 +180,12 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
         event = self.view.event(message.index)
         if event is None:
             return
+        if self.context_at is not None and (event.kind != "prompt" or event.step != self.context_at[0]):
+            self.context_at = None  # the cursor left the prompt `p` went to
         self._show_detail(event)
         pos = token_pos(event) if event.kind in ("token", "logits") else None
+        if self.context_at is not None:
+            pos = self.context_at[1]  # the strip marks the token whose context is shown
         if self.message_shown != (event.step, pos):
             self.message_shown = (event.step, pos)
             self.query_one(MessageStrip).show_tokens(event.step, self.view.step_tokens(event.step), pos)
@@ -196,6 +202,9 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
             i = rows.index_of(event.seq)
             shown = Group(Text(f"step {describe.step_label(rows.steps[i])}: {rows.events_in(i)} events "
                                "(space shows them, z every step's)", style="bold reverse"), shown)
+        if self.context_at is not None and event.kind == "prompt" and event.step == self.context_at[0]:
+            tokens = self.view.step_tokens(event.step)
+            shown = Group(token_context(event, prompt, tokens, self.context_at[1]), Text(""), shown)
         self.query_one(DetailPane).show(shown)
         wanted = self.view.take_wanted()
         if wanted:
@@ -414,6 +423,22 @@ class TimelineScreen(FittedFooter, EditAndFork, Screen):
         self.notify(visible(found.describe(), newlines=False), timeout=6, markup=False)
         if found.seq is not None:
             self.timeline.go_to(found.seq, "this is the command that wrote it")
+
+    def action_token_context(self) -> None:
+        """`p` on a token (or its logits): to the step's prompt, the detail pane showing what
+        the token was conditioned on: the prompt's end, then the tokens generated before it."""
+        event = self.current
+        pos = token_pos(event) if event is not None and event.kind in ("token", "logits") else None
+        if pos is None or not isinstance(event.step, int):
+            self.timeline.nowhere("p works on a token or logits row: it shows the prompt and tokens before it")
+            return
+        prompt = self.view.at(site(event.step, "prompt"))
+        if prompt is None or not isinstance(prompt.seq, int) or prompt.seq < 0:
+            self.timeline.nowhere(f"step {event.step} recorded no prompt")
+            return
+        self.context_at = (event.step, pos)
+        self.timeline.cursor = prompt.seq
+        self.timeline.focus()
 
     def action_timing(self) -> None:
         """`t`: each step's tokens and command time, as bars."""

@@ -15,9 +15,14 @@ from tttr.app import describe
 from tttr.engine.program import edit as program_edit
 from tttr.app.forking import ForkFailed, ForkFinished, ForkProgressed, run_fork
 from tttr.app.runview import BLOB_PREVIEW, EDITABLE_KINDS, TOO_LARGE, RunView, is_blob, value_problem
+from tttr.app.screens.ask import AskScreen
 from tttr.app.screens.edit import EditScreen
 from tttr.app.widgets.fork_progress import ForkProgress
 from tttr.sessions.safe_text import visible
+from tttr.sessions.vocabulary import SETUP, SETUP_STEP, Site, site
+
+SETUP_HELP = ("file:PATH a file of the start tree (notes/a.txt; a new one where its folder is) · "
+              "env:NAME a variable the commands start with · clock the start clock")
 
 
 class EditAndFork:
@@ -35,6 +40,9 @@ class EditAndFork:
         offer = program_edit.offer(self.view.run, event)  # a recorded program's; None for the agent's runs
         if isinstance(offer, str):
             self.notify(offer, severity="warning", markup=False)
+            return
+        if event.kind == "setup" and offer is None:  # the start tree's files, its variables, its clock
+            self.edit_setup()
             return
         if event.kind not in EDITABLE_KINDS and offer is None:
             kind = describe.short(event.kind, 20)
@@ -74,6 +82,54 @@ class EditAndFork:
                        partial(self.validate_edit, event.site), alternatives),
             partial(self.start_fork, event.site),
         )
+
+    def edit_setup(self) -> None:
+        """`e` on the setup step: which value to change (a file of the start tree, a variable
+        the commands start with, the start clock), then the edit dialog for that site."""
+        if self.fork_cancel is not None:
+            self.notify("a fork is already running: wait for it, or press x to cancel it", severity="warning",
+                        markup=False)
+            return
+        self.app.push_screen(AskScreen("Edit a setup value and fork", SETUP_HELP, self.setup_site, "file:"),
+                             self._edit_setup_site)
+
+    def setup_site(self, text: str) -> tuple[str, str, str]:
+        """(site, kind, recorded text) of the setup value `text` names (`file:notes/a.txt`,
+        `env:GREETING`, `clock`); ValueError saying why when it names none."""
+        text = text.strip()
+        if text in ("clock", f"{SETUP}:clock"):
+            clock = self.view.at(site(SETUP_STEP, "clock"))
+            if clock is None or value_problem(clock) is not None:
+                raise ValueError("this run recorded no readable start clock")
+            return str(Site(SETUP_STEP, "clock")), "clock", editable_text(self.view, clock)
+        parsed = Site.parse(text if text.startswith(f"{SETUP}:") else f"{SETUP}:{text}")  # SiteError: a ValueError
+        if parsed.arg is None:
+            raise ValueError(f"{text!r} names no setup value: {SETUP_HELP}")
+        setup = self.view.at(site(SETUP_STEP, "setup"))
+        value = setup.value if setup is not None and isinstance(setup.value, dict) else {}
+        if parsed.name == "env":
+            exports = value.get("exports") if isinstance(value.get("exports"), dict) else {}
+            return str(parsed), "env", _json(str(exports.get(parsed.arg, "")))
+        return str(parsed), "file", _json(self._start_file_text(parsed.arg))
+
+    def _start_file_text(self, path: str) -> str:
+        """The text of `path` in the run's start tree ("" for a file it does not have yet)."""
+        from tttr.recorders.treestate import RunTrees, file_text
+
+        start = RunTrees(self.view.store, self.view.run_id).at(SETUP_STEP)
+        if start.note is not None:
+            raise ValueError(f"the start tree cannot be read: {start.note}")
+        found = file_text(self.view.store, start.files.get(path))
+        if found.text is None:
+            raise ValueError(f"{path} in the start tree is {found.note}: only a text file can be edited here")
+        return found.text
+
+    def _edit_setup_site(self, answer: tuple[str, str, str] | None) -> None:
+        if answer is None:
+            return
+        at, kind, current = answer
+        self.app.push_screen(EditScreen(at, kind, current, partial(self.validate_edit, at)),
+                             partial(self.start_fork, at))
 
     def validate_edit(self, site: str, text: str) -> str | None:
         """None when `text` is a valid new value for `site`, else why not."""
