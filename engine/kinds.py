@@ -119,8 +119,12 @@ class RunKind:
     def check_experiment(self, reader, db: str, verb: str, request: ExperimentRequest) -> Plan:
         """`verb` ("triage" or "bisect") checked read-only: the pair, its deltas, GOOD's faithful
         replay and BAD's failure; one line and nothing written when it cannot run."""
-        raise KindError(f"run {request.bad} is {self.label}: {verb} works on the shell agent's runs "
-                        "(tttr record --task) and recorded programs (tttr record -- PROGRAM)")
+        raise self.refuse_experiment(reader.run(request.bad), verb)
+
+    def refuse_experiment(self, run, verb: str) -> TTTRError:
+        """Why `verb` does not take `run`, a run of this kind (one line)."""
+        return KindError(f"run {run.id} is {self.label}: {verb} works on the shell agent's runs "
+                         "(tttr record --task) and recorded programs (tttr record -- PROGRAM)")
 
     def triage(self, db: str, plan: Plan, on_layer=None):
         raise NotImplementedError
@@ -348,10 +352,14 @@ class ImportedTrace(RunKind):
 
     fork = replay  # a fork is a replay against the trace with one value changed (the plan holds it)
 
-    def check_experiment(self, reader, db: str, verb: str, request: ExperimentRequest) -> Plan:
+    def refuse_experiment(self, run, verb: str) -> TTTRError:
         from tttr.engine.traces.kind import check_experiment
 
-        return check_experiment(reader.run(request.bad), verb)
+        try:
+            check_experiment(run, verb)
+        except TTTRError as refused:
+            return refused
+        return super().refuse_experiment(run, verb)
 
 
 AGENT, CALLS, PROGRAM, IMPORTED = AgentRuns(), ServedCalls(), RecordedProgram(), ImportedTrace()
@@ -368,8 +376,7 @@ def pair_kind(good, bad, verb: str) -> RunKind:
             raise KindError(f"run {run.id} is a recorded program, but run {other.id} is not: give two runs of the "
                             "same program (tttr record -- PROGRAM)")
         if not kind.experiments:
-            raise KindError(f"run {run.id} is {'recorded API calls' if kind is CALLS else kind.label}: {verb} works on the shell agent's runs "
-                            "(tttr record --task) and recorded programs (tttr record -- PROGRAM)")
+            raise kind.refuse_experiment(run, verb)
     return kinds[0]
 
 

@@ -61,7 +61,7 @@ def test_the_app_asks_a_runs_kind_through_kind_of_only():
 
 
 def test_an_experiment_takes_two_runs_of_one_kind_that_has_experiments(tmp_path):
-    from tttr.engine.kinds import pair_kind
+    from tttr.engine.kinds import ExperimentRequest, pair_kind
 
     db, ids = _runs(tmp_path)
     with Store.open(db, readonly=True) as store:
@@ -69,5 +69,23 @@ def test_an_experiment_takes_two_runs_of_one_kind_that_has_experiments(tmp_path)
         assert pair_kind(agent, agent, "triage") is AGENT and pair_kind(program, program, "bisect") is PROGRAM
         with pytest.raises(KindError, match=f"run {program.id} is a recorded program, but run {agent.id} is not"):
             pair_kind(agent, program, "triage")
-        with pytest.raises(KindError, match=f"run {calls.id} is recorded API calls: bisect works on"):
+        with pytest.raises(KindError, match=f"run {calls.id} is a served API's calls: bisect works on"):
             pair_kind(agent, calls, "bisect")
+        with pytest.raises(KindError, match=f"run {calls.id} is a served API's calls: triage works on"):
+            CALLS.check_experiment(store, str(db), "triage", ExperimentRequest(agent.id, calls.id))
+
+
+def test_an_imported_trace_refuses_an_experiment_in_its_own_words(tmp_path):
+    from tttr.engine.kinds import IMPORTED, pair_kind
+    from tttr.engine.traces.imported import IMPORTED_BY
+
+    db = tmp_path / "imported.db"
+    with Store.open(db, create=True) as store:
+        rid = store.begin_run(task="trace:invoke_agent", model_id="m", kernel_mode=None, seed=None,
+                              meta={"source": IMPORTED_BY})
+    with Store.open(db, readonly=True) as store:
+        run = store.run(rid)
+        assert kind_of(run) is IMPORTED
+        with pytest.raises(TTTRError, match=f"^run {rid} is an imported trace: bisect needs each layer's values") as e:
+            pair_kind(run, run, "bisect")
+        assert "\n" not in str(e.value) and e.value.exit_code == 2
