@@ -12,8 +12,8 @@ import re
 
 from rich.text import Text
 
+from tttr.app.describe import token_with_id
 from tttr.app.runview import RunView, token_pos, value_problem
-from tttr.engine.replay.diff import token_label
 from tttr.sessions.safe_text import short, visible
 from tttr.sessions.vocabulary import SETUP, SETUP_STEP, canonical_site, site_parts
 
@@ -139,4 +139,4 @@ def _token_text(event) -> str:
 
 def _token_label(event) -> str:
     value = event.value if isinstance(event.value, dict) else {}
-    return token_label(value.get("text"), value.get("id"), 40)
+    return token_with_id(value.get("text"), value.get("id"))
