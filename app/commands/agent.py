@@ -361,13 +361,13 @@ def cmd_fork(args) -> int:
 def _reporter(args, kind, verb: str, header: str):
     """How a verb's progress reaches stderr: a program's replay says what it does in lines of
     its own, the oracle's reports steps under a header printed with the first one."""
-    if kind.name in ("program", "imported"):  # an imported trace's replay is a program's
+    if kind.runs_program:
         return None if args.json else (lambda text: print(f"tttr {verb}: {text}", file=sys.stderr, flush=True))
     return _progress(not args.json, header)
 
 
 def _show(args, kind, res, verb: str) -> None:
-    if kind.name in ("program", "imported"):
+    if kind.runs_program:
         from tttr.app.commands.program_output import print_fork, print_replay
 
         print_replay(res, args.json) if verb == "replayed" else print_fork(res, args.json)

@@ -133,7 +133,7 @@ class ExperimentScreen(FittedFooter, Screen):
 
     def _work(self, cancel: threading.Event) -> None:
         """In a worker thread, on a writable connection of its own (the app's is read-only)."""
-        from tttr.engine.kinds import PROGRAM, pair_kind
+        from tttr.engine.kinds import pair_kind
         from tttr.sessions.store import Store
 
         try:
@@ -144,7 +144,7 @@ class ExperimentScreen(FittedFooter, Screen):
                 kind = pair_kind(store.run(self.good), store.run(self.bad), self.kind)
                 kind.deltas(store, self.good, self.bad)
                 runtime = None  # a recorded program's model loads if a call is generated (engine/program/triage.py)
-                if kind is not PROGRAM:
+                if not kind.runs_program:
                     self._say("loading the model …")
                     runtime = self.app.runtime()
                 run = self._triage if self.kind == "triage" else self._bisect
