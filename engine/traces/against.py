@@ -391,7 +391,7 @@ def _check_change(run, steps: list, site_text: str, value_text: str) -> TraceCha
     return TraceChange(at, value, value_text)
 
 
-def check_against(reader, run, *, argv, code: str | None = None, sealed: bool = False, model: str | None = None,
+def check_against(reader, run, *, argv=(), code: str | None = None, sealed: bool = False, model: str | None = None,
                   unsafe_no_sandbox: bool = False, site: str | None = None, value: str | None = None) -> AgainstTrace:
     """Everything a program's replay (or, with `site` and `value`, fork) against imported run
     `run` needs, checked read-only; TraceError (one line) when it cannot run."""
