@@ -142,6 +142,9 @@ class RayTests:
                 if stop is not None and stop.is_set():
                     raise KeyboardInterrupt
             trial, data = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:  # raised on the worker (a refusal, a bug): raised here as itself
+            cause = getattr(exc, "cause", None)
+            raise (cause if isinstance(cause, Exception) else exc) from None
         except BaseException:
             ray.cancel(ref, force=True)
             raise
