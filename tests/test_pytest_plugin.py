@@ -168,3 +168,46 @@ def test_an_agent_function_in_the_test_process_replays_sealed(tmp_path):
     assert "call 0 (step 1), message 0" in swallowed and "'something else'" in swallowed
     assert "no complete run named 'no-such-name'" in text
     assert db.read_bytes() == before
+
+
+def _call_step(step: int, content: str, answer: str):
+    from tttr.engine.program.replay import _Event, _Step
+
+    request = {"model": "m", "messages": [{"role": "user", "content": content}]}
+    return _Step(step, "call", [_Event("prompt", {"endpoint": "chat", "request": request}, f"{step}:prompt"),
+                                _Event("message", {"text": answer, "finish_reason": "stop"}, f"{step}:message")])
+
+
+def test_the_cassette_answers_a_multiset_per_request():
+    """A request gets the first recorded answer to an equal request not yet given: repeated
+    requests get theirs in recorded order, calls asked in another order still match; the first
+    that none answers is the divergence (and every later one is refused); unasked steps are reported."""
+    from types import SimpleNamespace
+
+    from tttr.engine.program.in_process import Cassette
+    from tttr.engine.serve.errors import APIError
+
+    run = SimpleNamespace(id=1, model_id="m", task="t")
+    steps = [_call_step(0, "a", "first a"), _call_step(1, "b", "b"), _call_step(2, "a", "second a")]
+
+    def ask(cassette, content):
+        answer = cassette.answer_call(None, "chat", {"model": "m", "messages": [{"role": "user", "content": content}]})
+        return answer if isinstance(answer, APIError) else answer["choices"][0]["message"]["content"]
+
+    c = Cassette(run, steps)
+    assert [ask(c, "b"), ask(c, "a"), ask(c, "a")] == ["b", "first a", "second a"]
+    c.finish()
+    assert c.divergence is None and c.answered == 3
+
+    c = Cassette(run, steps)
+    assert ask(c, "a") == "first a"
+    miss = ask(c, "c")
+    assert isinstance(miss, APIError) and miss.status == 422 and miss.code == "sealed_replay_miss"
+    assert c.detail == {"call": 1, "step": 1, "at": "1:prompt", "field": "messages[0].content",
+                        "recorded": "b", "requested": "c"}
+    assert isinstance(ask(c, "b"), APIError)  # sealed after the divergence: nothing more is answered
+
+    c = Cassette(run, steps)
+    ask(c, "a")
+    c.finish()  # the test ended before asking b and the second a
+    assert c.detail["step"] == 1 and "the test made 1 of the 3 recorded model calls" in c.divergence.site
