@@ -17,7 +17,8 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from tttr.app.runview import LAYERS, LOADING, TOO_LARGE, RunView, is_blob, value_problem
-from tttr.sessions.vocabulary import MUTABLE, SETUP, SETUP_STEP, site_parts
+from tttr.engine.replay.diff import token_label
+from tttr.sessions.vocabulary import MUTABLE, SETUP, SETUP_STEP
 from tttr.sessions.safe_text import short, visible  # noqa: F401 - short: the app calls it describe.short
 
 THEME = "ansi_dark"  # the terminal's own palette, so light and dark terminals both read
@@ -245,50 +246,11 @@ def step_line(events: list) -> Text:
 
 
 def token_with_id(text: Any, token_id: Any) -> str:
-    """A token as a person reads it, its id beside it: `' goodbye' (93)`; the id alone when
+    """A token as a person reads it, its id beside it: `" goodbye" (93)`; the id alone when
     its text is not known."""
     if not isinstance(text, str):
         return short(token_id, 20)
-    return f"{token_text(text)} ({short(token_id, 20)})"
-
-
-def divergence_text(store, divergence, run_a: int, run_b: int) -> str:
-    """`Divergence.describe()` with a token's text beside its id, read from each run's token
-    event at the site: `2:token:3 (token layer): recorded ' goodbye' (93), live ' hi' (5167)`."""
-    d = divergence
-    parts = site_parts(d.site) if isinstance(d.site, str) else None
-    if parts is None or parts[1] != "token":
-        return d.describe()
-    shown = []
-    for side, run_id, value in (("a", run_a, d.a), ("b", run_b, d.b)):
-        if d.absent == side:
-            shown.append(d.shown(side))
-            continue
-        try:
-            event = store.event_at(run_id, d.site)
-        except Exception:  # noqa: BLE001 - the id alone, as describe() gives it
-            event = None
-        text = event.value.get("text") if event is not None and isinstance(event.value, dict) else None
-        shown.append(token_with_id(text, value))
-    first, second = d.names
-    return f"{d.site} ({d.layer} layer): {first} {shown[0]}, {second} {shown[1]}"
-
-
-def divergence_in(db, divergence, run_a: int | None, run_b: int | None) -> str:
-    """`divergence_text` for a command that holds a database path, not a store: opened
-    read-only for the two reads; the plain `describe()` when it cannot be."""
-    if divergence is None or run_a is None or run_b is None:
-        return "" if divergence is None else divergence.describe()
-    parts = site_parts(divergence.site) if isinstance(divergence.site, str) else None
-    if parts is None or parts[1] != "token":
-        return divergence.describe()  # only a token's text is read back: nothing else opens the file again
-    from tttr.sessions.store import Store
-
-    try:
-        with Store.open(db, create=False, readonly=True) as store:
-            return divergence_text(store, divergence, run_a, run_b)
-    except Exception:  # noqa: BLE001 - the ids alone, as before
-        return divergence.describe()
+    return token_label(text, token_id, 200)
 
 
 def checker_line(v: Any) -> Text:

@@ -247,17 +247,29 @@ def test_on_a_narrow_terminal_the_title_names_both_runs_however_long_the_forks_v
     run_app(path, flow, load_tokenizer=False, size=(60, 24))
 
 
-def test_a_token_divergence_reads_as_text_with_its_id_beside_it(db):
+def test_a_token_divergence_reads_as_text_with_its_id_beside_it(db, capsys):
+    """Found by the diff, a token divergence carries both runs' token texts (read from the
+    token events it decoded anyway): `tttr diff` prints each beside its id, never a bare id."""
     from tttr.app import describe
+    from tttr.app.cli import main
+    from tttr.engine.replay.diff import Divergence
 
     store = open_store(db)
     try:
         d = diff_runs(store, 1, 2).first_divergence["token"]
         texts = [store.event_at(run, d.site).value["text"] for run in (1, 2)]
-        line = describe.divergence_text(store, d, 1, 2)
     finally:
         store.close()
-    assert line == (f"{d.site} (token layer): a {describe.token_text(texts[0])} ({d.a}), "
-                    f"b {describe.token_text(texts[1])} ({d.b})")
-    assert describe.divergence_in(db, d, 1, 2) == line  # as `tttr replay` prints it, from the file's path
+    line = (f"{d.site} (token layer): a {describe.token_text(texts[0])} ({d.a}), "
+            f"b {describe.token_text(texts[1])} ({d.b})")
+    assert d.describe() == line and d.texts == tuple(texts)
+    capsys.readouterr()
+    assert main(["diff", "1", "2", "--db", str(db)]) == 0
+    assert line in " ".join(capsys.readouterr().out.split()), line
     assert describe.token_with_id(None, 93) == "93"
+    # A token's text is untrusted: controls escaped, markup left as text; cut when long.
+    hostile = Divergence("0:token:0", "token", 5, 6, ("recorded", "live"), texts=("\x1b[2J[bold]x\u202e", "y" * 500))
+    said = hostile.describe()
+    assert "\x1b" not in said and "\u202e" not in said and "[bold]x" in said and len(said) < 200, said
+    assert said.startswith('0:token:0 (token layer): recorded "\\u001b[2J[bold]x\\u202e" (5), live "yyy') and \
+        said.endswith('…" (6)'), said

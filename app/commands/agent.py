@@ -413,9 +413,7 @@ def _print_result(args, res, verb: str) -> None:
         say(("the same decisions led to a different end state" if res.identical else "the end state differs too")
             + f": {_verdict(res.extra.get('recorded_outcome'))} in the recording, {_verdict(res.outcome)} here")
     if res.divergence is not None:
-        from tttr.app.describe import divergence_in  # a token's text beside its id
-
-        say(f"replay diverged at {divergence_in(args.db, res.divergence, res.parent, res.run_id)}")
+        say(f"replay diverged at {res.divergence.describe()}")  # a token's text beside its id, as it was found
     for note in res.extra.get("notes", ()):
         say(note)
     if res.parent is not None and calls:

@@ -291,8 +291,9 @@ def _child(store, source: Source, runtime, *, policy: Policy, mutation: Mutation
     divergence = oracle.divergence
     if mutation is not None and divergence is None:
         p = mutation.site
-        recorded_token = (source.value(str(p)) or {}).get("id")
-        divergence = Divergence(str(p), "token", recorded_token, mutation.value, ("recorded", "live"))
+        recorded = source.value(str(p)) or {}
+        divergence = Divergence(str(p), "token", recorded.get("id"), mutation.value, ("recorded", "live"),
+                                texts=(recorded.get("text"), runtime.tokenizer.decode([mutation.value])))
     notes = []
     if oracle.logits_computed:
         note = kernels_note(run.fingerprint or {})

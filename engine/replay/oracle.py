@@ -119,9 +119,11 @@ class Oracle:
     def _recorded(self, at: str) -> Any:
         return self.source.value(at) if self.source else None
 
-    def _compare(self, at: str, layer: str, recorded: Any, live: Any) -> None:
+    def _compare(self, at: str, layer: str, recorded: Any, live: Any, texts=None) -> None:
+        """`texts()`: a token's two texts, asked for only when it diverges."""
         if self.divergence is None and self.source is not None and recorded != live:
-            self.divergence = Divergence(at, layer, recorded, live, ("recorded", "live"))
+            self.divergence = Divergence(at, layer, recorded, live, ("recorded", "live"),
+                                         texts=texts() if texts else (None, None))
 
     def _mutated(self, kind: str, step: int) -> Mutation | None:
         return self.mutations.get(kind, step)
@@ -303,10 +305,12 @@ class Oracle:
                 rt = rec_tokens[pos] if pos < len(rec_tokens) else None
                 rl = rec_logits[pos] if pos < len(rec_logits) else None
                 self._compare(site(step, "logits", pos), "tensor", rl and rl.get("digest"), r.digest)
-                self._compare(site(step, "token", pos), "token", rt and rt.get("id"), r.token_id)
+                self._compare(site(step, "token", pos), "token", rt and rt.get("id"), r.token_id,
+                              lambda: (rt and rt.get("text"), self.tokens.tokenizer.decode([r.token_id])))
             if len(records) < len(rec_tokens):
                 pos = len(records)
-                self._compare(site(step, "token", pos), "token", rec_tokens[pos]["id"], None)
+                self._compare(site(step, "token", pos), "token", rec_tokens[pos]["id"], None,
+                              lambda: (rec_tokens[pos].get("text"), None))
         return self._took(forced + [r.token_id for r in records])
 
     def _took(self, ids: list) -> list:
