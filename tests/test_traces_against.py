@@ -14,7 +14,7 @@ import pytest
 
 from program_helpers import CLOCK, cli_json, program_tree
 from test_traces import _file, _run, _span
-from tttr.engine.traces.against import message_difference, tool_difference
+from tttr.engine.traces.matching import message_difference, tool_difference
 from tttr.sessions.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent

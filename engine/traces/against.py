@@ -8,18 +8,11 @@ program's replay (engine/program/replay.py: `replay_program` with this module's 
 
 - a model call (OpenAI chat or completions, the Responses API, Anthropic Messages: each reaches
   the replayer as a chat request) is answered with the trace's answer (text, tool calls,
-  finish reason) while its request's messages equal the trace's input messages. What is
-  compared (`COMPARED`): each message's role, its text (text parts joined), its tool calls'
-  names and arguments (as JSON values) and a tool message's text; not the model name, the
-  sampling parameters or the tools offered (another server's), nor tool call ids (a live
-  model's are new each time). A trace's `gen_ai.system_instructions` is the first message
-  when its input holds no system message.
+  finish reason) while its messages equal the trace's input messages (what is compared:
+  engine/traces/matching.py);
 - an SDK tool call (`@sdk.tool`, `sdk.shell`) is answered with the trace's tool result (or
-  error) when the names match (a function's name as the SDK sends it; `sdk.shell` answers a
-  trace's `shell` tool with `{cmd}`, as tttr exports one) and the arguments do: a tttr export's
-  `{args, kwargs}` exactly, a foreign trace's arguments object by keyword, or its values in
-  order for the call's positional arguments. An answered tool does not run, and has no effect
-  on the files (a trace holds no file trees).
+  error) when its name and arguments match (matching.py); an answered tool does not run, and
+  has no effect on the files (a trace holds no file trees);
 - clock reads are live (the virtual clock, logical per read): a trace holds none.
 
 The first request that differs (another kind of step, another message or argument, a step the
@@ -47,128 +40,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tttr.engine.program.replay import (  # Divergence: wherever engine/replay keeps it, as replay imports it
-    Divergence, Replayer, _Event, _Recording, _response, _script, _Step, replay_program, request_field,
+    Divergence, Replayer, _Event, _Recording, _response, _script, _Step, replay_program,
 )
 from tttr.engine.traces.errors import TraceError
-
-COMPARED = ("each message's role, text, tool calls (names and arguments) and tool results' text; not the model "
-            "name, sampling parameters, tools offered or tool call ids")
+from tttr.engine.traces.matching import (
+    COMPARED, asked_messages, message_difference, tool_answer, tool_difference, trace_messages,
+)
 NAMES = ("trace", "program")
 DEFAULT_CLOCK = "2026-01-01T00:00:00"
 SITES = "a model call's answer (STEP:message) or a tool's result (STEP:tool)"
-
-
-# ---------------------------------------------------------------------------- messages compared
-def _text(content) -> str:
-    """A message's text: a string, or its text parts joined (as the trace's reader joins them)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p["text"] if isinstance(p, dict) and isinstance(p.get("text"), str)
-                       else p.get("content") if isinstance(p, dict) and isinstance(p.get("content"), str)
-                       else "" for p in content)
-    return "" if content is None else json.dumps(content, ensure_ascii=False, sort_keys=True)
-
-
-def _arguments(value):
-    """Tool call arguments as a JSON value (text that is JSON parsed), so spacing does not count."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def canonical(messages) -> list:
-    """Messages (OpenAI chat shaped) as compared: role, text, tool calls' names and arguments,
-    nothing else (see COMPARED)."""
-    out = []
-    for m in messages if isinstance(messages, list) else []:
-        if not isinstance(m, dict):
-            out.append({"message": m})
-            continue
-        c = {"role": m.get("role"), "content": _text(m.get("content"))}
-        calls = []
-        for call in m.get("tool_calls") or []:
-            f = call.get("function") if isinstance(call, dict) else None
-            f = f if isinstance(f, dict) else {}
-            calls.append({"name": f.get("name"), "arguments": _arguments(f.get("arguments"))})
-        if calls:
-            c["tool_calls"] = calls
-        out.append(c)
-    return out
-
-
-def asked_messages(endpoint: str, body: dict) -> list:
-    """The messages of a request as the trace's exporter writes them (a completion's prompt as
-    one user message)."""
-    if endpoint != "chat" and isinstance(body.get("prompt"), str):
-        return [{"role": "user", "content": body["prompt"]}]
-    return body.get("messages") if isinstance(body.get("messages"), list) else []
-
-
-def trace_messages(value: dict) -> list:
-    """A trace's model call's input messages, with its system instructions first where the
-    input holds no system message (the conventions keep them apart)."""
-    messages = list(value.get("input") or [])
-    attrs = (value.get("span") or {}).get("attributes") if isinstance(value.get("span"), dict) else None
-    system = attrs.get("gen_ai.system_instructions") if isinstance(attrs, dict) else None
-    if system is not None and not any(isinstance(m, dict) and m.get("role") == "system" for m in messages):
-        parts = _arguments(system)
-        text = _text(parts) if isinstance(parts, list) else parts if isinstance(parts, str) else ""
-        messages.insert(0, {"role": "system", "content": text})
-    return messages
-
-
-def message_difference(trace_input: list, asked: list) -> tuple[str, object, object] | None:
-    """(where, the trace's value, the program's) of the first compared difference, or None."""
-    found = request_field(canonical(trace_input), canonical(asked))
-    if found is None:
-        return None
-    path, a, b = found
-    return f"messages{path}", a, b
-
-
-# ---------------------------------------------------------------------------- tools compared
-def tool_difference(t: dict, asked: dict) -> tuple[str, object, object] | None:
-    """(field, the trace's value, the program's) where SDK tool query `asked` is not trace
-    tool step `t` (see the module's text), or None when it is."""
-    if "cmd" in t:
-        if "cmd" not in asked:
-            return "function", f"sdk.shell {t['cmd']!r}", asked.get("function")
-        return None if asked["cmd"] == t["cmd"] else ("cmd", t["cmd"], asked["cmd"])
-    name = t.get("function")
-    if "function" not in asked:
-        return "function", name, f"sdk.shell {asked.get('cmd')!r}"
-    if asked["function"] != name:
-        return "function", name, asked["function"]
-    args, kwargs = asked.get("args") or [], asked.get("kwargs") or {}
-    if "arguments" in t:  # arguments that are no JSON object: the one positional argument
-        expected = ([t["arguments"]], {})
-    elif t.get("args") or not args:
-        expected = (list(t.get("args") or []), dict(t.get("kwargs") or {}))
-    else:  # an object's values, in order, for the positional arguments; the rest by keyword
-        items = list((t.get("kwargs") or {}).items())
-        expected = ([v for _, v in items[:len(args)]], dict(items[len(args):]))
-    if list(args) != expected[0]:
-        return "args", expected[0], list(args)
-    if dict(kwargs) != expected[1]:
-        return "kwargs", expected[1], dict(kwargs)
-    return None
-
-
-def tool_answer(t: dict, asked: dict) -> dict:
-    """What the SDK gets for trace tool step `t`: its result or error, a command's output."""
-    if "cmd" in t:
-        code = t.get("exit_code")
-        return {"stdout": t.get("stdout") if isinstance(t.get("stdout"), str) else "", "stderr": "",
-                "exit_code": code if type(code) is int else 0, "limit_hit": None, "truncated": False}
-    if isinstance(t.get("error"), dict):
-        e = t["error"]
-        return {"error": {"type": e.get("type") if isinstance(e.get("type"), str) else "Exception",
-                          "message": str(e.get("message") or "error")}}
-    return {"result": t.get("result")}
 
 
 # ---------------------------------------------------------------------------- the trace's steps
@@ -537,5 +417,4 @@ def _changed(answer: dict, value: dict, command: bool) -> dict:
     return {"result": value.get("result")}
 
 
-__all__ = ["AgainstTrace", "COMPARED", "TraceReplayer", "canonical", "check_against", "message_difference",
-           "run_against", "tool_difference"]
+__all__ = ["AgainstTrace", "TraceReplayer", "check_against", "run_against"]
