@@ -90,6 +90,9 @@ class RunKind:
     # The event kinds a run of this kind has one step per (`tttr diff`'s rows, the compare
     # screen's): by default a run of model calls' (a message, an SDK tool's call, a clock read).
     step_kinds: tuple[str, ...] = _steps.PROGRAM_STEP_KINDS
+    # Its replay and fork re-execute a user's program (engine/program/): they report in lines of
+    # their own and return a program's result (ReplayResult, ProgramFork), not a RunResult.
+    runs_program = False
 
     def steps(self, events: list) -> list[_steps.Step]:
         """The run's steps, in order, from its events (decoded; a caller that could not read
@@ -266,7 +269,7 @@ class ServedCalls(AgentRuns):
 class RecordedProgram(RunKind):
     """A user's program run in the sandbox (engine/program/)."""
 
-    name, label = "program", "a recorded program's run"
+    name, label, runs_program = "program", "a recorded program's run", True
 
     def deltas(self, reader, base: int, other: int) -> list:
         from tttr.engine.program.deltas import ProgramPair, differing
@@ -334,6 +337,7 @@ class ImportedTrace(RunKind):
     results, no program, clock, randomness, trees or tokens; the verbs that re-run refuse it."""
 
     name, label, experiments = "imported", "an imported trace", False
+    runs_program = True  # its replay and fork run a program against the trace (engine/traces/against.py)
 
     def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
         from tttr.engine.traces.kind import check_replay

@@ -35,6 +35,8 @@ def test_each_run_has_one_kind_named_by_its_metadata(tmp_path):
     assert found == {"agent": AGENT, "calls": CALLS, "program": PROGRAM}
     assert [k.name for k in KINDS] == ["agent", "calls", "program", "imported"] and len({k.label for k in KINDS}) == 4
     assert AGENT.experiments and PROGRAM.experiments and not CALLS.experiments
+    # What the command line and the app ask of a kind instead of its name: whether its verbs run a program
+    assert [k.runs_program for k in KINDS] == [False, False, True, True]
 
 
 def test_a_kind_refuses_what_it_does_not_take_before_anything_is_read_or_written(tmp_path):

@@ -134,10 +134,8 @@ def _fixed(args, fixed: bool | None) -> str:
 
 
 def cmd_triage(args) -> int:
-    from tttr.engine.kinds import PROGRAM
-
     kind, plan = _planned(args, "triage")
-    if kind is PROGRAM:
+    if kind.runs_program:
         _err(args, f"triage: replaying program run {args.bad} with each layer taken from run {args.good}"
                    + (", one replay at a time …" if args.one_at_a_time else " …"))
     else:
@@ -185,11 +183,9 @@ def cmd_bisect(args) -> int:
 
 
 def _bisect(args) -> int:
-    from tttr.engine.kinds import PROGRAM
-
     on_round, on_trial = _bisect_progress(args)
     kind, plan = _planned(args, "bisect")
-    if kind is PROGRAM:
+    if kind.runs_program:
         _err(args, f"bisect: program run {args.good} with subsets of run {args.bad}'s differences"
                    + (", one replay at a time …" if args.one_at_a_time else " …"))
     else:
