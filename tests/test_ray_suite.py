@@ -2,7 +2,9 @@
 issue 30): the suite's tasks run as Ray tasks, each into a database of its own, merged into the
 suite's database; the runs are those of the single-machine suite given the same seed (free
 runs take the same actions and verdicts, pinned runs agree 100%); an address that does not
-answer is refused in one line before anything is written."""
+answer is refused in one line before anything is written; a shard whose worker is killed mid-run
+is run again and arrives once; `triage` and `bisect --ray` give the local reports, for the
+built-in agent and for a recorded program."""
 
 from __future__ import annotations
 
