@@ -11,8 +11,7 @@
 #define G 16
 #define MAXR 4
 #define MAXPARTS 8
-#define BLOCK_BYTES(L) ((L) == 0 ? 2 * G * 4 + 16 * G : (L) == 1 ? G * 4 + 32 * G : 2 * G * 4 + 32 * G)
-#define QOFF(L) ((L) == 1 ? G * 4 : 2 * G * 4)
+#include "klayout.h"
 
 /* fp32 -> fp16 -> fp32, round to nearest even (ggml's GGML_FP32_TO_FP16 on F16C) */
 static inline float round_half(float f) { return (float)(_Float16)f; }
@@ -77,13 +76,22 @@ static void quantize_row(int kind, const float *x, int64_t K, int8_t *q, float *
 #define KERNEL_NAME "avx2"
 /* inputs 4c .. 4c + 3 of the block's 16 outputs as two vectors (outputs 0-7, 8-15), each
    output's four bytes in input order: the layout holds them input by input */
-static inline __attribute__((always_inline)) void gather4(const int L, const uint8_t *qs, int c, __m256i *lo,
-                                                          __m256i *hi) {
+static inline __attribute__((always_inline)) void gather4(const int L, const uint8_t *qs, const uint8_t *qh, int c,
+                                                          __m256i *lo, __m256i *hi) {
     __m256i a, b;
-    if (L == 0) { /* byte p*16 + n: input 2p (low nibble), 2p + 1 (high); pairs 2c, 2c + 1 */
+    if (L == 0 || L == 4 || L == 5) { /* byte p*16 + n: input 2p (low nibble), 2p + 1 (high); pairs 2c, 2c + 1 */
         const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 2 * c * G)), m = _mm256_set1_epi8(15);
         a = _mm256_and_si256(v, m);                         /* [input 4c | 4c + 2] */
         b = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);   /* [4c + 1 | 4c + 3] */
+        if (L == 5) { /* byte c*16 + n: inputs 4c + i's high pairs in bits 2i, 2i + 1; q - 32 */
+            const __m256i h = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(qh + c * G)));
+            const __m256i m30 = _mm256_set1_epi8(0x30), c32 = _mm256_set1_epi8(32);
+            const __m256i ha = _mm256_and_si256(_mm256_sllv_epi32(h, _mm256_setr_epi32(4, 4, 4, 4, 0, 0, 0, 0)), m30);
+            const __m256i hb = _mm256_and_si256(_mm256_srlv_epi32(_mm256_sllv_epi32(h, _mm256_setr_epi32(2, 2, 2, 2, 0, 0, 0, 0)),
+                                                                  _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), m30);
+            a = _mm256_sub_epi8(_mm256_or_si256(a, ha), c32);
+            b = _mm256_sub_epi8(_mm256_or_si256(b, hb), c32);
+        }
     } else { /* byte j*16 + n: input j */
         const __m256i v0 = _mm256_loadu_si256((const __m256i *)(qs + 4 * c * G));        /* [4c | 4c + 1] */
         const __m256i v1 = _mm256_loadu_si256((const __m256i *)(qs + (4 * c + 2) * G));  /* [4c + 2 | 4c + 3] */
@@ -104,14 +112,14 @@ static inline __attribute__((always_inline)) void group(const int L, const uint8
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = gw + b * BLOCK_BYTES(L);
-        const uint8_t *qs = blk + QOFF(L);
+        const Block k = block_at(L, gw, b);
+        const uint8_t *blk = k.blk, *qs = k.qs;
         __m256i s0[MAXR][2], s1[MAXR][2];
         for (int r = 0; r < R; r++) s0[r][0] = s0[r][1] = s1[r][0] = s1[r][1] = _mm256_setzero_si256();
         for (int c = 0; c < 8; c++) {
             __m256i w[2];
-            gather4(L, qs, c, &w[0], &w[1]);
-            const int sgn = L == 1 || L == 3;  /* signed quants: |w| times x with w's sign */
+            gather4(L, qs, k.qh, c, &w[0], &w[1]);
+            const int sgn = L == 1 || L == 3 || L == 5;  /* signed quants: |w| times x with w's sign */
             __m256i wa[2];
             if (sgn) { wa[0] = _mm256_abs_epi8(w[0]); wa[1] = _mm256_abs_epi8(w[1]); }
             for (int r = 0; r < R; r++) {
@@ -122,20 +130,30 @@ static inline __attribute__((always_inline)) void group(const int L, const uint8
                     const __m256i p = sgn ? _mm256_maddubs_epi16(wa[h], _mm256_sign_epi8(xv, w[h]))
                                           : _mm256_maddubs_epi16(w[h], xv);
                     const __m256i p32 = _mm256_madd_epi16(p, ones);
-                    if (L == 3 && c >= 4) s1[r][h] = _mm256_add_epi32(s1[r][h], p32);
+                    if ((L == 3 || L == 5) && c >= 4) s1[r][h] = _mm256_add_epi32(s1[r][h], p32);
                     else s0[r][h] = _mm256_add_epi32(s0[r][h], p32);
                 }
             }
         }
         for (int h = 0; h < 2; h++) {
-            const __m256 A = _mm256_loadu_ps((const float *)blk + 8 * h);
-            const __m256 B = L == 1 ? A : _mm256_loadu_ps((const float *)blk + G + 8 * h);
+            __m256 A, B;
+            if (L < 4) {
+                A = _mm256_loadu_ps((const float *)blk + 8 * h);
+                B = L == 1 ? A : _mm256_loadu_ps((const float *)blk + G + 8 * h);
+            } else {  /* the products layouts 0 and 3 stored (klayout.h) */
+                const __m128i sa = _mm_loadl_epi64((const __m128i *)(k.sa + 8 * h));
+                const __m128i sb = _mm_loadl_epi64((const __m128i *)(k.sb_ + 8 * h));
+                A = _mm256_mul_ps(_mm256_loadu_ps(k.d + 8 * h),
+                                  _mm256_cvtepi32_ps(L == 4 ? _mm256_cvtepu8_epi32(sa) : _mm256_cvtepi8_epi32(sa)));
+                B = _mm256_mul_ps(_mm256_loadu_ps(k.dm + 8 * h),
+                                  _mm256_cvtepi32_ps(L == 4 ? _mm256_cvtepu8_epi32(sb) : _mm256_cvtepi8_epi32(sb)));
+            }
             for (int r = 0; r < R; r++) {
                 const __m256 dx = _mm256_set1_ps(xd[r * ldb + b]);
                 acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(A, dx), _mm256_cvtepi32_ps(s0[r][h]), acc[r][h]);
-                if (L == 0 || L == 2)
+                if (L == 0 || L == 2 || L == 4)
                     acc[r][h] = _mm256_fmadd_ps(B, _mm256_set1_ps(xs[r * ldb + b]), acc[r][h]);
-                else if (L == 3)
+                else if (L == 3 || L == 5)
                     acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(B, dx), _mm256_cvtepi32_ps(s1[r][h]), acc[r][h]);
             }
         }
@@ -150,20 +168,34 @@ static inline void group(const int L, const uint8_t *gw, int64_t nb, const int8_
     float acc[MAXR][G];
     for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) acc[r][n] = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = gw + b * BLOCK_BYTES(L);
-        const float *A = (const float *)blk, *B = A + G;
-        const uint8_t *qs = blk + QOFF(L);
+        const Block k = block_at(L, gw, b);
+        const uint8_t *qs = k.qs;
+        float A[G], B[G];
+        for (int n = 0; n < G; n++) {
+            if (L < 4) {
+                A[n] = ((const float *)k.blk)[n];
+                B[n] = L == 1 ? A[n] : ((const float *)k.blk)[G + n];
+            } else {
+                A[n] = k.d[n] * (L == 4 ? (float)k.sa[n] : (float)(int8_t)k.sa[n]);
+                B[n] = k.dm[n] * (L == 4 ? (float)k.sb_[n] : (float)(int8_t)k.sb_[n]);
+            }
+        }
         for (int n = 0; n < G; n++) {
             int w[32];
-            for (int j = 0; j < 32; j++)
-                w[j] = L == 0 ? (j & 1 ? qs[(j / 2) * G + n] >> 4 : qs[(j / 2) * G + n] & 15) : (int8_t)qs[j * G + n];
+            for (int j = 0; j < 32; j++) {
+                if (L == 0 || L == 4 || L == 5)
+                    w[j] = j & 1 ? qs[(j / 2) * G + n] >> 4 : qs[(j / 2) * G + n] & 15;
+                else
+                    w[j] = (int8_t)qs[j * G + n];
+                if (L == 5) w[j] = (w[j] | (((k.qh[(j / 4) * G + n] >> (2 * (j % 4))) & 3) << 4)) - 32;
+            }
             for (int r = 0; r < R; r++) {
                 const int8_t *x = xq + r * ldq + b * 32;
                 int S0 = 0, S1 = 0;
                 for (int j = 0; j < 16; j++) S0 += w[j] * x[j];
                 for (int j = 16; j < 32; j++) S1 += w[j] * x[j];
                 const float dx = xd[r * ldb + b];
-                if (L == 3) {
+                if (L == 3 || L == 5) {
                     acc[r][n] = fmaf(A[n] * dx, (float)S0, acc[r][n]);
                     acc[r][n] = fmaf(B[n] * dx, (float)S1, acc[r][n]);
                 } else {
@@ -187,7 +219,9 @@ ALL(0)
 ALL(1)
 ALL(2)
 ALL(3)
-static const group_fn group_fns[4][MAXR + 1] = {ROW(0), ROW(1), ROW(2), ROW(3)};
+ALL(4)
+ALL(5)
+static const group_fn group_fns[NLAYOUTS][MAXR + 1] = {ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5)};
 
 const char *tttr_q8_kernel(void) { return KERNEL_NAME; }
 
@@ -250,7 +284,7 @@ int tttr_q8_linear_parts(int nparts, const int *formats, const uint8_t *const *w
     first[0] = 0;
     for (int i = 0; i < nparts; i++) {
         const int L = formats[i] & 15, k = formats[i] >> 4;
-        if (ns[i] % G || L > 3 || k < 0 || k > 2 || (k == 2 && K % 256)) return 1;
+        if (ns[i] % G || L >= NLAYOUTS || (L >= 4 && K % 256) || k < 0 || k > 2 || (k == 2 && K % 256)) return 1;
         first[i + 1] = first[i] + ns[i] / G;
         need[k] = 1;
     }

@@ -12,13 +12,27 @@
 #define MAXPARTS 8
 
 /* One group (16 outputs) of a layout-FMT weight (kquants.py: 0 nibbles, w = fma(A, q, B);
-   1 int8, w = A * q; 2 int8, w = fma(A, q, B); 3 int8, w = (k < 16 ? A : B) * q; a constant
+   1 int8, w = A * q; 2 int8, w = fma(A, q, B); 3 int8, w = (k < 16 ? A : B) * q; 4 nibbles as
+   0 and 5 6-bit quants as 3, A and B made from the super-block's scales (kquants.h); a constant
    once inlined) for R <= 8 input rows x (row stride ldx); out row stride ldo. Per 32-input
    block and input pair p, the two weight vectors are expanded and every row takes its two
    fused multiply-adds. The three bodies below run the same fused multiply-adds in the same
    order. */
-#define BLOCK_BYTES(FMT) ((FMT) == 0 ? 2 * G * 4 + 16 * G : (FMT) == 1 ? G * 4 + 32 * G : 2 * G * 4 + 32 * G)
-#define QOFF(FMT) ((FMT) == 1 ? G * 4 : 2 * G * 4)
+#include "klayout.h"
+/* Layouts 4 and 5 stream from memory at a third of the pace of 0-3 without help (measured: a
+   decode pass's products took 1.45x the CPU time): each block asks for the bytes PREFETCH_BYTES
+   ahead of it (the group's next blocks, then the next group's: a thread's groups are
+   consecutive). Timing only: no value changes. */
+#ifndef PREFETCH_BYTES
+#define PREFETCH_BYTES 4096
+#endif
+#if PREFETCH_BYTES > 0
+#define PREFETCH(FMT, GW, B) do { if ((FMT) >= 4) { \
+        const char *p_ = (const char *)(GW) + (B) * BLOCK_BYTES(FMT) + PREFETCH_BYTES; \
+        for (int o_ = 0; o_ < BLOCK_BYTES(FMT); o_ += 64) __builtin_prefetch(p_ + o_, 0, 3); } } while (0)
+#else
+#define PREFETCH(FMT, GW, B) do { } while (0)
+#endif
 #if defined(__AVX512F__)
 #define KERNEL_NAME "avx512"
 static inline __attribute__((always_inline)) void group(const int fmt, const uint8_t *gw, int64_t nb, const float *x,
@@ -27,14 +41,35 @@ static inline __attribute__((always_inline)) void group(const int fmt, const uin
     for (int r = 0; r < R; r++) { acc0[r] = _mm512_setzero_ps(); acc1[r] = _mm512_setzero_ps(); }
     const __m512i low = _mm512_set1_epi32(15);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
-        const __m512 A = _mm512_loadu_ps((const float *)blk);
-        const __m512 B = fmt == 1 ? A : _mm512_loadu_ps((const float *)blk + G);
-        const uint8_t *qs = blk + QOFF(fmt);
+        const Block k = block_at(fmt, gw, b);
+        PREFETCH(fmt, gw, b);
+        __m512 A, B;
+        if (fmt < 4) {
+            A = _mm512_loadu_ps((const float *)k.blk);
+            B = fmt == 1 ? A : _mm512_loadu_ps((const float *)k.blk + G);
+        } else if (fmt == 4) {
+            A = _mm512_mul_ps(_mm512_loadu_ps(k.d), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)k.sa))));
+            B = _mm512_mul_ps(_mm512_loadu_ps(k.dm), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)k.sb_))));
+        } else {
+            const __m512 d = _mm512_loadu_ps(k.d);
+            A = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)k.sa))));
+            B = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)k.sb_))));
+        }
+        const uint8_t *qs = k.qs;
         const float *xb = x + b * 32;
         for (int p = 0; p < 16; p++) {
             __m512 w0, w1;
-            if (fmt == 0) {
+            if (fmt == 5) {
+                const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + p * G)));
+                const __m512i hv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(k.qh + (p >> 1) * G)));
+                const __m512i hs = (p & 1) ? hv : _mm512_slli_epi32(hv, 4), m30 = _mm512_set1_epi32(0x30);
+                const __m512i q0 = _mm512_or_si512(_mm512_and_si512(lo, low), _mm512_and_si512(hs, m30));
+                const __m512i q1 = _mm512_or_si512(_mm512_srli_epi32(lo, 4), _mm512_and_si512(_mm512_srli_epi32(hs, 2), m30));
+                const __m512i c32 = _mm512_set1_epi32(32);
+                const __m512 s = p >= 8 ? B : A;
+                w0 = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_sub_epi32(q0, c32)));
+                w1 = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_sub_epi32(q1, c32)));
+            } else if (fmt == 0 || fmt == 4) {
                 const __m512i qv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + p * G)));
                 w0 = _mm512_fmadd_ps(A, _mm512_cvtepi32_ps(_mm512_and_si512(qv, low)), B);
                 w1 = _mm512_fmadd_ps(A, _mm512_cvtepi32_ps(_mm512_srli_epi32(qv, 4)), B);
@@ -60,10 +95,39 @@ static inline __attribute__((always_inline)) void group(const int fmt, const uin
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 #define KERNEL_NAME "avx2"
-/* a group is two 8-lane halves: lanes 0-7 and 8-15; expand8 expands input pair p of one half */
+/* a group is two 8-lane halves: lanes 0-7 and 8-15; half h of block k's A and B */
+static inline __attribute__((always_inline)) void scales8(const int fmt, const Block k, const int h, __m256 *A,
+                                                          __m256 *B) {
+    if (fmt < 4) {
+        *A = _mm256_loadu_ps((const float *)k.blk + 8 * h);
+        *B = fmt == 1 ? *A : _mm256_loadu_ps((const float *)k.blk + G + 8 * h);
+    } else if (fmt == 4) {
+        *A = _mm256_mul_ps(_mm256_loadu_ps(k.d + 8 * h),
+                           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(k.sa + 8 * h)))));
+        *B = _mm256_mul_ps(_mm256_loadu_ps(k.dm + 8 * h),
+                           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(k.sb_ + 8 * h)))));
+    } else {
+        const __m256 d = _mm256_loadu_ps(k.d + 8 * h);
+        *A = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(k.sa + 8 * h)))));
+        *B = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(k.sb_ + 8 * h)))));
+    }
+}
+
+/* input pair p of one half (qs, qh: the half's quants) */
 static inline __attribute__((always_inline)) void expand8(const int fmt, const __m256 A, const __m256 B,
-                                                          const uint8_t *qs, const int p, __m256 *w0, __m256 *w1) {
-    if (fmt == 0) {
+                                                          const uint8_t *qs, const uint8_t *qh, const int p,
+                                                          __m256 *w0, __m256 *w1) {
+    if (fmt == 5) {
+        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + p * G)));
+        const __m256i hv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + (p >> 1) * G)));
+        const __m256i hs = (p & 1) ? hv : _mm256_slli_epi32(hv, 4), m30 = _mm256_set1_epi32(0x30);
+        const __m256i q0 = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(15)), _mm256_and_si256(hs, m30));
+        const __m256i q1 = _mm256_or_si256(_mm256_srli_epi32(lo, 4), _mm256_and_si256(_mm256_srli_epi32(hs, 2), m30));
+        const __m256i c32 = _mm256_set1_epi32(32);
+        const __m256 s = p >= 8 ? B : A;
+        *w0 = _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_sub_epi32(q0, c32)));
+        *w1 = _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_sub_epi32(q1, c32)));
+    } else if (fmt == 0 || fmt == 4) {
         const __m256i qv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + p * G)));
         *w0 = _mm256_fmadd_ps(A, _mm256_cvtepi32_ps(_mm256_and_si256(qv, _mm256_set1_epi32(15))), B);
         *w1 = _mm256_fmadd_ps(A, _mm256_cvtepi32_ps(_mm256_srli_epi32(qv, 4)), B);
@@ -91,16 +155,17 @@ static inline __attribute__((always_inline)) void group(const int fmt, const uin
         for (int h = 0; h < 2; h++)
             for (int r = 0; r < R; r++) { acc0[h][r] = _mm256_setzero_ps(); acc1[h][r] = _mm256_setzero_ps(); }
         for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
-            const __m256 A0 = _mm256_loadu_ps((const float *)blk), A1 = _mm256_loadu_ps((const float *)blk + 8);
-            const __m256 B0 = fmt == 1 ? A0 : _mm256_loadu_ps((const float *)blk + G);
-            const __m256 B1 = fmt == 1 ? A1 : _mm256_loadu_ps((const float *)blk + G + 8);
-            const uint8_t *qs = blk + QOFF(fmt);
+            const Block k = block_at(fmt, gw, b);
+        PREFETCH(fmt, gw, b);
+            __m256 A0, A1, B0, B1;
+            scales8(fmt, k, 0, &A0, &B0);
+            scales8(fmt, k, 1, &A1, &B1);
+            const uint8_t *qs = k.qs, *qh = k.qh;
             const float *xb = x + b * 32;
             for (int p = 0; p < 16; p++) {
                 __m256 w0[2], w1[2];
-                expand8(fmt, A0, B0, qs, p, &w0[0], &w1[0]);
-                expand8(fmt, A1, B1, qs + 8, p, &w0[1], &w1[1]);
+                expand8(fmt, A0, B0, qs, qh, p, &w0[0], &w1[0]);
+                expand8(fmt, A1, B1, qs + 8, qh ? qh + 8 : qh, p, &w0[1], &w1[1]);
                 for (int r = 0; r < R; r++) {
                     const __m256 x0 = _mm256_set1_ps(xb[r * ldx + 2 * p]), x1 = _mm256_set1_ps(xb[r * ldx + 2 * p + 1]);
                     for (int h = 0; h < 2; h++) {
@@ -118,14 +183,15 @@ static inline __attribute__((always_inline)) void group(const int fmt, const uin
         __m256 acc0[MAXR], acc1[MAXR];
         for (int r = 0; r < R; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
         for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
-            const __m256 A = _mm256_loadu_ps((const float *)blk + 8 * h);
-            const __m256 B = fmt == 1 ? A : _mm256_loadu_ps((const float *)blk + G + 8 * h);
-            const uint8_t *qs = blk + QOFF(fmt) + 8 * h;
+            const Block k = block_at(fmt, gw, b);
+        PREFETCH(fmt, gw, b);
+            __m256 A, B;
+            scales8(fmt, k, h, &A, &B);
+            const uint8_t *qs = k.qs + 8 * h, *qh = k.qh ? k.qh + 8 * h : k.qh;
             const float *xb = x + b * 32;
             for (int p = 0; p < 16; p++) {
                 __m256 w0, w1;
-                expand8(fmt, A, B, qs, p, &w0, &w1);
+                expand8(fmt, A, B, qs, qh, p, &w0, &w1);
                 for (int r = 0; r < R; r++) {
                     acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p]), w0, acc0[r]);
                     acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(xb[r * ldx + 2 * p + 1]), w1, acc1[r]);
@@ -142,14 +208,32 @@ static inline void group(const int fmt, const uint8_t *gw, int64_t nb, const flo
     float acc0[MAXR][G], acc1[MAXR][G];
     for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) acc0[r][n] = acc1[r][n] = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = gw + b * BLOCK_BYTES(fmt);
-        const float *A = (const float *)blk, *B = A + G;
-        const uint8_t *qs = blk + QOFF(fmt);
+        const Block k = block_at(fmt, gw, b);
+        PREFETCH(fmt, gw, b);
+        float A[G], B[G];
+        for (int n = 0; n < G; n++) {
+            if (fmt < 4) {
+                A[n] = ((const float *)k.blk)[n];
+                B[n] = ((const float *)k.blk)[G + n];
+            } else if (fmt == 4) {
+                A[n] = k.d[n] * (float)k.sa[n];
+                B[n] = k.dm[n] * (float)k.sb_[n];
+            } else {
+                A[n] = k.d[n] * (float)(int8_t)k.sa[n];
+                B[n] = k.d[n] * (float)(int8_t)k.sb_[n];
+            }
+        }
+        const uint8_t *qs = k.qs;
         const int8_t *qi = (const int8_t *)qs;
         for (int p = 0; p < 16; p++)
             for (int n = 0; n < G; n++) {
                 float w0, w1;
-                if (fmt == 0) {
+                if (fmt == 5) {
+                    const int h = k.qh[(p >> 1) * G + n] >> (4 * (p & 1));
+                    const float s = p >= 8 ? B[n] : A[n];
+                    w0 = s * (float)(((qs[p * G + n] & 15) | ((h & 3) << 4)) - 32);
+                    w1 = s * (float)(((qs[p * G + n] >> 4) | (((h >> 2) & 3) << 4)) - 32);
+                } else if (fmt == 0 || fmt == 4) {
                     w0 = fmaf(A[n], (float)(qs[p * G + n] & 15), B[n]);
                     w1 = fmaf(A[n], (float)(qs[p * G + n] >> 4), B[n]);
                 } else if (fmt == 2) {
@@ -181,7 +265,9 @@ ALL(0)
 ALL(1)
 ALL(2)
 ALL(3)
-static const group_fn group_fns[4][MAXR + 1] = {ROW(0), ROW(1), ROW(2), ROW(3)};
+ALL(4)
+ALL(5)
+static const group_fn group_fns[NLAYOUTS][MAXR + 1] = {ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5)};
 
 const char *tttr_qlinear_kernel(void) { return KERNEL_NAME; }
 
@@ -225,7 +311,7 @@ int tttr_qlinear_parts(int nparts, const int *formats, const uint8_t *const *ws,
     int64_t first[MAXPARTS + 1];
     first[0] = 0;
     for (int i = 0; i < nparts; i++) {
-        if (ns[i] % G || formats[i] < 0 || formats[i] > 3) return 1;
+        if (ns[i] % G || formats[i] < 0 || formats[i] >= NLAYOUTS || (formats[i] >= 4 && K % 256)) return 1;
         first[i + 1] = first[i] + ns[i] / G;
     }
     const int64_t nb = K / 32, groups = first[nparts], N = groups * G;

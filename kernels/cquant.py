@@ -14,7 +14,8 @@ types (a fused q/k/v of Q4_K and Q6_K): each group of rows is read in its own la
 
 Layout, made once per weight (`pack`, kquants.py): output rows in groups of 16, one vector
 lane per row; per group and 32-input block, the 16 rows' scales (and minimums), then the
-quants input by input. Output row n, input row r sums its products in one fixed order:
+quants input by input (Q4_K, Q6_K: per group and 256-input super-block, the file's scales kept
+apart and multiplied out per block in registers, the same exact values). Output row n, input row r sums its products in one fixed order:
 
     acc_even = sum over even k (k = 0, 2, 4, ...) of x[r, k] * w[n, k], fused multiply-adds in order
     acc_odd  = the same over odd k
@@ -39,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tttr.kernels.kquants import BLOCK, FORMATS as _FORMATS, GROUP, LAYOUT_BYTES
+from tttr.kernels.kquants import BLOCK, FORMATS as _FORMATS, GROUP, LAYOUT_BYTES, SUPER_LAYOUTS
 from tttr.sessions.cache import CLibrary, c_source
 
 if TYPE_CHECKING:  # the wrappers import torch when called: the torch-free path never does
@@ -109,6 +110,8 @@ class Part:
         exact in fp32 and one rounding for + B, as gguf computes them."""
         ng, nb, _ = self.data.shape
         g, lane, layout = ids // GROUP, ids % GROUP, self.layout
+        if layout in SUPER_LAYOUTS:
+            return self._super_rows(g, lane)
         a = self.data[:, :, :GROUP * 4].view(np.float32)[g, :, lane][:, :, None]  # [R, nb, 1]
         if layout != 1:
             b = self.data[:, :, GROUP * 4:2 * GROUP * 4].view(np.float32)[g, :, lane][:, :, None]
@@ -125,6 +128,41 @@ class Part:
         else:  # a scale per 16 inputs
             w = np.concatenate([a * q[:, :, :16], b * q[:, :, 16:]], axis=-1)
         return w.reshape(len(ids), nb * BLOCK)
+
+    def _super_rows(self, g: np.ndarray, lane: np.ndarray) -> np.ndarray:
+        """`rows` of layouts 4 and 5 (kquants.h): A and B made from the super-block's scales,
+        the same exact products the kernels make."""
+        ng, nb, _ = self.data.shape
+        sbs = self.data.reshape(ng, nb // 8, -1)[g]  # [R, super-blocks, bytes]
+        R, nsb = len(g), nb // 8
+        lanes = lane[:, None, None]
+        pick = np.arange(R)[:, None, None], np.arange(nsb)[None, :, None]
+
+        def per_lane(lo: int, count: int, dtype) -> np.ndarray:  # [R, nsb, count] of this row's lane
+            v = sbs[:, :, lo:lo + count * GROUP * np.dtype(dtype).itemsize].view(dtype).reshape(R, nsb, count, GROUP)
+            return v[pick[0], pick[1], np.arange(count)[None, None, :], lanes]
+
+        d = per_lane(0, 1, np.float32)  # [R, nsb, 1]
+        if self.layout == 4:
+            a = (d * per_lane(8 * GROUP, 8, np.uint8).astype(np.float32))[..., None]  # [R, nsb, 8, 1]
+            b = (per_lane(4 * GROUP, 1, np.float32) * per_lane(16 * GROUP, 8, np.uint8).astype(np.float32))[..., None]
+            pairs = sbs[:, :, 24 * GROUP:].reshape(R, nsb, 8, 16, GROUP)[pick[0][..., None], pick[1][..., None],
+                                                                           np.arange(8)[None, None, :, None],
+                                                                           np.arange(16)[None, None, None, :],
+                                                                           lanes[..., None]]  # [R, nsb, 8, 16]
+            q = np.stack([pairs & 15, pairs >> 4], axis=-1).reshape(R, nsb, 8, BLOCK).astype(np.float32)
+            w = a * q + b
+        else:
+            sc = (d * per_lane(4 * GROUP, 16, np.int8).astype(np.float32)).reshape(R, nsb, 8, 2, 1)
+            sub = sbs[:, :, 20 * GROUP:].reshape(R, nsb, 8, 24, GROUP)
+            sub = sub[pick[0][..., None], pick[1][..., None], np.arange(8)[None, None, :, None],
+                      np.arange(24)[None, None, None, :], lanes[..., None]]  # [R, nsb, 8, 24]
+            low, high = sub[..., :16], sub[..., 16:]
+            lo = np.stack([low & 15, low >> 4], axis=-1).reshape(R, nsb, 8, BLOCK)
+            hi = np.stack([(high >> (2 * i)) & 3 for i in range(4)], axis=-1).reshape(R, nsb, 8, BLOCK)
+            q = ((lo | (hi << 4)).astype(np.int32) - 32).astype(np.float32).reshape(R, nsb, 8, 2, 16)
+            w = sc * q
+        return w.reshape(R, nb * BLOCK)
 
 
 @dataclass(frozen=True, eq=False)

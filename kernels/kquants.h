@@ -80,12 +80,70 @@ static inline __attribute__((always_inline)) void decode(const int f, const uint
     }
 }
 
-static const int layout_of[6] = {0, 1, 0, 1, 2, 3};
+static const int layout_of[6] = {0, 1, 4, 1, 2, 5};
 static const int64_t gguf_block[6][2] = {{32, 20}, {32, 34}, {256, 144}, {32, 22}, {256, 176}, {256, 210}};
+
+/* Layouts 4 (Q4_K) and 5 (Q6_K) keep a super-block's scales apart, as the file does, per group
+   of 16 rows and 256 inputs (SB_BYTES(L), 8 * BLOCK_BYTES(L)):
+     4: d[16], -dmin[16] (fp32), sc[8][16], m[8][16] (u8, 6 bits), then sub-block s's quants as
+        layout 0's (byte p * 16 + lane: input 2p low nibble, 2p + 1 high): A = d * sc, B = -dmin * m
+     5: d[16] (fp32), sc[16][16] (int8, one per 16 inputs), then per sub-block s: 256 bytes of
+        low nibbles as layout 0's and 128 bytes of high pairs (byte c * 16 + lane: input 4c + i in
+        bits 2i, 2i + 1), q the stored 6 bits: A, B = d * sc[2s], d * sc[2s + 1], w = A|B * (q - 32)
+   The products compute A and B in registers: each is exact (a 17-bit product), the value layouts
+   0 and 3 stored, so the weights and the bits are the same. */
+static void pack_ksuper(const int f, const uint8_t *raw, int64_t N, int64_t nb, int64_t row_bytes, uint8_t *out) {
+    const int L = layout_of[f];
+    const int64_t sbb = 8 * BLOCK_BYTES(L), nsb = nb / 8, groups = N / G;
+    int q[32];
+    float A, B;
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t t = 0; t < nsb; t++) {
+            uint8_t *o = out + (g * nsb + t) * sbb;
+            for (int lane = 0; lane < G; lane++) {
+                const uint8_t *row = raw + (g * G + lane) * row_bytes;
+                if (L == 4) {
+                    const uint8_t *sb = row + t * 144;
+                    const float d = half_to_float(sb), nm = -half_to_float(sb + 2);
+                    memcpy(o + 4 * lane, &d, 4);
+                    memcpy(o + 4 * G + 4 * lane, &nm, 4);
+                    for (int s = 0; s < 8; s++) {
+                        int sc, m;
+                        scale_min_k4(s, sb + 4, &sc, &m);
+                        o[8 * G + s * G + lane] = (uint8_t)sc;
+                        o[16 * G + s * G + lane] = (uint8_t)m;
+                        decode(f, row, t * 8 + s, q, &A, &B);
+                        uint8_t *qs = o + 24 * G + s * 16 * G;
+                        for (int p = 0; p < 16; p++) qs[p * G + lane] = (uint8_t)(q[2 * p] | (q[2 * p + 1] << 4));
+                    }
+                } else {
+                    const uint8_t *sb = row + t * 210;
+                    const float d = half_to_float(sb + 208);
+                    memcpy(o + 4 * lane, &d, 4);
+                    for (int u = 0; u < 16; u++) o[4 * G + u * G + lane] = sb[192 + u];
+                    for (int s = 0; s < 8; s++) {
+                        decode(f, row, t * 8 + s, q, &A, &B);
+                        uint8_t *ql = o + 20 * G + s * 24 * G, *qh = ql + 16 * G;
+                        for (int j = 0; j < 32; j++) q[j] += 32;
+                        for (int p = 0; p < 16; p++) ql[p * G + lane] = (uint8_t)((q[2 * p] & 15) | ((q[2 * p + 1] & 15) << 4));
+                        for (int c = 0; c < 8; c++) {
+                            int h = 0;
+                            for (int i = 0; i < 4; i++) h |= (q[4 * c + i] >> 4) << (2 * i);
+                            qh[c * G + lane] = (uint8_t)h;
+                        }
+                    }
+                }
+            }
+        }
+}
 
 static inline __attribute__((always_inline)) void pack_format(const int f, const uint8_t *raw, int64_t N, int64_t nb,
                                                               int64_t row_bytes, uint8_t *out) {
     const int layout = layout_of[f];
+    if (layout >= 4) {
+        pack_ksuper(f, raw, N, nb, row_bytes, out);
+        return;
+    }
     const int64_t gb = BLOCK_BYTES(layout), groups = N / G;
     const int qoff = (layout == 1 ? 1 : 2) * G * 4;
     int q[32];

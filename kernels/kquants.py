@@ -10,6 +10,10 @@ weight as follows (q the stored quant, k the input's place in its block):
     layout 1 ("Q8_0", int8 q, A only):          w = A * q
     layout 2 ("Q8 with minimum", int8 q):       w = fma(A, q, B)
     layout 3 ("Q8, two scales", int8 q):        w = (k < 16 ? A : B) * q
+    layout 4 ("Q4_K"): layout 0 with A = d*sc, B = -dmin*m made in registers from the
+        super-block's d, -dmin (fp32) and 6-bit sc, m (a byte each), kept apart as the file keeps them
+    layout 5 ("Q6_K"): layout 3 with A, B = d*sc of the block's two 16-input sub-blocks made in
+        registers (int8 sc), q - 32 from the stored 6 bits (a low nibble and a high pair)
 
 How each format lands, and why the value is gguf's (fp16 d, dmin as fp32 are exact; each
 product named exact has at most 24 significant bits):
@@ -17,12 +21,17 @@ product named exact has at most 24 significant bits):
     Q4_1  w = d*q + m            layout 0: A = d, B = m (d*q exact, one rounding, as fma)
     Q8_0  w = d*q                layout 1: A = d
     Q5_0  w = d*(q - 16)         layout 1: A = d, q - 16 as int8 (exact)
-    Q4_K  w = (d*sc)*q - dmin*m  layout 0: A = d*sc (6-bit sc: exact), B = -(dmin*m) (exact);
-                                 (d*sc)*q is exact, so fma(A, q, B) rounds once, as gguf's
-                                 subtraction does; 8 sub-blocks of 32 a 256-input super-block
+    Q4_K  w = (d*sc)*q - dmin*m  layout 4: A = d*sc (6-bit sc: exact), B = (-dmin)*m (exact, the
+                                 value -(dmin*m) is); (d*sc)*q is exact, so fma(A, q, B) rounds
+                                 once, as gguf's subtraction does; 8 sub-blocks of 32 a 256-input
+                                 super-block
     Q5_K  the same, 5-bit q      layout 2: A = d*sc, B = -(dmin*m)
-    Q6_K  w = (d*sc)*(q - 32)    layout 3: A, B = d*sc of the block's two 16-input sub-blocks
-                                 (int8 sc: exact), q - 32 as int8; the product is exact
+    Q6_K  w = (d*sc)*(q - 32)    layout 5: A, B = d*sc of the block's two 16-input sub-blocks
+                                 (int8 sc: exact), q - 32; the product is exact
+
+Layouts 4 and 5 (issue 33) read 4.75 and 6.6 bits a weight where layouts 0 and 3 read 6 and 10
+(the file: 4.5 and 6.56): A and B are the same exact products, made per block in registers
+instead of stored, so the weights, the sums and the bits are the same.
 
 Repacking is one pass over the file's bytes (`tttr_qpack`), once per weight at load."""
 
@@ -39,15 +48,17 @@ BLOCK = 32  # inputs per layout block
 FORMATS = {
     "Q4_1": (0, 32, 20),
     "Q8_0": (1, 32, 34),
-    "Q4_K": (0, 256, 144),
+    "Q4_K": (4, 256, 144),
     "Q5_0": (1, 32, 22),
     "Q5_K": (2, 256, 176),
-    "Q6_K": (3, 256, 210),
+    "Q6_K": (5, 256, 210),
 }
-# bytes per (group, 32-input block) of each layout: A (and B) as fp32, then the quants
+# bytes per (group, 32-input block) of each layout: A (and B) as fp32, then the quants (layouts
+# 4, 5: an eighth of a (group, 256-input super-block)'s bytes, whose layout kquants.h gives)
 LAYOUT_BYTES = (2 * GROUP * 4 + 16 * GROUP, GROUP * 4 + 32 * GROUP, 2 * GROUP * 4 + 32 * GROUP,
-                2 * GROUP * 4 + 32 * GROUP)
-LAYOUT_NAMES = ("Q4_1", "Q8_0", "Q8 with minimum", "Q8, two scales")
+                2 * GROUP * 4 + 32 * GROUP, 19 * GROUP, 424)
+LAYOUT_NAMES = ("Q4_1", "Q8_0", "Q8 with minimum", "Q8, two scales", "Q4_K", "Q6_K")
+SUPER_LAYOUTS = (4, 5)  # laid out per 256-input super-block
 
 # the packer, `tttr_qpack`: C that kernels.cquant builds with its own (cquant.c includes it)
 PACK_SOURCE = c_source(Path(__file__).with_name("kquants.h"))

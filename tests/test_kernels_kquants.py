@@ -101,6 +101,19 @@ def test_parts_of_different_types_are_one_product():
     assert qw.nbytes < values.numel() * 4 * 0.4
 
 
+@pytest.mark.parametrize("fmt, bits", [("Q4_K", 4.75), ("Q6_K", 6.625)])
+def test_k_quants_are_held_near_the_files_size(fmt, bits):
+    """Q4_K and Q6_K keep their super-block scales apart (layouts 4 and 5): a product reads 4.75
+    and 6.625 bits a weight (the file: 4.5 and 6.5625), not 6 and 10 as a scale per block did;
+    the weights stay gguf's, bit for bit, at every super-block of a wider row."""
+    raw, values = _weight(fmt, 32, 1024, seed=40)
+    qw = ops.block_weight(fmt, raw)
+    assert qw.nbytes * 8 / values.numel() == bits
+    assert torch.equal(_bits(ops.dense(qw)), _bits(values))
+    ids = torch.tensor([31, 5, 16])
+    assert torch.equal(_bits(ops.embedding(qw, ids)), _bits(values.index_select(0, ids)))
+
+
 def test_weights_that_do_not_fit_stay_dense():
     raw, _ = _weight("Q4_K", 64, 256, seed=30)
     assert ops.block_weight("Q4_K", raw[:40]) is None  # 40 rows: not whole groups of 16
