@@ -192,6 +192,7 @@ def test_deltas_name_each_differing_value_with_its_layer(store):
     tool = found[0]
     assert tool.mutation.value["stdout"] == "b\n" and tool.mutation.value["cmd"] == "ls 0"  # b's value, on a's request
     assert found[1].mutation.value == 9 and found[1].mutation.site == Site(1, "token", 1)
+    assert found[1].describe() == '1:token:1 (token): "t6" (6) → "t9" (9)'  # text, its id beside it (bisect prints it)
     assert (found[4].base, found[4].value) == (1, 2)
     assert len(mutation_set(found).mutations) == 3  # seed and kernels are not site mutations
 

@@ -183,7 +183,7 @@ def _token(base, other, mine, theirs) -> list[Delta]:
                         {"ids": list(ids), "seed": seed, "max_tokens": max_tokens},
                         request=pb.get("request") if isinstance(pb.get("request"), dict) else None)
         return [Delta(str(at), "token", x.value.get("text", x.value.get("id")), y.value.get("text", y.value.get("id")),
-                      change)]
+                      change, (x.value.get("id"), y.value.get("id")))]
     return []
 
 

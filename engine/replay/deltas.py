@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tttr.engine.replay.divergence import compared_value
+from tttr.engine.replay.divergence import compared_value, token_label
 from tttr.engine.replay.events import read_text
 from tttr.engine.replay.mutation import Mutation
 from tttr.engine.replay.mutations import MutationSet
@@ -50,8 +50,12 @@ class Delta:
     base: Any
     value: Any
     mutation: Mutation | None = None
+    ids: tuple[Any, Any] | None = None  # a token delta's two token ids (`base` and `value` are their texts)
 
     def describe(self, width: int = 40) -> str:
+        if self.ids is not None:  # a token reads as its text with its id beside it
+            return f"{self.site} ({self.layer}): {token_label(self.base, self.ids[0], width)} → " \
+                   f"{token_label(self.value, self.ids[1], width)}"
         return f"{self.site} ({self.layer}): {brief(self.base, width)} → {brief(self.value, width)}"
 
     def to_json(self) -> dict:
@@ -173,5 +177,5 @@ def _token(base: Source, other: Source, step: int) -> list[Delta]:
         if x.get("id") != y.get("id"):
             at = site(step, "token", pos)
             return [Delta(at, "token", x.get("text", x.get("id")), y.get("text", y.get("id")),
-                          Mutation(Site(step, "token", pos), y["id"], f"id:{y['id']}"))]
+                          Mutation(Site(step, "token", pos), y["id"], f"id:{y['id']}"), (x.get("id"), y.get("id")))]
     return []
