@@ -18,6 +18,7 @@ import pytest
 from sandbox_helpers import needs_sandbox
 from test_program_fork import PROGRAM as FORK_PROGRAM
 from tests.app_helpers import open_store, run_app, wait_for
+from tttr.app.screens.ask import AskScreen
 from tttr.app.screens.compare import CompareScreen
 from tttr.app.screens.edit import EditScreen
 from tttr.app.screens.timeline import TimelineScreen
@@ -156,7 +157,10 @@ def test_the_setup_clock_forks_the_whole_program_from_the_app(program_db):
 
     async def flow(app, pilot):
         await _at(app, pilot, site(SETUP_STEP, "setup"))
-        await pilot.press("e")
+        await pilot.press("e")  # which setup value: a start-tree file, a variable or the clock
+        assert isinstance(app.screen, AskScreen)
+        app.screen.query_one("#ask-value").value = "clock"
+        await pilot.press("enter")
         dialog = app.screen
         assert isinstance(dialog, EditScreen) and dialog.site == site(SETUP_STEP, "clock")
         assert dialog.current == "2026-03-02T10:00:00"

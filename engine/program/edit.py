@@ -2,8 +2,8 @@
 
 The timeline's edit dialog and fork worker come here for a program run, and to the
 built-in agent's fork (app/forking.py) for any other: what the dialog offers at an event
-(the setup clock at the setup event, an SDK function's result as JSON, the rest as for the
-agent), the check of a typed value (engine/program/fork.py's, the command line's), and the fork
+(an SDK function's result as JSON; at the setup event, as for the agent, a file of the start
+tree, a variable or the start clock; the rest as for the agent), the check of a typed value (engine/program/fork.py's, the command line's), and the fork
 itself, re-running the program in the worker with progress and cancel. No textual here.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from tttr.sessions.vocabulary import SETUP_STEP, Site, site
+from tttr.sessions.vocabulary import Site
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +49,8 @@ def offer(run, event) -> EditOffer | str | None:
     if not is_program(run):
         return None
     value = event.value if isinstance(event.value, dict) else {}
-    if event.kind == "setup":
-        return EditOffer(site(SETUP_STEP, "clock"), "clock", str(value.get("clock", "")))
+    if event.kind == "setup":  # which setup value (setup:file, setup:env, setup:clock): the agent's question
+        return None
     if event.kind == "tool" and isinstance(value.get("program"), list):
         return ("this is the program's own output, not a value it was given: fork at a model call's token (K), "
                 "an SDK tool's result or a clock read (R)")
