@@ -36,6 +36,13 @@ class ReplayRequest:
     unsafe_no_sandbox: bool = False
     argv: tuple[str, ...] = ()  # a program's `-- PROGRAM ARG...`: another command line
     sealed: bool = False  # a program's --sealed: nothing runs live
+    upstream: str | None = None  # against an imported trace: where live model calls go (--upstream URL)
+    upstream_key_env: str | None = None
+
+    def only_imported(self, run) -> None:
+        if self.upstream is not None or self.upstream_key_env is not None:
+            raise KindError(f"--upstream runs a program's live calls against an imported trace (tttr import), and run "
+                            f"{run.id} is none: drop --upstream")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +53,12 @@ class ForkRequest:
     unsafe_no_sandbox: bool = False
     argv: tuple[str, ...] = ()  # `-- PROGRAM ARG...` and --code DIR: a program forked against an imported trace
     code: str | None = None
+    upstream: str | None = None  # and where its live model calls go (--upstream URL)
+    upstream_key_env: str | None = None
 
     def only_imported(self, run) -> None:
-        if self.argv or self.code is not None:
-            what = "-- PROGRAM" if self.argv else "--code"
+        if self.argv or self.code is not None or self.upstream is not None or self.upstream_key_env is not None:
+            what = "-- PROGRAM" if self.argv else "--code" if self.code is not None else "--upstream"
             raise KindError(f"{what} forks your program against an imported trace (tttr import), and run {run.id} "
                             f"is none: drop {what}")
 
@@ -162,6 +171,7 @@ class AgentRuns(RunKind):
     def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
         from tttr.engine.replay.policy import PolicyError
 
+        request.only_imported(run)
         if request.code is not None:
             raise KindError(f"--code lays a program's files over its start tree, and run {run.id} is no recorded "
                             "program (tttr record -- PROGRAM): drop --code")
@@ -279,6 +289,7 @@ class RecordedProgram(RunKind):
     def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
         from tttr.engine.program.replay import check_recording
 
+        request.only_imported(run)
         if not request.policy.faithful or request.seed is not None:
             raise KindError(f"run {run.id} is a recorded program: only its faithful replay is supported yet "
                             "(drop --free and --seed)")

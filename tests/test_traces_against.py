@@ -128,6 +128,12 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
         (["fork", str(run), "--at", "0:clock", "--set", "+1", "--code", str(code_dir), "--", "python3", "prog.py"],
          "STEP:message"),
         (["replay", str(run), "--free", "token", "--code", str(code_dir), "--", "python3", "prog.py"], "drop --free"),
+        (["replay", str(run), "--upstream", "ftp://x", "--code", str(code_dir), "--", "python3", "prog.py"],
+         "not an http(s) URL"),
+        (["replay", str(run), "--upstream", "http://127.0.0.1:9/v1", "--upstream-key-env", "TTTR_NO_SUCH_KEY_VAR",
+          "--code", str(code_dir), "--", "python3", "prog.py"], "TTTR_NO_SUCH_KEY_VAR"),
+        (["replay", str(run), "--upstream", "http://127.0.0.1:9/v1", "--sealed", "--code", str(code_dir), "--",
+          "python3", "prog.py"], "drop one"),
     ]
     for argv, says in cases:
         code, out, err = _run(capsys, [*argv[:2], "--db", str(db), *argv[2:]] if "--" not in argv else
@@ -202,3 +208,32 @@ def test_a_hand_written_trace_answers_forks_and_diverges_on_the_real_model(tmp_p
     assert sealed["divergence"]["field"] == {"path": "messages[0].content", "recorded": "What is on sale?",
                                              "requested": QUESTION}
     assert sealed["exit_code"] != 0 and sealed["logits_computed"] == 0  # the program got an error for its call
+
+
+@pytest.mark.slow
+def test_live_calls_after_the_divergence_go_upstream(tmp_path, capsys):
+    """A fork of the hand-written trace whose next call runs live on `--upstream`: a real `tttr
+    serve` (recording its calls) here, as a team's vLLM or hosted model would be."""
+    from serve_helpers import recording_server
+
+    db = tmp_path / "i.db"
+    run = _import(capsys, _shop_trace(tmp_path), db)
+    code = program_tree(tmp_path, "code", SHOP)
+    upstream = recording_server(tmp_path / "upstream.db", any_model=True)  # it serves the name the program asks for
+    try:
+        fork = cli_json(capsys, ["fork", str(run), "--db", str(db), "--at", "1:tool", "--set", '"5 pears"',
+                                 "--upstream", upstream.url + "/v1", "--code", str(code), "--json",
+                                 "--", "python3", "prog.py"])
+        upstream.recorder.flush()
+    finally:
+        upstream.stop()
+    assert fork["divergence"]["call"] == 1 and fork["calls_generated"] == 1 and fork["logits_computed"] == 0, fork
+    assert fork["stdout"].splitlines()[1] == "stock: 5 pears" and fork["stdout"].splitlines()[2].startswith("answer: ")
+    with Store.open(db, create=False, readonly=True) as store:
+        events = store.load_run(fork["run_id"])[1]
+        live = [e.value for e in events if e.kind == "message" and "upstream" in e.value]
+        assert len(live) == 1 and live[0]["upstream"] == upstream.url + "/v1"
+        assert fork["stdout"].splitlines()[2] == f"answer: {live[0]['text']}"
+    with Store.open(tmp_path / "upstream.db", create=False, readonly=True) as store:
+        asked = [e.value["request"] for r in store.runs() for e in store.load_run(r.id)[1] if e.kind == "prompt"]
+    assert len(asked) == 1 and asked[0]["messages"][2]["content"] == "stock: 5 pears"  # the call it served

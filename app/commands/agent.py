@@ -71,6 +71,7 @@ def register(sub, bench_sub) -> None:
                         "recording cannot answer ends the replay with exit code 1 and the divergence")
     p.add_argument("program", nargs="*", metavar="PROGRAM ARG",  # filled from after -- (_with_program_after_dashes)
                    help="after --: a recorded program only, the command line to replay instead of the recorded one")
+    _upstream_args(p)
     _model_args(p)
     _common(p)
     p.set_defaults(func=cmd_replay)
@@ -90,6 +91,7 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--code", metavar="DIR", help="an imported trace only: the folder holding the program after --")
     p.add_argument("program", nargs="*", metavar="PROGRAM ARG",  # filled from after -- (_with_program_after_dashes)
                    help="after --: an imported trace only, your program, forked against the trace (docs/traces.md)")
+    _upstream_args(p)
     _model_args(p)
     _common(p)
     p.set_defaults(func=cmd_fork)
@@ -187,6 +189,12 @@ def _timeout(text: str) -> float:
     if not (math.isfinite(value) and 0 < value <= 3600):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 3600]")
     return value
+
+
+def _upstream_args(p) -> None:
+    p.add_argument("--upstream", metavar="URL", help="an imported trace only: an OpenAI-compatible server for the "
+                                                     "program's live model calls (default: the engine here)")
+    p.add_argument("--upstream-key-env", metavar="NAME", help="with --upstream: the environment variable holding its key")
 
 
 def _model_args(p) -> None:
@@ -333,7 +341,8 @@ def cmd_replay(args) -> int:
     from tttr.engine.replay.policy import Policy
 
     request = ReplayRequest(Policy.parse(args.free), seed=args.seed, model=args.model, code=args.code,
-                            unsafe_no_sandbox=args.unsafe_no_sandbox, argv=tuple(args.program), sealed=args.sealed)
+                            unsafe_no_sandbox=args.unsafe_no_sandbox, argv=tuple(args.program), sealed=args.sealed,
+                            upstream=args.upstream, upstream_key_env=args.upstream_key_env)
     with _open_readonly(args.db) as reader:  # checked before anything is written
         run = reader.run(args.run)
         kind = kind_of(run)
@@ -348,7 +357,8 @@ def cmd_fork(args) -> int:
     from tttr.engine.kinds import ForkRequest, kind_of
 
     request = ForkRequest(args.at, args.value, model=args.model, unsafe_no_sandbox=args.unsafe_no_sandbox,
-                          argv=tuple(args.program), code=args.code)
+                          argv=tuple(args.program), code=args.code, upstream=args.upstream,
+                          upstream_key_env=args.upstream_key_env)
     with _open_readonly(args.db) as reader:  # the run, the site and the value, checked before anything is written
         run = reader.run(args.run)
         kind = kind_of(run)

@@ -18,7 +18,8 @@ program's replay (engine/program/replay.py: `replay_program` with this module's 
 The first request that differs (another kind of step, another message or argument, a step the
 trace lacks, or a trace step the program never asked for) is the divergence, reported with both
 values. `--sealed` ends there (each later call gets an error); else the rest runs live: model
-calls on the engine here (any model name the program sends), SDK tools for real.
+calls on the engine here (any model name the program sends) or on `--upstream URL`
+(engine/traces/upstream.py), SDK tools for real.
 
 A fork changes one value first: a model call's answer (`S:message`: text, or JSON with `text`
 and/or `tool_calls`) or a tool's result (`S:tool`: the recorded program's fork grammar). The
@@ -177,6 +178,8 @@ class AgainstTrace:
     model: str | None = None
     change: TraceChange | None = None
     unsafe_no_sandbox: bool = False
+    upstream: str | None = None  # --upstream URL (its API root): live calls go there, not to the engine here
+    upstream_key_env: str | None = None  # the environment variable holding its API key (read when it runs)
     check: str | None = None  # no --check: a trace has no verdict to compare
     cancel: object = None
     meta: dict = field(default_factory=dict)
@@ -272,7 +275,8 @@ def _check_change(run, steps: list, site_text: str, value_text: str) -> TraceCha
 
 
 def check_against(reader, run, *, argv=(), code: str | None = None, sealed: bool = False, model: str | None = None,
-                  unsafe_no_sandbox: bool = False, site: str | None = None, value: str | None = None) -> AgainstTrace:
+                  unsafe_no_sandbox: bool = False, site: str | None = None, value: str | None = None,
+                  upstream: str | None = None, upstream_key_env: str | None = None) -> AgainstTrace:
     """Everything a program's replay (or, with `site` and `value`, fork) against imported run
     `run` needs, checked read-only; TraceError (one line) when it cannot run."""
     from tttr.recorders.clock import iso
@@ -293,6 +297,14 @@ def check_against(reader, run, *, argv=(), code: str | None = None, sealed: bool
             raise TraceError(f"--code {code!r} is not a directory: give the folder that holds your program's files")
         if script is not None and not (folder / script).is_file():
             raise TraceError(f"--code {code!r} holds no {script}, the program after -- ({' '.join(argv)})")
+    if upstream_key_env is not None and upstream is None:
+        raise TraceError("--upstream-key-env names the key of --upstream URL: give --upstream, or drop it")
+    if upstream is not None:
+        from tttr.engine.traces.upstream import check_upstream
+
+        if sealed:
+            raise TraceError("--sealed runs nothing live, and --upstream is where live calls go: drop one")
+        upstream = check_upstream(upstream, upstream_key_env)[0]
     if run.status != "complete":
         raise TraceError(f"run {run.id} is {run.status}: only a complete import can be replayed against")
     steps = trace_steps(reader, run)
@@ -309,7 +321,12 @@ def check_against(reader, run, *, argv=(), code: str | None = None, sealed: bool
     final = {k: facts[k] for k in ("exit_code", "stdout") if k in facts}  # what the trace says of the end, if anything
     setup = {"task": name, "clock": iso(clock), "program": list(argv)}
     rec = _Recording(synthetic, setup, steps, final, None, {"t": iso(clock)})
-    return AgainstTrace(run.id, rec, argv, code, sealed, model, change, unsafe_no_sandbox, meta=meta)
+    if upstream is not None:
+        from tttr.engine.serve.proxy import shown_url
+
+        against["upstream"] = shown_url(upstream)
+    return AgainstTrace(run.id, rec, argv, code, sealed, model, change, unsafe_no_sandbox, upstream, upstream_key_env,
+                        meta=meta)
 
 
 def run_against(db: str, plan: AgainstTrace, progress=None):
@@ -328,7 +345,12 @@ class TraceReplayer(Replayer):
 
         super().__init__(rec, recorder, name, plan.model)
         self.plan = plan
-        self.live = LiveCalls(plan.model, recorder, None)  # any model: the trace's was another server's
+        if plan.upstream is not None:
+            from tttr.engine.traces.upstream import UpstreamCalls, check_upstream
+
+            self.live = UpstreamCalls(*check_upstream(plan.upstream, plan.upstream_key_env), recorder)
+        else:
+            self.live = LiveCalls(plan.model, recorder, None)  # any model: the trace's was another server's
         self.forked = False
 
     def _diverge(self, where: str, a, b, detail: dict | None = None) -> None:

@@ -33,7 +33,9 @@ def check_replay(reader, run, request):
         raise TraceError(f"run {run.id} is an imported trace: it has no layer values to free (drop --free and "
                          "--seed); its program's replay answers from the trace while the requests match")
     return check_against(reader, run, argv=request.argv, code=request.code, sealed=request.sealed,
-                         model=request.model, unsafe_no_sandbox=request.unsafe_no_sandbox)
+                         model=request.model, unsafe_no_sandbox=request.unsafe_no_sandbox,
+                         upstream=getattr(request, "upstream", None),
+                         upstream_key_env=getattr(request, "upstream_key_env", None))
 
 
 def check_fork(reader, run, request):
@@ -42,7 +44,8 @@ def check_fork(reader, run, request):
 
     return check_against(reader, run, argv=getattr(request, "argv", ()), code=getattr(request, "code", None),
                          model=request.model, unsafe_no_sandbox=request.unsafe_no_sandbox,
-                         site=request.site, value=request.value)
+                         site=request.site, value=request.value, upstream=getattr(request, "upstream", None),
+                         upstream_key_env=getattr(request, "upstream_key_env", None))
 
 
 def act(db: str, plan, progress=None):
