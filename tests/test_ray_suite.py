@@ -154,6 +154,11 @@ def test_a_shard_whose_worker_dies_runs_again_and_merges_once(cluster, tmp_path,
         assert all(r.meta["suite"]["anchor"] in ids for r in runs if r.meta["suite"]["condition"] != "free")
 
 
+def _count(db) -> int:
+    with Store.open(db, readonly=True, create=False) as store:
+        return len(store.runs())
+
+
 def _without_ids(value):
     """A triage's or bisect's report less what names the stored runs (their ids, the batch note)."""
     if isinstance(value, dict):
@@ -184,7 +189,7 @@ def test_triage_and_bisect_over_ray_give_the_local_reports(cluster, tmp_path, ca
     reports = {}
     for verb in ("triage", "bisect"):
         for where in ("here", "ray"):
-            before = len(Store.open(db, readonly=True, create=False).runs())
+            before = _count(db)
             extra = ["--ray", cluster.address] if where == "ray" else []
             assert main([verb, str(good.run_id), str(bad.run_id), "--db", str(db), "--json", *extra]) == 0
             reports[verb, where] = json.loads(capsys.readouterr().out)
@@ -203,6 +208,19 @@ def test_triage_and_bisect_over_ray_give_the_local_reports(cluster, tmp_path, ca
     assert main(["bisect", str(good.run_id), str(bad.run_id), "--db", str(db), "--ray", "127.0.0.1:9"]) == 2
     err = capsys.readouterr().err
     assert "nothing answers there" in err and err.count("\n") == 1
+
+    # Stopped as its first round starts (Ctrl-C), the Ray tasks in flight are cancelled: nothing stored.
+    import threading
+
+    from tttr.engine.replay.bisect import bisect
+
+    stop, before = threading.Event(), _count(db)
+    runtime = Runtime(kernel_mode="invariant")
+    with Store.open(db, create=False) as store, pytest.raises(KeyboardInterrupt):
+        bisect(store, good.run_id, bad.run_id, runtime=runtime, ray=cluster.address, cancel=stop,
+               on_round=lambda *_: stop.set())
+    runtime.close()
+    assert _count(db) == before
 
 
 def test_a_programs_triage_and_bisect_over_ray_give_the_local_reports(cluster, tmp_path, capsys):
