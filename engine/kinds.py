@@ -46,6 +46,29 @@ class ReplayRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordRequest:
+    """What `tttr record` is asked for: the built-in agent on `task` (its sampling, kernel mode,
+    steps and clock), or a user's program `argv` (its start `tree`, checker, time limit). `clock`
+    None: the task's, or now; `seed` None: a fresh one."""
+
+    task: str | None = None
+    argv: tuple[str, ...] = ()
+    model: str | None = None
+    seed: int | None = None
+    clock: Any = None  # a datetime the sandbox's clock can show
+    unsafe_no_sandbox: bool = False
+    temperature: float = 0.7
+    top_p: float = 1.0
+    top_k: int = 0
+    kernels: str = "invariant"
+    max_steps: int = 6
+    tree: str | None = None
+    check: str | None = None
+    timeout_s: float = 600.0
+    in_place: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ForkRequest:
     site: str
     value: str
@@ -68,9 +91,10 @@ class Plan:
     """A checked verb, ready to act on: the run, the request, and what the kind's check
     built: for an agent run or served calls the decoded run, the parsed change, the child's
     settings and the runtime (runs.AgentPlan, calls.CallPlan: acting reads the run no more);
-    a program's fork plan; an experiment's runtime or set-up."""
+    a program's fork plan; an experiment's runtime or set-up; a recording's settings (no run
+    yet: run_id None)."""
 
-    run_id: int
+    run_id: int | None
     request: Any
     checked: Any = None
 
@@ -115,6 +139,15 @@ class RunKind:
         has no deltas."""
         raise KindError(f"run {other} is {self.label}: deltas are found between two of the shell agent's runs "
                         "(tttr record --task) or two runs of one recorded program (tttr record -- PROGRAM)")
+
+    def check_record(self, request: RecordRequest) -> Plan:
+        """Everything a new recording needs, checked before the database is touched (one line,
+        exit 2, when it cannot run); `record` acts on the plan."""
+        raise KindError(f"tttr record does not make {self.label}: it takes --task NAME (the shell agent) or "
+                        "-- PROGRAM ARG... (your program)")
+
+    def record(self, db: str, plan: Plan, progress: Progress | None = None):
+        raise NotImplementedError
 
     def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
         raise NotImplementedError
@@ -167,6 +200,34 @@ class AgentRuns(RunKind):
         from tttr.engine.replay.runtime import Runtime
 
         return Runtime(model, kernel_mode=self.kernel_mode(run) or "invariant")
+
+    def check_record(self, request: RecordRequest) -> Plan:
+        from datetime import datetime
+
+        from tttr.engine.inference.sampler import SamplingParams
+        from tttr.engine.replay.agent import AgentLimits
+        from tttr.engine.replay.runs import check_machine, sandbox_clock
+        from tttr.engine.replay.runtime import Runtime
+        from tttr.recorders.tasks import load_task
+
+        limits = AgentLimits(max_steps=request.max_steps)
+        SamplingParams(temperature=request.temperature, top_p=request.top_p, top_k=request.top_k,
+                       seed=request.seed or 0)
+        task = load_task(request.task)  # an unknown task fails before the database is touched
+        runtime = Runtime(request.model, kernel_mode=request.kernels or "invariant")
+        sandbox_clock(request.clock or getattr(task, "clock", None) or datetime.now(), f"task {request.task}'s clock")
+        check_machine(runtime, request.unsafe_no_sandbox)
+        return Plan(None, request, (runtime, limits))  # no run yet
+
+    def record(self, db: str, plan: Plan, progress: Progress | None = None):
+        from tttr.engine.replay.runs import record
+        from tttr.sessions.store import Store
+
+        r, (runtime, limits) = plan.request, plan.checked
+        with Store.open(db, create=True) as store:
+            return record(store, r.task, runtime=runtime, seed=r.seed, temperature=r.temperature, top_p=r.top_p,
+                          top_k=r.top_k, clock=r.clock, limits=limits, unsafe_no_sandbox=r.unsafe_no_sandbox,
+                          progress=progress)
 
     def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
         from tttr.engine.replay.policy import PolicyError
@@ -255,6 +316,7 @@ class ServedCalls(AgentRuns):
 
     name, label, experiments = "calls", "a served API's calls", False
     step_kinds, steps, deltas = RunKind.step_kinds, RunKind.steps, RunKind.deltas  # one step per call; no deltas yet
+    check_record = RunKind.check_record  # recorded by tttr serve --db, as its calls come
 
     def kernel_mode(self, run) -> str:
         from tttr.engine.replay.calls import local_kernel_mode
@@ -280,6 +342,26 @@ class RecordedProgram(RunKind):
     """A user's program run in the sandbox (engine/program/)."""
 
     name, label, runs_program = "program", "a recorded program's run", True
+
+    def check_record(self, request: RecordRequest) -> Plan:
+        import random
+        from datetime import datetime
+
+        from tttr.engine.replay.runs import sandbox_clock
+
+        clock = request.clock if request.clock is not None else sandbox_clock(datetime.now(), "--clock")
+        seed = request.seed if request.seed is not None else random.randrange(2**31)
+        if request.in_place and request.tree is None:
+            raise KindError("--in-place runs the program in --tree DIR itself: give --tree DIR, or drop --in-place")
+        return Plan(None, request, (clock, seed))  # no run yet
+
+    def record(self, db: str, plan: Plan, progress: Progress | None = None):
+        from tttr.engine.program.record import record_program
+
+        r, (clock, seed) = plan.request, plan.checked
+        return record_program(db, list(r.argv), tree=r.tree, clock=clock, seed=seed, model=r.model, check=r.check,
+                              timeout_s=r.timeout_s, unsafe_no_sandbox=r.unsafe_no_sandbox, progress=progress,
+                              in_place=r.in_place)
 
     def deltas(self, reader, base: int, other: int) -> list:
         from tttr.engine.program.deltas import ProgramPair, differing

@@ -91,3 +91,23 @@ def test_an_imported_trace_refuses_an_experiment_in_its_own_words(tmp_path):
         with pytest.raises(TTTRError, match=f"^run {rid} is an imported trace: bisect needs each layer's values") as e:
             pair_kind(run, run, "bisect")
         assert "\n" not in str(e.value) and e.value.exit_code == 2
+
+
+def test_record_is_the_kinds_and_each_refusal_is_one_line_before_the_file_exists(tmp_path):
+    """`tttr record` asks the kind it records (AGENT for --task, PROGRAM for -- PROGRAM) to check
+    the request, then to record; served calls and imported traces are recorded elsewhere."""
+    from tttr.engine.kinds import IMPORTED, RecordRequest
+
+    db = tmp_path / "never.db"
+    for kind, request, said in (
+        (AGENT, RecordRequest(task="no-such-task"), "unknown task 'no-such-task'"),
+        (PROGRAM, RecordRequest(argv=("python3", "a.py"), in_place=True), "--in-place runs the program in --tree DIR"),
+        (CALLS, RecordRequest(task="write-line"), "tttr record does not make a served API's calls"),
+        (IMPORTED, RecordRequest(argv=("python3",)), "tttr record does not make an imported trace"),
+    ):
+        with pytest.raises(TTTRError, match=said) as refused:
+            kind.check_record(request)
+        assert refused.value.exit_code == 2 and "\n" not in str(refused.value)
+    plan = PROGRAM.check_record(RecordRequest(argv=("python3", "a.py"), seed=7))
+    assert plan.run_id is None and plan.checked[1] == 7  # the seed given; the clock now, one the sandbox shows
+    assert not db.exists()

@@ -262,8 +262,6 @@ TASK_DEFAULTS = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "kernels": "invar
 
 
 def cmd_record(args) -> int:
-    from datetime import datetime
-
     if bool(args.task) == bool(args.program):
         from tttr.sessions.errors import TTTRError
 
@@ -286,52 +284,32 @@ def cmd_record(args) -> int:
     for name, value in TASK_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-
-    from tttr.engine.replay.agent import AgentLimits
-    from tttr.engine.replay.runs import check_machine, record, sandbox_clock
-    from tttr.engine.inference.sampler import SamplingParams
-    from tttr.recorders.tasks import load_task
+    from tttr.engine.kinds import AGENT, RecordRequest
 
     clock = _clock_arg(args.clock) if args.clock is not None else None  # '' is refused, not 'no clock'
-    limits = AgentLimits(max_steps=args.max_steps)
-    SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed or 0)
-    task = load_task(args.task)  # an unknown task fails before the database is touched
-    runtime = _runtime(args, args.kernels)
-    sandbox_clock(clock or getattr(task, "clock", None) or datetime.now(), f"task {args.task}'s clock")
-    check_machine(runtime, args.unsafe_no_sandbox)
-    store = _open_store(args.db, create=True)
-    try:
-        res = record(store, args.task, runtime=runtime, seed=args.seed, temperature=args.temperature,
-                     top_p=args.top_p, top_k=args.top_k, clock=clock, limits=limits,
-                     unsafe_no_sandbox=args.unsafe_no_sandbox, progress=_progress(not args.json, f"recording task {args.task} into {args.db} …"))
-    finally:
-        store.close()
+    request = RecordRequest(task=args.task, model=args.model, seed=args.seed, clock=clock,
+                            unsafe_no_sandbox=args.unsafe_no_sandbox, temperature=args.temperature, top_p=args.top_p,
+                            top_k=args.top_k, kernels=args.kernels, max_steps=args.max_steps)
+    res = AGENT.record(args.db, AGENT.check_record(request),
+                       _progress(not args.json, f"recording task {args.task} into {args.db} …"))
     _print_result(args, res, "recorded")
     return 0
 
 
 def cmd_record_program(args) -> int:
-    import random
-    from datetime import datetime
-
     from tttr.app.commands.program_output import print_result
-    from tttr.engine.program.record import record_program
-    from tttr.engine.replay.runs import sandbox_clock
+    from tttr.engine.kinds import PROGRAM, RecordRequest
 
-    clock = _clock_arg(args.clock) if args.clock is not None else sandbox_clock(datetime.now(), "--clock")
-    seed = args.seed if args.seed is not None else random.randrange(2**31)
-    if args.in_place and args.tree is None:
-        from tttr.sessions.errors import TTTRError
-
-        raise TTTRError("--in-place runs the program in --tree DIR itself: give --tree DIR, or drop --in-place")
+    clock = _clock_arg(args.clock) if args.clock is not None else None
 
     def progress(text: str) -> None:
         if not args.json:
             print(f"tttr record: {text}", file=sys.stderr, flush=True)
 
-    res = record_program(args.db, list(args.program), tree=args.tree, clock=clock, seed=seed, model=args.model,
-                         check=args.check, timeout_s=args.timeout or 600.0, unsafe_no_sandbox=args.unsafe_no_sandbox,
-                         progress=progress, in_place=args.in_place)
+    request = RecordRequest(argv=tuple(args.program), model=args.model, seed=args.seed, clock=clock,
+                            unsafe_no_sandbox=args.unsafe_no_sandbox, tree=args.tree, check=args.check,
+                            timeout_s=args.timeout or 600.0, in_place=args.in_place)
+    res = PROGRAM.record(args.db, PROGRAM.check_record(request), progress)
     print_result(res, args.db, args.json)
     return 0
 
