@@ -18,6 +18,7 @@ from rich.text import Text
 
 from tttr.app.runview import LAYERS, LOADING, TOO_LARGE, RunView, is_blob, value_problem
 from tttr.engine.replay.diff import token_label
+from tttr.sessions.records import Outcome
 from tttr.sessions.vocabulary import MUTABLE, SETUP, SETUP_STEP
 from tttr.sessions.safe_text import short, visible  # noqa: F401 - short: the app calls it describe.short
 
@@ -701,15 +702,15 @@ def mutation_label(mutation: Any, width: int = 80) -> str:
     return short(typed, width)
 
 
-def outcome_line(outcome: Any) -> Text:
+def outcome_line(outcome: Outcome | None) -> Text:
     """passed/failed and the first line of the checker's message; `—` when there is none."""
-    if isinstance(outcome, dict) and "passed" not in outcome and "exit_code" in outcome:
+    if outcome is not None and "passed" not in outcome and "exit_code" in outcome:
         return program_outcome_line(outcome)  # a program recorded without --check
-    if not isinstance(outcome, dict) or "passed" not in outcome:
-        return Text("—" if not outcome else short(preview(outcome, 200, quote=True), 40), style="dim")
-    passed = outcome.get("passed")
+    if outcome is None or "passed" not in outcome:
+        return Text("—" if not outcome else short(preview(outcome.to_json(), 200, quote=True), 40), style="dim")
+    passed = outcome.passed
     text = Text("passed" if passed else "failed", style="bold green" if passed else "bold red")
-    message = outcome.get("checker_output")
+    message = outcome.checker_output
     first = next((ln for ln in message.splitlines() if ln.strip()), "") if isinstance(message, str) else ""
     if first:
         text.append(": " + short(first.strip(), 60))
@@ -723,18 +724,17 @@ def outcome_label(run) -> Text:
     if not outcome:
         stopped = getattr(run, "status", None) == "incomplete"
         return Text("stopped early", style="yellow") if stopped else Text("—", style="dim")
-    passed = outcome.get("passed") if isinstance(outcome, dict) else None
+    passed = outcome.passed
     if passed is None:
-        reason = outcome.get("reason") if isinstance(outcome, dict) else None
-        if isinstance(reason, str) and reason:
-            return Text(short(reason, 30), style="yellow")  # "cancelled", "recording stopped early"
-        ended = outcome.get("finish_reason") if isinstance(outcome, dict) else None
+        if outcome.reason:
+            return Text(short(outcome.reason, 30), style="yellow")  # "cancelled", "recording stopped early"
+        ended = outcome.get("finish_reason")
         if isinstance(ended, str) and ended:
             return Text(f"ended: {short(ended, 20)}")  # a served call: the model's finish reason
-        if isinstance(outcome, dict) and "exit_code" in outcome:  # a program recorded without --check
+        if "exit_code" in outcome:  # a program recorded without --check
             code = outcome["exit_code"]
             return Text(f"exit {short(code, 8)}", style="green" if code == 0 else "bold red")
-        return Text(short(preview(outcome, 200, quote=True), 20))
+        return Text(short(preview(outcome.to_json(), 200, quote=True), 20))
     return Text("pass", style="bold green") if passed else Text("fail", style="bold red")
 
 

@@ -104,6 +104,8 @@ def write_events_md(run, events: Iterable, out: IO[str], *, title: str | None = 
     out.write(f"# {_cell(title or f'run {run.id}', 200)}\n\n")
     for key in ("task", "model_id", "kernel_mode", "seed", "status", "parent", "fork_site", "outcome"):
         value = getattr(run, key, None)
+        if key == "outcome" and value is not None:
+            value = value.to_json()
         if value is not None:
             out.write(f"- **{key}**: {_cell(value, 300)}\n")
     out.write("\n| seq | step | layer | kind | site | value |\n|---:|---:|---|---|---|---|\n")

@@ -1,10 +1,91 @@
-"""What the store hands out: a run's metadata and one event (frozen values), and the one
-constructor of a `token` event's value."""
+"""What the store hands out: a run's metadata, its outcome and one event (frozen values),
+and the one constructor of a `token` event's value."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
+
+# The outcome fields every kind of run reads the same way, with their type; a stored value of
+# another type is a problem of the run (`Outcome.read`), never handed to a reader.
+OUTCOME_FIELDS = {"passed": bool, "reason": str, "checker_exit": int, "checker_output": str}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Outcome(Mapping):
+    """How a run ended, as its `outcome` column stores it: the checker's verdict (`passed`,
+    `checker_exit`, `checker_output`) of an agent run or a program run with a check, why a
+    run stopped early (`reason`), and each kind's own fields (a served call's
+    `finish_reason`, a program's `exit_code` and `calls`, an imported trace's `spans`), read
+    as stored with `outcome["exit_code"]` / `.get(...)`. `to_json()` is the stored object in
+    its stored order, so what prints it (`tttr runs --json`, export) is unchanged. Equal to a
+    dict of the same fields."""
+
+    fields: Mapping[str, Any]  # every stored field, read-only, in stored order
+
+    @classmethod
+    def read(cls, column: Any) -> tuple[Outcome | None, list[str]]:
+        """The outcome column's decoded JSON as an Outcome, and what is wrong with it: a value
+        that is not an object reads as None, a field of OUTCOME_FIELDS of the wrong type is left
+        out; each is named (a run's `problem`)."""
+        if column is None:
+            return None, []
+        if type(column) is not dict:
+            return None, [f"its outcome is {_json_type(column)}, not an object"]
+        problems, fields = [], dict(column)
+        for name, kind in OUTCOME_FIELDS.items():
+            v = fields.get(name)
+            if v is not None and type(v) is not kind:
+                problems.append(f"its outcome field {name!r} is {_json_type(v)}, not {_json_type(kind())}")
+                del fields[name]
+        return cls(MappingProxyType(fields)), problems
+
+    @classmethod
+    def of(cls, fields: Mapping[str, Any]) -> Outcome:
+        """An outcome from fields a writer builds (`Store.finish_run` takes either)."""
+        return fields if isinstance(fields, Outcome) else cls(MappingProxyType(dict(fields)))
+
+    def to_json(self) -> dict:
+        return dict(self.fields)
+
+    @property
+    def passed(self) -> bool | None:
+        """The checker's verdict; None where no check ran (cancelled, a served call, a program without one)."""
+        return self.fields.get("passed")
+
+    @property
+    def reason(self) -> str | None:
+        """Why the run stopped before its end ("cancelled", "recording stopped early"), or None."""
+        return self.fields.get("reason")
+
+    @property
+    def checker_exit(self) -> int | None:
+        return self.fields.get("checker_exit")
+
+    @property
+    def checker_output(self) -> str | None:
+        return self.fields.get("checker_output")
+
+    def __getitem__(self, key: str) -> Any:
+        return self.fields[key]
+
+    def __iter__(self):
+        return iter(self.fields)
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def __repr__(self) -> str:
+        return f"Outcome({dict(self.fields)!r})"
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "text", list: "a list",
+            dict: "an object"}.get(type(value), type(value).__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +98,7 @@ class Run:
     seed: int | None
     fingerprint: dict
     status: str  # a run whose writer died reads as "incomplete"
-    outcome: Any
+    outcome: Outcome | None
     created: str
     finished: str | None
     parent: int | None
@@ -30,6 +111,13 @@ class Run:
     # or None. The fields named hold safe stand-ins (None, {}), so the run can be listed;
     # replay, fork and diff refuse it with this line.
     problem: str | None = None
+
+    def to_json(self) -> dict:
+        """Every field by name, in order, as JSON types (the outcome as stored)."""
+        out = {name: getattr(self, name) for name in self.__slots__}
+        if self.outcome is not None:
+            out["outcome"] = self.outcome.to_json()
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
 from . import blobs, codec, liveness, opening, run_list, safe_text, schema, values
-from .records import Event, Run
+from .records import Event, Outcome, Run
 from .run_list import RunLink, RunRow
 from .vocabulary import KIND_LAYER, KINDS, LAYERS, canonical_site, site_parts
 from .errors import StoreError
 
-__all__ = ["Store", "StoreError", "Run", "Event", "RawEvent", "RunLink", "RunRow", "LAYERS", "STATUSES"]
+__all__ = ["Store", "StoreError", "Run", "Event", "Outcome", "RawEvent", "RunLink", "RunRow", "LAYERS", "STATUSES"]
 
 STATUSES = ("recording", "complete", "incomplete", "failed")
 NAME_CHARS = 80  # a run's name: one line a person reads in the runs list
@@ -344,8 +344,8 @@ class Store:
             raise
 
     @_guarded
-    def finish_run(self, run_id: int, status: str = "complete", outcome: Any = None) -> None:
-        """Commit what is buffered and set the final status and outcome."""
+    def finish_run(self, run_id: int, status: str = "complete", outcome: Outcome | dict | None = None) -> None:
+        """Commit what is buffered and set the final status and outcome (an Outcome, or its fields)."""
         self._writable()
         if status not in ("complete", "failed", "incomplete"):
             raise StoreError(f"bad final status {status!r}; use complete, failed or incomplete")
@@ -356,7 +356,7 @@ class Store:
             raise StoreError(f"run {run_id} is being recorded by another process; let that process finish it")
         self._conn.execute(
             "UPDATE runs SET status = ?, outcome = ?, finished = ?, writer = NULL WHERE id = ?",
-            (status, _dumps(outcome, "outcome"), _now(), run_id),
+            (status, _dumps(outcome.to_json() if isinstance(outcome, Outcome) else outcome, "outcome"), _now(), run_id),
         )
 
     # ------------------------------------------------------------------ managing runs
@@ -480,6 +480,8 @@ class Store:
         up there, not queried: a list of many runs checks them all at once)."""
         fields, problems = values.check_run_fields(dict(zip(_RUN_FIELDS, row)))
         writer = fields.pop("writer")
+        fields["outcome"], wrong = Outcome.read(fields["outcome"])
+        problems += wrong
         # A fork of the setup step recorded as `-1:clock` reads as `setup:clock`, like its events' sites.
         fields["fork_site"] = canonical_site(fields["fork_site"])
         if isinstance(fields["mutation"], dict) and isinstance(fields["mutation"].get("site"), str):

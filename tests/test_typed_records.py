@@ -142,3 +142,50 @@ def test_the_engines_token_record_gives_the_same_value():
                     batch_rows=1, rows=(0,), row=0, kernel_mode="invariant", rng=(SEED, 2, 3), text=" hi")
     assert r.token_value() == token_value(93, " hi", True, -0.25, [SEED, 2, 3])
     assert list(r.token_value()) == list(token_value(93, " hi", True, -0.25, [SEED, 2, 3]))
+
+
+# ---------------------------------------------------------------------------- the outcome
+def test_a_runs_outcome_is_an_outcome_read_and_written_at_the_store(tmp_path):
+    from tttr.sessions.records import Outcome
+
+    stored = {"reason": "cancelled", "passed": False, "checker_exit": 1, "checker_output": "no\n", "exit_code": 3}
+    with Store.open(tmp_path / "s.db") as store:
+        a = store.begin_run(seed=SEED)
+        store.finish_run(a, "complete", stored)
+        b = store.begin_run(seed=SEED)
+        store.finish_run(b, "incomplete", Outcome.of({"reason": "recording stopped early"}))
+        c = store.begin_run(seed=SEED)
+        store.finish_run(c, "complete")
+        runs = {r.id: r for r in store.runs()}
+    got = runs[a].outcome
+    assert isinstance(got, Outcome) and got == stored and runs[a].problem is None
+    assert (got.passed, got.reason, got.checker_exit, got.checker_output) == (False, "cancelled", 1, "no\n")
+    assert got["exit_code"] == 3 and got.get("finish_reason") is None
+    assert list(got.to_json()) == list(stored)  # the stored order: what --json prints is unchanged
+    assert runs[b].outcome.reason == "recording stopped early" and runs[b].outcome.passed is None
+    assert runs[c].outcome is None
+    assert runs[a].to_json()["outcome"] == stored and type(runs[a].to_json()["outcome"]) is dict
+    conn = sqlite3.connect(tmp_path / "s.db")
+    assert conn.execute("SELECT outcome FROM runs WHERE id = ?", (b,)).fetchone()[0] == '{"reason":"recording stopped early"}'
+    conn.close()
+
+
+@pytest.mark.parametrize("column, problem, fields", [
+    ('[1, 2]', "its outcome is a list, not an object", None),
+    ('"passed"', "its outcome is text, not an object", None),
+    ('{"passed": "yes", "exit_code": 0}', "its outcome field 'passed' is text, not a boolean", {"exit_code": 0}),
+    ('{"checker_exit": 1.5, "reason": 7}', "its outcome field 'reason' is an integer, not text", {}),
+])
+def test_an_outcome_of_the_wrong_type_is_the_runs_problem(tmp_path, column, problem, fields):
+    with Store.open(tmp_path / "s.db") as store:
+        rid = store.begin_run(seed=SEED)
+        store.finish_run(rid, "complete")
+    conn = sqlite3.connect(tmp_path / "s.db")
+    conn.execute("UPDATE runs SET outcome = ? WHERE id = ?", (column, rid))
+    conn.commit()
+    conn.close()
+    with Store.open(tmp_path / "s.db", readonly=True) as store:
+        run = store.run(rid)
+    assert problem in run.problem
+    assert (None if run.outcome is None else run.outcome.to_json()) == fields
+    assert run.outcome is None or run.outcome.passed is None

@@ -157,7 +157,7 @@ def info(args: argparse.Namespace) -> int:
 
 def _run_json(row) -> dict:
     run = row.run
-    return {**{name: getattr(run, name) for name in run.__slots__}, "steps": row.steps, "events": row.events}
+    return {**run.to_json(), "steps": row.steps, "events": row.events}
 
 
 def runs(args: argparse.Namespace) -> int:
@@ -203,10 +203,10 @@ def _run_cells(row) -> list[str]:
 
     parent = "" if r.parent is None else lineage(r).split(" = ")[0]  # `fork of #1 at 2:tool`, `replay of #1 (faithful)`
     outcome = r.outcome
-    if isinstance(outcome, dict) and "passed" in outcome:
-        outcome = "passed" if outcome["passed"] else "failed check"
+    if outcome is not None and "passed" in outcome:
+        outcome = "passed" if outcome.passed else "failed check"
     elif outcome is not None:
-        outcome = json.dumps(outcome, ensure_ascii=False)[:40]
+        outcome = json.dumps(outcome.to_json(), ensure_ascii=False)[:40]
     return [
         str(r.id) + (f" {r.name}" if r.name else ""), r.status + (" (unreadable)" if r.problem else ""),
         r.task or "", r.model_id or "", r.kernel_mode or "", "" if r.seed is None else str(r.seed), parent,

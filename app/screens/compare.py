@@ -223,7 +223,7 @@ class CompareScreen(FittedFooter, Screen):
         one_line = len(text.plain) + 3 + len(sides[1].plain) <= max(40, self.app.size.width - 2)
         text.append("   " if one_line else "\n" + " " * len("outcome  "))
         text.append_text(sides[1])
-        passed = [o.get("passed") if isinstance(o, dict) else None for o in (c.outcome_a, c.outcome_b)]
+        passed = [o.passed if o is not None else None for o in (c.outcome_a, c.outcome_b)]
         steps = [r for r in c.rows if not any(s is not None and s.step < 0 for s in (r.a, r.b))]
         if None not in passed and passed[0] != passed[1] and all(r.same for r in steps):
             text.append("\n  the same actions led to a different outcome", style="bold yellow")

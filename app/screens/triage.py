@@ -61,7 +61,7 @@ class ExperimentFailed(Message):
 
 
 def _passed(run) -> bool:
-    return isinstance(run.outcome, dict) and run.outcome.get("passed") is True
+    return run.outcome is not None and run.outcome.passed is True
 
 
 def good_and_bad(first, second) -> tuple[int, int, str]:

@@ -108,7 +108,7 @@ def run_fork(db_path: Path, run_id: int, site_text: str, value: str, *, runtime,
         with Store.open(db_path, create=False) as store:
             outcome = store.run(result.run_id).outcome
             store.finish_run(result.run_id, status=status,
-                             outcome={**(outcome if isinstance(outcome, dict) else {}), "reason": "cancelled"})
+                             outcome={**(outcome or {}), "reason": "cancelled"})
     return ProgramFork(result.run_id, status, result)
 
 

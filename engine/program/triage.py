@@ -133,7 +133,7 @@ def program_actions(store, run_id: int) -> list[str]:
 
 def _passed(store, run_id: int) -> bool | None:
     outcome = store.run(run_id).outcome
-    return outcome.get("passed") if isinstance(outcome, dict) else None
+    return outcome.passed if outcome is not None else None
 
 
 def prepare(db: str, base: int, other: int, good: int, how: str, *, model: str | None = None,

@@ -78,7 +78,7 @@ def read_run(store, run) -> SuiteRun | None:
     program = info.get("agent") == "program" and isinstance(info.get("task"), str)
     task = info["task"] if program else run.task  # a program's run is `program:NAME`; its suite task is here
     tools = [e.value for e in store.events(run.id, kind="tool")]
-    passed = run.outcome.get("passed") if isinstance(run.outcome, dict) else None
+    passed = run.outcome.passed if run.outcome is not None else None
     index = info.get("index") if isinstance(info.get("index"), int) else 0
     setup = store.event_at(run.id, site(SETUP_STEP, "setup"))
     tree = setup.value.get("tree") if setup is not None and isinstance(setup.value, dict) else None

@@ -139,7 +139,7 @@ class _Builder:
             _set(a, "tttr.kernel.fingerprint", _digest([_json(fingerprint)]))
             _set(a, "tttr.kernel.device", fingerprint.get("device_name") or fingerprint.get("device"))
         if run.outcome is not None:
-            _set(a, "tttr.outcome", run.outcome)
+            _set(a, "tttr.outcome", run.outcome.to_json())
         if run.parent is not None:
             self._link(root)
         spans = [root]
