@@ -209,3 +209,17 @@ def test_traces_in_and_out_live_in_the_engine_and_only_they_import_opentelemetry
     graph = _graph()
     assert not [t for m, ts in graph.items() if m.startswith("tttr.engine.traces") for t in ts
                 if t.startswith("tttr.app")]
+
+
+def test_a_runs_steps_and_divergences_are_low_modules_that_every_kind_can_import():
+    """engine/replay/steps.py (a run's steps for diff and the compare screen) and
+    engine/replay/divergence.py (Divergence, compared values) import nothing of tttr above
+    sessions/: the kinds (engine/kinds.py), the replays and diff all import them, and diff asks
+    the kinds, so anything more would close a cycle. diff itself asks `kind_of`, never branches."""
+    graph = _graph()
+    for low in ("tttr.engine.replay.steps", "tttr.engine.replay.divergence"):
+        assert all(_package(t) == "sessions" for t in graph[low]), (low, sorted(graph[low]))
+    assert "tttr.engine.kinds" in graph["tttr.engine.replay.diff"]
+    assert "tttr.engine.replay.steps" in graph["tttr.engine.kinds"]
+    importers = sorted(m for m, ts in graph.items() if "tttr.engine.replay.diff" in ts and m.startswith("tttr.engine."))
+    assert importers == ["tttr.engine.replay.bench"], importers  # diff is a top: only a benchmark and the app use it
