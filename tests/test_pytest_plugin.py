@@ -94,14 +94,36 @@ def test_the_plugin_replays_marked_tests_sealed_against_todays_code(tmp_path, ca
 
 @pytest.mark.slow
 def test_an_agent_function_in_the_test_process_replays_sealed(tmp_path):
-    """An agent *function* (assets/examples/greeting_agent.py) called in the test's body:
-    --tttr-record records its calls with the default model as the run named `greeting`; a plain
-    run answers them from that run through the plugin's in-process server, sealed."""
+    """An agent *function* (assets/examples/greeting_agent.py) called in the test's body, and the
+    official `anthropic` client streaming: --tttr-record records their calls with the default model
+    as the runs their markers name; a plain run answers them from those runs through the plugin's
+    in-process server, sealed."""
     db = tmp_path / "greeting.db"
     example = str(EXAMPLES / "test_greeting_agent_replay.py")
-    out = _pytest(example, "--tttr-db", str(db), "--tttr-record", "-k", "still_decides", cwd=tmp_path)
-    assert _counts(out.stdout) == {"passed": 1}, out.stdout + out.stderr
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "test_claude.py").write_text(textwrap.dedent("""\
+        import anthropic
+        import pytest
+
+
+        @pytest.mark.tttr(name="claude-greeting")
+        def test_the_anthropic_client_streams(tttr_replay):
+            client = anthropic.Anthropic()  # ANTHROPIC_BASE_URL is the plugin's server
+            with client.messages.stream(model="claude-haiku-4-5", max_tokens=8, system="Reply with one word.",
+                                        messages=[{"role": "user", "content": "Say hello."}],
+                                        extra_body={"temperature": 0}) as stream:
+                print("answer:", repr(stream.get_final_text()))
+            if tttr_replay.cassette is not None:  # replaying: answered from the run, sealed
+                assert tttr_replay.cassette.answered == 1
+    """))
+    out = _pytest(example, str(mine / "test_claude.py"), "--tttr-db", str(db), "--tttr-record", "-k",
+                  "still_decides or anthropic", cwd=tmp_path)
+    assert _counts(out.stdout) == {"passed": 2}, out.stdout + out.stderr
     assert "the test's calls recorded as run 1 (name 'greeting')" in out.stdout
+    assert "the test's calls recorded as run 2 (name 'claude-greeting')" in out.stdout
+    answer = re.search(r"answer: '.+'", out.stdout)
+    assert answer, out.stdout
 
     # The shipped pair: the same function passes; a one-line prompt change fails with the divergence.
     before = db.read_bytes()
@@ -115,8 +137,6 @@ def test_an_agent_function_in_the_test_process_replays_sealed(tmp_path):
     assert "UnprocessableEntityError" in failure  # what the body's client got, after the cause
     assert db.read_bytes() == before  # sealed: nothing written
 
-    mine = tmp_path / "mine"
-    mine.mkdir()
     shutil.copy(EXAMPLES / "greeting_agent.py", mine)
     (mine / "test_mine.py").write_text(textwrap.dedent("""\
         import os
@@ -159,10 +179,12 @@ def test_an_agent_function_in_the_test_process_replays_sealed(tmp_path):
         def test_no_such_name(tttr_replay):
             pass
     """))
-    out = _pytest("test_mine.py", "--tttr-db", str(db), cwd=mine)
+    out = _pytest("test_mine.py", "test_claude.py", "--tttr-db", str(db), cwd=mine)
     text = out.stdout + out.stderr
-    assert _counts(out.stdout) == {"passed": 1, "failed": 2, "error": 1}, text
+    assert _counts(out.stdout) == {"passed": 2, "failed": 2, "error": 1}, text
     assert "PASSED test_mine.py::test_tools_are_answered_not_run" in text
+    assert "PASSED test_claude.py::test_the_anthropic_client_streams" in text
+    assert answer.group(0) in text  # the streamed answer, as recorded
     assert "(the test made 1 of the 2 recorded model calls)" in text  # the second call was never asked
     swallowed = text[text.index("_ test_a_swallowed_error_still_fails _"):]
     assert "call 0 (step 1), message 0" in swallowed and "'something else'" in swallowed
