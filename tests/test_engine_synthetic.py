@@ -87,16 +87,16 @@ def test_machine_limits_are_measured():
 
 
 def test_report_lines_name_random_weights_limits_and_ratios():
-    t = {"decode_tok_s": 20.0, "ttft_s": 0.5, "decode_bandwidth_fraction": 0.5, "prefill_512_tok_s": 100.0,
+    t = {"decode_tok_s": 20.0, "decode_tok_per_cpu_s": 30.0, "ttft_s": 0.5, "decode_bandwidth_fraction": 0.5, "prefill_512_tok_s": 100.0,
          "prefill_512_fma_fraction": 0.4, "batch8_tok_s": 70.0}
-    ll = {"decode_tok_s": 25.0, "ttft_s": 0.4, "decode_bandwidth_fraction": 0.625, "prefill_512_tok_s": 80.0,
+    ll = {"decode_tok_s": 25.0, "decode_tok_per_cpu_s": 24.0, "ttft_s": 0.4, "decode_bandwidth_fraction": 0.625, "prefill_512_tok_s": 80.0,
           "prefill_512_fma_fraction": 0.32}
     r = {"synthetic": "llama-1b", "shape": {"arch": "llama", "layers": 16, "d_model": 2048, "heads": 32,
                                             "kv_heads": 8, "ffn": 8192, "vocab": 49152},
          "file_types": {"Q4_K": 90}, "weight_bytes": 700 * 2**20, "kernel_mode": "invariant", "tokens": 32,
          "rounds": 1, "threads": 2, "limits": {"bandwidth_gbs": 30.0, "fma_peak_gflops": 200.0, "threads": 2},
          "tttr": t, "llama_cpp": ll, "llama_cpp_status": "measured",
-         "tttr_over_llama_cpp": {"decode": 0.8, "ttft": 0.8, "batch8_vs_llama_single": 2.8, "prefill_512_tok_s": 1.25,
+         "tttr_over_llama_cpp": {"decode": 0.8, "decode_cpu": 1.25, "ttft": 0.8, "batch8_vs_llama_single": 2.8, "prefill_512_tok_s": 1.25,
                                  "cold_start": 1.1, "peak_rss": 1.3},
          "cold_start_s": 1.1, "peak_rss_mib": 900, "llama_cpp_cold_start_s": 1.0, "llama_cpp_cold_peak_rss_mib": 700}
     text = bs.format_report(r)
@@ -104,6 +104,8 @@ def test_report_lines_name_random_weights_limits_and_ratios():
     decode = next(x for x in text.splitlines() if x.startswith("single-stream decode"))
     assert "20.00" in decode and "25.00" in decode and "0.80x" in decode and "50% / 62% of the limit" in decode
     assert "2.80x" in next(x for x in text.splitlines() if x.startswith("8-way"))
+    cpu = next(x for x in text.splitlines() if x.startswith("decode by CPU time"))
+    assert "30.00" in cpu and "24.00" in cpu and "1.25x" in cpu
     assert "1.30x" in next(x for x in text.splitlines() if x.startswith("peak memory"))
     # without llama.cpp: TTTR's figures, dashes for the other side, and how to install it
     alone = bs.format_report({**r, "llama_cpp": None, "tttr_over_llama_cpp": None, "llama_cpp_status": "not installed",
@@ -138,10 +140,10 @@ def test_bench_runs_end_to_end_on_a_tiny_shape_against_llama_cpp(monkeypatch):
     r = bs.run(TINY.name, tokens=4, prefill=(16, 40), rounds=1, cold=False)
     assert r["random_weights"] and r["limits"]["bandwidth_gbs"] > 0 and r["limits"]["fma_peak_gflops"] > 0
     t = r["tttr"]
-    for key in ("decode_tok_s", "ttft_s", "prefill_16_tok_s", "prefill_40_tok_s", "batch8_tok_s",
+    for key in ("decode_tok_s", "decode_tok_per_cpu_s", "ttft_s", "prefill_16_tok_s", "prefill_40_tok_s", "batch8_tok_s",
                 "decode_bandwidth_fraction", "prefill_40_fma_fraction"):
         assert t[key] > 0, key
     if lcpp.available():
         assert r["llama_cpp_status"] == "measured"
         assert "Q4_K" in r["file_types"] and r["llama_cpp"]["prefill_40_tok_s"] > 0
-        assert r["tttr_over_llama_cpp"]["decode"] > 0
+        assert r["tttr_over_llama_cpp"]["decode"] > 0 and r["llama_cpp"]["decode_tok_per_cpu_s"] > 0

@@ -67,21 +67,21 @@ def _load(path: str, n_ctx: int = 512, threads: int | None = None):
     return Llama(model_path=path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
 
 
-def _greedy(llm, ids: list[int], n: int) -> tuple[list[int], float, float]:
-    """(n greedy token ids after `ids`, seconds, seconds to the first token): from an empty
-    cache, prefill included."""
+def _greedy(llm, ids: list[int], n: int) -> tuple[list[int], float, float, float]:
+    """(n greedy token ids after `ids`, seconds, seconds to the first token, this process's CPU
+    seconds from the first token to the last): from an empty cache, prefill included."""
     llm.reset()  # no prefix reuse: every run prefills the whole prompt
     out: list[int] = []
     t = time.perf_counter()
-    first = 0.0
+    first = cpu = 0.0
     if n:
         for token in llm.generate(ids, temp=0.0, top_k=1, repeat_penalty=1.0):
             out.append(int(token))
             if len(out) == 1:
-                first = time.perf_counter() - t
+                first, cpu = time.perf_counter() - t, time.process_time()
             if len(out) == n:
                 break
-    return out, time.perf_counter() - t, first
+    return out, time.perf_counter() - t, first, (time.process_time() - cpu if n else 0.0)
 
 
 def _cmd_generate(a) -> int:
@@ -96,7 +96,7 @@ def _cmd_generate(a) -> int:
     _greedy(llm, ids, min(a.n, 8))  # warm-up, as the bench warms TTTR up
     rounds, out = [], []
     for _ in range(a.rounds):
-        out, seconds, _ = _greedy(llm, ids, a.n)
+        out, seconds, _, _ = _greedy(llm, ids, a.n)
         rounds.append(a.n / seconds if a.n else 0.0)
     print(json.dumps({"load_s": round(load_s, 3), "tok_s": round(max(rounds, default=0.0), 2),
                       "rounds_tok_s": [round(x, 2) for x in rounds], "prompt_ids": ids, "ids": out,
@@ -126,7 +126,7 @@ def _cmd_cold(a) -> int:
 
 def _cmd_serve(a) -> int:
     """First line out: {"load_s"}. Then for each line in: {"ids": [...], "n": N} -> {"ids", "seconds",
-    "first_s"} (first_s: to the first token);
+    "first_s", "decode_cpu_s"} (first_s: to the first token; decode_cpu_s: CPU time after it);
     an empty line (or end of input) -> {"peak_rss_mib"} and exit."""
     t = time.perf_counter()
     llm = _load(a.file, a.ctx, a.threads)
@@ -135,8 +135,8 @@ def _cmd_serve(a) -> int:
         if not line.strip():
             break
         req = json.loads(line)
-        out, seconds, first = _greedy(llm, req["ids"], req["n"])
-        print(json.dumps({"ids": out, "seconds": seconds, "first_s": first}), flush=True)
+        out, seconds, first, cpu = _greedy(llm, req["ids"], req["n"])
+        print(json.dumps({"ids": out, "seconds": seconds, "first_s": first, "decode_cpu_s": cpu}), flush=True)
     print(json.dumps({"peak_rss_mib": round(_peak_rss_mib())}), flush=True)
     return 0
 
