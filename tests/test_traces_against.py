@@ -144,11 +144,13 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
 
 # ---------------------------------------------------------------------------- end to end
 @pytest.mark.slow
-def test_a_recorded_program_exported_and_imported_replays_identically(tmp_path, capsys):
-    """The OpenAI example recorded, exported with content, imported into another database: the
-    same program replayed against the trace is answered call by call and tool by tool."""
+@pytest.mark.parametrize("example", ["openai_agent.py", "anthropic_agent.py", "agents_sdk_agent.py"])
+def test_a_recorded_program_exported_and_imported_replays_identically(tmp_path, capsys, example):
+    """An example recorded (OpenAI chat completions, Anthropic Messages, the Agents SDK on the
+    Responses API), exported with content, imported into another database: the same program
+    replayed against the trace is answered call by call and tool by tool."""
     src = tmp_path / "s.db"
-    tree = program_tree(tmp_path, "work", (ROOT / "assets" / "examples" / "openai_agent.py").read_text())
+    tree = program_tree(tmp_path, "work", (ROOT / "assets" / "examples" / example).read_text())
     rec = cli_json(capsys, ["record", "--db", str(src), "--tree", str(tree), "--seed", "7", "--clock", CLOCK,
                             "--json", "--", "python3", "prog.py"])
     assert rec["exit_code"] == 0 and rec["calls"] == 2, rec
