@@ -12,8 +12,9 @@ its id there. A round's tests side by side are threads that each wait on their o
 so they run on as many workers as the cluster has; a test whose worker dies is run again by
 Ray (a replay of a snapshot is safe to repeat). So the report is the local one's: the same
 subsets tested, the same verdicts; only the stored runs' ids (and `merged_from` in their meta)
-differ. Ctrl-C, or a test raising in a batch, cancels the tests in flight: unlike the local
-path, where they end as incomplete runs, nothing of them is stored.
+differ. Ctrl-C, or a test raising in a batch, cancels the tests in flight and starts no more:
+unlike the local path, where they end as incomplete runs, nothing of them is stored (a test
+that returned already is merged, complete).
 
 A worker keeps what it loaded (the built-in agent's runtime, a program's shared model) for
 the tests it runs next.
@@ -94,6 +95,12 @@ def _snapshot(db: str) -> bytes:
         return copy.read_bytes()
 
 
+def _not_stopped(stop: threading.Event | None) -> None:
+    """A test asked for once the experiment was stopped is not started (KeyboardInterrupt)."""
+    if stop is not None and stop.is_set():
+        raise KeyboardInterrupt
+
+
 class RayTests:
     """An experiment's tests on Ray, into `db`: `agent(...)` and `program(...)` each run one
     test as a Ray task and return its trial, merged into `db`. Any thread may call them."""
@@ -122,12 +129,14 @@ class RayTests:
 
     def agent(self, base: int, other: int, subset: list, judge, *, model: str | None, kernel_mode: str,
               unsafe_no_sandbox: bool, stop: threading.Event | None = None):
+        _not_stopped(stop)
         ref = self._agent.remote(self.snapshot, base, other, list(subset), judge, model, kernel_mode,
                                  unsafe_no_sandbox)
         return self._merged(ref, subset, stop)
 
     def program(self, base: int, other: int, subset: list, judge, *, check: str | None, model: str | None,
                 unsafe_no_sandbox: bool, stop: threading.Event | None = None):
+        _not_stopped(stop)
         ref = self._program.remote(self.snapshot, base, other, list(subset), judge, check, model, unsafe_no_sandbox)
         return self._merged(ref, subset, stop)
 
