@@ -80,8 +80,8 @@ def test_what_has_no_chat_counterpart_is_refused_naming_the_field():
     _refused({"model": "m", "messages": user}, "max_tokens", "required")
     _refused({"max_tokens": 5, "messages": user}, "model", "required")
     _refused({"model": "m", "max_tokens": 5, "messages": []}, "messages", "non-empty")
-    _refused({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, "messages[0].role",
-             "top-level `system`")
+    _refused({"model": "m", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}, "messages[0].role",
+             "top-level `system`")  # a system message between turns is read (tests/test_claude_agent_sdk.py)
     _refused({"model": "m", "max_tokens": 5, "messages": user, "temperature": 1.5}, "temperature", "0..1")
     _refused({"model": "m", "max_tokens": 5, "messages": user, "thinking": {"type": "enabled", "budget_tokens": 1024}},
              "thinking", "no extended thinking")
