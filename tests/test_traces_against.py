@@ -142,6 +142,24 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
     assert db.read_bytes() == before
 
 
+def test_a_damaged_trace_value_is_one_line_and_nothing_written(tmp_path, capsys):
+    """Database contents are untrusted: a tool call whose arguments are of the wrong shape."""
+    db = tmp_path / "d.db"
+    with Store.open(db) as store:
+        run = store.begin_run(task="trace:x", meta={"source": "tttr import"})
+        store.append(run, "0:message", {"text": "hi", "tool_calls": [], "input": [{"role": "user", "content": "q"}]})
+        store.commit_step(run)
+        store.append(run, "1:tool", {"function": "stock", "args": [], "kwargs": ["not", "an", "object"], "result": 1})
+        store.commit_step(run)
+        store.finish_run(run, status="complete")
+    code_dir = program_tree(tmp_path, "code", SHOP)
+    before = db.read_bytes()
+    code, out, err = _run(capsys, ["replay", str(run), "--db", str(db), "--code", str(code_dir), "--", "python3",
+                                   "prog.py"])
+    assert code == 2 and out == "" and err.count("\n") == 1 and "site 1:tool" in err and "kwargs" in err, err
+    assert db.read_bytes() == before
+
+
 # ---------------------------------------------------------------------------- end to end
 @pytest.mark.slow
 @pytest.mark.parametrize("example", ["openai_agent.py", "anthropic_agent.py", "agents_sdk_agent.py"])
@@ -210,6 +228,16 @@ def test_a_hand_written_trace_answers_forks_and_diverges_on_the_real_model(tmp_p
     assert sealed["divergence"]["field"] == {"path": "messages[0].content", "recorded": "What is on sale?",
                                              "requested": QUESTION}
     assert sealed["exit_code"] != 0 and sealed["logits_computed"] == 0  # the program got an error for its call
+
+    # The program's own tool, not the SDK's: the trace's tool call is passed over, and its result is
+    # compared where it shows, in the next request (the real tool said "0 apples").
+    own = program_tree(tmp_path, "own", SHOP.replace("@sdk.tool\n", ""))
+    status, out, _ = _run(capsys, ["replay", str(run), "--db", str(db), "--code", str(own), "--sealed", "--json",
+                                   "--", "python3", "prog.py"])
+    passed = json.loads(out.strip().splitlines()[-1])
+    assert status == 1 and passed["tools_not_asked"] == ["1:tool"] and passed["calls_answered"] == 1, passed
+    assert passed["divergence"]["field"] == {"path": "messages[2].content", "recorded": "stock: 3 apples",
+                                             "requested": "stock: 0 apples"}
 
 
 @pytest.mark.slow

@@ -12,7 +12,9 @@ program's replay (engine/program/replay.py: `replay_program` with this module's 
   engine/traces/matching.py);
 - an SDK tool call (`@sdk.tool`, `sdk.shell`) is answered with the trace's tool result (or
   error) when its name and arguments match (matching.py); an answered tool does not run, and
-  has no effect on the files (a trace holds no file trees);
+  has no effect on the files (a trace holds no file trees); a trace's tool call the program does
+  not ask the SDK for before its next model call (a tool it runs itself) is passed over: its
+  result is compared where it shows, in that call's messages;
 - clock reads are live (the virtual clock, logical per read): a trace holds none.
 
 The first request that differs (another kind of step, another message or argument, a step the
@@ -54,6 +56,7 @@ SITES = "a model call's answer (STEP:message) or a tool's result (STEP:tool)"
 
 # ---------------------------------------------------------------------------- the trace's steps
 def _step_problem(kind: str, value: dict) -> str | None:
+    """What a trace step lacks for a program's replay (its content), or None."""
     if kind == "message":
         missing = [m for m in (value.get("missing") or []) if isinstance(m, str)]
         if missing or not isinstance(value.get("input"), list):
@@ -62,6 +65,21 @@ def _step_problem(kind: str, value: dict) -> str | None:
     if "cmd" in value or "result" in value or isinstance(value.get("error"), dict):
         return None
     return "has no result"
+
+
+def _damage(kind: str, value: dict) -> str | None:
+    """A value of the wrong shape (a damaged or hand-edited database), or None."""
+    if kind == "message":
+        if not isinstance(value.get("text"), (str, type(None))) or not isinstance(value.get("tool_calls") or [], list) \
+                or not all(isinstance(m, dict) for m in value["input"]):
+            return "its text, tool calls or input messages are not text, a list and a list of objects"
+        return None
+    if "cmd" in value:
+        return None if isinstance(value["cmd"], str) else "its command is not text"
+    if not isinstance(value.get("function"), str) or not isinstance(value.get("args", []), list) \
+            or not isinstance(value.get("kwargs", {}), dict):
+        return "its function, args or kwargs are not text, a list and an object"
+    return None
 
 
 def trace_steps(reader, run) -> list:
@@ -88,6 +106,9 @@ def trace_steps(reader, run) -> list:
             raise TraceError(f"run {run.id}'s {what} at {e.site} {problem}: a program is replayed against a trace's "
                              "content; export the trace with its messages and tool results (the GenAI conventions' "
                              "opt-in content, `tttr export --content`) and import it again")
+        damage = _damage(e.kind, value)
+        if damage is not None:
+            raise TraceError(f"run {run.id}, site {e.site}: {damage}; the database is damaged")
         if isinstance(value.get("stdout"), dict):  # a large output kept as a blob
             value["stdout"] = read_text(reader, value["stdout"])
         steps.append(_Step(e.step, "call" if e.kind == "message" else "tool", [_Event(e.kind, value, e.site)]))
@@ -352,6 +373,7 @@ class TraceReplayer(Replayer):
         else:
             self.live = LiveCalls(plan.model, recorder, None)  # any model: the trace's was another server's
         self.forked = False
+        self.not_asked: list[str] = []  # trace tool calls the program did not ask the SDK for (_pass_tools)
 
     def _diverge(self, where: str, a, b, detail: dict | None = None) -> None:
         self.divergence = Divergence(where, "trace", a, b, NAMES)
@@ -366,6 +388,7 @@ class TraceReplayer(Replayer):
 
         with self._lock:
             asked = asked_messages(endpoint, body)
+            self._pass_tools()
             step = self._take("call", asked)
             if step is not None:
                 index = self.calls
@@ -394,6 +417,21 @@ class TraceReplayer(Replayer):
                 self.detail = {"call": index, "step": step.step, "at": f"{step.step}:message", "field": path,
                                "recorded": a, "requested": b}
             return self._live_call(name, endpoint, body)
+
+    def _pass_tools(self) -> None:
+        """The trace's tool calls before the next model call that the program did not ask for
+        through the SDK: its own tools (their results are in the next call's messages, compared
+        there), passed over, not a divergence."""
+        if self.divergence is not None:
+            return
+        while self.cursor < len(self.rec.steps) and self.rec.steps[self.cursor].kind == "tool":
+            self.not_asked.append(self.rec.steps[self.cursor].events[0].site)
+            self.cursor += 1
+
+    def finish(self) -> None:
+        with self._lock:
+            self._pass_tools()  # trailing tools the program ran itself
+        super().finish()
 
     def answer_sdk(self, name, kind: str, value: dict):
         if kind == "clock":
@@ -424,7 +462,7 @@ class TraceReplayer(Replayer):
 
     def report(self) -> dict:
         out = {**super().report(), "against_trace": self.plan.run_id, "compared": COMPARED,
-               "trace_steps": len(self.rec.steps)}
+               "trace_steps": len(self.rec.steps), "tools_not_asked": list(self.not_asked)}
         if self.plan.change is not None:
             out |= {"fork_site": str(self.plan.change.site), "forked": self.forked}
         return out
