@@ -478,15 +478,5 @@ def pair_kind(good, bad, verb: str) -> RunKind:
 
 
 def kind_of(run) -> RunKind:
-    """The kind of `run` (a sessions Run): what recorded it, read from its metadata."""
-    from tttr.engine.program.replay import is_program_run
-    from tttr.engine.replay.calls import is_call_run
-    from tttr.engine.traces.imported import is_imported_run
-
-    if is_imported_run(run):
-        return IMPORTED
-    if is_program_run(run):
-        return PROGRAM
-    if is_call_run(run):
-        return CALLS
-    return AGENT
+    """The kind of `run` (a sessions Run): what recorded it, as its metadata says (`Run.run_meta`)."""
+    return {"agent": AGENT, "calls": CALLS, "program": PROGRAM, "imported": IMPORTED}[run.run_meta.kind]

@@ -88,6 +88,43 @@ def _json_type(value: Any) -> str:
             dict: "an object"}.get(type(value), type(value).__name__)
 
 
+# What records each kind of run, as its meta's "source" says (a served call's source starts
+# with its own); a run without one of these is the built-in agent's on a task.
+RECORDED_BY = {"imported": "tttr import", "program": "tttr record", "calls": "tttr serve"}
+RUN_KINDS = ("agent", "calls", "program", "imported")
+
+
+@dataclass(frozen=True, slots=True)
+class RunMeta:
+    """What a run's metadata says it is: its kind (one of RUN_KINDS), named here once for
+    every reader (`engine.kinds.kind_of`), and what recorded it (meta's "source", or None)."""
+
+    kind: str
+    source: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in RUN_KINDS:
+            raise ValueError(f"a run's kind is one of {', '.join(RUN_KINDS)}, not {self.kind!r}")
+
+    @classmethod
+    def of(cls, task: Any, meta: Any) -> RunMeta:
+        """The kind of a run with this task and meta (either may be of any type: a database is
+        untrusted). An imported trace, a program (`tttr record`, or a `program:` task), served
+        calls (`tttr serve` direct or proxied, an `upstream`, or an `api:` task), else the agent."""
+        meta = meta if type(meta) is dict else {}
+        source = meta.get("source") if type(meta.get("source")) is str else None
+        task = task if type(task) is str else ""
+        if source == RECORDED_BY["imported"]:
+            kind = "imported"
+        elif source == RECORDED_BY["program"] or task.startswith("program:"):
+            kind = "program"
+        elif (source or "").startswith(RECORDED_BY["calls"]) or "upstream" in meta or task.startswith("api:"):
+            kind = "calls"
+        else:
+            kind = "agent"
+        return cls(kind, source)
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     id: int
@@ -111,6 +148,11 @@ class Run:
     # or None. The fields named hold safe stand-ins (None, {}), so the run can be listed;
     # replay, fork and diff refuse it with this line.
     problem: str | None = None
+
+    @property
+    def run_meta(self) -> RunMeta:
+        """The run's kind and what recorded it, from its task and meta."""
+        return RunMeta.of(self.task, self.meta)
 
     def to_json(self) -> dict:
         """Every field by name, in order, as JSON types (the outcome as stored)."""

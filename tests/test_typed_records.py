@@ -189,3 +189,32 @@ def test_an_outcome_of_the_wrong_type_is_the_runs_problem(tmp_path, column, prob
     assert problem in run.problem
     assert (None if run.outcome is None else run.outcome.to_json()) == fields
     assert run.outcome is None or run.outcome.passed is None
+
+
+# ---------------------------------------------------------------------------- the run's kind
+@pytest.mark.parametrize("task, meta, kind", [
+    ("write-line", {}, "agent"),
+    ("write-line", {"replay": {"free": ["token"]}}, "agent"),
+    ("api:chat", {}, "calls"),
+    (None, {"source": "tttr serve", "endpoint": "chat"}, "calls"),
+    (None, {"source": "tttr serve (proxy)"}, "calls"),
+    ("x", {"upstream": "http://h"}, "calls"),
+    ("program:agent.py", {}, "program"),
+    ("mine", {"source": "tttr record", "program": ["python3", "a.py"]}, "program"),
+    ("trace:AgentExecutor", {"source": "tttr import"}, "imported"),
+    (["not", "text"], {"source": 7}, "agent"),  # a hostile row: the agent's, by default
+])
+def test_a_runs_kind_is_named_once_in_its_run_meta_and_kind_of_reads_it(tmp_path, task, meta, kind):
+    from tttr.engine.kinds import kind_of
+    from tttr.sessions.records import RUN_KINDS, RunMeta
+
+    with Store.open(tmp_path / "s.db") as store:
+        rid = store.begin_run(task=task if isinstance(task, str) else None, meta=meta, seed=SEED)
+        store.finish_run(rid)
+        run = store.run(rid)
+    if isinstance(task, str):
+        assert run.run_meta == RunMeta.of(task, meta) and run.run_meta.kind == kind
+        assert kind_of(run).name == kind
+    assert RunMeta.of(task, meta).kind == kind and kind in RUN_KINDS
+    with pytest.raises(ValueError, match="one of agent, calls, program, imported"):
+        RunMeta("shell")

@@ -63,16 +63,17 @@ from tttr.engine.serve.sdk_tree import SDKTree, program_file
 from tttr.recorders.program import (
     SOCKET_NAME, HostPython, ProgramError, api_dir, check_program, endpoint_env, sandboxed_command,
 )
+from tttr.sessions.records import RECORDED_BY as RUN_RECORDERS
+from tttr.sessions.records import RunMeta
 from tttr.sessions.vocabulary import SETUP_STEP, site, site_parts
 
-RECORDED_BY = "tttr record"
+RECORDED_BY = RUN_RECORDERS["program"]
 DEFAULT_TIMEOUT_S = 600.0
 NAMES = ("recorded", "live")
 
 
 def is_program_run(run) -> bool:
-    meta = run.meta if isinstance(run.meta, dict) else {}
-    return meta.get("source") == RECORDED_BY or (isinstance(run.task, str) and run.task.startswith("program:"))
+    return RunMeta.of(run.task, run.meta).kind == "program"
 
 
 class _Event(NamedTuple):

@@ -38,18 +38,17 @@ from tttr.engine.replay.result import ReplayError, RunResult, kernels_note
 from tttr.engine.replay.source import Source
 from tttr.engine.replay.tokens import Draws
 from tttr.kernels.mode import MODES
+from tttr.sessions.records import RECORDED_BY, RunMeta
 from tttr.sessions.vocabulary import Site, site
 
-SERVED_BY = "tttr serve"  # the recorder's meta.source; a proxy's starts with it too
+SERVED_BY = RECORDED_BY["calls"]  # the recorder's meta.source; a proxy's starts with it too
 
 
 def is_call_run(run) -> bool:
     """Whether `run` was recorded by `tttr serve` (direct or proxied): its calls, not the
-    shell agent's steps. The recorder marks it in meta.source; `api:*` tasks are its too."""
-    meta = run.meta if isinstance(run.meta, dict) else {}
-    source = meta.get("source")
-    return ((isinstance(source, str) and source.startswith(SERVED_BY)) or "upstream" in meta
-            or (isinstance(run.task, str) and run.task.startswith("api:")))
+    shell agent's steps. The recorder marks it in meta.source; `api:*` tasks are its too
+    (sessions.records.RunMeta names the kinds)."""
+    return RunMeta.of(run.task, run.meta).kind == "calls"
 
 
 def upstream_of(run) -> str | None:

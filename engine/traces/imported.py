@@ -25,8 +25,9 @@ from tttr.engine.traces.conventions import FORMATS, chat_call, role_of, tool_cal
 from tttr.engine.traces.errors import TraceError
 from tttr.engine.traces.from_run import is_content
 from tttr.engine.traces.spans import Span, Trace, from_json_value, to_json_value
+from tttr.sessions.records import RECORDED_BY, RunMeta
 
-IMPORTED_BY = "tttr import"
+IMPORTED_BY = RECORDED_BY["imported"]
 TASK_PREFIX = "trace:"
 # What a trace cannot hold that a recorded run has: named by `tttr info` and the kind's refusals.
 LACKS = ("clock reads", "randomness (seeds, RNG coordinates)", "file trees", "token ids and logits")
@@ -34,8 +35,7 @@ NAME_CHARS = 200
 
 
 def is_imported_run(run) -> bool:
-    meta = run.meta if isinstance(run.meta, dict) else {}
-    return meta.get("source") == IMPORTED_BY
+    return RunMeta.of(run.task, run.meta).kind == "imported"
 
 
 def causal_order(trace: Trace) -> list[int]:
