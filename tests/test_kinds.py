@@ -60,6 +60,13 @@ def test_the_app_asks_a_runs_kind_through_kind_of_only():
     asked = [str(p.relative_to(ROOT)) for p in (ROOT / "app").rglob("*.py")
              if "is_program_run" in p.read_text() or "is_call_run" in p.read_text()]
     assert not asked, f"these app modules decide a run's kind themselves: {asked}"
+    # ... nor branch on which kind it is: they ask the kind (steps, deltas, runs_program, its refusals)
+    import re
+
+    which = re.compile(r"\bkind is (not )?(AGENT|CALLS|PROGRAM|IMPORTED)\b|\bkind\.name (==|in)\b|\b(AGENT|PROGRAM) in kinds\b")
+    branching = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "app").rglob("*.py")
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if which.search(line)]
+    assert not branching, f"these app lines branch on a run's kind: {branching}"
 
 
 def test_an_experiment_takes_two_runs_of_one_kind_that_has_experiments(tmp_path):
