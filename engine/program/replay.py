@@ -750,7 +750,7 @@ def _replay(recorder, rec, executor, host, program, argv, tree_dir, clock, sock_
         replayer.arm_clock()  # the reads before the first call
         command = sandboxed_command(program, host) if sandboxed else program
         sdk_clock.begin()
-        say(f"{'forking' if fork is not None else 'replaying'} {program} …")
+        say(f"{getattr(fork, 'verb', 'forking') if fork is not None else 'replaying'} {program} …")  # a trace's: its own
         res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
         endpoint.begin_stop()  # the program and what it started are gone: nothing asks any more
         recorder.flush()

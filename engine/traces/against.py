@@ -205,6 +205,11 @@ class AgainstTrace:
     cancel: object = None
     meta: dict = field(default_factory=dict)
 
+    @property
+    def verb(self) -> str:
+        """How replay_program's progress names what it does."""
+        return "forking" if self.change is not None else "replaying"
+
     # -- what replay_program asks of a fork plan -------------------------------------------
     def start_clock(self, recorded: datetime) -> datetime:
         return recorded
