@@ -1,4 +1,4 @@
-"""`tttr record`, `tttr replay`, `tttr fork`, `tttr diff`, `tttr bench replay` and `tttr bench agent`."""
+"""`tttr record`, `tttr replay`, `tttr fork` and `tttr diff`."""
 
 from __future__ import annotations
 
@@ -107,52 +107,6 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_diff)
 
-    b = bench_sub.add_parser(
-        "replay", help="replay fidelity per layer and replay/fork/record speed",
-        description="Records runs over the task suite, then measures: faithful replay fidelity, "
-                    "tensor-freed fidelity (co-batched), token-freed agreement of actions, and the "
-                    "speed of faithful replay and of a late fork against recording, and recording's "
-                    "overhead against the same run unrecorded.",
-    )
-    b.add_argument("--runs", type=argtypes.steps, default=10, help="runs to record (default 10)")
-    b.add_argument("--db", help="database to keep the runs in (default: a temporary file)")
-    _model_args(b)
-    b.add_argument("--json", action="store_true", help="print one JSON object")
-    b.set_defaults(func=cmd_bench_replay)
-
-    b = bench_sub.add_parser(
-        "agent", help="record, replay and fork a user's agent program: speedups, overhead, SDK import",
-        description="Runs assets/examples/openai_agent.py on the write-line task, each round: recorded "
-                    "(tttr record), unrecorded in the same sandbox against the server without a database, "
-                    "replayed faithfully, and forked at its last model call. Prints whether the replays are "
-                    "identical, replay and fork speedups over recording, recording's overhead on the "
-                    "program's run, and the SDK's import time in a fresh interpreter.",
-    )
-    b.add_argument("--rounds", type=argtypes.bounded_int(1, 100, "a round count"), default=3,
-                   help="measurement rounds; the best of each side counts (default 3)")
-    _model_args(b)
-    b.add_argument("--json", action="store_true", help="print one JSON object")
-    b.set_defaults(func=cmd_bench_agent)
-
-    b = bench_sub.add_parser(
-        "fidelity", help="faithful replays under CPU load, the world's reuse, and how often it answers otherwise",
-        description="While busy processes keep every core loaded: records the three example programs and five "
-                    "built-in tasks and replays each faithfully --replays times (identical_fraction, target 1.0); "
-                    "forks each built-in run twice at setup:clock (world_reuse_fraction: of the commands the forks "
-                    "needed that their source never ran, those answered from the database); runs every recorded "
-                    "command again in its recorded state (same_state_disagreement: how often the world answers "
-                    "otherwise). A few minutes on 2 cores.",
-    )
-    b.add_argument("--replays", type=argtypes.bounded_int(1, 50, "a replay count"), default=5,
-                   help="faithful replays of each recording (default 5)")
-    b.add_argument("--load", type=argtypes.bounded_int(0, 64, "a process count"),
-                   help="busy processes kept running meanwhile (default: one per core; 0: none)")
-    b.add_argument("--examples", metavar="NAMES", help="comma-separated example programs (default: all three)")
-    b.add_argument("--tasks", metavar="NAMES", help="comma-separated built-in tasks (default: five easy ones)")
-    _model_args(b)
-    b.add_argument("--json", action="store_true", help="print one JSON object")
-    b.set_defaults(func=cmd_bench_fidelity)
-
 
 def _with_program_after_dashes(sub, make):
     """The parser `make()` adds to `sub`, taking the words after `--` as its `program`: argparse
@@ -224,12 +178,6 @@ def _progress(enabled: bool, header: str):
         print(f"  [{done}/{total}] {visible(message, newlines=False)}", file=sys.stderr, flush=True)  # the model's command
 
     return report
-
-
-def _open_store(path: str, create: bool):
-    from tttr.sessions.store import Store
-
-    return Store.open(path, create=create)
 
 
 def _open_readonly(path: str):
@@ -450,64 +398,3 @@ def cmd_diff(args) -> int:
 
 def _s(v) -> str:
     return "" if v is None else str(v)
-
-
-def cmd_bench_replay(args) -> int:
-    from tttr.engine.inference.loader import resolve_model_path
-    from tttr.engine.replay.bench import run_bench
-
-    resolve_model_path(args.model)  # a wrong path is refused before any work
-    result = run_bench(runs=args.runs, db=args.db, model=args.model,
-                       unsafe_no_sandbox=args.unsafe_no_sandbox, log=None if args.json else print)
-    if args.json:
-        print(json.dumps(result))
-    return 0
-
-
-def cmd_bench_fidelity(args) -> int:
-    from tttr.app.bench_fidelity import EXAMPLES, TASKS, format_report, run_bench
-    from tttr.engine.inference.loader import resolve_model_path
-    from tttr.recorders.tasks import load_task
-    from tttr.sessions.errors import TTTRError
-
-    resolve_model_path(args.model)  # a wrong path is refused before any work
-    examples = _names(args.examples, EXAMPLES, "--examples")
-    for name in (tasks := _names(args.tasks, TASKS, "--tasks")):
-        load_task(name)  # an unknown task is refused before any work
-    bad = [e for e in examples if e not in EXAMPLES]
-    if bad:
-        raise TTTRError(f"--examples: no example program {bad[0]!r}: choose among {', '.join(EXAMPLES)}")
-
-    def progress(text: str) -> None:
-        print(f"bench fidelity: {text}", file=sys.stderr, flush=True)
-
-    report = run_bench(replays=args.replays, examples=examples, tasks=tasks, model=args.model, load=args.load,
-                       unsafe_no_sandbox=args.unsafe_no_sandbox, progress=progress)
-    print(json.dumps(report) if args.json else format_report(report))
-    return 0
-
-
-def _names(text: str | None, default: tuple[str, ...], option: str) -> tuple[str, ...]:
-    if text is None:
-        return default
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    if not names:
-        from tttr.sessions.errors import TTTRError
-
-        raise TTTRError(f"{option} names nothing: give comma-separated names, e.g. {default[0]}")
-    return names
-
-
-def cmd_bench_agent(args) -> int:
-    from tttr.app.bench_agent import format_report, run_bench
-    from tttr.engine.inference.loader import resolve_model_path
-
-    resolve_model_path(args.model)  # a wrong path is refused before any work
-
-    def progress(text: str) -> None:
-        print(f"bench agent: {text}", file=sys.stderr, flush=True)
-
-    report = run_bench(rounds=args.rounds, model=args.model, unsafe_no_sandbox=args.unsafe_no_sandbox,
-                       progress=progress)
-    print(json.dumps(report) if args.json else format_report(report))
-    return 0
