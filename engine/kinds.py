@@ -427,7 +427,8 @@ class RecordedProgram(RunKind):
 
 class ImportedTrace(RunKind):
     """A trace imported from an OpenTelemetry export (engine/traces/): its messages and tool
-    results, no program, clock, randomness, trees or tokens; the verbs that re-run refuse it."""
+    results, no program, clock, randomness, trees or tokens. Replay and fork run a user's
+    program against it (engine/traces/against.py); experiments refuse it."""
 
     name, label, experiments = "imported", "an imported trace", False
     runs_program = True  # its replay and fork run a program against the trace (engine/traces/against.py)
