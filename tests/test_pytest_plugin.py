@@ -233,3 +233,44 @@ def test_the_cassette_answers_a_multiset_per_request():
     ask(c, "a")
     c.finish()  # the test ended before asking b and the second a
     assert c.detail["step"] == 1 and "the test made 1 of the 3 recorded model calls" in c.divergence.site
+
+
+def test_a_marker_the_plugin_cannot_replay_is_the_tests_error(tmp_path):
+    """Bad markers and a name the database lacks: errors found while the test is set up, one
+    line each, the database untouched."""
+    from tttr.sessions.store import Store
+
+    db = tmp_path / "empty.db"
+    Store.open(db).close()
+    before = db.read_bytes()
+    (tmp_path / "test_bad.py").write_text(textwrap.dedent("""\
+        import pytest
+
+        @pytest.mark.tttr(name="absent")
+        def test_absent(tttr_replay):
+            pass
+
+        @pytest.mark.tttr(name="absent", code=".")
+        def test_name_with_code(tttr_replay):
+            pass
+
+        @pytest.mark.tttr(run="7")
+        def test_run_as_text(tttr_replay):
+            pass
+
+        @pytest.mark.tttr()
+        def test_nothing_named(tttr_replay):
+            pass
+
+        @pytest.mark.tttr(name="absent", seed=3)
+        def test_unknown_argument(tttr_replay):
+            pass
+    """))
+    out = _pytest("test_bad.py", "--tttr-db", str(db), cwd=tmp_path)
+    text = out.stdout
+    assert _counts(text) == {"errors": 5}, text + out.stderr
+    for line in ("no complete run named 'absent'", "code and program are for a recorded program's run=N",
+                 "needs run=N (a run id), not '7'", "needs run=N (a run id) or name=NAME",
+                 "takes run, name, code and program, not seed"):
+        assert line in text, line
+    assert db.read_bytes() == before
