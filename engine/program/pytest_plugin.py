@@ -201,7 +201,9 @@ class TTTRCalls:
         c = self.cassette
         if c is None or c.divergence is None:
             return None
-        named = f" ({self.run.task})" if self.run.task else ""
+        from tttr.sessions.safe_text import visible
+
+        named = f" ({visible(self.run.task[:80], newlines=False)})" if isinstance(self.run.task, str) else ""  # the database's
         lines = divergence_lines(f"the test's calls do not replay run {self.run.id}{named}", c.divergence, c.detail)
         lines.append(f"  (sealed: {c.answered} of the run's {len(c.steps)} steps answered from it, nothing ran "
                      "live; `pytest --tttr-record` records the run anew)")
