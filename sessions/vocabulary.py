@@ -85,14 +85,18 @@ def site_parts(text: str) -> tuple[int, str, int | None] | None:
     None. No leading zeros, spaces or negative positions: this is the stored form, not a
     user's."""
     parts = text.split(":")
-    if len(parts) not in (2, 3) or not parts[1]:
+    n = len(parts)
+    if (n != 2 and n != 3) or not parts[1]:
         return None
+    head = parts[0]
     try:
-        step = SETUP_STEP if parts[0] == SETUP else int(parts[0])
-        pos = int(parts[2]) if len(parts) == 3 else None
+        step = SETUP_STEP if head == SETUP else int(head)
+        pos = int(parts[2]) if n == 3 else None
     except ValueError:
         return None
-    if text not in (site(step, parts[1], pos), _written(str(step), parts[1], pos)) or (pos is not None and pos < 0):
+    # Each number exactly as str() writes it (no sign, zeros, spaces or other digits), so that
+    # the text is what `site()` writes, or the setup step's old spelling of it.
+    if (head != SETUP and str(step) != head) or (pos is not None and (pos < 0 or str(pos) != parts[2])):
         return None
     return step, parts[1], pos
 

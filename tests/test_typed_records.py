@@ -218,3 +218,16 @@ def test_a_runs_kind_is_named_once_in_its_run_meta_and_kind_of_reads_it(tmp_path
     assert RunMeta.of(task, meta).kind == kind and kind in RUN_KINDS
     with pytest.raises(ValueError, match="one of agent, calls, program, imported"):
         RunMeta("shell")
+
+
+@pytest.mark.parametrize("text, parts", [
+    ("2:tool", (2, "tool", None)), ("setup:clock", (-1, "clock", None)), ("-1:clock", (-1, "clock", None)),
+    ("12:token:0", (12, "token", 0)), ("0:logits:105", (0, "logits", 105)),
+    ("02:tool", None), ("+2:tool", None), (" 2:tool", None), ("2:token:01", None), ("2:token:-1", None),
+    ("2:token: 1", None), ("1_0:tool", None), ("\u0661:tool", None), ("-0:tool", None), ("2:", None), ("2", None),
+    ("2:token:1:1", None), ("setup:token:1_0", None),
+])
+def test_site_parts_reads_exactly_what_site_writes(text, parts):
+    assert site_parts(text) == parts
+    if parts is not None:
+        assert site(*parts) == ("setup:" + text[3:] if text.startswith("-1:") else text)
