@@ -134,6 +134,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
           "--code", str(code_dir), "--", "python3", "prog.py"], "TTTR_NO_SUCH_KEY_VAR"),
         (["replay", str(run), "--upstream", "http://127.0.0.1:9/v1", "--sealed", "--code", str(code_dir), "--",
           "python3", "prog.py"], "drop one"),
+        (["fork", str(run), "--at", "0:message", "--set", '{"text": 5}', "--code", str(code_dir), "--", "python3",
+          "prog.py"], "a model answer's JSON is"),
     ]
     for argv, says in cases:
         code, out, err = _run(capsys, [*argv[:2], "--db", str(db), *argv[2:]] if "--" not in argv else
@@ -157,6 +159,20 @@ def test_a_damaged_trace_value_is_one_line_and_nothing_written(tmp_path, capsys)
     code, out, err = _run(capsys, ["replay", str(run), "--db", str(db), "--code", str(code_dir), "--", "python3",
                                    "prog.py"])
     assert code == 2 and out == "" and err.count("\n") == 1 and "site 1:tool" in err and "kwargs" in err, err
+    assert db.read_bytes() == before
+
+
+def test_a_program_and_upstream_are_refused_for_a_run_that_is_no_imported_trace(tmp_path, capsys):
+    db = tmp_path / "p.db"
+    with Store.open(db) as store:
+        run = store.begin_run(task="program:python3", meta={"source": "tttr record"})
+        store.finish_run(run, status="complete")
+    before = db.read_bytes()
+    for argv, says in ((["fork", str(run), "--at", "0:tool", "--set", "x", "--db", str(db), "--", "python3", "a.py"],
+                        "-- PROGRAM forks your program against an imported trace"),
+                       (["replay", str(run), "--db", str(db), "--upstream", "http://127.0.0.1:9/v1"], "drop --upstream")):
+        code, out, err = _run(capsys, argv)
+        assert code == 2 and out == "" and err.count("\n") == 1 and says in err, (argv, err)
     assert db.read_bytes() == before
 
 
