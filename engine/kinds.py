@@ -178,6 +178,17 @@ class RunKind:
         raise NotImplementedError
 
 
+def ray_tests(address: str | None):
+    """An experiment's `--ray [ADDRESS]` as what triage and bisect take: a factory of the Ray
+    tests of a database (engine/replay/ray_experiments.py), or None to replay here. Made here,
+    above the experiments, so they never import the Ray module that runs their own tests."""
+    if address is None:
+        return None
+    from tttr.engine.replay.ray_experiments import RayTests
+
+    return lambda db: RayTests(db, address or None)
+
+
 class AgentRuns(RunKind):
     """The built-in shell agent on a task: the oracle's replay (engine/replay/runs.py)."""
 
@@ -297,7 +308,7 @@ class AgentRuns(RunKind):
         r = plan.request
         with Store.open(db, create=False) as store:
             return triage(store, r.good, r.bad, judge=r.judge, runtime=plan.checked, batch=r.batch,
-                          unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, ray=r.ray)
+                          unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, ray=ray_tests(r.ray))
 
     def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None):
         from tttr.engine.replay.bisect import bisect
@@ -307,7 +318,7 @@ class AgentRuns(RunKind):
         with Store.open(db, create=False) as store:
             return bisect(store, r.good, r.bad, judge=r.judge, max_replays=r.max_replays, runtime=plan.checked,
                           batch=r.batch, unsafe_no_sandbox=r.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial,
-                          ray=r.ray)
+                          ray=ray_tests(r.ray))
 
 
 class ServedCalls(AgentRuns):
@@ -414,7 +425,7 @@ class RecordedProgram(RunKind):
 
         r = plan.request
         return triage(db, r.good, r.bad, judge=r.judge, model=r.model, batch=r.batch,
-                      unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, setup=plan.checked, ray=r.ray)
+                      unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, setup=plan.checked, ray=ray_tests(r.ray))
 
     def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None):
         from tttr.engine.program.triage import bisect
@@ -422,7 +433,7 @@ class RecordedProgram(RunKind):
         r = plan.request
         return bisect(db, r.good, r.bad, judge=r.judge, max_replays=r.max_replays, model=r.model, batch=r.batch,
                       unsafe_no_sandbox=r.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial,
-                      setup=plan.checked, ray=r.ray)
+                      setup=plan.checked, ray=ray_tests(r.ray))
 
 
 class ImportedTrace(RunKind):

@@ -212,12 +212,13 @@ def test_triage_and_bisect_over_ray_give_the_local_reports(cluster, tmp_path, ca
     # Stopped as its first round starts (Ctrl-C): no Ray task is started, nothing stored.
     import threading
 
+    from tttr.engine.kinds import ray_tests
     from tttr.engine.replay.bisect import bisect
 
     stop, before = threading.Event(), _count(db)
     runtime = Runtime(kernel_mode="invariant")
     with Store.open(db, create=False) as store, pytest.raises(KeyboardInterrupt):
-        bisect(store, good.run_id, bad.run_id, runtime=runtime, ray=cluster.address, cancel=stop,
+        bisect(store, good.run_id, bad.run_id, runtime=runtime, ray=ray_tests(cluster.address), cancel=stop,
                on_round=lambda *_: stop.set())
     runtime.close()
     assert _count(db) == before

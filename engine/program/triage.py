@@ -34,7 +34,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable
+from typing import Any, Callable
 
 from tttr.engine.program.deltas import ProgramPair, differing
 from tttr.engine.program.live import LiveCalls
@@ -222,11 +222,11 @@ def apply(db: str, base: int, subset: list[Delta], setup: Setup, *, model: str |
 
 def triage(db: str, good: int, bad: int, *, judge: str = "outcome", model: str | None = None, batch: bool = True,
            unsafe_no_sandbox: bool = False, on_layer: Callable[[LayerResult], None] | None = None,
-           cancel: threading.Event | None = None, setup: Setup | None = None, ray: str | None = None) -> Triage:
+           cancel: threading.Event | None = None, setup: Setup | None = None, ray: Callable[[str], Any] | None = None) -> Triage:
     """Replay BAD once per layer with GOOD's values of that layer in place; the replays side
     by side with `batch` under invariant kernels. `setup`: the caller's
-    `prepare(db, bad, good, good, judge)`, if it checked the input already. `ray`: each replay
-    a Ray task (engine/replay/ray_experiments.py) at that address, or a local instance ("")."""
+    `prepare(db, bad, good, good, judge)`, if it checked the input already. `ray`: the Ray tests
+    of a database (engine/kinds.py's `ray_tests`: each replay a Ray task), or None: here."""
     setup = setup or prepare(db, bad, good, good, judge, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
     out = Triage(good, bad, judge, batch_note=ONE_AT_A_TIME)
     choose_batching(out, {setup.pair.base.run.kernel_mode, setup.pair.other.run.kernel_mode}, batch, TRIAGE_BATCHED)
@@ -248,12 +248,12 @@ def triage(db: str, good: int, bad: int, *, judge: str = "outcome", model: str |
 def bisect(db: str, good: int, bad: int, *, judge: str = "outcome", max_replays: int = 50, model: str | None = None,
            batch: bool = True, unsafe_no_sandbox: bool = False, on_round: Callable | None = None,
            on_trial: Callable[[Trial], None] | None = None, cancel: threading.Event | None = None,
-           setup: Setup | None = None, ray: str | None = None) -> Bisect:
+           setup: Setup | None = None, ray: Callable[[str], Any] | None = None) -> Bisect:
     """ddmin over BAD's deltas applied to GOOD; a round's independent tests side by side with
     `batch` under invariant kernels. The whole set is tested first: if it does not reproduce
     the failure, ReplayError (that replay stays stored). Ctrl-C or the budget ends it with the
     best set so far. `setup`: the caller's `prepare(db, good, bad, good, judge)`, if it
-    checked the input already. `ray`: each test a Ray task at that address, or a local instance ("")."""
+    checked the input already. `ray`: the Ray tests of a database, or None."""
     if max_replays < 1:
         raise ReplayError(f"--max-replays {max_replays}: give at least 1")
     setup = setup or prepare(db, good, bad, good, judge, model=model, unsafe_no_sandbox=unsafe_no_sandbox)
@@ -275,13 +275,11 @@ def bisect(db: str, good: int, bad: int, *, judge: str = "outcome", max_replays:
         live.release()
 
 
-def _on_ray(db: str, ray: str, base: int, other: int, setup: Setup, model, unsafe_no_sandbox: bool,
+def _on_ray(db: str, ray: Callable[[str], Any], base: int, other: int, setup: Setup, model, unsafe_no_sandbox: bool,
             stop: threading.Event):
     """The RayTests of `db`, and a test of program run `base` with a subset of the deltas as a
     Ray task (engine/replay/ray_experiments.py)."""
-    from tttr.engine.replay.ray_experiments import RayTests
-
-    tests = RayTests(db, ray or None)
+    tests = ray(db)
 
     def test(subset: list[Delta]) -> Trial:
         return tests.program(base, other, subset, setup.judge, check=setup.check, model=model,

@@ -28,7 +28,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from tttr.engine.replay.deltas import Delta, Pair, differing
 from tttr.engine.replay.result import ReplayError
@@ -162,11 +162,11 @@ def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbo
 def bisect(store, good: int, bad: int, *, judge: str = "outcome", max_replays: int = 50, runtime,
            batch: bool = True, unsafe_no_sandbox: bool = False, on_round: Callable | None = None,
            on_trial: Callable[[Trial], None] | None = None, cancel: threading.Event | None = None,
-           ray: str | None = None) -> Bisect:
+           ray: Callable[[str], Any] | None = None) -> Bisect:
     """ddmin over BAD's deltas applied to GOOD. The whole set is tested first: if it does not
     reproduce the failure, ReplayError (that replay stays stored). Ctrl-C or the budget
-    ends it with the best set so far. `ray`: each test a Ray task (engine/replay/ray_experiments.py)
-    on the cluster at that address, or a local instance (""); None: here."""
+    ends it with the best set so far. `ray`: the Ray tests of a database (engine/kinds.py's
+    `ray_tests`: each test a Ray task, engine/replay/ray_experiments.py); None: here."""
     if max_replays < 1:
         raise ReplayError(f"--max-replays {max_replays}: give at least 1")
     pair, the_judge, found = prepare(store, good, bad, judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
@@ -175,9 +175,7 @@ def bisect(store, good: int, bad: int, *, judge: str = "outcome", max_replays: i
     choose_batching(out, {pair.base.run.kernel_mode, pair.other.run.kernel_mode}, batch,
                     "independent tests of a round run batched (sound: the kernels are batch-invariant)")
     if ray is not None:
-        from tttr.engine.replay.ray_experiments import RayTests
-
-        tests = RayTests(store.path, ray or None)
+        tests = ray(store.path)
 
         def on_ray(subset: list[Delta]) -> Trial:
             return tests.agent(good, bad, subset, the_judge, model=str(runtime.path), kernel_mode=runtime.kernel_mode,

@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Callable
+from typing import Any, Callable
 
 from tttr.engine.replay.bisect import at_once, choose_batching
 from tttr.engine.replay.deltas import Delta, Pair, by_layer, differing
@@ -120,9 +120,9 @@ def unreached_clocks(pair: Pair) -> list[Delta]:
 
 def triage(store, good: int, bad: int, *, judge: str = "outcome", runtime, batch: bool = True,
            unsafe_no_sandbox: bool = False, on_layer: Callable[[LayerResult], None] | None = None,
-           cancel: threading.Event | None = None, ray: str | None = None) -> Triage:
-    """`ray`: run each replay as a Ray task (engine/replay/ray_experiments.py) on the cluster at
-    that address, or a local instance (""); None: here."""
+           cancel: threading.Event | None = None, ray: Callable[[str], Any] | None = None) -> Triage:
+    """`ray`: the Ray tests of a database (engine/kinds.py's `ray_tests`: each replay a Ray
+    task, engine/replay/ray_experiments.py); None: here."""
     pair, the_judge, found = prepare(store, good, bad, judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
     out = Triage(good, bad, judge)
     choose_batching(out, {pair.base.run.kernel_mode, pair.other.run.kernel_mode}, batch, BATCHED)
@@ -130,9 +130,7 @@ def triage(store, good: int, bad: int, *, judge: str = "outcome", runtime, batch
 
     beyond = unreached_clocks(pair)
     if ray is not None:
-        from tttr.engine.replay.ray_experiments import RayTests
-
-        tests = RayTests(store.path, ray or None)
+        tests = ray(store.path)
 
         def on_ray(subset: list[Delta]) -> Trial:
             return tests.agent(bad, good, subset + beyond, the_judge, model=str(runtime.path),
