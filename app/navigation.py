@@ -116,7 +116,7 @@ def token_context(prompt_event, prompt, tokens: list, pos: int) -> Text:
     if isinstance(prompt_text, str) and prompt_text:
         tail = prompt_text[-CONTEXT_CHARS:]
         if len(tail) < len(prompt_text):
-            text.append(f"… ({len(prompt_text) - len(tail):,} characters before) …", style="dim")
+            text.append(f"… ({len(prompt_text) - len(tail):,} characters before)\n", style="dim")
         text.append(visible(tail))
     else:
         why = prompt if isinstance(prompt, str) else "the prompt's text is not rebuilt"

@@ -270,3 +270,24 @@ def test_p_on_a_token_goes_to_its_prompt_and_shows_the_context_it_was_conditione
         assert any("p works on a token" in str(n.message) for n in app._notifications)
 
     run_app(db, flow)
+
+
+def test_a_tokens_context_shows_recorded_text_as_text_never_as_markup_or_controls():
+    from tttr.app.navigation import CONTEXT_CHARS, token_context
+    from tttr.engine.replay.prompts import Prompt
+    from tttr.sessions.records import Event
+
+    def token(pos: int, text: str) -> Event:
+        return Event(1, 10 + pos, 0, "token", "token", f"0:token:{pos}",
+                     {"id": 100 + pos, "text": text, "forced": False, "logprob": -0.1, "rng": [1, 0, pos]})
+
+    prompt_event = Event(1, 9, 0, "agent", "prompt", "0:prompt", {"ids_digest": "ab" * 8, "n_tokens": 7})
+    tokens = [token(0, "[bold]x[/]"), token(1, "\x1b]0;pwned\x07"), token(2, " ok")]
+    prompt = "z" * 3000 + "task: \x1b[2J[red]y\n"
+    text = token_context(prompt_event, Prompt(0, prompt, 7, True), tokens, 2)
+    shown = text.plain  # what the pane lays out: a Text, so no markup is ever parsed
+    assert "\x1b" not in shown and "\x07" not in shown and "\\x1b]0;pwned\\x07" in shown and "\\x1b[2J" in shown
+    assert "[bold]x[/]" in shown and "[red]y" in shown  # recorded brackets read as they are
+    assert shown.startswith('context of 0:token:2 " ok" (102)') and "7 prompt tokens, then 2 generated" in shown
+    elided = len(prompt) - CONTEXT_CHARS  # the prompt's end is shown, its start elided
+    assert f"({elided:,} characters before)\n" + "z" * (3000 - elided) + "task" in shown
