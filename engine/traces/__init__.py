@@ -9,6 +9,9 @@
   then OpenInference's (Phoenix) and Langfuse's.
 - `imported`: a trace written into a session database as a run of the imported kind, and that
   kind (engine/kinds.py registers it).
+- `against`: a user's program replayed or forked against an imported run (`tttr replay IMPORTED
+  -- PROGRAM`): the checked plan; `trace_replayer` meets the program's requests with the trace's
+  steps, `matching` says what is compared, `upstream` sends live calls to `--upstream URL`.
 - `bench`: `tttr bench export`.
 
 Nothing here imports the app; only this package imports `opentelemetry`, and only when a
