@@ -1,8 +1,8 @@
 """The `tttr` command.
 
 Each area of the product owns one module in `app.commands` with a function
-`register(sub, bench_sub)` that adds its subcommands (and its `tttr bench NAME`
-entries) and sets `func=handler` on each parser. A handler takes the parsed
+`register(sub, bench_sub)` that adds its subcommands (`app.commands.bench` adds every
+`tttr bench NAME`) and sets `func=handler` on each parser. A handler takes the parsed
 arguments and returns an exit code. Command modules import heavy domain code
 (torch, the model) inside their handlers, so `tttr --help` stays fast.
 
@@ -34,7 +34,6 @@ COMMANDS = {
     "store": ("info", "runs", "events", "prompt", "rename", "delete", "gc"),
     "files": ("files",),
     "generate": ("generate",),
-    "kernels": (),
     "sandbox": ("sandbox", "tasks", "task"),
     "agent": ("record", "replay", "fork", "diff"),
     "experiments": ("triage", "bisect"),
@@ -43,6 +42,7 @@ COMMANDS = {
     "serve": ("serve",),
     "traces": ("export", "import"),
     "ui": ("open", "demo"),
+    "bench": (),  # every `tttr bench NAME`
 }
 COMMAND_MODULES = tuple(COMMANDS)
 OWNER = {command: module for module, commands in COMMANDS.items() for command in commands}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tttr.app.bench_agent import Figures, format_report
+from tttr.engine.bench.agent import Figures, format_report
 from tttr.app.cli import main
 from sandbox_helpers import needs_sandbox
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tttr.app.cli import main
-from tttr.engine.replay.bench_bisect import Figures, Outcome, Plant, format_report, measure, replay_bound
+from tttr.engine.bench.bisect import Figures, Outcome, Plant, format_report, measure, replay_bound
 
 
 def _outcome(kind="clock", site="2:clock", *, deltas=3, culprits=("trace",), found=("2:clock",), replays=3,
@@ -107,7 +107,7 @@ def test_the_clock_plant_end_to_end_reports_what_triage_and_bisect_found(tmp_pat
 
 
 def test_a_bench_that_cannot_measure_says_why_in_one_line(monkeypatch, capsys):
-    from tttr.engine.replay import bench_bisect
+    from tttr.engine.bench import bisect as bench_bisect
 
     def nothing_passes(**kw):  # a fake of the measuring: what a model that solves nothing meets
         raise bench_bisect.BenchError("no recording of write-line with seeds (2,) passed: nothing to plant a cause in")

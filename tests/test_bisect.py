@@ -258,7 +258,7 @@ def test_batched_and_one_at_a_time_bisects_and_triages_store_the_same_runs_and_v
     common with the one-at-a-time bisect stored the same tokens, logits digests, actions and
     outcome. Likewise triage's two layer replays, side by side and one at a time."""
     from tttr.engine.replay.agent import AgentLimits
-    from tttr.engine.replay.bench_bisect import runner_up
+    from tttr.engine.bench.bisect import runner_up
     from tttr.engine.replay.bisect import bisect
     from tttr.engine.replay.runs import fork, record
     from tttr.engine.replay.runtime import Runtime

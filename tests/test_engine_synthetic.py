@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tttr.app.commands.generate import SYNTHETIC_SHAPES
+from tttr.app.commands.bench import SYNTHETIC_SHAPES
 from tttr.engine.inference import bench_synthetic as bs
 from tttr.engine.inference import llama_cpp_reference as lcpp
 from tttr.engine.inference import synthetic

@@ -111,7 +111,7 @@ def test_the_kernels_check_would_see_a_direct_import(tmp_path):
 def test_the_graph_sees_known_imports():
     graph = _graph()
     assert "tttr.kernels.ops" in graph["tttr.engine.inference.model"]  # `from tttr.kernels import ops`
-    assert "tttr.sessions.store" in graph["tttr.engine.replay.bench"]  # a function-level import
+    assert "tttr.engine.bench.store" in graph["tttr.engine.bench.suite"]  # a function-level import
 
 
 def test_no_lower_package_imports_a_higher_one():
@@ -222,4 +222,16 @@ def test_a_runs_steps_and_divergences_are_low_modules_that_every_kind_can_import
     assert "tttr.engine.kinds" in graph["tttr.engine.replay.diff"]
     assert "tttr.engine.replay.steps" in graph["tttr.engine.kinds"]
     importers = sorted(m for m, ts in graph.items() if "tttr.engine.replay.diff" in ts and m.startswith("tttr.engine."))
-    assert importers == ["tttr.engine.replay.bench"], importers  # diff is a top: only a benchmark and the app use it
+    assert importers == ["tttr.engine.bench.replay"], importers  # diff is a top: only a benchmark and the app use it
+
+
+def test_the_benchmarks_are_a_top_that_only_the_app_runs():
+    """Every `tttr bench NAME` is tttr.engine.bench.NAME (with its helpers beside it; the
+    package's docstring is the index), registered by tttr.app.commands.bench; `bench app`
+    drives the terminal app, so it is tttr.app.bench. Nothing else imports a benchmark: the
+    engine, kernels, recorders and sessions work without them."""
+    graph = _graph()
+    assert "tttr.engine.bench" in graph and "tttr.app.commands.bench" in graph
+    offenders = sorted(f"{m} → {t}" for m, ts in graph.items() for t in ts
+                       if t.startswith("tttr.engine.bench") and not m.startswith(("tttr.engine.bench", "tttr.app.")))
+    assert not offenders, "a benchmark imported below the app:\n" + "\n".join(offenders)

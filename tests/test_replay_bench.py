@@ -1,7 +1,7 @@
 """`tttr bench replay`'s fork floor: the sequences a fork makes are captured while it runs and the
 runtime is left as it was (a unit test of the capture alone; the bench itself loads the model)."""
 
-from tttr.engine.replay.bench import _capturing_sequences
+from tttr.engine.bench.replay import _capturing_sequences
 
 
 class _Runtime:

@@ -2,8 +2,8 @@
 per-mechanism shares each leave one mechanism out, and a restore in memory is reported beside
 the disk's."""
 
-from tttr.recorders.bench import CLOCK, format_lines, make_tree, run_bench
-from tttr.recorders.bench_shares import VARIANTS, variant_argv
+from tttr.engine.bench.sandbox import CLOCK, format_lines, make_tree, run_bench
+from tttr.engine.bench.sandbox_shares import VARIANTS, variant_argv
 from tttr.recorders.sandbox import Executor
 
 

@@ -117,7 +117,7 @@ def exit_code_of(cls):
 
 
 def test_thousand_file_tree_snapshot_and_restore(tmp_path):
-    from tttr.recorders.bench import make_tree
+    from tttr.engine.bench.sandbox import make_tree
 
     store = MemoryStore()
     src = tmp_path / "big"

@@ -264,7 +264,7 @@ def test_the_domain_side_never_loads_the_http_stack():
     import sys
 
     code = ("import sys, tttr.engine.serve.service, tttr.engine.serve.responses, tttr.engine.serve.recorder, "
-            "tttr.engine.serve.proxy, tttr.engine.serve.bench; "
+            "tttr.engine.serve.proxy, tttr.engine.bench.serve; "
             "print(sorted(m for m in ('starlette', 'uvicorn', 'sse_starlette') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr or out.stdout

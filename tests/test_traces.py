@@ -234,7 +234,7 @@ def test_an_imported_run_takes_a_program_to_replay_and_refuses_triage_in_one_lin
 
 
 def test_the_bench_round_trips_a_trace_it_times(tmp_path):
-    from tttr.engine.traces.bench import run_bench
+    from tttr.engine.bench.export import run_bench
 
     r = run_bench(spans=1000)
     assert r["round_trip_identical"] is True and r["spans"] == 1000

@@ -12,7 +12,7 @@ import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from tttr.engine.traces.bench import synthetic_trace
+from tttr.engine.bench.export import synthetic_trace
 from tttr.engine.traces.errors import TraceError
 from tttr.engine.traces.otlp import read_json, to_json, to_request
 from tttr.engine.traces.otlp_json import to_dict

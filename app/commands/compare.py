@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tttr.app.commands import args as argtypes
 from tttr.app.commands.agent import DEFAULT_DB
 
 NOTES = (
@@ -61,33 +60,6 @@ def register(sub, bench_sub) -> None:
     m.add_argument("--into", required=True, metavar="TARGET.db", help="the database to write")
     m.add_argument("--append", action="store_true", help="add to TARGET.db if it exists")
     m.set_defaults(func=cmd_merge)
-
-    b = bench_sub.add_parser(
-        "suite", help="a small suite in process and over 2 Ray workers; merge rate; pinned identity",
-        description="Time a small suite of the built-in agent (write-line, make-dir; --runs per condition) in "
-                    "process (2 runs in flight) and as Ray tasks on a local instance of 2 CPUs: runs_per_s of "
-                    "each and ray_over_local (target >= 0.9); merge_events_per_s (target >= 100,000); and "
-                    "pinned_identical (the pinned runs of both suites agree event for event). Needs tttr[ray].",
-    )
-    b.add_argument("--runs", type=argtypes.bounded_int(2, 20, "a run count"), default=2,
-                   help="runs per task and condition (default 2)")
-    b.add_argument("--merge-events", type=argtypes.bench_events, default=200_000,
-                   help="events in the merged database (default 200,000)")
-    b.add_argument("--json", action="store_true", help="print one JSON object")
-    b.set_defaults(func=cmd_bench_suite)
-
-
-def cmd_bench_suite(args) -> int:
-    import json
-
-    from tttr.engine.replay.ray_suite import _ray
-
-    _ray()  # Ray installed, or one line
-    from tttr.engine.replay.bench_suite import format_lines, run
-
-    res = run(runs=args.runs, merge_events=args.merge_events)
-    print(json.dumps(res, indent=2) if args.json else "\n".join(format_lines(res)))
-    return 0
 
 
 def resolve(spec: str, db: str):

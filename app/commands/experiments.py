@@ -1,5 +1,4 @@
-"""`tttr triage` and `tttr bisect`: locate the layer, and the deltas, that make a run fail (issue 17);
-`tttr bench bisect`: both against causes planted where they are known."""
+"""`tttr triage` and `tttr bisect`: locate the layer, and the deltas, that make a run fail (issue 17)."""
 
 from __future__ import annotations
 
@@ -45,35 +44,6 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--one-at-a-time", action="store_true",
                    help="run every test alone instead of batching a round's tests (fewer replays, more time)")
     p.set_defaults(func=cmd_bisect)
-
-    b = bench_sub.add_parser(
-        "bisect", help="triage and bisect against planted causes: layer named, site found, replays, batching",
-        description="Records passing runs with the default model (write-line; today-report made to pass by "
-                    "its last clock), plants one known cause in each by forking it — a clock shift, a changed "
-                    "tool result, a flipped token — beside innocent clock shifts, keeps the plants whose fork "
-                    "fails, and checks that tttr triage names the planted layer and tttr bisect finds the "
-                    "planted site. Prints the fractions, the replays beside 2*log2(n)+2, and bisect's speedup "
-                    "with batched tests over --one-at-a-time. Progress on stderr.",
-    )
-    b.add_argument("--kinds", type=_kinds, default=None, metavar="KIND[,KIND]",
-                   help="plants to make: clock, tool, token (default all three)")
-    b.add_argument("--db", help="database to keep the runs in (default: a temporary file)")
-    _model_args(b)
-    b.add_argument("--json", action="store_true", help="print one JSON object")
-    b.set_defaults(func=cmd_bench_bisect)
-
-
-def _kinds(text: str) -> tuple[str, ...]:
-    import argparse
-
-    from tttr.engine.replay.bench_bisect import KINDS
-
-    kinds = tuple(k.strip() for k in text.split(","))
-    unknown = [k for k in kinds if k not in KINDS]
-    if unknown or len(set(kinds)) != len(kinds):
-        raise argparse.ArgumentTypeError(f"{text[:40]!r}: give plant kinds from {', '.join(KINDS)}, each once, "
-                                         "separated by commas")
-    return kinds
 
 
 def _pair_args(p) -> None:
@@ -221,21 +191,4 @@ def _print_bisect(args, res) -> int:
         _say(f"  {d.describe()}")
     _say(f"replays used: {res.replays} ({res.batch_note}); tested runs: "
          + ", ".join(str(t.run_id) for t in res.trials))
-    return 0
-
-
-def cmd_bench_bisect(args) -> int:
-    import json
-
-    from tttr.engine.inference.loader import resolve_model_path
-    from tttr.engine.replay.bench_bisect import KINDS, format_report, run_bench
-
-    resolve_model_path(args.model)  # a wrong path is refused before any work
-
-    def progress(text: str) -> None:
-        print(f"bench bisect: {text}", file=sys.stderr, flush=True)
-
-    report = run_bench(kinds=args.kinds or KINDS, db=args.db, model=args.model,
-                       unsafe_no_sandbox=args.unsafe_no_sandbox, progress=progress)
-    print(json.dumps(report) if args.json else format_report(report))
     return 0

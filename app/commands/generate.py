@@ -1,15 +1,12 @@
-"""`tttr generate PROMPT` and `tttr bench engine`."""
+"""`tttr generate PROMPT`."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from tttr.app.commands import args as argtypes
 from tttr.kernels.mode import MODES, is_invariant
-
-SYNTHETIC_SHAPES = ("llama-1b", "qwen-0.5b")  # engine/inference/synthetic.py's SHAPES (not imported: numpy, gguf)
 
 
 def register(sub, bench_sub) -> None:
@@ -37,37 +34,6 @@ def register(sub, bench_sub) -> None:
                         "in block products, as llama.cpp)")
     p.add_argument("--json", action="store_true", help="one JSON record per token instead of text")
     p.set_defaults(func=cmd_generate)
-
-    b = bench_sub.add_parser(
-        "engine", help="engine decode speed: single stream, 8-way batch, cold start, against transformers and llama.cpp",
-        description="On the default model (or --model), side by side in one run: single-stream "
-                    "decode tokens/s, aggregate tokens/s with 8 concurrent sequences, the cold start "
-                    "of `tttr generate` (time and peak memory), and as references transformers' generate "
-                    "and llama.cpp (llama-cpp-python) on the same file, prompt ids and threads, each "
-                    "when installed, with greedy agreement against llama.cpp.",
-    )
-    b.add_argument("--model", default=None, help="a .gguf file (default: the embedded default)")
-    b.add_argument("--synthetic", choices=SYNTHETIC_SHAPES, default=None,
-                   help="instead of --model: random weights (fixed seed) in a real model's shape, written and "
-                        "cached on first use (Q4_K_M by llama.cpp's quantizer where installed, else F16); "
-                        "measures decode, 8-way, prefill, time to first token, cold start and memory against "
-                        "llama.cpp and the machine's bandwidth and FMA peak (speed only: the text means nothing)")
-    b.add_argument("--prefill", type=_prompt_lengths, default=(512, 2048),
-                   help="with --synthetic: prompt lengths whose prefill is measured, comma-separated (default 512,2048)")
-    b.add_argument("--tokens", type=argtypes.positive, default=None,
-                   help="tokens per sequence (default 100; 32 with --synthetic)")
-    b.add_argument("--kernels", choices=MODES, default="invariant",
-                   help="kernel mode (default invariant, as generate, record and serve)")
-    b.add_argument("--threads", type=argtypes.threads, default=None,
-                   help="threads for every side: torch's intra-op threads, the compiled kernels', the "
-                        "cold-start processes' and llama.cpp's (default: torch's default, the core count)")
-    b.add_argument("--rounds", type=argtypes.positive, default=None,
-                   help="measurement rounds, alternating ours and the reference; the best of each counts "
-                        "(default 3; 1 with --synthetic)")
-    b.add_argument("--no-cold", action="store_true", help="skip the cold-start processes")
-    b.add_argument("--no-reference", action="store_true", help="skip the transformers reference (llama.cpp still runs when installed)")
-    b.add_argument("--json", action="store_true", help="print one JSON object")
-    b.set_defaults(func=cmd_bench)
 
 
 def cmd_generate(args) -> int:
@@ -125,47 +91,4 @@ def cmd_generate(args) -> int:
                 engine.close()
     if not args.json:
         out.write("\n")
-    return 0
-
-
-def _prompt_lengths(text: str) -> tuple[int, ...]:
-    try:
-        lengths = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        lengths = ()
-    if not lengths or any(not 1 <= n <= 8000 for n in lengths):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of prompt lengths in 1..8000")
-    return lengths
-
-
-def cmd_bench(args) -> int:
-    if args.synthetic is not None and args.model is not None:
-        print("tttr: error: --synthetic and --model are exclusive: the synthetic bench writes its own file",
-              file=sys.stderr)
-        return 2
-    if args.synthetic is None:
-        from tttr.engine.inference.loader import model_source
-
-        model_path = model_source(args.model)  # a wrong path or a file that is no model: refused before any work
-    if args.threads is not None:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    if args.synthetic is not None:
-        from tttr.engine.inference import bench_synthetic
-
-        report = bench_synthetic.run(args.synthetic, tokens=max(2, args.tokens or 32), prefill=args.prefill,
-                                     rounds=args.rounds or 1, kernels=args.kernels, cold=not args.no_cold,
-                                     progress=lambda line: print(line, file=sys.stderr, flush=True))
-        print(json.dumps(report) if args.json else bench_synthetic.format_report(report))
-        return 0
-
-    from tttr.engine.inference.bench import format_report, run_bench
-
-    report = run_bench(model_path=model_path, tokens=args.tokens or 100, kernels=args.kernels,
-                       reference=not args.no_reference, rounds=args.rounds or 3, cold=not args.no_cold)
-    if args.json:
-        print(json.dumps(report))
-    else:
-        print(format_report(report))
     return 0

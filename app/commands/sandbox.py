@@ -1,4 +1,4 @@
-"""`tttr sandbox exec|probe`, `tttr tasks`, `tttr task check`, and `tttr bench sandbox`."""
+"""`tttr sandbox exec|probe`, `tttr tasks` and `tttr task check`."""
 
 from __future__ import annotations
 
@@ -89,18 +89,6 @@ def register(sub, bench_sub) -> None:
                    help="where the sandbox is refused, run the scripts unconfined (unsafe)")
     c.add_argument("--json", action="store_true", help="print a JSON list of results")
     c.set_defaults(func=cmd_task_check)
-
-    b = bench_sub.add_parser(
-        "sandbox", help="sandbox overhead per command, snapshot and restore of a 1,000-file tree",
-        description="Per-command sandbox overhead against plain `bash -c` (target <= 20 ms), snapshot "
-                    "of a 1,000-file tree with 10 files changed (<= 50 ms), restore of it (<= 100 ms). "
-                    "Medians, measured side by side.",
-    )
-    b.add_argument("--repeats", type=argtypes.positive, default=15, help="measurements per figure; medians are reported (default 15)")
-    b.add_argument("--unsafe-no-sandbox", action="store_true",
-                   help="where the sandbox is refused, measure unconfined commands (unsafe)")
-    b.add_argument("--json", action="store_true", help="print overhead_ms, snapshot_ms, restore_ms, … as JSON")
-    b.set_defaults(func=cmd_bench_sandbox)
 
 
 def cmd_exec(args) -> int:
@@ -215,14 +203,3 @@ def cmd_task_check(args) -> int:
     else:
         print(f"{len(results) - len(bad)}/{len(results)} tasks ok" + (f"; failing: {', '.join(bad)}" if bad else ""))
     return 1 if bad else 0
-
-
-def cmd_bench_sandbox(args) -> int:
-    from tttr.recorders.bench import format_lines, run_bench
-
-    res = run_bench(repeats=args.repeats, unsafe_no_sandbox=args.unsafe_no_sandbox)
-    if args.json:
-        print(json.dumps(res, indent=2))
-    else:
-        print("\n".join(format_lines(res)))
-    return 0

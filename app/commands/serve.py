@@ -55,21 +55,6 @@ def register(sub, bench_sub) -> None:
                         "a prompt longer than the model's context is a 400 however large)")
     p.set_defaults(func=cmd_serve)
 
-    b = bench_sub.add_parser(
-        "serve", help="the server's speed and determinism under load: HTTP vs the engine, recording overhead",
-        description="On the default model (or --model), side by side in one run: aggregate tokens/s through HTTP "
-                    "with 1 and 8 concurrent streaming clients (servers in their own processes), the engine's own "
-                    "aggregate at 8 sequences without HTTP, server_over_engine_8, identical_under_load_fraction "
-                    "(answers under load equal to the same requests alone), ttft_ms_p50 at 8 clients, and "
-                    "record_overhead (a server with --db against one without).",
-    )
-    b.add_argument("--model", default=None, help="a .gguf file (default: the embedded default)")
-    b.add_argument("--tokens", type=argtypes.positive, default=48, help="tokens per request at most (default 48)")
-    b.add_argument("--rounds", type=argtypes.positive, default=3,
-                   help="measurement rounds, the engine and both servers in turn; the best of each counts (default 3)")
-    b.add_argument("--json", action="store_true", help="print one JSON object")
-    b.set_defaults(func=cmd_bench)
-
 
 def _check_port(host: str, port: int) -> None:
     import socket
@@ -192,19 +177,3 @@ def quiet_shutdown(record: logging.LogRecord) -> bool:
     if "without completing response" in record.getMessage():
         return False
     return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
-
-
-def cmd_bench(args) -> int:
-    import json
-
-    from tttr.engine.inference.loader import resolve_model_path
-    from tttr.engine.serve.bench import format_report, run_bench
-
-    model_path = resolve_model_path(args.model)  # a wrong path is refused before any work
-
-    def progress(text: str) -> None:
-        print(f"bench serve: {text}", file=sys.stderr, flush=True)
-
-    report = run_bench(model_path=model_path, tokens=args.tokens, rounds=args.rounds, progress=progress)
-    print(json.dumps(report) if args.json else format_report(report))
-    return 0

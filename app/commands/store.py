@@ -1,5 +1,4 @@
 """`tttr info`, `tttr runs`, `tttr events`, `tttr prompt`: look inside a session database, read-only.
-`tttr bench store`: how fast and how small the store is.
 
 Reading commands open the file read-only and never create or migrate it, so a wrong path
 or a foreign file is reported and left exactly as it was. Everything read from the file is
@@ -82,17 +81,6 @@ def register(sub, bench_sub) -> None:
     p.set_defaults(func=prompt)
 
     _register_manage(sub)
-
-    p = bench_sub.add_parser(
-        "store",
-        help="session store: append rate, window read time, bytes per event",
-        description="Append 100k token events in steps of 50, open a 1M-event database and read a "
-        "200-event window from its middle, and measure bytes per event on disk.",
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--events", type=argtypes.bench_events, default=100_000, help="token events to append, at least 1,000 (default 100,000)")
-    p.add_argument("--window-events", type=argtypes.bench_events, default=1_000_000, help="events in the window database, at least 1,000 (default 1,000,000)")
-    p.set_defaults(func=bench)
 
 
 def _open(path: str):
@@ -297,17 +285,6 @@ def _value_cell(e) -> str:
     if e.problem:
         return _cell(f"unreadable: {e.problem}")
     return _cell(json.dumps(e.value, ensure_ascii=False)[:500])
-
-
-def bench(args: argparse.Namespace) -> int:
-    from tttr.sessions import bench as store_bench
-
-    result = store_bench.run(events=args.events, window_events=args.window_events)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print("\n".join(store_bench.lines(result)))
-    return 0
 
 
 def prompt(args: argparse.Namespace) -> int:

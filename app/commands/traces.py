@@ -1,5 +1,5 @@
 """`tttr export` and `tttr import`: runs out as OpenTelemetry GenAI traces (OTLP/JSON or a
-collector over OTLP/HTTP), and traces in as runs of the imported kind. `tttr bench export`.
+collector over OTLP/HTTP), and traces in as runs of the imported kind.
 
 A thin layer over `tttr.engine.traces.transfer`; what it prints of a trace (its names come
 from a file) is printed with control characters made visible."""
@@ -7,7 +7,6 @@ from a file) is printed with control characters made visible."""
 from __future__ import annotations
 
 import argparse
-import json
 
 from tttr.app.commands import args as argtypes
 
@@ -49,16 +48,6 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=import_)
 
-    p = bench_sub.add_parser(
-        "export",
-        help="traces: export and import spans per second, and the round trip",
-        description="Export and import a 10,000-span trace (a recorded program's calls and tools, imported) "
-                    "through a session database, and check that export, import, export gives the same file.",
-    )
-    p.add_argument("--spans", type=argtypes.bench_events, default=10_000, help="spans in the trace (default 10,000)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=bench)
-
 
 def export(args: argparse.Namespace) -> int:
     from tttr.engine.traces import transfer
@@ -99,12 +88,4 @@ def import_(args: argparse.Namespace) -> int:
         missing = f"; the trace lacks {', '.join(d.missing)}" if d.missing else ""
         print(f"imported trace {d.trace_id} as run {d.run_id}: {d.spans} spans, {d.model_calls} model call(s), "
               f"{d.tool_calls} tool call(s){visible(missing, newlines=False)}")
-    return 0
-
-
-def bench(args: argparse.Namespace) -> int:
-    from tttr.engine.traces.bench import lines, run_bench
-
-    result = run_bench(spans=args.spans)
-    print(json.dumps(result) if args.json else "\n".join(lines(result)))
     return 0

@@ -1,8 +1,7 @@
-"""`tttr open`, `tttr demo` and `tttr bench app`: the Textual app's entry points."""
+"""`tttr open` and `tttr demo`: the Textual app's entry points."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -35,22 +34,6 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--no-open", action="store_true", help="record only; print the `tttr open` line")
     _model_args(p)
     p.set_defaults(func=cmd_demo)
-
-    b = bench_sub.add_parser(
-        "app", help="app open time and key-press latency on a generated 100k-event run",
-        description="Generates a database with two runs of --events events through the real store, "
-                    "then drives the app headless with Textual's pilot: open_s is start to first "
-                    "paint of the first run's timeline, keypress_ms the median key-press latency over "
-                    "stepping keys (event, step, layer, page, start, end); compare_open_s is the "
-                    "time to open the compare of the two runs (rows painted), compare_keypress_ms "
-                    "its keys' median; runs_list_ms is start to first paint of the runs list of a "
-                    "generated database of --runs runs.",
-    )
-    b.add_argument("--events", type=argtypes.bench_events, default=100_000, help="events in the generated run, at least 1,000 (default 100000)")
-    b.add_argument("--runs", type=argtypes.count, default=50_000,
-                   help="runs in the database whose runs list is opened (runs_list_ms; default 50000; 0: skip)")
-    b.add_argument("--json", action="store_true", help="print one JSON object")
-    b.set_defaults(func=cmd_bench_app)
 
 
 def _model_args(p, what: str = "the recording and forks") -> None:
@@ -147,35 +130,3 @@ def _demo_progress(done: int, total: int | None, message: str = "") -> None:
     else:
         line = f"\r  {done} … {message}"
     print(f"{line[:100]:<100}", end="", file=sys.stderr, flush=True)
-
-
-def cmd_bench_app(args) -> int:
-    from tttr.app.bench import measure
-
-    figures = measure(args.events, runs=args.runs)
-    if args.json:
-        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}))
-        return 0
-    print(f"app on a generated run of {figures['events']} events (generated in {figures['generate_s']:.1f} s)")
-    print(f"  open_s       {figures['open_s']:.3f}   (start → the step tree of its {figures['steps']} steps painted; "
-          "target ≤ 1 s)")
-    print(f"  step_keypress_ms  {figures['step_keypress_ms']:.1f}   (expand / collapse a step of "
-          f"{figures['events'] // max(1, figures['steps'])} events, every step; max {figures['step_keypress_max_ms']:.1f}; "
-          "target ≤ 50 ms)")
-    print(f"  keypress_ms  {figures['keypress_ms']:.1f}   (app work per stepping key, median of {figures['keys']}; "
-          f"max {figures['keypress_max_ms']:.1f}; target ≤ 50 ms)")
-    print(f"  pilot wall per key {figures['keypress_wall_ms']:.1f} ms vs {figures['pilot_floor_wall_ms']:.1f} ms "
-          f"for an unbound key (the pilot's idle detection; app work there {figures['pilot_floor_cpu_ms']:.1f} ms)")
-    if "compare_open_s" in figures:
-        print(f"  compare_open_s       {figures['compare_open_s']:.3f}   (compare of two such runs, "
-              f"{figures['compare_rows']} rows, pushed → rows painted, in a worker with progress; "
-              f"CPU {figures['compare_open_cpu_s']:.3f} s)")
-        print(f"  compare_keypress_ms  {figures['compare_keypress_ms']:.1f}   (rows, n/p, page; "
-              f"max {figures['compare_keypress_max_ms']:.1f})")
-    if "blame_first_ms" in figures:
-        print(f"  blame_ms  {figures['blame_first_ms']:.0f}   (tttr files --blame on a run of {figures['blame_writes']:,} "
-              f"file writes, the file written first; the last written: {figures['blame_last_ms']:.0f}; target ≤ 200 ms)")
-    if "runs_list_ms" in figures:
-        print(f"  runs_list_ms  {figures['runs_list_ms']:.0f}   (start → runs list painted, {figures['runs']:,} runs "
-              f"generated in {figures['runs_generate_s']:.1f} s; {figures['runs_list_rows']} rows read so far)")
-    return 0

@@ -50,7 +50,7 @@ from typing import Callable
 from tttr.engine.program.record import ProgramRunError, Stopwatch, _Endpoint
 from tttr.recorders.treeio import remove_tree
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "assets" / "examples" / "openai_agent.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "assets" / "examples" / "openai_agent.py"
 TASK = "write-line"
 ARGV = ["python3", EXAMPLE.name]
 START_ARGV = ["python3", "-c", f"import {EXAMPLE.stem}"]  # its imports, not its main()
@@ -219,7 +219,7 @@ def sdk_import_ms(samples: int = IMPORT_SAMPLES) -> float:
 
 def _fork_site(db: str, run_id: int) -> tuple[str, str]:
     """The first token of the recording's last model call, and its recorded runner-up."""
-    from tttr.engine.replay.bench import _late_token_fork
+    from tttr.engine.bench.replay import _late_token_fork
     from tttr.sessions.store import Store
 
     with Store.open(db, create=False, readonly=True) as reader:

@@ -26,11 +26,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from tttr.app.bench_agent import TASK as PROGRAM_TASK, _tree
+from tttr.engine.bench.agent import TASK as PROGRAM_TASK, _tree
 from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.treeio import remove_tree
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ("openai_agent.py", "langgraph_agent.py", "agents_sdk_agent.py")
 TASKS = ("write-line", "make-dir", "copy-file", "rename-file", "count-lines")
 SEED = 1

@@ -55,7 +55,7 @@ def _memory_dir() -> Path | None:
 
 
 def run_bench(repeats: int = 15, unsafe_no_sandbox: bool = False) -> dict:
-    from tttr.recorders.bench_shares import overhead_shares
+    from tttr.engine.bench.sandbox_shares import overhead_shares
     from tttr.recorders.sandbox import Executor
     from tttr.recorders.snapshot import restore, snapshot
 

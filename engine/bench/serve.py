@@ -8,7 +8,7 @@ this process, so their JSON parsing does not take the servers' CPU; the engine r
 only while the servers are idle. Figures are the best round of each; the answers under load
 are compared with the same requests alone, token by token (text and logprob). Last, a
 four-turn conversation on the bench's own engine, with and without prefix reuse
-(bench_conversation.py)."""
+(serve_conversation.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tttr.engine.serve import bench_conversation as conversation
+from tttr.engine.bench import serve_conversation as conversation
 
 try:  # the HTTP client the `openai` package is built on
     import httpx2 as httpx

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .store import Store
+from tttr.sessions.store import Store
 
 VOCAB = 49_152
 POSITIONS_PER_STEP = 120

@@ -10,7 +10,7 @@
   anchor's actions. Clock and tool values carry the wall time of the free runs, so they are
   not compared.
 - `merge_events_per_s`: `sessions.merge` of a database of `merge_events` realistic events
-  (sessions/bench.py's step shape) into a new file. Target >= 100,000.
+  (bench store's step shape, store.py) into a new file. Target >= 100,000.
 The suite is the built-in agent's (the Ray path runs it; a program's suite runs in process).
 """
 
@@ -38,7 +38,7 @@ def _slots(db: str, kinds=("token", "message", "action")) -> dict:
 
 
 def bench_merge(events: int, workdir: Path) -> float:
-    from tttr.sessions.bench import build_window_db
+    from tttr.engine.bench.store import build_window_db
     from tttr.sessions.merge import merge
 
     src = workdir / "merge-src.db"

@@ -12,7 +12,8 @@
 - `against`: a user's program replayed or forked against an imported run (`tttr replay IMPORTED
   -- PROGRAM`): the checked plan; `trace_replayer` meets the program's requests with the trace's
   steps, `matching` says what is compared, `upstream` sends live calls to `--upstream URL`.
-- `bench`: `tttr bench export`.
+
+`tttr bench export` is tttr.engine.bench.export.
 
 Nothing here imports the app; only this package imports `opentelemetry`, and only when a
 trace is written as OTLP (the `otel` extra).
