@@ -525,32 +525,11 @@ def _app(bench_sub) -> None:
 
 
 def cmd_app(args) -> int:
-    from tttr.app.bench import measure
+    from tttr.app.bench import format_lines, measure
 
     figures = measure(args.events, runs=args.runs)
     if args.json:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}))
-        return 0
-    print(f"app on a generated run of {figures['events']} events (generated in {figures['generate_s']:.1f} s)")
-    print(f"  open_s       {figures['open_s']:.3f}   (start → the step tree of its {figures['steps']} steps painted; "
-          "target ≤ 1 s)")
-    print(f"  step_keypress_ms  {figures['step_keypress_ms']:.1f}   (expand / collapse a step of "
-          f"{figures['events'] // max(1, figures['steps'])} events, every step; max {figures['step_keypress_max_ms']:.1f}; "
-          "target ≤ 50 ms)")
-    print(f"  keypress_ms  {figures['keypress_ms']:.1f}   (app work per stepping key, median of {figures['keys']}; "
-          f"max {figures['keypress_max_ms']:.1f}; target ≤ 50 ms)")
-    print(f"  pilot wall per key {figures['keypress_wall_ms']:.1f} ms vs {figures['pilot_floor_wall_ms']:.1f} ms "
-          f"for an unbound key (the pilot's idle detection; app work there {figures['pilot_floor_cpu_ms']:.1f} ms)")
-    if "compare_open_s" in figures:
-        print(f"  compare_open_s       {figures['compare_open_s']:.3f}   (compare of two such runs, "
-              f"{figures['compare_rows']} rows, pushed → rows painted, in a worker with progress; "
-              f"CPU {figures['compare_open_cpu_s']:.3f} s)")
-        print(f"  compare_keypress_ms  {figures['compare_keypress_ms']:.1f}   (rows, n/p, page; "
-              f"max {figures['compare_keypress_max_ms']:.1f})")
-    if "blame_first_ms" in figures:
-        print(f"  blame_ms  {figures['blame_first_ms']:.0f}   (tttr files --blame on a run of {figures['blame_writes']:,} "
-              f"file writes, the file written first; the last written: {figures['blame_last_ms']:.0f}; target ≤ 200 ms)")
-    if "runs_list_ms" in figures:
-        print(f"  runs_list_ms  {figures['runs_list_ms']:.0f}   (start → runs list painted, {figures['runs']:,} runs "
-              f"generated in {figures['runs_generate_s']:.1f} s; {figures['runs_list_rows']} rows read so far)")
+    else:
+        print("\n".join(format_lines(figures)))
     return 0
