@@ -113,6 +113,7 @@ static inline __attribute__((always_inline)) void group(const int L, const uint8
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
         const Block k = block_at(L, gw, b);
+        PREFETCH(L, gw, b);
         const uint8_t *blk = k.blk, *qs = k.qs;
         __m256i s0[MAXR][2], s1[MAXR][2];
         for (int r = 0; r < R; r++) s0[r][0] = s0[r][1] = s1[r][0] = s1[r][1] = _mm256_setzero_si256();
@@ -169,6 +170,7 @@ static inline void group(const int L, const uint8_t *gw, int64_t nb, const int8_
     for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) acc[r][n] = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
         const Block k = block_at(L, gw, b);
+        PREFETCH(L, gw, b);
         const uint8_t *qs = k.qs;
         float A[G], B[G];
         for (int n = 0; n < G; n++) {

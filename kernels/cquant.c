@@ -19,21 +19,6 @@
    fused multiply-adds. The three bodies below run the same fused multiply-adds in the same
    order. */
 #include "klayout.h"
-/* Each block asks for the bytes PREFETCH_BYTES ahead of it (the group's next blocks, then the
-   next group's: a thread's groups are consecutive), so more lines are in flight than the core's
-   own prefetcher keeps while the expansion runs. Measured by CPU time on a loaded machine, a pass
-   over every product: layouts 4 and 5 (llama-1b) 0.69x of the old layouts without it, ~1.0x
-   with it at 1 row; the default model's Q4_1/Q8_0 1.02x at 1 row, 1.5x at 8 rows, 1.12x at 64.
-   Timing only: no value changes. */
-#ifndef PREFETCH_BYTES
-#define PREFETCH_BYTES 4096
-#endif
-#if PREFETCH_BYTES > 0
-#define PREFETCH(FMT, GW, B) do { const char *p_ = (const char *)(GW) + (B) * BLOCK_BYTES(FMT) + PREFETCH_BYTES; \
-        for (int o_ = 0; o_ < BLOCK_BYTES(FMT); o_ += 64) __builtin_prefetch(p_ + o_, 0, 3); } while (0)
-#else
-#define PREFETCH(FMT, GW, B) do { } while (0)
-#endif
 #if defined(__AVX512F__)
 #define KERNEL_NAME "avx512"
 static inline __attribute__((always_inline)) void group(const int fmt, const uint8_t *gw, int64_t nb, const float *x,
