@@ -123,14 +123,16 @@ def test_same_decisions_with_another_end_state_are_said_so(capsys):
 
     from tttr.app.commands.agent import _print_result
     from tttr.engine.replay.result import RunResult, same_outcome
+    from tttr.sessions.records import Outcome
 
-    kept = {"passed": True, "tree": "aaaaaaaaaaaaaaaa", "clock": "2026-03-02T10:00:00"}
-    deleted = {"passed": False, "tree": "bbbbbbbbbbbbbbbb", "clock": "2026-04-01T10:00:00"}
-    assert same_outcome(kept, dict(kept, clock="later")) is True
-    assert same_outcome(kept, deleted) is False and same_outcome(kept, dict(kept, tree="c")) is False
-    assert same_outcome(None, kept) is None
-    res = RunResult(5, "complete", deleted, ["ls", "done"], identical=True, parent=1,
-                    same_outcome=same_outcome(kept, deleted), extra={"recorded_outcome": kept})
+    kept = Outcome.of({"passed": True, "tree": "aaaaaaaaaaaaaaaa", "clock": "2026-03-02T10:00:00"})
+    deleted = Outcome.of({"passed": False, "tree": "bbbbbbbbbbbbbbbb", "clock": "2026-04-01T10:00:00"})
+    assert same_outcome(kept, Outcome.of(dict(kept, clock="later"))) is True
+    assert same_outcome(kept, deleted) is False and same_outcome(kept, Outcome.of(dict(kept, tree="c"))) is False
+    assert same_outcome(None, kept) is None and same_outcome(kept, None) is None
+    res = RunResult(5, "complete", deleted.to_json(), ["ls", "done"], identical=True, parent=1,
+                    same_outcome=same_outcome(kept, deleted), extra={"recorded_outcome": kept.to_json()})
+    assert isinstance(res.outcome, Outcome) and res.passed is False  # its fields given, an Outcome kept
     _print_result(SimpleNamespace(json=False), res, "forked")
     out = capsys.readouterr().out
     assert "decisions identical to the recording" in out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 
 from tttr.app.commands import args as argtypes
 from tttr.app.commands.store import safe_json, shown
@@ -312,7 +313,7 @@ def _show(args, kind, res, verb: str) -> None:
 
 
 def _verdict(outcome) -> str:
-    if not isinstance(outcome, dict):
+    if not isinstance(outcome, Mapping):  # an Outcome, or the recording's as JSON
         return "no outcome"
     verdict = {True: "passed", False: "failed"}.get(outcome.get("passed"), "no verdict")
     tree = outcome.get("tree")
@@ -337,7 +338,7 @@ def _print_result(args, res, verb: str) -> None:
     else:
         outcome = "passed" if res.passed else ("failed" if res.passed is False else res.status)
         say(f"{head}: {len(res.actions)} steps, outcome {outcome}, status {res.status}")
-        reason = res.outcome.get("checker_output") if res.passed is False and isinstance(res.outcome, dict) else None
+        reason = res.outcome.checker_output if res.passed is False else None
         if isinstance(reason, str) and reason.strip():  # why the checker failed it, in its words
             say(f"  checker: {reason.strip().splitlines()[0][:200]}")
         for i, action in enumerate(res.actions):

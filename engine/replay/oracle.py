@@ -37,6 +37,7 @@ from tttr.engine.replay.policy import Policy
 from tttr.engine.replay.source import OracleError, Source
 from tttr.engine.replay.tokens import Draws, Tokens
 from tttr.engine.replay.world import World
+from tttr.sessions.records import Outcome
 from tttr.sessions.vocabulary import site
 
 class Oracle:
@@ -88,7 +89,7 @@ class Oracle:
         self.actions: list[str] = []
         self.token_ids: list[int] = []
         self.last_message_tokens = 0
-        self.outcome: dict | None = None
+        self.outcome: Outcome | None = None
         self.status = "recording"
         self._t0 = time.monotonic()
         self._last_clock: datetime = clock_base
@@ -336,21 +337,21 @@ class Oracle:
                 and recorded.get("tree") == self.world.tree and recorded.get("clock") == clock.isoformat()):
             outcome = recorded
         else:
-            outcome = self.world.check(clock)
+            outcome = Outcome.of(self.world.check(clock))
             if recorded is not None:
-                self._compare(at, "trace", recorded.get("passed"), outcome["passed"])
+                self._compare(at, "trace", recorded.passed, outcome.passed)
         self.outcome = outcome
-        self.log.emit(at, outcome)
+        self.log.emit(at, outcome.to_json())
         self.log.commit()
         self.status = "complete"
         self.log.finish("complete", outcome)
-        self._report(self.max_steps, "passed" if outcome["passed"] else "failed")
+        self._report(self.max_steps, "passed" if outcome.passed else "failed")
         self.close()
 
     def complete(self, outcome: dict) -> None:
         """End a run that has no task to check (recorded API calls): complete, with `outcome`."""
         self.log.commit()
-        self.outcome = outcome
+        self.outcome = Outcome.of(outcome)
         self.status = "complete"
         self.log.finish("complete", outcome)
         self.close()

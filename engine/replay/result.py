@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from tttr.engine.replay.divergence import Divergence
 from tttr.kernels import REVISION
 from tttr.sessions.errors import TTTRError
+from tttr.sessions.records import Outcome
 
 
 class ReplayError(TTTRError, ValueError):
@@ -19,7 +20,7 @@ class ReplayError(TTTRError, ValueError):
 class RunResult:
     run_id: int | None
     status: str
-    outcome: dict | None
+    outcome: Outcome | None  # given as an Outcome or its fields (a dict), kept as an Outcome
     actions: list[str]
     identical: bool | None = None
     divergence: Divergence | None = None
@@ -29,9 +30,13 @@ class RunResult:
     commands_run: int = 0
     extra: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.outcome is not None:
+            self.outcome = Outcome.of(self.outcome)
+
     @property
     def passed(self) -> bool | None:
-        return None if not self.outcome else self.outcome.get("passed")
+        return None if self.outcome is None else self.outcome.passed
 
     def to_json(self) -> dict:
         return {
@@ -51,12 +56,12 @@ class RunResult:
         }
 
 
-def same_outcome(recorded: dict | None, live: dict | None) -> bool | None:
+def same_outcome(recorded: Outcome | None, live: Outcome | None) -> bool | None:
     """Whether two runs ended in the same state: the same verdict and the same final tree.
     Same decisions can end differently (a date task's files set up on another day)."""
-    if not isinstance(recorded, dict) or not isinstance(live, dict):
+    if recorded is None or live is None:
         return None
-    return recorded.get("passed") == live.get("passed") and recorded.get("tree") == live.get("tree")
+    return recorded.passed == live.passed and recorded.get("tree") == live.get("tree")
 
 
 def kernels_note(recorded: dict) -> str | None:

@@ -267,11 +267,13 @@ def _child(store, source: Source, runtime: Runtime, *, policy: Policy, mutation:
     # changing a decision (a live clock, say) is still reported as the divergence.
     identical = (oracle.actions == _recorded_actions(source)
                  and oracle.token_ids == [t["id"] for e in source.events if e.kind == "token" for t in [e.value]])
+    recorded = source.outcome()
     return RunResult(oracle.run_id, oracle.status, oracle.outcome, oracle.actions, identical=identical,
-                     divergence=oracle.divergence, same_outcome=same_outcome(source.outcome(), oracle.outcome),
+                     divergence=oracle.divergence, same_outcome=same_outcome(recorded, oracle.outcome),
                      parent=run.id,
                      logits_computed=oracle.logits_computed, commands_run=oracle.commands_run,
-                     extra={"recorded_outcome": source.outcome(), **({"notes": notes} if notes else {})})
+                     extra={"recorded_outcome": None if recorded is None else recorded.to_json(),
+                            **({"notes": notes} if notes else {})})
 
 
 def _recorded_actions(source: Source) -> list[str]:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from tttr.sessions.errors import TTTRError
+from tttr.sessions.records import Outcome
 from tttr.sessions.vocabulary import canonical_site
 
 
@@ -66,5 +67,6 @@ class Source:
             raise OracleError(f"site {site} does not exist in run {self.run.id}")
         return e.seq
 
-    def outcome(self) -> dict | None:
-        return next((e.value for e in reversed(self.events) if e.kind == "outcome"), None)
+    def outcome(self) -> Outcome | None:
+        """The recording's outcome event, read as the store reads a run's outcome column."""
+        return Outcome.read(next((e.value for e in reversed(self.events) if e.kind == "outcome"), None))[0]

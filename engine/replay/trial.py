@@ -104,7 +104,7 @@ def apply(store, pair: Pair, subset: list[Delta], judge: Judge, *, runtime, writ
         max_steps=plan.limits.max_steps,
     )
     _drive(oracle, plan.task.instruction, plan.limits)
-    passed = None if not oracle.outcome else oracle.outcome.get("passed")
+    passed = None if oracle.outcome is None else oracle.outcome.passed
     return Trial(oracle.run_id if write else None, list(subset), list(mutations.applied), passed,
                  list(oracle.actions), judge.fails(passed, oracle.actions) if oracle.status == "complete" else True,
                  {"status": oracle.status})
@@ -119,8 +119,8 @@ def check_ends(store, pair_good: Pair, judge: Judge, *, runtime, unsafe_no_sandb
         raise ReplayError(f"run {good.id} (GOOD) fails its own check on a faithful replay "
                           f"({'outcome ' + str(trial.passed) if judge.how == 'outcome' else 'its actions changed'}): "
                           "give a GOOD run that passes")
-    bad_outcome = pair_good.other.outcome() or {}
-    if not judge.fails(bad_outcome.get("passed"), recorded_actions(pair_good.other)):
+    bad_outcome = pair_good.other.outcome()
+    if not judge.fails(None if bad_outcome is None else bad_outcome.passed, recorded_actions(pair_good.other)):
         what = "passed its check" if judge.how == "outcome" else "took the same actions as GOOD"
         hint = "; compare their actions with --judge actions" if judge.how == "outcome" else ""
         raise ReplayError(f"run {bad.id} (BAD) {what}: there is no failure to locate{hint}")
