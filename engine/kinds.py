@@ -14,7 +14,7 @@ The kinds hold no printing: what a command prints of a result is the app's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from tttr.engine.replay import steps as _steps
 from tttr.sessions.errors import TTTRError
@@ -116,6 +116,14 @@ class ExperimentRequest:
 Progress = Callable[..., None]
 
 
+class Compared(NamedTuple):
+    """Two runs of one kind loaded for comparing (decoded once: the kind's pair, whose base
+    the deltas apply to) and the values that differ between them (`RunKind.compare`)."""
+
+    pair: Any  # engine/replay/deltas.py's Pair, engine/program/deltas.py's ProgramPair
+    deltas: list
+
+
 class RunKind:
     name = ""
     label = ""  # how a message names a run of this kind
@@ -137,6 +145,11 @@ class RunKind:
         deltas.py's Delta: each applies `other`'s value to `base`), read-only; DeltaError (one
         line) for a pair that cannot be compared or does not differ, KindError for a kind that
         has no deltas."""
+        return self.compare(reader, base, other).deltas
+
+    def compare(self, reader, base: int, other: int) -> Compared:
+        """`deltas`, with the pair they were found in (what an experiment's check goes on to
+        replay, so the runs are decoded once)."""
         raise KindError(f"run {other} is {self.label}: deltas are found between two of the shell agent's runs "
                         "(tttr record --task) or two runs of one recorded program (tttr record -- PROGRAM)")
 
@@ -198,10 +211,11 @@ class AgentRuns(RunKind):
     def steps(self, events: list) -> list[_steps.Step]:
         return _steps.action_steps(events)
 
-    def deltas(self, reader, base: int, other: int) -> list:
+    def compare(self, reader, base: int, other: int) -> Compared:
         from tttr.engine.replay.deltas import Pair, differing
 
-        return differing(Pair.load(reader, base, other))
+        pair = Pair.load(reader, base, other)
+        return Compared(pair, differing(pair))
 
     def kernel_mode(self, run) -> str:
         return run.kernel_mode
@@ -297,8 +311,10 @@ class AgentRuns(RunKind):
         prepare = triage.prepare if verb == "triage" else bisect.prepare
         bad = reader.run(request.bad)
         runtime = self.runtime(bad, request.model)
+        # triage replays BAD with GOOD's values, bisect GOOD with BAD's: the base run first
+        base, other = (request.bad, request.good) if verb == "triage" else (request.good, request.bad)
         prepare(reader, request.good, request.bad, request.judge, runtime=runtime,
-                unsafe_no_sandbox=request.unsafe_no_sandbox)
+                unsafe_no_sandbox=request.unsafe_no_sandbox, compared=self.compare(reader, base, other))
         return Plan(request.bad, request, runtime)
 
     def triage(self, db: str, plan: Plan, on_layer=None):
@@ -326,7 +342,7 @@ class ServedCalls(AgentRuns):
     reached through the same entry points); no experiments yet."""
 
     name, label, experiments = "calls", "a served API's calls", False
-    step_kinds, steps, deltas = RunKind.step_kinds, RunKind.steps, RunKind.deltas  # one step per call; no deltas yet
+    step_kinds, steps, compare = RunKind.step_kinds, RunKind.steps, RunKind.compare  # one step per call; no deltas yet
     check_record = RunKind.check_record  # recorded by tttr serve --db, as its calls come
 
     def kernel_mode(self, run) -> str:
@@ -374,10 +390,11 @@ class RecordedProgram(RunKind):
                               timeout_s=r.timeout_s, unsafe_no_sandbox=r.unsafe_no_sandbox, progress=progress,
                               in_place=r.in_place)
 
-    def deltas(self, reader, base: int, other: int) -> list:
+    def compare(self, reader, base: int, other: int) -> Compared:
         from tttr.engine.program.deltas import ProgramPair, differing
 
-        return differing(ProgramPair.load(reader, base, other))
+        pair = ProgramPair.load(reader, base, other)
+        return Compared(pair, differing(pair))
 
     def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
         from tttr.engine.program.replay import check_recording
@@ -418,7 +435,8 @@ class RecordedProgram(RunKind):
         # triage replays BAD with GOOD's values, bisect GOOD with BAD's: the base run first
         base, other = (request.bad, request.good) if verb == "triage" else (request.good, request.bad)
         return Plan(request.bad, request, prepare(db, base, other, request.good, request.judge, model=request.model,
-                                                  unsafe_no_sandbox=request.unsafe_no_sandbox))
+                                                  unsafe_no_sandbox=request.unsafe_no_sandbox,
+                                                  compared=self.compare(reader, base, other)))
 
     def triage(self, db: str, plan: Plan, on_layer=None):
         from tttr.engine.program.triage import triage

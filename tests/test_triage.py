@@ -190,3 +190,38 @@ def test_a_good_run_that_fails_or_a_bad_run_that_does_not_is_refused(pair, capsy
     code, out, err = _cli(capsys, *argv(good, bad), "--db", str(db))
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err
     assert db.read_bytes() == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verb,base_is_bad", [("triage", True), ("bisect", False)])
+def test_an_experiments_check_finds_its_deltas_through_the_kind_and_decodes_each_run_once(pair, monkeypatch,
+                                                                                          verb, base_is_bad):
+    """The check asks the run's kind for the pair and its deltas (`compare`, what `kind.deltas`
+    answers), decodes GOOD and BAD once each, and opens nothing beyond the reader it is given."""
+    from collections import Counter
+
+    from tttr.engine.kinds import AGENT, ExperimentRequest, kind_of
+    from tttr.engine.replay.source import Source
+
+    db, good, bad, first, last = pair
+    counts, compared = Counter(), []
+    load_run, source_init, compare = Store.load_run, Source.__init__, type(AGENT).compare
+
+    def spied_compare(self, reader, base, other):
+        compared.append((base, other))
+        return compare(self, reader, base, other)
+
+    monkeypatch.setattr(Store, "load_run", lambda self, *a, **kw: counts.update(["decodes"]) or load_run(self, *a, **kw))
+    monkeypatch.setattr(Source, "__init__", lambda self, *a, **kw: counts.update(["sources"]) or source_init(self, *a, **kw))
+    monkeypatch.setattr(type(AGENT), "compare", spied_compare)
+    with Store.open(db, create=False, readonly=True) as reader:
+        open_ = Store.open.__func__
+        monkeypatch.setattr(Store, "open", classmethod(lambda cls, *a, **kw: counts.update(["opens"]) or open_(cls, *a, **kw)))
+        kind = kind_of(reader.run(bad))
+        assert kind is AGENT
+        expected = AGENT.deltas(reader, *((bad, good) if base_is_bad else (good, bad)))
+        compared.clear(), counts.clear()
+        kind.check_experiment(reader, str(db), verb, ExperimentRequest(good, bad))
+    assert compared == [(bad, good) if base_is_bad else (good, bad)]
+    assert counts == Counter({"decodes": 2, "sources": 2}), counts  # no open: the reader given
+    assert {d.site for d in expected} >= {f"{first}:clock", f"{last}:clock"}

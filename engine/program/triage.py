@@ -137,15 +137,19 @@ def _passed(store, run_id: int) -> bool | None:
 
 
 def prepare(db: str, base: int, other: int, good: int, how: str, *, model: str | None = None,
-            unsafe_no_sandbox: bool = False) -> Setup:
-    """Everything checked before anything is written to `db`; DeltaError/ReplayError (one line)."""
+            unsafe_no_sandbox: bool = False, compared: tuple[ProgramPair, list[Delta]] | None = None) -> Setup:
+    """Everything checked before anything is written to `db`; DeltaError/ReplayError (one line).
+    `compared`: the pair (`base` the base) and its deltas as the run's kind found them
+    (engine/kinds.py's `compare`, which a check asks); None: loaded here."""
     from tttr.engine.program.fork import recorded_check
     from tttr.sessions.store import Store
 
     bad = other if good == base else base
     with Store.open(db, create=False, readonly=True) as store:
-        pair = ProgramPair.load(store, base, other)
-        found = differing(pair)
+        if compared is None:
+            pair = ProgramPair.load(store, base, other)
+            compared = pair, differing(pair)
+        pair, found = compared
         checks = {rid: recorded_check(store, store.run(rid)) for rid in (good, bad)}
         if how == "outcome":
             missing = [rid for rid, c in checks.items() if c is None]

@@ -148,12 +148,13 @@ class Bisect:
                 "replays": self.replays, "batched": self.batched, "batch_note": self.batch_note, "tests": [t.to_json() for t in self.trials]}
 
 
-def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbox: bool = False
-            ) -> tuple[Pair, Judge, list[Delta]]:
+def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbox: bool = False,
+            compared: tuple[Pair, list[Delta]] | None = None) -> tuple[Pair, Judge, list[Delta]]:
     """Checked before anything is written: the pair, BAD's deltas against GOOD, GOOD's
-    faithful replay and BAD's failure."""
-    pair = Pair.load(store, good, bad)
-    found = differing(pair)
+    faithful replay and BAD's failure. `compared`: the pair (GOOD the base) and its deltas
+    as the run's kind found them (engine/kinds.py's `compare`); None: loaded here."""
+    pair = compared[0] if compared is not None else Pair.load(store, good, bad)
+    found = compared[1] if compared is not None else differing(pair)
     the_judge = Judge(judge, tuple(recorded_actions(pair.base)))
     check_ends(store, pair, the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
     return pair, the_judge, found

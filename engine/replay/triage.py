@@ -90,15 +90,21 @@ class Triage:
                 "batched": self.batched, "batch_note": self.batch_note}
 
 
-def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbox: bool = False
-            ) -> tuple[Pair, Judge, list[Delta]]:
+def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbox: bool = False,
+            compared: tuple[Pair, list[Delta]] | None = None) -> tuple[Pair, Judge, list[Delta]]:
     """Everything checked before anything is written (a read-only store will do): the pair,
-    its deltas (GOOD's values against BAD), GOOD's faithful replay and BAD's failure."""
-    pair = Pair.load(store, bad, good)
-    found = differing(pair)
+    its deltas (GOOD's values against BAD), GOOD's faithful replay and BAD's failure.
+    `compared`: the pair (BAD the base) and its deltas as the run's kind found them
+    (engine/kinds.py's `compare`, which a check asks); None: loaded here."""
+    pair, found = compared if compared is not None else _compared(store, bad, good)
     the_judge = Judge(judge, tuple(recorded_actions(pair.other)))
     check_ends(store, Pair(pair.other, pair.base), the_judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
     return pair, the_judge, found
+
+
+def _compared(store, base: int, other: int) -> tuple[Pair, list[Delta]]:
+    pair = Pair.load(store, base, other)
+    return pair, differing(pair)
 
 
 def unreached_clocks(pair: Pair) -> list[Delta]:
