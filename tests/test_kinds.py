@@ -84,6 +84,21 @@ def test_an_experiment_takes_two_runs_of_one_kind_that_has_experiments(tmp_path)
             CALLS.check_experiment(store, str(db), "triage", ExperimentRequest(agent.id, calls.id))
 
 
+def test_a_kinds_deltas_are_its_compares_and_a_kind_without_deltas_refuses_both(tmp_path):
+    """`kind.deltas` is `kind.compare`'s deltas (the one path an experiment's check asks too);
+    served calls have none: both refuse in the same line, naming the run."""
+    from tttr.engine.kinds import IMPORTED
+
+    db, ids = _runs(tmp_path)
+    with Store.open(db, readonly=True) as store:
+        for kind in (CALLS, IMPORTED):
+            with pytest.raises(KindError) as by_deltas:
+                kind.deltas(store, ids["calls"], ids["calls"])
+            with pytest.raises(KindError) as by_compare:
+                kind.compare(store, ids["calls"], ids["calls"])
+            assert str(by_deltas.value) == str(by_compare.value) and f"run {ids['calls']} is" in str(by_compare.value)
+
+
 def test_an_imported_trace_refuses_an_experiment_in_its_own_words(tmp_path):
     from tttr.engine.kinds import IMPORTED, pair_kind
     from tttr.engine.traces.imported import IMPORTED_BY
