@@ -292,7 +292,8 @@ def _child(store, source: Source, runtime, *, policy: Policy, mutation: Mutation
         p = mutation.site
         recorded = source.value(str(p)) or {}
         divergence = Divergence(str(p), "token", recorded.get("id"), mutation.value, ("recorded", "live"),
-                                texts=(recorded.get("text"), runtime.tokenizer.decode([mutation.value])))
+                                texts=(recorded.get("text"), runtime.tokenizer.decode([mutation.value])
+                                       if type(mutation.value) is int else None))  # a 0:message fork's is text
     notes = []
     if oracle.logits_computed:
         note = kernels_note(run.fingerprint or {})
