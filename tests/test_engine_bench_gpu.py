@@ -39,7 +39,7 @@ def test_bench_gpu_runs_on_the_cpu_and_reports_every_part():
 
 
 def test_device_copy_reaches_the_same_greedy_ids_as_the_block_model():
-    from tttr.engine.inference.bench_gpu import decisions
+    from tttr.engine.bench.gpu import decisions
     from tttr.engine.inference.device import to_device
     from tttr.engine.inference.model import load_model
     from tttr.kernels import ops

@@ -1,7 +1,7 @@
 """`tttr bench engine`'s report: the bests against the targets, and each round's ratio so a
 reader sees how much the machine moved during the run."""
 
-from tttr.engine.inference.bench import format_report
+from tttr.engine.bench.engine import format_report
 
 
 def _result(**kw):
@@ -80,7 +80,7 @@ def test_first_difference_of_two_id_lists():
 def test_cold_start_runs_generate_on_the_bench_model():
     import sys
 
-    from tttr.engine.inference.bench import generate_command
+    from tttr.engine.bench.engine import generate_command
 
     assert generate_command("/m.gguf") == [sys.executable, "-m", "tttr.app", "generate", "Hello", "--max-tokens", "1",
                                            "--kernels", "invariant", "--model", "/m.gguf"]
@@ -92,7 +92,7 @@ def test_cold_start_processes_get_the_benchs_threads_and_kernels(monkeypatch):
     llama.cpp's) run with that many too, ours under the bench's kernel mode."""
     import torch
 
-    from tttr.engine.inference import bench
+    from tttr.engine.bench import engine as bench
 
     seen = []
     monkeypatch.setattr(bench, "measure_process", lambda cmd, env=None: seen.append((cmd, env)) or (1.0, 100.0))
@@ -115,7 +115,7 @@ def test_a_process_peak_is_its_own_not_the_benchs():
 
     import torch
 
-    from tttr.engine.inference.bench import measure_process
+    from tttr.engine.bench.engine import measure_process
 
     ballast = torch.ones(64 << 20)  # this process: 256 MiB more than it had
     for mib in (32, 160):
@@ -130,7 +130,7 @@ def test_cold_start_names_a_failing_command():
 
     import pytest
 
-    from tttr.engine.inference.bench import measure_process
+    from tttr.engine.bench.engine import measure_process
 
     with pytest.raises(RuntimeError, match="exited 3: no model here"):
         measure_process([sys.executable, "-c", "import sys; print('no model here', file=sys.stderr); sys.exit(3)"])

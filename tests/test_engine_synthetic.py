@@ -1,6 +1,6 @@
 """`tttr bench engine --synthetic`: GGUF files with random weights in a real model's shape
 (engine/inference/synthetic.py), the machine's limits (kernels/machine.py), and the bench that
-sets one against llama.cpp and the other (engine/inference/bench_synthetic.py). Tiny shapes
+sets one against llama.cpp and the other (engine/bench/engine_synthetic.py). Tiny shapes
 here; the real ones are what the bench writes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tttr.app.commands.bench import SYNTHETIC_SHAPES
-from tttr.engine.inference import bench_synthetic as bs
+from tttr.engine.bench import engine_synthetic as bs
 from tttr.engine.inference import llama_cpp_reference as lcpp
 from tttr.engine.inference import synthetic
 from tttr.engine.inference.loader import default_model_path

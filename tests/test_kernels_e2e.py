@@ -42,7 +42,7 @@ def test_greedy_output_and_digests_identical_across_batch_compositions(model):
 
 
 def test_prefill_chunks_and_token_by_token_identical(model):
-    from tttr.engine.inference.determinism import _forward_digests
+    from tttr.engine.bench.determinism import _forward_digests
 
     ids = _target(model)[:16]
     with kernel_mode("invariant"):
@@ -52,7 +52,7 @@ def test_prefill_chunks_and_token_by_token_identical(model):
 
 
 def test_determinism_bench_reports_one_and_one_for_invariant(model):
-    from tttr.engine.inference import determinism
+    from tttr.engine.bench import determinism
 
     result = determinism.run(determinism.Config(runs=2, tokens=3, prefill_tokens=12), model=model, progress=None)
     for half in ("greedy", "sampled"):

@@ -97,7 +97,7 @@ def test_a_child_that_dies_between_runs_is_named_too():
 
 
 def test_cold_start_is_a_whole_process():
-    from tttr.engine.inference.bench import measure_process
+    from tttr.engine.bench.engine import measure_process
 
     seconds, peak = measure_process(lcpp.cold_command(default_model_path()))
     assert 0 < seconds < 120 and 50 < peak < 2048

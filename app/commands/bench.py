@@ -112,7 +112,7 @@ def cmd_engine(args) -> int:
 
         torch.set_num_threads(args.threads)
     if args.synthetic is not None:
-        from tttr.engine.inference import bench_synthetic
+        from tttr.engine.bench import engine_synthetic as bench_synthetic
 
         report = bench_synthetic.run(args.synthetic, tokens=max(2, args.tokens or 32), prefill=args.prefill,
                                      rounds=args.rounds or 1, kernels=args.kernels, cold=not args.no_cold,
@@ -120,7 +120,7 @@ def cmd_engine(args) -> int:
         print(json.dumps(report) if args.json else bench_synthetic.format_report(report))
         return 0
 
-    from tttr.engine.inference.bench import format_report, run_bench
+    from tttr.engine.bench.engine import format_report, run_bench
 
     report = run_bench(model_path=model_path, tokens=args.tokens or 100, kernels=args.kernels,
                        reference=not args.no_reference, rounds=args.rounds or 3, cold=not args.no_cold)
@@ -156,7 +156,7 @@ def _determinism(bench_sub) -> None:
 
 def cmd_determinism(args) -> int:
     _threads(args)
-    from tttr.engine.inference import determinism  # noqa: PLC0415 - loads torch; only when this command runs
+    from tttr.engine.bench import determinism  # noqa: PLC0415 - loads torch; only when this command runs
 
     model = None
     if args.synthetic:
@@ -187,7 +187,7 @@ def _kernels(bench_sub) -> None:
 
 def cmd_kernels(args) -> int:
     _threads(args)
-    from tttr.engine.inference import bench_kernels as bench  # noqa: PLC0415 - loads torch; only when this command runs
+    from tttr.engine.bench import kernels as bench  # noqa: PLC0415 - loads torch; only when this command runs
 
     result = bench.run(rounds=args.rounds, tokens=max(2, args.tokens), e2e=not args.ops_only,
                        progress=bench.progress_stderr)
@@ -215,7 +215,7 @@ def _gpu(bench_sub) -> None:
 def cmd_gpu(args) -> int:
     import subprocess  # noqa: PLC0415
 
-    from tttr.engine.inference import bench_gpu  # noqa: PLC0415 - loads torch; only when this command runs
+    from tttr.engine.bench import gpu as bench_gpu  # noqa: PLC0415 - loads torch; only when this command runs
 
     if args.cpu or not bench_gpu.cuda_available():
         env = bench_gpu.interpreter_env()

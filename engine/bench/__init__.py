@@ -7,10 +7,10 @@ registered in `tttr.app.commands.bench`; `tttr bench app` drives the terminal ap
 | bench | module | measures | targets |
 |---|---|---|---|
 | store | `store` | token events appended per second (50 a step), a 200-event window read from the middle of a 1M-event file, bytes per event on disk | >= 100,000 events/s, <= 20 ms, <= 120 B |
-| engine | `tttr.engine.inference.bench` (`--synthetic`: `bench_synthetic`) | decode tok/s single stream and 8-way, cold start of `tttr generate`, against transformers and llama.cpp (synthetic: a 0.5-1B shape's decode, prefill, TTFT against llama.cpp and the machine's bandwidth and FMA peak) | 8-way / transformers >= 1.3x, / llama.cpp >= 0.8x; cold start <= 1.5x llama.cpp's |
-| determinism | `tttr.engine.inference.determinism` | the same prompt co-batched with random neighbours: distinct completions and logits-digest sequences per kernel mode; one prefill = chunks = token by token | `invariant`: exactly 1 and 1, identical |
-| kernels | `tttr.engine.inference.bench_kernels` (per op: `tttr.kernels.bench`) | invariant against fast kernels: per-op time and end-to-end decode | invariant / fast <= 1.15x |
-| gpu | `tttr.engine.inference.bench_gpu` (the kernel half: `tttr.kernels.bench_gpu`) | Triton invariant kernels against cuBLAS, co-batched generations on the device, greedy ids CPU against GPU | invariant_over_cublas >= 0.8; one digest sequence |
+| engine | `engine` (`--synthetic`: `engine_synthetic`) | decode tok/s single stream and 8-way, cold start of `tttr generate`, against transformers and llama.cpp (synthetic: a 0.5-1B shape's decode, prefill, TTFT against llama.cpp and the machine's bandwidth and FMA peak) | 8-way / transformers >= 1.3x, / llama.cpp >= 0.8x; cold start <= 1.5x llama.cpp's |
+| determinism | `determinism` | the same prompt co-batched with random neighbours: distinct completions and logits-digest sequences per kernel mode; one prefill = chunks = token by token | `invariant`: exactly 1 and 1, identical |
+| kernels | `kernels` (per op: `kernel_ops`) | invariant against fast kernels: per-op time and end-to-end decode | invariant / fast <= 1.15x |
+| gpu | `gpu` (the kernel half: `gpu_kernels`) | Triton invariant kernels against cuBLAS, co-batched generations on the device, greedy ids CPU against GPU | invariant_over_cublas >= 0.8; one digest sequence |
 | sandbox | `sandbox` (one mechanism at a time: `sandbox_shares`) | per-command overhead against `bash -c`, snapshot and restore of a 1,000-file tree | <= 20 ms, <= 50 ms, <= 100 ms |
 | replay | `replay` | replay fidelity per layer (faithful, tensor freed, token freed) and faithful replay, late fork and recording overhead against recording | 10/10 identical; replay >= 50x; recording <= 5% |
 | agent | `agent` | a user's agent program recorded, run unrecorded, replayed and forked; the SDK's import time | replay >= 50x, fork >= 3x; recording <= 5% |

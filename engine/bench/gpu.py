@@ -24,13 +24,13 @@ import time
 
 import torch
 
-from tttr.engine.inference import bench, determinism
+from tttr.engine.bench import determinism, engine as bench
 from tttr.engine.inference.device import to_device
 from tttr.engine.inference.model import load_model
 from tttr.engine.inference.sampler import SamplingParams
 from tttr.engine.inference.scheduler import Engine
 from tttr.engine.inference.sequence import Sequence
-from tttr.kernels import bench_gpu as kernel_bench
+from tttr.engine.bench import gpu_kernels as kernel_bench
 from tttr.kernels.mode import kernel_mode
 
 

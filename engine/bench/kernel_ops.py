@@ -3,7 +3,7 @@
 Each op at the default model's decode and prefill shapes; every figure alternates the two
 modes round by round and keeps each mode's best round, so load from other processes on a
 shared machine hits both alike. Ratios are invariant time / fast time (lower is better; the
-target is <= 1.15). The end-to-end half needs a model: `tttr.engine.inference.bench_kernels`."""
+target is <= 1.15). The end-to-end half needs a model: kernels.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The kernel half of `tttr bench gpu` (engine/inference/bench_gpu.py has the engine half): the
+"""The kernel half of `tttr bench gpu` (gpu.py has the engine half): the
 Triton invariant products and attention, as the engine calls them (kernels/invariant.py routes
 CUDA tensors to Triton), against stock torch (cuBLAS, SDPA) at a model's decode and prefill
 shapes, summed over a forward pass: `invariant_over_cublas` = stock time / invariant time. On

@@ -29,7 +29,7 @@ import time
 import numpy as np
 import torch
 
-from tttr.engine.inference import bench
+from tttr.engine.bench import engine as bench
 from tttr.engine.inference import llama_cpp_reference as lcpp
 from tttr.engine.inference import synthetic
 from tttr.engine.inference.model import load_model

@@ -1,6 +1,6 @@
 """`tttr bench kernels`: invariant against fast, measured side by side in one run.
 
-Per op (`tttr.kernels.bench`, no model needed) and end to end: decode tokens/s of one
+Per op (kernel_ops.py, no model needed) and end to end: decode tokens/s of one
 stream and of 8 streams through the engine. Every figure alternates the two modes round by
 round and keeps each mode's best round, so load from other processes on a shared machine
 hits both alike. Ratios are invariant time / fast time (lower is better; the target is
@@ -18,7 +18,7 @@ import torch
 from tttr.engine.inference.model import load_model
 from tttr.engine.inference.scheduler import Engine
 from tttr.engine.inference.sequence import Sequence
-from tttr.kernels.bench import op_timings
+from tttr.engine.bench.kernel_ops import op_timings
 from tttr.kernels.mode import BASE_MODES as MODES, kernel_mode  # the fp32 pair; invariant-q8: its own tests
 
 
