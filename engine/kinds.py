@@ -313,28 +313,29 @@ class AgentRuns(RunKind):
         runtime = self.runtime(bad, request.model)
         # triage replays BAD with GOOD's values, bisect GOOD with BAD's: the base run first
         base, other = (request.bad, request.good) if verb == "triage" else (request.good, request.bad)
-        prepare(reader, request.good, request.bad, request.judge, runtime=runtime,
-                unsafe_no_sandbox=request.unsafe_no_sandbox, compared=self.compare(reader, base, other))
-        return Plan(request.bad, request, runtime)
+        prepared = prepare(reader, request.good, request.bad, request.judge, runtime=runtime,
+                           unsafe_no_sandbox=request.unsafe_no_sandbox, compared=self.compare(reader, base, other))
+        return Plan(request.bad, request, (runtime, prepared))  # acting replays GOOD no second time
 
     def triage(self, db: str, plan: Plan, on_layer=None):
         from tttr.engine.replay.triage import triage
         from tttr.sessions.store import Store
 
-        r = plan.request
+        r, (runtime, prepared) = plan.request, plan.checked
         with Store.open(db, create=False) as store:
-            return triage(store, r.good, r.bad, judge=r.judge, runtime=plan.checked, batch=r.batch,
-                          unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, ray=ray_tests(r.ray))
+            return triage(store, r.good, r.bad, judge=r.judge, runtime=runtime, batch=r.batch,
+                          unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, ray=ray_tests(r.ray),
+                          prepared=prepared)
 
     def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None):
         from tttr.engine.replay.bisect import bisect
         from tttr.sessions.store import Store
 
-        r = plan.request
+        r, (runtime, prepared) = plan.request, plan.checked
         with Store.open(db, create=False) as store:
-            return bisect(store, r.good, r.bad, judge=r.judge, max_replays=r.max_replays, runtime=plan.checked,
+            return bisect(store, r.good, r.bad, judge=r.judge, max_replays=r.max_replays, runtime=runtime,
                           batch=r.batch, unsafe_no_sandbox=r.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial,
-                          ray=ray_tests(r.ray))
+                          ray=ray_tests(r.ray), prepared=prepared)
 
 
 class ServedCalls(AgentRuns):

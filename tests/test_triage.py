@@ -225,3 +225,30 @@ def test_an_experiments_check_finds_its_deltas_through_the_kind_and_decodes_each
     assert compared == [(bad, good) if base_is_bad else (good, bad)]
     assert counts == Counter({"decodes": 2, "sources": 2}), counts  # no open: the reader given
     assert {d.site for d in expected} >= {f"{first}:clock", f"{last}:clock"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verb", ["triage", "bisect"])
+def test_an_experiment_acts_on_its_check_without_replaying_good_again(pair, monkeypatch, verb):
+    """GOOD's faithful replay (check_ends) runs once, in the check: acting on the plan reads the
+    pair through its write connection (Source.on) and neither decodes nor replays it again."""
+    from collections import Counter
+
+    from tttr.engine.kinds import ExperimentRequest, kind_of
+    from tttr.engine.replay import bisect as bisect_module
+    from tttr.engine.replay import triage as triage_module
+
+    db, good, bad, _, _ = pair
+    counts = Counter()
+    check_ends, load_run = triage_module.check_ends, Store.load_run
+    for module in (triage_module, bisect_module):
+        monkeypatch.setattr(module, "check_ends", lambda *a, **kw: counts.update(["check_ends"]) or check_ends(*a, **kw))
+    with Store.open(db, create=False, readonly=True) as reader:
+        kind = kind_of(reader.run(bad))
+        plan = kind.check_experiment(reader, str(db), verb, ExperimentRequest(good, bad, max_replays=1))
+    assert counts == Counter({"check_ends": 1})
+    monkeypatch.setattr(Store, "load_run", lambda self, rid, *a, **kw: counts.update([f"decode {rid}"]) or
+                        load_run(self, rid, *a, **kw))
+    result = kind.triage(str(db), plan) if verb == "triage" else kind.bisect(str(db), plan)
+    assert counts["check_ends"] == 1 and counts[f"decode {good}"] == 0 and counts[f"decode {bad}"] == 0, counts
+    assert result.good == good and result.bad == bad

@@ -160,17 +160,26 @@ def prepare(store, good: int, bad: int, judge: str, *, runtime, unsafe_no_sandbo
     return pair, the_judge, found
 
 
+def on_store(prepared: tuple[Pair, Judge, list[Delta]], store) -> tuple[Pair, Judge, list[Delta]]:
+    """What a check's `prepare` returned (read on a read-only connection), read through `store`,
+    the connection the experiment writes with: nothing decoded or replayed again."""
+    pair, the_judge, found = prepared
+    return Pair(pair.base.on(store), pair.other.on(store)), the_judge, found
+
+
 def bisect(store, good: int, bad: int, *, judge: str = "outcome", max_replays: int = 50, runtime,
            batch: bool = True, unsafe_no_sandbox: bool = False, on_round: Callable | None = None,
            on_trial: Callable[[Trial], None] | None = None, cancel: threading.Event | None = None,
-           ray: Callable[[str], Any] | None = None) -> Bisect:
+           ray: Callable[[str], Any] | None = None, prepared: tuple | None = None) -> Bisect:
     """ddmin over BAD's deltas applied to GOOD. The whole set is tested first: if it does not
     reproduce the failure, ReplayError (that replay stays stored). Ctrl-C or the budget
     ends it with the best set so far. `ray`: the Ray tests of a database (engine/kinds.py's
-    `ray_tests`: each test a Ray task, engine/replay/ray_experiments.py); None: here."""
+    `ray_tests`: each test a Ray task, engine/replay/ray_experiments.py); None: here. `prepared`: what
+    the check's `prepare` returned, so GOOD is not replayed faithfully a second time."""
     if max_replays < 1:
         raise ReplayError(f"--max-replays {max_replays}: give at least 1")
-    pair, the_judge, found = prepare(store, good, bad, judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
+    pair, the_judge, found = (on_store(prepared, store) if prepared is not None else
+                              prepare(store, good, bad, judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox))
     out = Bisect(good, bad, judge, found)
     stop = cancel or threading.Event()
     choose_batching(out, {pair.base.run.kernel_mode, pair.other.run.kernel_mode}, batch,

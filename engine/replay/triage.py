@@ -31,7 +31,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, Callable
 
-from tttr.engine.replay.bisect import at_once, choose_batching
+from tttr.engine.replay.bisect import at_once, choose_batching, on_store
 from tttr.engine.replay.deltas import Delta, Pair, by_layer, differing
 from tttr.engine.replay.trial import Judge, Trial, apply, check_ends, recorded_actions
 from tttr.engine.replay.mutation import Mutation
@@ -126,10 +126,13 @@ def unreached_clocks(pair: Pair) -> list[Delta]:
 
 def triage(store, good: int, bad: int, *, judge: str = "outcome", runtime, batch: bool = True,
            unsafe_no_sandbox: bool = False, on_layer: Callable[[LayerResult], None] | None = None,
-           cancel: threading.Event | None = None, ray: Callable[[str], Any] | None = None) -> Triage:
+           cancel: threading.Event | None = None, ray: Callable[[str], Any] | None = None,
+           prepared: tuple | None = None) -> Triage:
     """`ray`: the Ray tests of a database (engine/kinds.py's `ray_tests`: each replay a Ray
-    task, engine/replay/ray_experiments.py); None: here."""
-    pair, the_judge, found = prepare(store, good, bad, judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
+    task, engine/replay/ray_experiments.py); None: here. `prepared`: what the check's `prepare`
+    returned, so GOOD is not replayed faithfully a second time."""
+    pair, the_judge, found = (on_store(prepared, store) if prepared is not None else
+                              prepare(store, good, bad, judge, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox))
     out = Triage(good, bad, judge)
     choose_batching(out, {pair.base.run.kernel_mode, pair.other.run.kernel_mode}, batch, BATCHED)
     stop = cancel or threading.Event()
