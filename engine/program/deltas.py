@@ -45,7 +45,7 @@ class ProgramPair:
     @classmethod
     def load(cls, store, base: int, other: int) -> "ProgramPair":
         from tttr.engine.program.record import ProgramRunError
-        from tttr.engine.program.replay import _load, is_program_run
+        from tttr.engine.program.replay import is_program_run, load_recording
 
         if base == other:
             raise DeltaError(f"runs {base} and {other} are the same run: give two runs of one program")
@@ -54,7 +54,7 @@ class ProgramPair:
                 raise DeltaError(f"run {rid} is not a recorded program, but run {base if rid == other else other} is: "
                                  "give two runs of the same program (tttr record -- PROGRAM)")
         try:
-            pair = cls(_load(store, base), _load(store, other))
+            pair = cls(load_recording(store, base), load_recording(store, other))
         except ProgramRunError as exc:
             raise DeltaError(str(exc)) from None
         pair.check()

@@ -89,7 +89,7 @@ class TTTRReplay:
 
     def check(self, code: Path | None = None, program: list[str] | None = None) -> None:
         """What makes a replay impossible, read-only: TTTRError with one line."""
-        from tttr.engine.program.replay import _load, check_code, check_sealable
+        from tttr.engine.program.replay import check_code, check_sealable, load_recording
         from tttr.sessions.errors import StoreError
         from tttr.sessions.store import Store
 
@@ -99,7 +99,7 @@ class TTTRReplay:
         with Store.open(self.db, create=False, readonly=True) as reader:
             if self.run not in {r.id for r in reader.runs()}:
                 raise StoreError(f"run {self.run} is not in {self.db}: `tttr runs {self.db}` lists its runs")
-            rec = _load(reader, self.run)
+            rec = load_recording(reader, self.run)
             check_sealable(rec)
             recorded = [str(a) for a in rec.setup["program"]]
             check_code(str(code or self.code), list(program or self.program or recorded), recorded)
@@ -119,7 +119,7 @@ class TTTRReplay:
 
     def _recorded_anew(self, code: Path, program: list[str] | None) -> int:
         from tttr.engine.program.record import record_program
-        from tttr.engine.program.replay import _load, recorded_clock, recorded_timeout
+        from tttr.engine.program.replay import load_recording, recorded_clock, recorded_timeout
         from tttr.engine.program.fork import recorded_check
         from tttr.engine.program.replay import lay_code
         from tttr.recorders.scratch import scratch_dir
@@ -131,7 +131,7 @@ class TTTRReplay:
             work = scratch_dir("tttr-pytest-record-")
             try:
                 with Store.open(self.db, create=False, readonly=True) as reader:
-                    rec = _load(reader, self.run)
+                    rec = load_recording(reader, self.run)
                     argv = program or [str(a) for a in rec.setup["program"]]
                     check = recorded_check(reader, rec.run)
                     clock, timeout = recorded_clock(rec), recorded_timeout(rec.run)

@@ -186,7 +186,6 @@ def load_recording(store, run_id: int) -> Recording:
     return Recording(run, setup, steps, final, outcome, setup_clock, source)
 
 
-_load = load_recording  # the name engine/program's other modules knew it by
 _Recording = Recording
 
 
