@@ -109,6 +109,23 @@ def test_append_refuses_a_site_it_cannot_derive_in_one_line_naming_it(tmp_path, 
             assert store.event_at(rid, bad).value == {"x": 1}
 
 
+@pytest.mark.parametrize("bad", ["0:token:05", "0:token:", "0:token:4:1", "0:token:-1", "0:token:٣", "0:token:4 "])
+def test_a_position_after_a_stream_of_positions_is_still_checked(tmp_path, bad):
+    """`append` reads the next position of a token stream without parsing its site again:
+    what follows that prefix must still be a position as `site()` writes it."""
+    with Store.open(tmp_path / "s.db") as store:
+        rid = store.begin_run(seed=SEED)
+        for pos in range(4):
+            store.append(rid, f"0:token:{pos}", {"id": pos, "text": "", "forced": False, "logprob": 0.0,
+                                                  "rng": [SEED, 0, pos]})
+        with pytest.raises(StoreError, match="is not STEP:KIND"):
+            store.append(rid, bad, {"x": 1})
+        store.append(rid, "1:token:0", {"id": 9, "text": "", "forced": False, "logprob": 0.0, "rng": [SEED, 1, 0]})
+        store.commit_step(rid)
+        assert [(e.step, e.kind, e.site) for e in store.events(rid)][-2:] == [(0, "token", "0:token:3"),
+                                                                              (1, "token", "1:token:0")]
+
+
 # ---------------------------------------------------------------------------- the token value
 def test_token_value_is_the_contract_record_codec_stores_binary():
     from tttr.sessions import codec
