@@ -170,6 +170,29 @@ def lstat_beneath(tree: str, rel: str) -> os.stat_result | None:
         os.close(fd)
 
 
+class NotRegularFile(OSError):
+    """`write_beneath`'s entry is there and is not a regular file (a link, a folder, a FIFO)."""
+
+
+def write_beneath(tree: str, rel: str, data: bytes) -> None:
+    """Set the bytes of the file at `rel` ("/"-separated, checked by the caller: no "..")
+    inside `tree`, reached one directory at a time without following a link, and written as
+    `write_file_at` writes (a fresh name renamed over it); an existing file keeps its mode, a
+    new one is 0o644. NotRegularFile where the entry is something else; OSError otherwise."""
+    *folders, name = rel.split("/")
+    fds = [open_root(tree)]
+    try:
+        for folder in folders:
+            fds.append(open_dir(fds[-1], folder))
+        st = lstat_at(fds[-1], name)
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(f"{rel}: not a regular file")
+        write_file_at(fds[-1], name, data, st.st_mode if st is not None else 0o644)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def open_dir(dir_fd: int, name: str) -> int:
     """A descriptor of subdirectory `name` (never through a link)."""
     return os.open(name, DIR_FLAGS, dir_fd=dir_fd)

@@ -321,3 +321,29 @@ def test_a_replay_refused_for_its_database_writes_nothing_and_prints_no_progress
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
         assert db.read_bytes() == before
+
+
+def test_write_beneath_never_follows_a_link_nor_opens_a_fifo_and_keeps_a_files_mode(tmp_path):
+    """treeio.write_beneath (a fork's setup:file, agent runs and programs alike): a link, a FIFO
+    or a folder at the path is NotRegularFile, a link on the way an OSError, nothing outside
+    written and nothing blocked; an existing file keeps its mode, a new one is 0o644."""
+    tree, outside = tmp_path / "tree", tmp_path / "outside"
+    (tree / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret").write_text("keep")
+    os.symlink(outside / "secret", tree / "link")
+    os.symlink(outside, tree / "away")
+    os.mkfifo(tree / "fifo")
+    for rel in ("link", "fifo", "sub"):
+        with pytest.raises(treeio.NotRegularFile):
+            treeio.write_beneath(str(tree), rel, b"planted")
+    with pytest.raises(OSError):
+        treeio.write_beneath(str(tree), "away/x", b"planted")
+    assert (outside / "secret").read_text() == "keep" and sorted(os.listdir(outside)) == ["secret"]
+    (tree / "sub" / "run.sh").write_text("old")
+    os.chmod(tree / "sub" / "run.sh", 0o755)
+    treeio.write_beneath(str(tree), "sub/run.sh", b"new")
+    treeio.write_beneath(str(tree), "sub/made.txt", b"made")
+    assert (tree / "sub" / "run.sh").read_text() == "new" and (tree / "sub" / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert (tree / "sub" / "made.txt").stat().st_mode & 0o777 == 0o644
+    assert sorted(os.listdir(tree / "sub")) == ["made.txt", "run.sh"]  # no temporary name left

@@ -13,9 +13,7 @@ call's event records the tree this run had, so a replay of the fork is identical
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from pathlib import Path
 
 from tttr.engine.program.record import ProgramRunError
@@ -114,22 +112,14 @@ def exports(setup: dict) -> dict[str, str]:
 def write_text(tree_dir: Path, path: str, text: str) -> None:
     """Set the text of the file at `path` (relative, "/"-separated, checked already) in
     `tree_dir`, one directory at a time, never following a link; a file's mode is kept."""
-    from tttr.recorders.treeio import lstat_at, open_dir, open_root, write_file_at
+    from tttr.recorders.treeio import NotRegularFile, write_beneath
 
-    *folders, name = path.split("/")
-    fds = [open_root(str(tree_dir))]
     try:
-        for folder in folders:
-            fds.append(open_dir(fds[-1], folder))
-        st = lstat_at(fds[-1], name)
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            raise ProgramRunError(f"setup:file:{path}: not a regular file in the start tree")
-        write_file_at(fds[-1], name, text.encode("utf-8", "surrogateescape"), st.st_mode if st is not None else 0o644)
+        write_beneath(str(tree_dir), path, text.encode("utf-8", "surrogateescape"))
+    except NotRegularFile:
+        raise ProgramRunError(f"setup:file:{path}: not a regular file in the start tree") from None
     except OSError as exc:
         raise ProgramRunError(f"setup:file:{path}: cannot write it in the start tree ({exc.strerror})") from None
-    finally:
-        for fd in fds:
-            os.close(fd)
 
 
 __all__ = ["carry", "check", "exports", "lay", "runner_env", "write_text"]

@@ -9,8 +9,6 @@ and after the command it is snapshotted again so a later replay can restore it.
 from __future__ import annotations
 
 import json
-import os
-import stat
 import time
 from datetime import datetime
 from pathlib import Path
@@ -23,7 +21,7 @@ from tttr.recorders.filetimes import clamp_times
 from tttr.recorders.scratch import scratch_dir
 from tttr.recorders.shell import ShellState
 from tttr.recorders.snapshot import restore, snapshot, tree_digest
-from tttr.recorders.treeio import lstat_at, open_dir, open_root, remove_tree, write_file_at
+from tttr.recorders.treeio import NotRegularFile, remove_tree, write_beneath
 
 UNRUNNABLE_EXIT = 126  # the shell's "cannot execute"
 NUL_STDERR = "tttr: the command contains a NUL byte (\\x00), which no shell command line can hold; it was not run\n"
@@ -95,21 +93,12 @@ class World:
         (the setup's), as a command's do: the same edit gives the same tree every time."""
         tree_dir = self._materialise()
         started = time.time_ns()
-        *folders, name = path.split("/")
-        fds = [open_root(str(tree_dir))]
         try:
-            for folder in folders:
-                fds.append(open_dir(fds[-1], folder))
-            st = lstat_at(fds[-1], name)
-            if st is not None and not stat.S_ISREG(st.st_mode):
-                raise OracleError(f"setup:file:{path}: not a regular file in the start tree")
-            write_file_at(fds[-1], name, text.encode("utf-8", "surrogateescape"),
-                          st.st_mode if st is not None else 0o644)
+            write_beneath(str(tree_dir), path, text.encode("utf-8", "surrogateescape"))
+        except NotRegularFile:
+            raise OracleError(f"setup:file:{path}: not a regular file in the start tree") from None
         except OSError as exc:
             raise OracleError(f"setup:file:{path}: cannot write it in the start tree ({exc.strerror})") from None
-        finally:
-            for fd in fds:
-                os.close(fd)
         clamp_times(str(tree_dir), started, time.time_ns(), clock_epoch(clock))
         self.tree, manifest = self._snapshot(tree_dir)
         return self.tree, manifest
