@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from tttr.engine.program.divergence import call_divergence, in_responses_terms, noting_responses, responses_body
 from tttr.engine.program.replay import (  # Divergence and first_request_difference: wherever engine/replay keeps them
-    NAMES, Divergence, _response, _Step, first_request_difference, request_field,
+    NAMES, Divergence, _response, _Step, first_request_difference, recorded_steps, request_field,
 )
 from tttr.engine.replay.calls import is_call_run
 from tttr.engine.serve.errors import APIError
@@ -73,16 +73,7 @@ def find_run(store, *, run: int | None = None, name: str | None = None):
 def load_steps(store, run) -> list[_Step]:
     """The run's steps in order: model calls ("call", with `S:prompt`), SDK tools and clock reads."""
     _, events = store.load_run(run.id)
-    by_step: dict[int, list] = {}
-    for e in events:
-        if e.step >= 0:
-            by_step.setdefault(e.step, []).append(e)
-    steps = []
-    for s in sorted(by_step):
-        kinds = {e.kind for e in by_step[s]}
-        kind = "call" if "prompt" in kinds else ("tool" if "tool" in kinds else ("clock" if "clock" in kinds else None))
-        if kind is not None:
-            steps.append(_Step(s, kind, by_step[s]))
+    steps = recorded_steps(events)
     if not any(s.kind == "call" for s in steps):
         raise InProcessError(f"run {run.id} has no recorded model call (no S:prompt event): nothing to replay")
     return steps

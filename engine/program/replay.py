@@ -91,6 +91,22 @@ class _Step:
     events: list  # the recorded events of the step
 
 
+def recorded_steps(events, end: int | None = None) -> list[_Step]:
+    """The program's steps below step `end` (all where None), in order, each with its events: a
+    model call (it has `S:prompt`), an SDK tool (`S:tool`) or a clock read; others are passed over."""
+    by_step: dict[int, list] = {}
+    for e in events:
+        if e.step >= 0 and (end is None or e.step < end):
+            by_step.setdefault(e.step, []).append(e)
+    steps = []
+    for s in sorted(by_step):
+        kinds = {e.kind for e in by_step[s]}
+        kind = "call" if "prompt" in kinds else ("tool" if "tool" in kinds else ("clock" if "clock" in kinds else None))
+        if kind is not None:
+            steps.append(_Step(s, kind, by_step[s]))
+    return steps
+
+
 @dataclass(slots=True)
 class ReplayResult:
     run_id: int
@@ -170,16 +186,7 @@ def load_recording(store, run_id: int) -> Recording:
                        and "program" in e.value), None)
     if final_step is None:
         raise ProgramRunError(f"run {run_id} has no record of the program's end (N:tool)")
-    by_step: dict[int, list] = {}
-    for e in events:
-        if 0 <= e.step < final_step:
-            by_step.setdefault(e.step, []).append(e)
-    steps = []
-    for s in sorted(by_step):
-        kinds = {e.kind for e in by_step[s]}
-        kind = "call" if "prompt" in kinds else ("tool" if "tool" in kinds else ("clock" if "clock" in kinds else None))
-        if kind is not None:
-            steps.append(_Step(s, kind, by_step[s]))
+    steps = recorded_steps(events, final_step)
     final = next(e.value for e in events if e.step == final_step and e.kind == "tool")
     outcome = next((e.value for e in events if e.step == final_step and e.kind == "outcome"), None)
     setup_clock = next((e.value for e in events if e.step == SETUP_STEP and e.kind == "clock"), None)
