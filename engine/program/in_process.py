@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from tttr.engine.program.divergence import call_divergence, in_responses_terms, noting_responses, responses_body
 from tttr.engine.program.replay import (  # Divergence and first_request_difference: wherever engine/replay keeps them
-    NAMES, Divergence, _response, _Step, first_request_difference, recorded_steps, request_field,
+    NAMES, Divergence, _response, _Step, first_request_difference, recorded_steps, recorded_tool_answer, request_field,
+    sealed_tool_answer,
 )
 from tttr.engine.replay.calls import is_call_run
 from tttr.engine.serve.errors import APIError
@@ -158,20 +159,11 @@ class Cassette:
                     if self.used[i] or step.kind != kind or any(recorded.get(k) != value.get(k) for k in keys):
                         continue
                     self._use(i)
-                    if kind == "clock":
-                        return {"t": recorded.get("t")}
-                    if "function" in value:
-                        return {"error": recorded["error"]} if recorded.get("error") else {"result": recorded.get("result")}
-                    return {k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit", "truncated")}
+                    return {"t": recorded.get("t")} if kind == "clock" else recorded_tool_answer(recorded, value)
                 if kind != "tool":
                     return None
                 self._tool_divergence(value, keys)
-            if kind != "tool":
-                return None
-            why = f"sealed replay: the recording has no answer for this tool call ({self.divergence.describe()})"
-            if "function" in value:
-                return {"error": {"type": "SealedReplayMiss", "message": why}}
-            return {"stdout": "", "stderr": f"tttr: {why}\n", "exit_code": 125, "limit_hit": None, "truncated": False}
+            return sealed_tool_answer(value, self.divergence) if kind == "tool" else None
 
     def _tool_divergence(self, value: dict, keys: tuple) -> None:
         label = value.get("function") or value.get("cmd")

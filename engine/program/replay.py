@@ -478,12 +478,7 @@ class Replayer:
             return {**{k: recorded[k] for k in ("tree_after", "snapshot") if recorded.get(k)}, **answer}
 
     def _sealed_tool(self, value: dict) -> dict:
-        """What an SDK tool gets in a sealed replay after the divergence, in place of running:
-        an error the program can surface (a function's exception, a command's exit code 125)."""
-        why = f"sealed replay: the recording has no answer for this tool call ({self.divergence.describe()})"
-        if "function" in value:
-            return {"error": {"type": "SealedReplayMiss", "message": why}}
-        return {"stdout": "", "stderr": f"tttr: {why}\n", "exit_code": 125, "limit_hit": None, "truncated": False}
+        return sealed_tool_answer(value, self.divergence)
 
     def _answer_clock(self, step: _Step, recorded: dict) -> dict:
         """A clock read at recorded step `step`: the recorded value."""
@@ -493,9 +488,7 @@ class Replayer:
     def _answer_sdk(self, step: _Step, recorded: dict, value: dict) -> dict:
         """An SDK tool query that matches recorded step `step`: the recorded result."""
         self._copy(step)
-        if "function" in value:
-            return {"error": recorded["error"]} if recorded.get("error") else {"result": recorded.get("result")}
-        return {k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit", "truncated")}
+        return recorded_tool_answer(recorded, value)
 
     def finish(self) -> None:
         """A recording with steps the program never asked for diverges at the first of them;
@@ -509,6 +502,22 @@ class Replayer:
                               "(the program ended)",
                               {"call": self.calls if step.kind == "call" else None, "step": step.step, "at": None,
                                "field": "step", "recorded": {"kind": step.kind}, "requested": None})
+
+
+def recorded_tool_answer(recorded: dict, value: dict) -> dict:
+    """An SDK tool query's recorded answer: a function's result or error, a command's output."""
+    if "function" in value:
+        return {"error": recorded["error"]} if recorded.get("error") else {"result": recorded.get("result")}
+    return {k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit", "truncated")}
+
+
+def sealed_tool_answer(value: dict, divergence: Divergence) -> dict:
+    """What an SDK tool gets in a sealed replay after the divergence, in place of running:
+    an error the program can surface (a function's exception, a command's exit code 125)."""
+    why = f"sealed replay: the recording has no answer for this tool call ({divergence.describe()})"
+    if "function" in value:
+        return {"error": {"type": "SealedReplayMiss", "message": why}}
+    return {"stdout": "", "stderr": f"tttr: {why}\n", "exit_code": 125, "limit_hit": None, "truncated": False}
 
 
 # ---------------------------------------------------------------------------- the run
