@@ -7,6 +7,7 @@ stored, its blobs once (`tttr merge`, and the Ray fan-out's driver, issue 30).
   run's meta gains `merged_from: {db, run}` (the source's file name and its id there). Ids
   inside event values (a tool value's `reused_from`) keep naming the source's run.
 - **Blobs de-duplicated** by digest: a blob the target holds is not copied again.
+- **Step timings** (`step_times`) move with their run, as its steps do.
 - **Event kinds** are small integers per file; they are remapped by (layer, kind).
 - **Suites and labels kept**: a suite keeps its id and its label (in each run's meta).
 - **Refused, nothing written**, in one line: a source that is not a session database, one of
@@ -25,7 +26,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import schema
+from . import schema, timings
 from .errors import StoreError
 
 
@@ -173,6 +174,7 @@ def _copy(paths: list[Path], target: Path, known: dict) -> Merged:
                     conn.execute("INSERT INTO main.steps (run, step, first_seq, last_seq, events)"
                                  " SELECT m.new, s.step, s.first_seq, s.last_seq, s.events"
                                  f" FROM {src}.steps s JOIN rmap m ON m.old = s.run")
+                    timings.copy(conn, src)
                     total = conn.execute(f"SELECT count(*) FROM {src}.blobs").fetchone()[0]
                     new = conn.execute("INSERT OR IGNORE INTO main.blobs (digest, size, codec, data)"
                                        f" SELECT digest, size, codec, data FROM {src}.blobs").rowcount

@@ -5,7 +5,7 @@ One SQLite file per session database. `PRAGMA application_id` is 0x54545452 ("TT
 read while a recorder writes. Every open applies the migrations the file lacks, in order,
 in one transaction; a migration is never edited once shipped: a change is a new one.
 
-Tables (current version, 3):
+Tables (current version, 4):
 
 runs      one row per run.
           id INTEGER PRIMARY KEY, task, model_id, kernel_mode, sampling (JSON), seed,
@@ -37,6 +37,12 @@ events    id INTEGER PRIMARY KEY = run << 32 | seq. The key is derived from (run
 steps     (run, step) PRIMARY KEY, WITHOUT ROWID: first_seq, last_seq, events. Written in
           each step's transaction; turns "events of step s" and "the event at site s:..."
           into a short range scan. Added by migration 2, back-filled from `events`.
+
+step_times (run, step) PRIMARY KEY, WITHOUT ROWID: model_ms, tool_ms, wait_ms (REAL, NULL
+          where the step had none): what a step took on the host that recorded it, measured
+          with a monotonic clock (see `sessions.timings`). Measurements, not events: a replay,
+          a diff or a digest never reads them. Added by migration 4; a file written before it
+          has no rows (its timings read as not recorded).
 
 blobs     digest (sha256 hex of the raw bytes) PRIMARY KEY, size (raw bytes),
           codec ("zlib" or "raw" when compressing would not shrink it), data.
@@ -118,8 +124,16 @@ def _m0003_run_names(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN name TEXT")
 
 
+def _m0004_step_times(db: sqlite_utils.Database) -> None:
+    db.execute(
+        "CREATE TABLE step_times (run INTEGER NOT NULL, step INTEGER NOT NULL,"
+        " model_ms REAL, tool_ms REAL, wait_ms REAL, PRIMARY KEY (run, step)) WITHOUT ROWID"
+    )
+
+
 # Index i holds the migration to version i + 1. Append only.
-MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_m0001_initial, _m0002_steps, _m0003_run_names)
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
+    _m0001_initial, _m0002_steps, _m0003_run_names, _m0004_step_times)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -21,8 +21,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from . import blobs, codec, liveness, opening, run_list, safe_text, schema, values
+from . import blobs, codec, liveness, opening, run_list, safe_text, schema, timings, values
 from .records import Event, Outcome, Run
+from .timings import StepTime
 from .run_list import RunLink, RunRow
 from .vocabulary import KIND_LAYER, KINDS, LAYERS, canonical_site, site_parts
 from .errors import StoreError
@@ -407,6 +408,7 @@ class Store:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("DELETE FROM events WHERE id >= ? AND id < ?", (base, base + _END))
             conn.execute("DELETE FROM steps WHERE run = ?", (run_id,))
+            conn.execute("DELETE FROM step_times WHERE run = ?", (run_id,))
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
             conn.execute("COMMIT")
         except BaseException:
@@ -848,6 +850,25 @@ class Store:
             if m is not None:
                 top = max(top, m)
         return top + 1
+
+    # ------------------------------------------------------------------ step timings
+    @_guarded
+    def time_step(self, run_id: int, step: int, *, model_ms: float | None = None, tool_ms: float | None = None,
+                  wait_ms: float | None = None) -> None:
+        """Store what step `step` of the run took (ms; None: the step had no such part), once
+        its events are committed. A measurement, not an event: replays and diffs never read it
+        (`sessions.timings`). Writing a step again replaces its row."""
+        self._writable()
+        if type(step) is not int:
+            raise StoreError(f"step must be an int, not {step!r}")
+        timings.write(self._conn, run_id, step, model_ms, tool_ms, wait_ms)
+
+    @_guarded
+    def step_times(self, run_id: int) -> list[StepTime]:
+        """The run's step timings by step (a fork's steps before its fork point are its
+        parent's); [] when none were recorded (an older file, an imported trace)."""
+        self.run(run_id)  # an unknown run fails here, with the ids there are
+        return timings.read(self._conn, self._segments(run_id))
 
     # ------------------------------------------------------------------ the file
     @_guarded
