@@ -38,7 +38,7 @@ from tttr.engine.replay.result import ReplayError, RunResult, kernels_note
 from tttr.engine.replay.source import Source
 from tttr.engine.replay.tokens import Draws
 from tttr.kernels.mode import MODES
-from tttr.sessions.records import RECORDED_BY, RunMeta
+from tttr.sessions.records import RECORDED_BY
 from tttr.sessions.vocabulary import Site, site
 
 SERVED_BY = RECORDED_BY["calls"]  # the recorder's meta.source; a proxy's starts with it too
@@ -48,15 +48,14 @@ def is_call_run(run) -> bool:
     """Whether `run` was recorded by `tttr serve` (direct or proxied): its calls, not the
     shell agent's steps. The recorder marks it in meta.source; `api:*` tasks are its too
     (sessions.records.RunMeta names the kinds)."""
-    return RunMeta.of(run.task, run.meta).kind == "calls"
+    return run.meta.kind == "calls"
 
 
 def upstream_of(run) -> str | None:
     """The upstream server a proxied run was recorded from (`tttr serve --upstream`), or None
     for a run the local engine served."""
-    meta = run.meta if isinstance(run.meta, dict) else {}
-    served_by = meta.get("served_by")
-    if isinstance(served_by, dict) and served_by.get("upstream"):
+    served_by = run.meta.served_by
+    if served_by is not None and served_by.get("upstream"):
         return str(served_by["upstream"])
     fingerprint = run.fingerprint if isinstance(run.fingerprint, dict) else {}
     if fingerprint.get("served_by") == "upstream":
@@ -218,7 +217,7 @@ def run_calls(oracle: Oracle, source: Source, runtime, *, seed: int | None, last
             recorded = source.value(site(step, "message"))
             message = recorded if isinstance(recorded, dict) else {"text": None}
         oracle.note(step, "message", message)
-        oracle.log.commit()
+        oracle.commit(step)
         texts.append(message.get("text"))
         if progress is not None:
             progress(n + 1, len(steps), f"call {step}: {str(message.get('text'))[:60]}")
@@ -251,7 +250,7 @@ def _child(store, source: Source, runtime, *, policy: Policy, mutation: Mutation
            progress, cancel, meta_extra: dict | None = None) -> RunResult:
     run = source.run
     live = mutation is not None or not policy.faithful
-    meta = {**run.meta, "replay": {"free": sorted(policy.free)}} if mutation is None else dict(run.meta)
+    meta = {**run.meta.to_json(), "replay": {"free": sorted(policy.free)}} if mutation is None else run.meta.to_json()
     meta.update(meta_extra or {})
     kernel_mode = local_kernel_mode(run) if live else run.kernel_mode
     settings = dict(

@@ -86,12 +86,17 @@ class EventLog:
         for event in pending:
             self._append(*event)
 
-    def commit(self) -> None:
-        """Write the step in flight (beginning the run first if it is not yet)."""
+    def commit(self, step: int | None = None, lap=None) -> None:
+        """Write the step in flight (beginning the run first if it is not yet), and with
+        `lap` (a `step_clock.Lap`) what step `step` took. A step wholly inside a fork's
+        shared prefix is not written: its timing is its parent's."""
         if self.write and self.next_seq > self.fork_seq:
             if not self.begun:
                 self.begin_now()
             self.store.commit_step(self.run_id)
+            if lap is not None:
+                self.store.time_step(self.run_id, step, model_ms=lap.model_ms, tool_ms=lap.tool_ms,
+                                     wait_ms=lap.wait_ms)
 
     def discard(self) -> None:
         self._pending.clear()

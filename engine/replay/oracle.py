@@ -20,6 +20,9 @@ them (`MutationSet`), and when replaying, the source recording. Recording is the
 A mutation makes what depends on it live; values that do not depend on it (later clocks,
 the RNG stream) stay pinned. In a fork, the events before the fork site are the parent's
 and are not written again: the oracle counts them and starts writing at the fork point.
+
+Each step written is timed (`step_clock.StepClock`): the model's part, the tool's part and
+the wait, stored beside the events (`Store.time_step`), never as events.
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ from tttr.engine.replay.mutation import Mutation
 from tttr.engine.replay.mutations import REQUEST_KEYS, MutationSet
 from tttr.engine.replay.policy import Policy
 from tttr.engine.replay.source import OracleError, Source
+from tttr.engine.replay.step_clock import StepClock
 from tttr.engine.replay.tokens import Draws, Tokens
 from tttr.engine.replay.world import World
 from tttr.sessions.records import Outcome
-from tttr.sessions.vocabulary import site
+from tttr.sessions.vocabulary import SETUP_STEP, site
 
 class Oracle:
     """Decides, per value, pin or free — and delegates the rest: numbering and writing the
@@ -82,8 +86,8 @@ class Oracle:
         self.log = EventLog(store, run_id, source=source, fork_seq=fork_seq, write=write, begin=begin)
         self.world = World(store=store, task=task, seed=seed, executor_factory=executor_factory, log=self.log,
                            manifests=source.manifests if source else None)
-        self.tokens = Tokens(tokenizer=tokenizer, generate=generate, make_sequence=make_sequence, seed=seed,
-                             log=self.log)
+        self.tokens = Tokens(tokenizer=tokenizer, generate=self._loaded_first(generate), make_sequence=make_sequence,
+                             seed=seed, log=self.log)
 
         self.divergence: Divergence | None = None
         self.actions: list[str] = []
@@ -94,6 +98,21 @@ class Oracle:
         self._t0 = time.monotonic()
         self._last_clock: datetime = clock_base
         self._clock_shift = timedelta(0)  # how far a fork of the setup clock moved the run's clock
+        self.step_clock = StepClock()  # where each step's wall time went (model, tool, wait)
+        self._open_step = SETUP_STEP  # the step the clock is timing
+
+    def _loaded_first(self, generate: Callable) -> Callable:
+        """`generate`, loading the model (on first use: seconds) outside the step's model time."""
+        warm_up = getattr(generate, "warm_up", None)
+        if warm_up is None:
+            return generate
+
+        def loaded_then_generate(seq):
+            with self.step_clock.not_model():
+                warm_up()
+            return generate(seq)
+
+        return loaded_then_generate
 
     # ------------------------------------------------------------------ what the caller reads
     @property
@@ -173,12 +192,13 @@ class Oracle:
             self.world.tree = recorded["tree"]
             value = recorded
         else:
-            value = self.world.set_up(clock)
+            with self.step_clock.tool():
+                value = self.world.set_up(clock)
             if recorded is not None:
                 self._compare(at, "trace", recorded.get("tree"), value["tree"])
         value = self._setup_values(value)
         self.log.emit(at, value)
-        self.log.commit()
+        self.commit(SETUP_STEP)
         self._report(0, "set up")
 
     def _setup_values(self, value: dict) -> dict:
@@ -201,6 +221,11 @@ class Oracle:
         return value
 
     def tool(self, step: int, cmd: str) -> dict:
+        self._open_step = step
+        with self.step_clock.tool():
+            return self._tool(step, cmd)
+
+    def _tool(self, step: int, cmd: str) -> dict:
         clock = self._clock(step)
         at = site(step, "tool")
         recorded = self._recorded(at)
@@ -247,6 +272,11 @@ class Oracle:
         that the step's message event shows before the generated text (the agent's opening
         fence); a whole answer given with it (`STEP:message`, edited from that event) is taken
         without it."""
+        self._open_step = step
+        with self.step_clock.model():
+            return self._message(step, prompt_text, max_tokens, stops, lead)
+
+    def _message(self, step: int, prompt_text: str, max_tokens: int, stops: tuple[str, ...], lead: str) -> str:
         ids = self.tokenizer.encode(prompt_text)
         digest = ids_digest(ids)
         at = site(step, "prompt")
@@ -263,9 +293,11 @@ class Oracle:
         recording's by construction; `draws` carries the call's seed and sampling. The ids
         are the recorded ones where tokens are pinned (no model, no tokenizer needed), else
         generated from the prompt's token ids."""
-        self.log.emit(site(step, "prompt"), prompt)
-        same = self.source is not None and self._recorded(site(step, "prompt")) is not None
-        return self._message_ids(step, prompt.get("ids"), same, max_tokens, stops, draws, ends_with_stop=False)
+        self._open_step = step
+        with self.step_clock.model():
+            self.log.emit(site(step, "prompt"), prompt)
+            same = self.source is not None and self._recorded(site(step, "prompt")) is not None
+            return self._message_ids(step, prompt.get("ids"), same, max_tokens, stops, draws, ends_with_stop=False)
 
     def _message_ids(self, step: int, ids, same: bool, max_tokens: int, stops: tuple[str, ...],
                      draws: Draws | None, lead: str = "", ends_with_stop: bool = True) -> list:
@@ -320,8 +352,20 @@ class Oracle:
         return ids
 
     # ------------------------------------------------------------------ lifecycle
+    def commit(self, step: int) -> None:
+        """Write step `step`'s events and what it took (model, tool, wait)."""
+        self.log.commit(step, self.step_clock.lap())
+
+    def _commit_open(self) -> None:
+        """Write what is in flight, timing the step the model or a tool last ran for if
+        it has not been written yet."""
+        if self.step_clock.open:
+            self.commit(self._open_step)
+        else:
+            self.log.commit()
+
     def step_done(self, step: int) -> None:
-        self.log.commit()
+        self.commit(step)
         self._report(step + 1, f"step {step}: {self.actions[-1][:60] if self.actions else ''}")
 
     def _report(self, done: int, message: str) -> None:
@@ -342,7 +386,7 @@ class Oracle:
                 self._compare(at, "trace", recorded.passed, outcome.passed)
         self.outcome = outcome
         self.log.emit(at, outcome.to_json())
-        self.log.commit()
+        self._commit_open()
         self.status = "complete"
         self.log.finish("complete", outcome)
         self._report(self.max_steps, "passed" if outcome.passed else "failed")
@@ -350,7 +394,7 @@ class Oracle:
 
     def complete(self, outcome: dict) -> None:
         """End a run that has no task to check (recorded API calls): complete, with `outcome`."""
-        self.log.commit()
+        self._commit_open()
         self.outcome = Outcome.of(outcome)
         self.status = "complete"
         self.log.finish("complete", outcome)
@@ -364,7 +408,7 @@ class Oracle:
         self.close()
 
     def abort(self, reason: str) -> None:
-        self.log.commit()
+        self._commit_open()
         self.status = "incomplete"
         self.log.finish("incomplete", {"reason": reason})
         self.close()
