@@ -20,11 +20,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from tttr.engine.replay.events import stored_text
+from tttr.engine.replay.result import ProgramResult
 from tttr.engine.serve.requests import ROUTES
 from tttr.recorders.logicalclock import ClockShare
 from tttr.recorders.scratch import scratch_dir
@@ -35,6 +35,7 @@ from tttr.recorders.program import (
     PORT, SOCKET_NAME, HostPython, api_dir, check_program, check_tree, endpoint_env, sandboxed_command,
 )
 from tttr.sessions.errors import TTTRError
+from tttr.sessions.timings import seconds_ms
 from tttr.sessions.vocabulary import SETUP_STEP, site
 
 CHECK_TIMEOUT_S = 60.0
@@ -46,24 +47,6 @@ READY_TIMEOUT_S = 600.0
 
 class ProgramRunError(TTTRError):
     pass
-
-
-@dataclass(slots=True)
-class ProgramResult:
-    run_id: int
-    exit_code: int
-    calls: int
-    stdout: str
-    stderr: str
-    passed: bool | None
-    limit_hit: str | None
-    extra: dict = field(default_factory=dict)
-    refused: int = 0  # model calls answered with an error (a bad request): not in `calls`, the ones recorded
-
-    def to_json(self) -> dict:
-        return {"run_id": self.run_id, "exit_code": self.exit_code, "calls": self.calls, "passed": self.passed,
-                "limit_hit": self.limit_hit, "refused_calls": self.refused, "stdout": self.stdout,
-                "stderr": self.stderr}
 
 
 class Stopwatch:
@@ -278,7 +261,9 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
         sdk_clock.begin()
         say(f"running {program} …")
         watch.start()
+        recorder.start_clock(name)  # the first step's wait counts from the program's start
         res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
+        program_ended = time.perf_counter()
         endpoint.begin_stop()  # the program and what it started are gone: nothing asks any more
         recorder.flush()
         calls = len(store.events(run_id, kind="prompt"))
@@ -301,18 +286,20 @@ def _record(recorder, service, executor, host, program, argv, name, tree_dir, cl
             outcome["reason"] = f"the program hit a limit: {res.limit_hit}"
         if refused.count:
             outcome["refused_calls"] = refused.count
-        passed = None
-        if check is not None:
+        if check is not None:  # the verdict: the result's `passed`
             say(f"checking with {check} …")
             checker = executor.run(check, clock=clock, step=1)
-            passed = checker.exit_code == 0
-            outcome |= {"passed": passed, "checker_exit": checker.exit_code,
+            outcome |= {"passed": checker.exit_code == 0, "checker_exit": checker.exit_code,
                         "checker_output": (checker.stdout + checker.stderr)[-2000:]}
         store.append(run_id, site(last, "outcome"), outcome)
         store.finish_run(run_id, status="complete", outcome=outcome)
+        last_ended = recorder.last_ended(name)
+        if last_ended is not None:  # the last step: the program's own time after its last call or tool
+            store.time_step(run_id, last, wait_ms=seconds_ms(program_ended - last_ended))
         run_id_done, run_id = run_id, None
-        return ProgramResult(run_id_done, res.exit_code, calls, res.stdout, stderr, passed, res.limit_hit,
-                             {"program_s": watch.wall, "program_cpu_s": watch.cpu}, refused.count)
+        return ProgramResult(run_id_done, "complete", outcome, exit_code=res.exit_code, calls=calls, stdout=res.stdout,
+                             stderr=stderr, limit_hit=res.limit_hit, refused=refused.count,
+                             extra={"program_s": watch.wall, "program_cpu_s": watch.cpu})
     finally:
         if endpoint is not None:
             endpoint.stop()

@@ -26,19 +26,26 @@ the order the server receives them. A step per event keeps every site printable 
 forkable in the existing grammar (`3:tool`), and a replay that makes the same calls in the
 same order meets the same sites; numbering events within a model call's step would instead
 tie a tool's site to the call before it. A run's outcome counts `calls` (model calls) and
-`sdk_events`."""
+`sdk_events`.
+
+Each step written is timed (`Store.time_step`, beside the events, never one): a model call's
+`model_ms` (from its start in the engine to its end), an SDK tool's `tool_ms` (the duration
+the SDK measured), and `wait_ms`, the time since the run's previous step ended (the
+client's own time; from `start_clock` for the first, else none), all on perf_counter."""
 
 from __future__ import annotations
 
 import queue
 import sys
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tttr.engine.replay.events import ids_digest
 from tttr.sessions.records import token_value
 from tttr.sessions.store import Store
+from tttr.sessions.timings import ms, seconds_ms
 from tttr.sessions.vocabulary import site
 
 if TYPE_CHECKING:  # torch is not needed to replay or read a recording
@@ -77,6 +84,7 @@ class SDKEvent:
     name: str  # the run
     kind: str  # "tool" | "clock"
     value: dict  # checked by engine.serve.sdk_events
+    at: float | None = None  # perf_counter when it was posted
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +94,15 @@ class CopiedStep:
 
     name: str
     events: list
+    at: float | None = None  # perf_counter when it was handed over
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarts:
+    """The named run's program starts (`CallRecorder.start_clock`): its first wait counts from `at`."""
+
+    name: str
+    at: float
 
 
 class CallRecorder:
@@ -104,13 +121,16 @@ class CallRecorder:
         self.posted: dict[str, int] = {}  # SDK events posted by kind (in a replay: values obtained live)
         # A recorded program's clock (recorders.logicalclock.ClockShare.event): read as each call is handed over
         self.program_clock = None
+        self._ended: dict[str, float] = {}  # name -> perf_counter when its last step ended (the writer's)
         self._thread = threading.Thread(target=self._loop, name="tttr-serve-recorder", daemon=True)
         self._thread.start()
 
     def record(self, call, *, name: str | None, response_id: str) -> None:
         """Record a started call once it finishes (or is cancelled); returns at once."""
         clock = self.program_clock() if self.program_clock is not None else None
-        self._queue.put((call, name if name is not None else self.default_run, response_id, clock))
+        ended: list[float] = []  # when the engine finished it (its future's callback)
+        call.future.add_done_callback(lambda _: ended.append(time.perf_counter()))
+        self._queue.put((call, name if name is not None else self.default_run, response_id, clock, ended))
 
     def adopt(self, name: str, run_id: int, first_step: int = 0) -> None:
         """Calls named `name` become steps first_step, first_step + 1, … of `run_id`, a run the
@@ -123,16 +143,25 @@ class CallRecorder:
         `name`; returns at once. The server hands events over in the order they arrive, model
         calls included, so a program's steps are numbered in the order it made them."""
         self.posted[kind] = self.posted.get(kind, 0) + 1
-        self._queue.put(SDKEvent(name, kind, value))
+        self._queue.put(SDKEvent(name, kind, value, time.perf_counter()))
 
     def record_copy(self, name: str, events: list) -> None:
         """Write `events` ((kind, position or None, value) each) as the next step of the run
         named `name`; returns at once."""
-        self._queue.put(CopiedStep(name, list(events)))
+        self._queue.put(CopiedStep(name, list(events), time.perf_counter()))
 
     def record_proxied(self, call) -> None:
         """Record a proxied call (a `proxy.ProxiedCall`, complete or cut off); returns at once."""
         self._queue.put(call)
+
+    def start_clock(self, name: str) -> None:
+        """The run named `name` starts now (its program starts): its first step's wait counts
+        from here. Call it before the run's first step is handed over."""
+        self._queue.put(RunStarts(name, time.perf_counter()))
+
+    def last_ended(self, name: str) -> float | None:
+        """perf_counter when the run's last step written so far ended (call `flush()` first)."""
+        return self._ended.get(name)
 
     def steps(self, name: str) -> int:
         """How many steps the run named `name` has so far, model calls and SDK events
@@ -163,8 +192,12 @@ class CallRecorder:
             try:
                 if item is None:
                     return
+                if isinstance(item, RunStarts):
+                    self._ended[item.name] = item.at
+                    continue  # not a step: neither recorded nor failed
                 if isinstance(item, tuple):
-                    self._write(self._collect(*item))
+                    call, ended = item[0], item[4]
+                    self._write(self._collect(*item[:4]), call.started, ended[0] if ended else time.perf_counter())
                 elif isinstance(item, SDKEvent):
                     self._write_event(item)
                 elif isinstance(item, CopiedStep):
@@ -222,6 +255,16 @@ class CallRecorder:
             self._named[name] = [run_id, 1]
         return run_id, 0
 
+    def _timed(self, run_id: int, step: int, name: str | None, started: float, ended: float,
+               model_ms: float | None = None, tool_ms: float | None = None) -> None:
+        """Store what the step took; `started`..`ended` on perf_counter, the wait counted
+        from the end of the run's previous step."""
+        before = self._ended.get(name) if name is not None else None
+        wait = seconds_ms(started - before) if before is not None else None
+        self.store.time_step(run_id, step, model_ms=model_ms, tool_ms=tool_ms, wait_ms=wait)
+        if name is not None:
+            self._ended[name] = max(ended, before or ended)
+
     def _finish(self, run_id: int, name: str | None, finish_reason: str | None) -> None:
         if name is None:
             status = "incomplete" if finish_reason == "cancelled" else "complete"
@@ -245,6 +288,10 @@ class CallRecorder:
                                  if isinstance(value.get(k), str)}}
         self.store.append(run_id, site(step, event.kind), value)
         self.store.commit_step(run_id)
+        if event.at is not None:
+            tool = ms(event.value.get("duration_ms")) if event.kind == "tool" else None
+            # the tool ran in the program just before it posted: its time is not the program's wait
+            self._timed(run_id, step, event.name, event.at - (tool or 0.0) / 1000, event.at, tool_ms=tool)
 
     def _write_copy(self, item: CopiedStep) -> None:
         if item.name not in self._named:
@@ -254,6 +301,8 @@ class CallRecorder:
             if site(step, kind, pos) not in self.shared:
                 self.store.append(run_id, site(step, kind, pos), value)
         self.store.commit_step(run_id)
+        if item.at is not None:
+            self._timed(run_id, step, item.name, item.at, item.at)
 
     def _write_proxied(self, call) -> None:
         plan = call.plan
@@ -287,7 +336,7 @@ class CallRecorder:
         emit("message", message)
         self._finish(run_id, call.name, call.finish_reason)
 
-    def _write(self, call: CallRecord) -> None:
+    def _write(self, call: CallRecord, started: float | None = None, ended: float | None = None) -> None:
         run_id, step = self._begin(call)
         store = self.store
 
@@ -315,3 +364,5 @@ class CallRecorder:
             message["stop_sequence"] = call.stop_sequence
         emit("message", message)
         self._finish(run_id, call.name, call.finish_reason)
+        if started is not None and ended is not None:
+            self._timed(run_id, step, call.name, started, ended, model_ms=seconds_ms(ended - started))
