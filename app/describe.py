@@ -671,10 +671,9 @@ def lineage(run, verdict: str | None = None) -> str:
     parent = getattr(run, "parent", None)
     if parent is None:
         return "recorded"
-    meta = getattr(run, "meta", None) or {}
-    replay = meta.get("replay") if isinstance(meta, dict) else None
+    replay = run.meta.replay
     if replay is not None:
-        free = replay.get("free") if isinstance(replay, dict) else None
+        free = replay.get("free")
         how = "free " + ", ".join(short(f, 20) for f in free) if isinstance(free, list) and free else "faithful"
         return f"replay of #{short(parent, 12)} ({short(how, 60)})" + (f": {short(verdict, 60)}" if verdict else "")
     site = getattr(run, "fork_site", None)
@@ -758,9 +757,8 @@ def task_label(run, runs: dict | None = None) -> str:
     at = run
     while at is not None and at.id not in seen:
         seen.add(at.id)
-        meta = getattr(at, "meta", None)
-        program = meta.get("program") if isinstance(meta, dict) else None
-        if isinstance(program, list) and program:
+        program = at.meta.program
+        if program:
             return program_line({"program": program[:20]})
         parent = getattr(at, "parent", None)
         at = (runs or {}).get(parent) if isinstance(parent, int) else None

@@ -95,8 +95,7 @@ class RunsListing:
 
 def is_replay(run) -> bool:
     """A replay of its parent (`tttr replay`): a child run with no mutation."""
-    meta = getattr(run, "meta", None)
-    return getattr(run, "parent", None) is not None and isinstance(meta, dict) and meta.get("replay") is not None
+    return run.parent is not None and run.meta.replay is not None
 
 
 def replay_verdict(store, run) -> str:

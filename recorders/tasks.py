@@ -113,12 +113,11 @@ INSTRUCTION_FILE = "TTTR_TASK.md"          # a program agent's instruction, at t
 INSTRUCTION_ENV = "TTTR_TASK_INSTRUCTION"  # and in its environment
 
 
-def task_env(meta) -> dict[str, str]:
-    """The task's environment a recorded program run names (`meta.task_env`, written by a
-    program suite): only TTTR_TASK_* names with text values, as a replay hands them to the
-    program again. A database may say anything: nothing else gets through."""
-    env = meta.get("task_env") if isinstance(meta, dict) else None
-    if not isinstance(env, dict):
+def task_env(env) -> dict[str, str]:
+    """The task's environment a recorded program run names (its meta's `task_env`, written
+    by a program suite, or None): only TTTR_TASK_* names with text values, as a replay hands
+    them to the program again. A database may say anything: nothing else gets through."""
+    if env is None:
         return {}
     return {k: v for k, v in env.items() if isinstance(k, str) and k.startswith("TTTR_TASK_") and k.isidentifier()
             and isinstance(v, str) and "\0" not in v}

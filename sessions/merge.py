@@ -28,6 +28,7 @@ from pathlib import Path
 
 from . import schema, timings
 from .errors import StoreError
+from .records import RunMeta
 
 
 class MergeError(StoreError):
@@ -46,17 +47,10 @@ class Merged:
 def _labels(conn: sqlite3.Connection) -> dict[str, str | None]:
     """suite id -> its label (None when it has none), from the runs' meta."""
     out: dict[str, str | None] = {}
-    for (meta,) in conn.execute("SELECT meta FROM runs"):
-        try:
-            info = json.loads(meta).get("suite") if meta else None
-        except (ValueError, AttributeError):
-            continue
-        if not isinstance(info, dict) or not isinstance(info.get("id"), str):
-            continue
-        settings = info.get("settings")
-        label = settings.get("label") if isinstance(settings, dict) else None
-        label = label if isinstance(label, str) else None
-        out[info["id"]] = out.get(info["id"]) or label
+    for (column,) in conn.execute("SELECT meta FROM runs"):
+        suite = RunMeta.of(None, _meta(column)).suite
+        if suite is not None and suite.id is not None:
+            out[suite.id] = out.get(suite.id) or suite.label
     return out
 
 
@@ -230,9 +224,9 @@ def _copy_runs(conn: sqlite3.Connection, src: str, db_name: str, index: int, run
             values[at["parent"]] = mapped[parent]
         meta = _meta(values[at["meta"]])
         if meta is not None:  # else kept as the source has it
-            suite = meta.get("suite")
-            if isinstance(suite, dict) and isinstance(suite.get("anchor"), int) and suite["anchor"] in mapped:
-                meta["suite"] = {**suite, "anchor": mapped[suite["anchor"]]}
+            suite = RunMeta.of(None, meta).suite
+            if suite is not None and suite.anchor in mapped:
+                meta["suite"] = {**meta["suite"], "anchor": mapped[suite.anchor]}
             meta["merged_from"] = {"db": db_name, "run": old}
             values[at["meta"]] = json.dumps(meta, separators=(",", ":"))
         if values[at["status"]] == "recording":  # half-written there: never recording here
@@ -252,6 +246,6 @@ def _meta(text) -> dict | None:
         return {}
     try:
         value = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past what json reads: copied untouched
         return None
     return value if isinstance(value, dict) else None

@@ -1,10 +1,10 @@
-"""What the store hands out: a run's metadata, its outcome and one event (frozen values),
+"""What the store hands out: a run, its metadata, its outcome and one event (frozen values),
 and the one constructor of a `token` event's value."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -92,37 +92,167 @@ def _json_type(value: Any) -> str:
 # with its own); a run without one of these is the built-in agent's on a task.
 RECORDED_BY = {"imported": "tttr import", "program": "tttr record", "calls": "tttr serve"}
 RUN_KINDS = ("agent", "calls", "program", "imported")
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+# The meta keys some reader reads by name, with the JSON type each must have: a stored value of
+# another type is left out and named in the run's `problem` (`RunMeta.read`), never handed on.
+# Every other key is kept as stored, for what copies or prints the whole (`RunMeta.to_json`).
+META_FIELDS = {
+    "source": str,  # what recorded it (RECORDED_BY)
+    "clock": str,  # the virtual clock at the start, ISO (sessions.values checks it parses)
+    "limits": dict,  # the agent's step and token limits, {name: count}
+    "replay": dict,  # a replay of its parent: {"free": [layer, ...], ...}
+    "suite": dict,  # a suite's run: SuiteTag
+    "trace": dict,  # an imported run: the spans it kept, to be written back as read
+    "missing": list,  # an imported run: what its trace lacked
+    "check": str,  # a program's --check
+    "program": list,  # a program's command line
+    "timeout_s": float,  # a program's --timeout (an integer too)
+    "served_by": dict,  # a served call: which server answered (a proxy's upstream)
+    "task_env": dict,  # a program suite's task environment (TTTR_TASK_*)
+    "merged_from": dict,  # a merged run: {"db", "run"} it was copied from
+}
 
 
 @dataclass(frozen=True, slots=True)
-class RunMeta:
-    """What a run's metadata says it is: its kind (one of RUN_KINDS), named here once for
-    every reader (`engine.kinds.kind_of`), and what recorded it (meta's "source", or None)."""
+class SuiteTag:
+    """A suite's run, as its meta's "suite" names it: the suite's `id`, the run's
+    `condition` and `index`, its `anchor` (the free run a pinned condition replays), the
+    suite's `settings` (its `label` among them) and, for a program suite, its `task` (the
+    run's own task reads `program:NAME`) with `agent` "program". A field of another type
+    reads as None ({} for settings); what it must hold is the suite readers' to check."""
 
-    kind: str
+    id: str | None = None
+    condition: str | None = None
+    index: int | None = None
+    anchor: int | None = None
+    task: str | None = None
+    agent: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+
+    @classmethod
+    def read(cls, value: dict) -> SuiteTag:
+        def typed(name, kind):
+            v = value.get(name)
+            return v if type(v) is kind else None
+
+        settings = value.get("settings")
+        return cls(typed("id", str), typed("condition", str), typed("index", int), typed("anchor", int),
+                   typed("task", str), typed("agent", str),
+                   MappingProxyType(settings) if type(settings) is dict else MappingProxyType({}))
+
+    @property
+    def label(self) -> str | None:
+        """The suite's label (`tttr suite --label`), or None."""
+        label = self.settings.get("label")
+        return label if type(label) is str else None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RunMeta(Mapping):
+    """A run's metadata (its `meta` column) as a type: its `kind` (one of RUN_KINDS), named here
+    once for every reader (`engine.kinds.kind_of`), and a field for each key of META_FIELDS
+    (None, or an empty value, where the run has none). Read at the store (`RunMeta.read`);
+    writers build dicts. `to_json()` is the stored object in its stored order, so what copies
+    or prints it (a replay's child, `tttr runs --json`) is unchanged; the keys nobody reads by
+    name (a served call's "endpoint", a replay's "sandbox", ...) are read as stored with
+    `meta.to_json()`. Equal to a dict of the same fields."""
+
+    kind: str = "agent"
     source: str | None = None
+    clock: str | None = None
+    limits: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    replay: Mapping[str, Any] | None = None
+    suite: SuiteTag | None = None
+    trace: Mapping[str, Any] | None = None
+    missing: tuple[str, ...] = ()  # its text entries
+    check: str | None = None
+    program: tuple[str, ...] | None = None
+    timeout_s: float | None = None
+    served_by: Mapping[str, Any] | None = None
+    task_env: Mapping[str, Any] | None = None
+    merged_from: Mapping[str, Any] | None = None
+    stored: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)  # every stored key, read-only, in stored order
 
     def __post_init__(self):
         if self.kind not in RUN_KINDS:
             raise ValueError(f"a run's kind is one of {', '.join(RUN_KINDS)}, not {self.kind!r}")
 
     @classmethod
+    def read(cls, task: Any, column: Any) -> tuple[RunMeta, list[str]]:
+        """The meta column's decoded JSON (of a run with this task) as a RunMeta, and what is
+        wrong with it: a value that is not an object reads as {}, a key of META_FIELDS whose
+        value has another type is left out; each is named (a run's `problem`). Either argument
+        may be of any type: a database is untrusted."""
+        if column is None:
+            column = {}
+        if type(column) is not dict:
+            return cls.of(task, {}), [f"its meta is {_json_type(column)}, not an object"]
+        problems, fields = [], dict(column)
+        for name, kind in META_FIELDS.items():
+            v = fields.get(name)
+            if v is None:
+                continue
+            ok = type(v) is kind or (kind is float and type(v) is int)
+            if ok and name == "program":
+                ok = all(type(a) is str for a in v)
+            if not ok:
+                what = "a list of text" if name == "program" and type(v) is list else _json_type(kind())
+                problems.append(f"its meta field {name!r} is {_json_type(v)}, not {what}")
+                del fields[name]
+        return cls._typed(task, fields), problems
+
+    @classmethod
     def of(cls, task: Any, meta: Any) -> RunMeta:
-        """The kind of a run with this task and meta (either may be of any type: a database is
-        untrusted). An imported trace, a program (`tttr record`, or a `program:` task), served
-        calls (`tttr serve` direct or proxied, an `upstream`, or an `api:` task), else the agent."""
-        meta = meta if type(meta) is dict else {}
-        source = meta.get("source") if type(meta.get("source")) is str else None
+        """The metadata of a run with this task and meta (a dict a writer builds, or a
+        RunMeta), its fields of the wrong type left out as `read` leaves them."""
+        if isinstance(meta, RunMeta):
+            meta = meta.to_json()
+        return cls.read(task, meta if type(meta) is dict else {})[0]
+
+    @classmethod
+    def _typed(cls, task: Any, fields: dict) -> RunMeta:
+        """The run's kind: an imported trace, a program (`tttr record`, or a `program:` task),
+        served calls (`tttr serve` direct or proxied, an `upstream`, or an `api:` task), else
+        the agent's; and each field of META_FIELDS (already of its type)."""
+        source = fields.get("source")
         task = task if type(task) is str else ""
         if source == RECORDED_BY["imported"]:
             kind = "imported"
         elif source == RECORDED_BY["program"] or task.startswith("program:"):
             kind = "program"
-        elif (source or "").startswith(RECORDED_BY["calls"]) or "upstream" in meta or task.startswith("api:"):
+        elif (source or "").startswith(RECORDED_BY["calls"]) or "upstream" in fields or task.startswith("api:"):
             kind = "calls"
         else:
             kind = "agent"
-        return cls(kind, source)
+        get = fields.get
+        limits, program, timeout = get("limits"), get("program"), get("timeout_s")
+
+        def proxy(name):
+            v = get(name)
+            return None if v is None else MappingProxyType(v)
+
+        return cls(
+            kind, source, get("clock"), MappingProxyType(limits if limits is not None else {}), proxy("replay"),
+            SuiteTag.read(fields["suite"]) if get("suite") is not None else None, proxy("trace"),
+            tuple(m for m in get("missing") or () if type(m) is str), get("check"),
+            tuple(program) if program is not None else None, float(timeout) if timeout is not None else None,
+            proxy("served_by"), proxy("task_env"), proxy("merged_from"), MappingProxyType(fields))
+
+    def to_json(self) -> dict:
+        return dict(self.stored)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.stored[key]
+
+    def __iter__(self):
+        return iter(self.stored)
+
+    def __len__(self) -> int:
+        return len(self.stored)
+
+    def __repr__(self) -> str:
+        return f"RunMeta({self.kind!r}, {dict(self.stored)!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,23 +272,19 @@ class Run:
     fork_seq: int | None
     fork_site: str | None
     mutation: Any
-    meta: dict
+    meta: RunMeta  # its kind and the fields readers read by name (`to_json()`: as stored)
     name: str | None = None  # a person's name for it (`Store.rename_run`), or None
     # What is wrong with the stored metadata ("its sampling is a list, not an object; ..."),
     # or None. The fields named hold safe stand-ins (None, {}), so the run can be listed;
     # replay, fork and diff refuse it with this line.
     problem: str | None = None
 
-    @property
-    def run_meta(self) -> RunMeta:
-        """The run's kind and what recorded it, from its task and meta."""
-        return RunMeta.of(self.task, self.meta)
-
     def to_json(self) -> dict:
         """Every field by name, in order, as JSON types (the outcome as stored)."""
         out = {name: getattr(self, name) for name in self.__slots__}
         if self.outcome is not None:
             out["outcome"] = self.outcome.to_json()
+        out["meta"] = self.meta.to_json()
         return out
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
 from . import blobs, codec, liveness, opening, run_list, safe_text, schema, timings, values
-from .records import Event, Outcome, Run
+from .records import Event, Outcome, Run, RunMeta
 from .timings import StepTime
 from .run_list import RunLink, RunRow
 from .vocabulary import KIND_LAYER, KINDS, LAYERS, canonical_site, site_parts
@@ -222,7 +222,7 @@ class Store:
         self, *, task: str | None = None, model_id: str | None = None, kernel_mode: str | None = None,
         sampling: dict | None = None, seed: int | None = None, fingerprint: dict | None = None,
         parent: int | None = None, fork_seq: int | None = None, fork_site: str | None = None,
-        mutation: Any = None, meta: dict | None = None,
+        mutation: Any = None, meta: dict | RunMeta | None = None,
     ) -> int:
         """Start a run (status "recording") and return its id. A child run (fork or replay)
         names its parent and where it leaves it: fork_seq, or fork_site (its event's seq)."""
@@ -252,7 +252,7 @@ class Store:
             (
                 task, model_id, kernel_mode, _dumps(sampling or {}, "sampling"), seed,
                 _dumps(fingerprint or {}, "fingerprint"), _now(), parent, fork_seq, fork_site,
-                _dumps(mutation, "mutation"), _dumps(meta or {}, "meta"), liveness.identity(),
+                _dumps(mutation, "mutation"), _dumps(meta.to_json() if isinstance(meta, RunMeta) else meta or {}, "meta"), liveness.identity(),
             ),
         )
         run_id = cur.lastrowid
@@ -493,6 +493,8 @@ class Store:
         fields, problems = values.check_run_fields(dict(zip(_RUN_FIELDS, row)))
         writer = fields.pop("writer")
         fields["outcome"], wrong = Outcome.read(fields["outcome"])
+        problems += wrong
+        fields["meta"], wrong = RunMeta.read(fields["task"], fields["meta"])
         problems += wrong
         # A fork of the setup step recorded as `-1:clock` reads as `setup:clock`, like its events' sites.
         fields["fork_site"] = canonical_site(fields["fork_site"])

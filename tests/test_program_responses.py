@@ -20,7 +20,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from tttr.app.commands.program_output import print_result
-from tttr.engine.program.record import ProgramResult
+from tttr.engine.replay.result import ProgramResult
 from tttr.engine.program.divergence import (
     call_divergence, in_responses_terms, message_sources, noting_responses, responses_body,
 )
@@ -90,12 +90,14 @@ def test_the_replay_endpoint_hands_the_replayer_each_responses_request_as_sent()
 
 
 def test_a_replay_waits_as_long_as_the_recording_did():
+    from tttr.sessions.records import RunMeta
+
     class Run:
-        meta = {"timeout_s": 3}
+        meta = RunMeta.of("program:python3", {"timeout_s": 3})
 
     assert recorded_timeout(Run) == 3.0
     for meta in ({}, {"timeout_s": True}, {"timeout_s": -1}, {"timeout_s": "3"}, None):
-        Run.meta = meta
+        Run.meta = RunMeta.of("program:python3", meta)
         assert recorded_timeout(Run) == DEFAULT_TIMEOUT_S
 
 
@@ -203,9 +205,9 @@ def test_a_refused_responses_call_is_counted_and_replays_identically(tmp_path, c
 
 
 def test_the_record_report_tells_refused_calls_from_none(capsys):
-    refused = ProgramResult(1, 1, 0, "", "", None, None, refused=2)
+    refused = ProgramResult(1, "complete", None, exit_code=1, calls=0, stdout="", stderr="", refused=2)
     print_result(refused, "s.db", False)
     err = capsys.readouterr().err
     assert "answered 2 of the program's model calls with an error" in err and "no model call" not in err
-    print_result(ProgramResult(1, 0, 0, "", "", None, None), "s.db", False)
+    print_result(ProgramResult(1, "complete", None, exit_code=0, calls=0, stdout="", stderr=""), "s.db", False)
     assert "the program made no model call" in capsys.readouterr().err

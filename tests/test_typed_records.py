@@ -221,7 +221,7 @@ def test_an_outcome_of_the_wrong_type_is_the_runs_problem(tmp_path, column, prob
     ("trace:AgentExecutor", {"source": "tttr import"}, "imported"),
     (["not", "text"], {"source": 7}, "agent"),  # a hostile row: the agent's, by default
 ])
-def test_a_runs_kind_is_named_once_in_its_run_meta_and_kind_of_reads_it(tmp_path, task, meta, kind):
+def test_a_runs_kind_is_named_once_in_its_meta_and_kind_of_reads_it(tmp_path, task, meta, kind):
     from tttr.engine.kinds import kind_of
     from tttr.sessions.records import RUN_KINDS, RunMeta
 
@@ -230,7 +230,7 @@ def test_a_runs_kind_is_named_once_in_its_run_meta_and_kind_of_reads_it(tmp_path
         store.finish_run(rid)
         run = store.run(rid)
     if isinstance(task, str):
-        assert run.run_meta == RunMeta.of(task, meta) and run.run_meta.kind == kind
+        assert run.meta == RunMeta.of(task, meta) == meta and run.meta.kind == kind
         assert kind_of(run).name == kind
     assert RunMeta.of(task, meta).kind == kind and kind in RUN_KINDS
     with pytest.raises(ValueError, match="one of agent, calls, program, imported"):

@@ -30,10 +30,10 @@ def _slots(db: str, kinds=("token", "message", "action")) -> dict:
     out = {}
     with Store.open(db, readonly=True, create=False) as store:
         for r in store.runs():
-            s = r.meta.get("suite", {})
-            if s.get("condition") != "pinned":
+            s = r.meta.suite
+            if s is None or s.condition != "pinned":
                 continue
-            out[(r.task, s.get("index"))] = [(e.kind, e.site, e.value) for e in store.events(r.id) if e.kind in kinds]
+            out[(r.task, s.index)] = [(e.kind, e.site, e.value) for e in store.events(r.id) if e.kind in kinds]
     return out
 
 

@@ -111,7 +111,7 @@ def _value(step, kind: str):
 def _setup_clock(base, other) -> list[Delta]:
     from tttr.engine.program.fork import Change
 
-    a, b = (r.setup.get("clock") or (r.run.meta or {}).get("clock") for r in (base, other))
+    a, b = (r.setup.get("clock") or r.run.meta.clock for r in (base, other))
     if not (isinstance(a, str) and isinstance(b, str)) or a == b:
         return []
     shift = datetime.fromisoformat(b) - datetime.fromisoformat(a)

@@ -259,7 +259,7 @@ def _check_clock(rec, source, at: Site, step, value_text: str) -> ForkPlan:
 
     program_read = step is not None and recorded_clock_read(step) is not None  # the program's own, before a call
     if at.step == SETUP_STEP:
-        recorded = rec.setup.get("clock") or (rec.run.meta or {}).get("clock")
+        recorded = rec.setup.get("clock") or rec.run.meta.clock
         fork_seq, shared = 0, frozenset()
     elif step is None or (step.kind != "clock" and not program_read):
         raise ProgramRunError(f"site {at} is not a clock read (sdk.now(), or the program's clock before a model "
@@ -577,9 +577,8 @@ def recorded_check(store, run) -> str | None:
     seen = set()
     while run is not None and run.id not in seen:
         seen.add(run.id)
-        meta = run.meta if isinstance(run.meta, dict) else {}
-        if isinstance(meta.get("check"), str):
-            return meta["check"]
+        if run.meta.check is not None:
+            return run.meta.check
         run = store.run(run.parent) if run.parent is not None else None
     return None
 

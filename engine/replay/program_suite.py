@@ -153,7 +153,7 @@ def run_program_suite(
                         seeds = call_seeds(reader, anchor) if condition == "token-pinned" else None
                     s = a.seed or 0
                     start = _now_utc().replace(microsecond=0) if condition == "token-pinned" \
-                        else datetime.fromisoformat(a.meta["clock"])
+                        else datetime.fromisoformat(a.meta.clock)
                 work = scratch_dir("tttr-suite-tree-")
                 try:
                     build_tree(task, work / "tree", seed=s, clock=start, files=files, cwd=cwd,

@@ -41,8 +41,7 @@ def prompts(store, run_id: int, tokenizer) -> list[Prompt]:
         task = load_task(run.task)
     except TaskError as exc:
         raise ReplayError(f"run {run.id}: its prompts cannot be rebuilt: {exc}") from None
-    meta_limits = (run.meta or {}).get("limits") or {}
-    limits = AgentLimits(**{k: v for k, v in meta_limits.items() if k in AgentLimits.__slots__})
+    limits = AgentLimits(**{k: v for k, v in run.meta.limits.items() if k in AgentLimits.__slots__})
     messages = {e.step: e.value.get("text", "") for e in events if e.kind == "message"}
     tools = {e.step: e.value for e in events if e.kind == "tool"}
     transcript = Transcript(task.instruction)

@@ -54,11 +54,11 @@ def read_suite(store, suite_id: str) -> Resumed:
     settings: dict = {}
     runs = []
     for run in store.runs():
-        info = run.meta.get("suite") if isinstance(run.meta, dict) else None
-        if not isinstance(info, dict) or info.get("id") != suite_id:
+        info = run.meta.suite
+        if info is None or info.id != suite_id:
             continue
-        if not settings and isinstance(info.get("settings"), dict):
-            settings = info["settings"]
+        if not settings:
+            settings = dict(info.settings)
         r = read_run(store, run)
         if r is not None:
             runs.append(r)
@@ -72,26 +72,24 @@ def read_suite(store, suite_id: str) -> Resumed:
 
 def read_run(store, run) -> SuiteRun | None:
     """A stored run as a suite run, or None if it belongs to no suite."""
-    info = run.meta.get("suite") if isinstance(run.meta, dict) else None
-    if not isinstance(info, dict) or info.get("condition") not in CONDITIONS or not isinstance(run.task, str):
+    info = run.meta.suite
+    if info is None or info.condition not in CONDITIONS or not isinstance(run.task, str):
         return None
-    program = info.get("agent") == "program" and isinstance(info.get("task"), str)
-    task = info["task"] if program else run.task  # a program's run is `program:NAME`; its suite task is here
+    program = info.agent == "program" and info.task is not None
+    task = info.task if program else run.task  # a program's run is `program:NAME`; its suite task is here
     tools = [e.value for e in store.events(run.id, kind="tool")]
     passed = run.outcome.passed if run.outcome is not None else None
-    index = info.get("index") if isinstance(info.get("index"), int) else 0
+    index = info.index if info.index is not None else 0
     setup = store.event_at(run.id, site(SETUP_STEP, "setup"))
     tree = setup.value.get("tree") if setup is not None and isinstance(setup.value, dict) else None
-    settings = info.get("settings") if isinstance(info.get("settings"), dict) else {}
-    label = settings.get("label") if isinstance(settings.get("label"), str) else None
     calls = tuple(json.dumps(e.value, sort_keys=True, default=str) for e in store.events(run.id, kind="message")) \
         if program else None
     actions = state_actions(tools)
     if program:  # the program's own command is the same text every run: its end tree tells them apart
         actions = state_actions([{**v, "cmd": f"{v.get('cmd')} -> {str(v.get('tree_after'))[:16]}"}
                                  if isinstance(v, dict) and "program" in v else v for v in tools])
-    return SuiteRun(run.id, task, info["condition"], index, run.status, passed, actions,
-                    run.seed if isinstance(run.seed, int) else None, tree if isinstance(tree, str) else None, label,
+    return SuiteRun(run.id, task, info.condition, index, run.status, passed, actions,
+                    run.seed if isinstance(run.seed, int) else None, tree if isinstance(tree, str) else None, info.label,
                     calls)
 
 
@@ -99,9 +97,9 @@ def suite_ids(store) -> list[str]:
     """The suites recorded in a store, oldest first."""
     seen: dict[str, int] = {}
     for run in store.runs():
-        info = run.meta.get("suite") if isinstance(run.meta, dict) else None
-        if isinstance(info, dict) and isinstance(info.get("id"), str) and info.get("condition") in CONDITIONS:
-            seen.setdefault(info["id"], run.id)
+        info = run.meta.suite
+        if info is not None and info.id is not None and info.condition in CONDITIONS:
+            seen.setdefault(info.id, run.id)
     return sorted(seen, key=seen.get)
 
 
@@ -109,8 +107,8 @@ def suite_runs(store, suite_id: str) -> list[SuiteRun]:
     """Every run of one suite (complete or not), in the store's order."""
     runs = []
     for run in store.runs():
-        info = run.meta.get("suite") if isinstance(run.meta, dict) else None
-        if isinstance(info, dict) and info.get("id") == suite_id:
+        info = run.meta.suite
+        if info is not None and info.id == suite_id:
             r = read_run(store, run)
             if r is not None:
                 runs.append(r)
@@ -121,10 +119,9 @@ def suite_labels(store) -> dict[str, str | None]:
     """Each suite of a store (oldest first) and its label (None where it has none)."""
     labels: dict[str, str | None] = {i: None for i in suite_ids(store)}
     for run in store.runs():
-        info = run.meta.get("suite") if isinstance(run.meta, dict) else None
-        settings = info.get("settings") if isinstance(info, dict) else None
-        if isinstance(settings, dict) and isinstance(settings.get("label"), str) and info.get("id") in labels:
-            labels[info["id"]] = labels[info["id"]] or settings["label"]
+        info = run.meta.suite
+        if info is not None and info.label is not None and info.id in labels:
+            labels[info.id] = labels[info.id] or info.label
     return labels
 
 

@@ -120,8 +120,7 @@ def _root_facts(run) -> dict:
     `tttr.program.end` events, its seed) and its start time, or {} when it is not kept."""
     from tttr.engine.traces.spans import Span
 
-    meta = run.meta if isinstance(run.meta, dict) else {}
-    kept = meta.get("trace") if isinstance(meta.get("trace"), dict) else {}
+    kept = run.meta.trace or {}
     for r in kept.get("others") or []:
         if isinstance(r, dict) and isinstance(r.get("span"), dict) and r["span"].get("spanId") == kept.get("root"):
             try:

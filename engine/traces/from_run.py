@@ -49,9 +49,8 @@ def is_content(name: str) -> bool:
 
 def root_ids(run) -> tuple[str, str]:
     """(trace id, root span id) of `run` as exported: an imported run keeps its trace's."""
-    meta = run.meta if isinstance(run.meta, dict) else {}
-    kept = meta.get("trace")
-    if isinstance(kept, dict) and isinstance(kept.get("trace_id"), str) and isinstance(kept.get("root"), str):
+    kept = run.meta.trace
+    if kept is not None and isinstance(kept.get("trace_id"), str) and isinstance(kept.get("root"), str):
         return kept["trace_id"], kept["root"]
     trace_id = trace_id_of(run_identity(run))
     return trace_id, span_id_of(trace_id, "run")

@@ -25,7 +25,7 @@ from tttr.engine.traces.conventions import FORMATS, chat_call, role_of, tool_cal
 from tttr.engine.traces.errors import TraceError
 from tttr.engine.traces.from_run import is_content
 from tttr.engine.traces.spans import Span, Trace, from_json_value, to_json_value
-from tttr.sessions.records import RECORDED_BY, RunMeta
+from tttr.sessions.records import RECORDED_BY
 
 IMPORTED_BY = RECORDED_BY["imported"]
 TASK_PREFIX = "trace:"
@@ -35,7 +35,7 @@ NAME_CHARS = 200
 
 
 def is_imported_run(run) -> bool:
-    return RunMeta.of(run.task, run.meta).kind == "imported"
+    return run.meta.kind == "imported"
 
 
 def causal_order(trace: Trace) -> list[int]:
@@ -178,8 +178,8 @@ def kept_trace(store, run, *, content: bool) -> Trace:
         _, events = store.load_run(run.id)
     except StoreError as exc:
         raise TraceError(str(exc)) from None
-    kept = run.meta.get("trace") if isinstance(run.meta, dict) else None
-    if not isinstance(kept, dict) or not isinstance(kept.get("others"), list):
+    kept = run.meta.trace
+    if kept is None or not isinstance(kept.get("others"), list):
         raise TraceError(f"run {run.id} is an imported trace whose kept spans are missing from its metadata")
     records = list(kept["others"]) + [e.value for e in events if e.kind in ("message", "tool") and isinstance(e.value, dict)]
     try:
