@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from tttr.engine.program.record import ProgramResult
-from tttr.engine.program.replay import ReplayResult
+from tttr.engine.replay.result import ProgramResult, ReplayResult
 
 
 def print_result(res: ProgramResult, db: str, as_json: bool) -> None:
@@ -75,7 +74,7 @@ def print_replay(res: ReplayResult, as_json: bool, verb: str = "replayed") -> No
     say(f"  logits computed: {res.logits_computed}, tools run: {res.tools_run}")
 
 
-def print_fork(res, as_json: bool) -> None:
+def print_fork(res: ReplayResult, as_json: bool) -> None:
     if as_json:
         print_replay(res, True)
         return
