@@ -509,5 +509,5 @@ def pair_kind(good, bad, verb: str) -> RunKind:
 
 
 def kind_of(run) -> RunKind:
-    """The kind of `run` (a sessions Run): what recorded it, as its metadata says (`Run.run_meta`)."""
-    return {"agent": AGENT, "calls": CALLS, "program": PROGRAM, "imported": IMPORTED}[run.run_meta.kind]
+    """The kind of `run` (a sessions Run): what recorded it, as its metadata says (`RunMeta.kind`)."""
+    return {"agent": AGENT, "calls": CALLS, "program": PROGRAM, "imported": IMPORTED}[run.meta.kind]

@@ -64,7 +64,6 @@ from tttr.recorders.program import (
     SOCKET_NAME, HostPython, ProgramError, api_dir, check_program, endpoint_env, sandboxed_command,
 )
 from tttr.sessions.records import RECORDED_BY as RUN_RECORDERS
-from tttr.sessions.records import RunMeta
 from tttr.sessions.vocabulary import SETUP_STEP, site, site_parts
 
 RECORDED_BY = RUN_RECORDERS["program"]
@@ -73,7 +72,7 @@ NAMES = ("recorded", "live")
 
 
 def is_program_run(run) -> bool:
-    return RunMeta.of(run.task, run.meta).kind == "program"
+    return run.meta.kind == "program"
 
 
 class _Event(NamedTuple):
@@ -248,8 +247,7 @@ def recorded_clock(rec: Recording) -> datetime:
     from tttr.recorders.clock import normalize_clock
     from tttr.recorders.errors import SandboxError
 
-    meta = rec.run.meta if isinstance(rec.run.meta, dict) else {}
-    value = rec.setup.get("clock") or meta.get("clock")
+    value = rec.setup.get("clock") or rec.run.meta.clock
     try:
         return normalize_clock(datetime.fromisoformat(value).replace(tzinfo=None))
     except (TypeError, ValueError, SandboxError) as exc:
@@ -260,8 +258,8 @@ def recorded_clock(rec: Recording) -> datetime:
 def recorded_timeout(run) -> float:
     """The --timeout the program ran under when recorded (600 s, the default, in a recording
     made before it was kept)."""
-    value = (run.meta if isinstance(run.meta, dict) else {}).get("timeout_s")
-    return float(value) if type(value) in (int, float) and 0 < value < float("inf") else DEFAULT_TIMEOUT_S
+    value = run.meta.timeout_s
+    return value if value is not None and 0 < value < float("inf") else DEFAULT_TIMEOUT_S
 
 
 def _text(store, value) -> str:
@@ -739,7 +737,7 @@ def _replay(recorder, rec, executor, host, program, argv, tree_dir, clock, sock_
     try:
         replay = {"free": [], **({"code": True} if new_code else {}), **({"sealed": True} if sealed else {}),
                   **({"program": list(argv)} if argv != rec.setup.get("program") else {})}
-        how = fork.columns() if fork is not None else {"fork_seq": 0, "meta": {**(run.meta or {}), "replay": replay, **(meta or {})}}
+        how = fork.columns() if fork is not None else {"fork_seq": 0, "meta": {**run.meta.to_json(), "replay": replay, **(meta or {})}}
         child = store.begin_run(task=run.task, model_id=run.model_id, kernel_mode=run.kernel_mode,
                                 sampling=run.sampling, seed=fork.run_seed(run.seed) if fork is not None else run.seed,
                                 fingerprint=run.fingerprint, parent=run.id, **how)
@@ -761,7 +759,7 @@ def _replay(recorder, rec, executor, host, program, argv, tree_dir, clock, sock_
         endpoint = _Endpoint(noting_responses(app), str(sock_dir / SOCKET_NAME) if sandboxed else None)
         env = {**exports(setup),  # a fork's setup:env variables (tttr's own below win over a database's)
                **(host.env() if sandboxed else {"PATH": host.path, **(share.env() if share else {})}),
-               **endpoint_env(endpoint.base, name), "TTTR_REPLAY": "1", **task_env(run.meta)}  # a suite task's
+               **endpoint_env(endpoint.base, name), "TTTR_REPLAY": "1", **task_env(run.meta.task_env)}  # a suite task's
         replayer.arm_clock()  # the reads before the first call
         command = sandboxed_command(program, host) if sandboxed else program
         sdk_clock.begin()
@@ -795,7 +793,7 @@ def _replay(recorder, rec, executor, host, program, argv, tree_dir, clock, sock_
                    "logits_computed": logits, "tools_run": tools_run,
                    "divergence": replayer.divergence.to_json() if replayer.divergence else None}
         outcome.update(replayer.report())
-        check = fork.check if fork is not None else (run.meta or {}).get("check")
+        check = fork.check if fork is not None else run.meta.check
         # An experiment cancelled while this program ran (its model calls refused since): no verdict.
         cancelled = fork is not None and fork.cancel is not None and fork.cancel.is_set()
         if cancelled:

@@ -184,15 +184,14 @@ def _plan(source: Source, policy: Policy, mutation: Mutation | None, seed: int |
     try:
         sampling = SamplingParams(temperature=params.get("temperature", 0.0), top_p=params.get("top_p", 1.0),
                                   top_k=params.get("top_k", 0), seed=seed if seed is not None else 0)
-        meta_limits = run.meta.get("limits") or {}
-        limits = AgentLimits(**{k: v for k, v in meta_limits.items() if k in AgentLimits.__slots__})
+        limits = AgentLimits(**{k: v for k, v in run.meta.limits.items() if k in AgentLimits.__slots__})
     except (ValueError, TypeError) as exc:
         raise ReplayError(f"run {run.id}: its recorded settings cannot be used: {exc}") from None
     if seed is None:
         raise ReplayError(f"run {run.id} has no recorded seed: replay it with --free token")
     _check_values(source)
     if policy.pinned("trace"):
-        recorded = run.meta.get("clock") or (source.value(site(SETUP_STEP, "clock")) or {}).get("t")
+        recorded = run.meta.clock or (source.value(site(SETUP_STEP, "clock")) or {}).get("t")
         if recorded is None:
             raise ReplayError(f"run {run.id} has no starting clock (meta.clock or setup:clock): replay it with --free trace")
         base = sandbox_clock(datetime.fromisoformat(recorded), f"run {run.id}: its starting clock")

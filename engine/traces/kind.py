@@ -18,9 +18,7 @@ __all__ = ["is_imported_run", "lacks_line", "check_replay", "check_fork", "check
 
 def lacks_line(run) -> str:
     """What an imported run lacks, in one line (`tttr info`, the refusals)."""
-    meta = run.meta if isinstance(run.meta, dict) else {}
-    missing = meta.get("missing") if isinstance(meta.get("missing"), list) else []
-    missing = [m for m in missing if isinstance(m, str)]
+    missing = run.meta.missing
     more = f"; its trace also lacks {', '.join(missing)}" if missing else ""
     return f"no {', '.join(LACKS[:-1])} or {LACKS[-1]}{more}"
 
