@@ -265,22 +265,32 @@ class StepRows:
 
 @dataclass(frozen=True, slots=True)
 class StepTiming:
-    """What one step's events say about its time: tokens generated (the model's share),
-    the command's duration as the sandbox measured it (ms; None without a command)."""
+    """One step's time: tokens generated, and in ms (None where the step had no such part or
+    it was not recorded) the model's time, the tool's time and the wait (`Store.step_times`).
+    Where the run has no recorded timing, `tool_ms` is the command's duration as the sandbox
+    measured it."""
 
     step: int
     tokens: int
     tool_ms: float | None
     command: str
+    model_ms: float | None = None
+    wait_ms: float | None = None
 
 
-TIMING_LACKS = ("the record holds each command's duration only: the model's time per step and the wait "
-                "between steps are not recorded, so a step's model share is shown as its token count")
+TIMING_LACKS = ("this run has no per-step timings (recorded before tttr stored them, or imported): shown are each "
+                "command's duration and the step's token count for the model's share")
+
+
+def timings_recorded(timings: list[StepTiming]) -> bool:
+    """Whether the run's model time and wait were recorded (else only commands' durations are known)."""
+    return any(t.model_ms is not None or t.wait_ms is not None for t in timings)
 
 
 def step_timings(store, run_id: int) -> list[StepTiming]:
-    """Per step, in order: its token count and its command's duration. Rows are read raw
-    (tokens counted, never decoded), so a 100k-event run costs one pass over its rows."""
+    """Per step, in order: its token count, its command, and what it took: the stored timing
+    (`Store.step_times`), else the command's recorded duration. Rows are read raw (tokens
+    counted, never decoded), so a 100k-event run costs one pass over its rows."""
     tokens: dict[int, int] = {}
     tools: dict[int, tuple[float | None, str]] = {}
     order: list[int] = []
@@ -299,4 +309,13 @@ def step_timings(store, run_id: int) -> list[StepTiming]:
                 ms = float(ms) if isinstance(ms, (int, float)) and not isinstance(ms, bool) else None
                 cmd = value.get("cmd") if isinstance(value.get("cmd"), str) else value.get("function")
                 tools[step] = (ms, cmd if isinstance(cmd, str) else "")
-    return [StepTiming(step, tokens[step], *tools.get(step, (None, ""))) for step in order]
+    timed = {t.step: t for t in store.step_times(run_id)}
+    out = []
+    for step in order:
+        duration, command = tools.get(step, (None, ""))
+        t = timed.get(step)
+        if t is None:
+            out.append(StepTiming(step, tokens[step], None if timed else duration, command))
+        else:
+            out.append(StepTiming(step, tokens[step], t.tool_ms, command, t.model_ms, t.wait_ms))
+    return out

@@ -1,6 +1,8 @@
 """The timing of a run's steps (`t` on the timeline), as a performance panel draws frames:
-per step, the tokens the model generated and the command's duration, each as a bar. What
-the record does not hold (the model's time, the wait between steps) is said, not guessed."""
+per step, the model's time, the tool's time and the wait (the host's own work between
+them), each as a bar on one scale, with the figures and their totals. A run recorded
+without per-step timings (an older file, an imported trace) shows what its events hold
+instead (the tokens generated, each command's duration) and says so in one line."""
 
 from __future__ import annotations
 
@@ -13,13 +15,51 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tttr.app import describe
-from tttr.app.steps import TIMING_LACKS, StepTiming
+from tttr.app.steps import TIMING_LACKS, StepTiming, timings_recorded
 
 BAR = 16  # cells of the longest bar
+PARTS = (("model", "model_ms", "cyan"), ("tool", "tool_ms", "yellow"), ("wait", "wait_ms", "magenta"))
+TIMED_NOTE = ("model: generating the step's message (prefill and decode, or taking the recorded tokens) · tool: "
+              "its command or tool · wait: the rest of the step (the host's or the program's own work); "
+              "measured on the host that recorded the run")
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.1f}"
+
+
+def _bar(value: float | None, top: float, width: int) -> str:
+    return f"{'█' * round(width * (value or 0) / top):<{width}}"
 
 
 def timing_text(timings: list[StepTiming], width: int = BAR) -> Text:
-    """The table: step, tokens (bar), command ms (bar), command."""
+    """The table: with recorded timings, step, tokens, model / tool / wait ms (bars on one
+    scale) and the command; without, step, tokens (bar), command ms (bar), command."""
+    if not timings_recorded(timings):
+        return _untimed_text(timings, width)
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(f"{'step':>5} {'tokens':>6}", style="bold")
+    for name, _, _ in PARTS:
+        text.append(f" {name + ' ms':>9} {'':<{width}}", style="bold")
+    text.append(" command\n", style="bold")
+    top = max((getattr(t, field) or 0 for t in timings for _, field, _ in PARTS), default=0) or 1
+    for t in timings:
+        text.append(f"{describe.step_label(t.step):>5} {t.tokens:>6}")
+        for _, field, style in PARTS:
+            value = getattr(t, field)
+            text.append(f" {_ms(value):>9} ")
+            text.append(_bar(value, top, width), style=style)
+        text.append(" ")
+        text.append_text(describe.safe(describe.short(t.command, 60), one_line=True))
+        text.append("\n")
+    totals = {name: sum(getattr(t, field) or 0 for t in timings) for name, field, _ in PARTS}
+    text.append(f"\n{sum(totals.values()):,.1f} ms in all: ", style="bold")
+    text.append(" · ".join(f"{name} {ms:,.1f}" for name, ms in totals.items()), style="bold")
+    text.append(f" · {sum(t.tokens for t in timings):,} tokens\n", style="bold")
+    return text
+
+
+def _untimed_text(timings: list[StepTiming], width: int) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"{'step':>5}  {'tokens':>6} {'':<{width}}  {'tool ms':>8} {'':<{width}}  command\n", style="bold")
     top_tokens = max((t.tokens for t in timings), default=0) or 1
@@ -28,9 +68,8 @@ def timing_text(timings: list[StepTiming], width: int = BAR) -> Text:
         text.append(f"{describe.step_label(t.step):>5}  ")
         text.append(f"{t.tokens:>6} ")
         text.append(f"{'█' * round(width * t.tokens / top_tokens):<{width}}", style="cyan")
-        ms = "—" if t.tool_ms is None else f"{t.tool_ms:,.1f}"
-        text.append(f"  {ms:>8} ")
-        text.append(f"{'█' * round(width * (t.tool_ms or 0) / top_ms):<{width}}", style="yellow")
+        text.append(f"  {_ms(t.tool_ms):>8} ")
+        text.append(_bar(t.tool_ms, top_ms, width), style="yellow")
         text.append("  ")
         text.append_text(describe.safe(describe.short(t.command, 60), one_line=True))
         text.append("\n")
@@ -58,7 +97,7 @@ class TimingScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="timing-dialog"):
             yield Static(Text(f"run #{self.run_id}: reading the steps' timings …", style="italic"), id="timing")
-            yield Static(Text(TIMING_LACKS, style="dim"), id="timing-note")  # wraps, unlike the table
+            yield Static(Text("", style="dim"), id="timing-note")  # wraps, unlike the table
 
     def on_mount(self) -> None:
         self.run_worker(self._read, thread=True, exit_on_error=False, name="timings")
@@ -87,8 +126,12 @@ class TimingScreen(ModalScreen[None]):
             return
         self.timings = message.timings
         head = Text(f"run #{self.run_id} · timing of its steps\n\n", style="bold", no_wrap=True)
-        bar = max(4, min(BAR, (self.app.size.width - 60) // 2))  # narrower bars on a narrow terminal
+        timed = timings_recorded(message.timings)
+        inside = min(110, self.app.size.width * 98 // 100) - 4  # the dialog's width, less border and padding
+        # narrower bars on a narrow terminal, leaving the command a dozen cells
+        bar = max(3, min(12, (inside - 55) // 3)) if timed else max(4, min(BAR, (self.app.size.width - 60) // 2))
         shown.update(head + timing_text(message.timings, bar))
+        self.query_one("#timing-note", Static).update(Text(TIMED_NOTE if timed else TIMING_LACKS, style="dim"))
 
     def action_close(self) -> None:
         self.dismiss(None)
