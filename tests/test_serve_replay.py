@@ -60,7 +60,7 @@ def test_a_proxied_run_replays_from_the_recording_alone(tmp_path):
         rid = _proxied_run(store)
         res = replay(store, rid, runtime=runtime)
         assert res.identical and res.logits_computed == 0 and res.divergence is None
-        assert res.actions == ["Hello!", "Bye."] and res.extra["calls"] == 2
+        assert res.actions == ["Hello!", "Bye."] and res.calls == 2 and "calls" not in res.extra
         assert runtime._engine is None  # nothing loaded, nothing called
         child = store.run(res.run_id)
         assert child.parent == rid and child.status == "complete" and child.meta["served_by"]["upstream"] == UPSTREAM
@@ -176,7 +176,7 @@ def test_a_served_run_replays_faithfully_without_the_model(recorded):
     with Store.open(db) as store:
         for rid, calls in ((run_a, 1), (run_b, 2)):
             res = replay(store, rid, runtime=fresh)
-            assert res.identical and res.divergence is None and res.logits_computed == 0 and res.extra["calls"] == calls
+            assert res.identical and res.divergence is None and res.logits_computed == 0 and res.calls == calls
             assert _token_ids(store, res.run_id) == _token_ids(store, rid)
             assert [e.value for e in _events(store, res.run_id, "logits")] == [e.value for e in _events(store, rid, "logits")]
             assert diff_runs(store, rid, res.run_id).identical

@@ -321,6 +321,8 @@ def _verdict(outcome) -> str:
 
 
 def _print_result(args, res, verb: str) -> None:
+    from tttr.engine.replay.result import CallsResult
+
     if args.json:
         print(safe_json(res.to_json(), default=str))
         return
@@ -330,7 +332,7 @@ def _print_result(args, res, verb: str) -> None:
         print(visible(text, newlines=False))
 
     head = f"{verb} run {res.run_id}" + (f" (child of {res.parent})" if res.parent is not None else "")
-    calls = "calls" in res.extra  # recorded API calls: one message per call, no task outcome
+    calls = isinstance(res, CallsResult)  # recorded API calls: one message per call, no task outcome
     if calls:
         say(f"{head}: {len(res.actions)} calls, status {res.status}")
         for i, text in enumerate(res.actions):

@@ -34,7 +34,7 @@ from tttr.engine.replay.divergence import Divergence
 from tttr.engine.replay.mutation import Mutation, parse_mutation
 from tttr.engine.replay.oracle import Oracle
 from tttr.engine.replay.policy import Policy
-from tttr.engine.replay.result import ReplayError, RunResult, kernels_note
+from tttr.engine.replay.result import CallsResult, ReplayError, kernels_note
 from tttr.engine.replay.source import Source
 from tttr.engine.replay.tokens import Draws
 from tttr.kernels.mode import MODES
@@ -147,7 +147,7 @@ class CallPlan:
     seed: int | None
     runtime: Any
 
-    def act(self, store, *, progress=None, cancel=None, meta: dict | None = None) -> RunResult:
+    def act(self, store, *, progress=None, cancel=None, meta: dict | None = None) -> CallsResult:
         """`meta` is merged into the child's meta."""
         return _child(store, self.source.on(store), self.runtime, policy=self.policy, mutation=self.mutation,
                       seed=self.seed, progress=progress, cancel=cancel, meta_extra=meta)
@@ -247,7 +247,7 @@ def _message(tokenizer, ids: list[int], max_tokens: int, stops: tuple[str, ...])
 
 # ---------------------------------------------------------------------------- acting
 def _child(store, source: Source, runtime, *, policy: Policy, mutation: Mutation | None, seed: int | None,
-           progress, cancel, meta_extra: dict | None = None) -> RunResult:
+           progress, cancel, meta_extra: dict | None = None) -> CallsResult:
     run = source.run
     live = mutation is not None or not policy.faithful
     meta = {**run.meta.to_json(), "replay": {"free": sorted(policy.free)}} if mutation is None else run.meta.to_json()
@@ -298,9 +298,9 @@ def _child(store, source: Source, runtime, *, policy: Policy, mutation: Mutation
         note = kernels_note(run.fingerprint or {})
         if note:
             notes.append(note)
-    return RunResult(oracle.run_id, oracle.status, oracle.outcome, texts, identical=identical,
-                     divergence=divergence, parent=run.id, logits_computed=oracle.logits_computed,
-                     commands_run=0, extra={"calls": len(texts), **({"notes": notes} if notes else {})})
+    return CallsResult(oracle.run_id, oracle.status, oracle.outcome, texts, identical=identical,
+                       divergence=divergence, parent=run.id, logits_computed=oracle.logits_computed,
+                       commands_run=0, extra={"notes": notes} if notes else {})
 
 
 def _no_commands(tree_dir, seed):
