@@ -97,6 +97,36 @@ def test_merge_carries_the_timings_with_their_runs(tmp_path):
         assert [t.model_ms for t in store.step_times(res.run_ids[(1, 2)])] == [110.0, 111.0, 112.0]
 
 
+def test_tttr_events_timing_prints_each_steps_times_and_json(tmp_path, capsys):
+    import json
+
+    from tttr.app.cli import main
+    from tttr.app.steps import TIMING_LACKS
+
+    path = tmp_path / "s.db"
+    with Store.open(path) as store:
+        run = _run(store, 2)
+        store.time_step(run, 1, model_ms=1234.5, tool_ms=6.25, wait_ms=0.75)
+        bare = store.begin_run(task="no timings")
+        store.append(bare, "0:message", {"text": "\x1b[31m"})
+        store.finish_run(bare)
+    assert main(["events", str(path), str(run), "--timing"]) == 0
+    out = capsys.readouterr().out
+    assert "model ms" in out and "1,234.5" in out and "6.2" in out and TIMING_LACKS not in out
+    assert main(["events", str(path), str(run), "--timing", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["recorded"] is True and [s["step"] for s in answer["steps"]] == ["setup", 0, 1]
+    assert answer["steps"][2] | {"command": ""} == {"step": 1, "tokens": 0, "model_ms": 1234.5, "tool_ms": 6.25,
+                                                   "wait_ms": 0.75, "command": ""}
+    assert answer["totals"] == {"model_ms": 1244.5, "tool_ms": 6.25, "wait_ms": 1.25}
+    assert main(["events", str(path), str(bare), "--timing"]) == 0
+    assert TIMING_LACKS in capsys.readouterr().out
+    before = path.read_bytes()
+    assert main(["events", str(path), str(run), "--timing", "--kind", "token"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--timing" in err[0] and path.read_bytes() == before
+
+
 # ---------------------------------------------------------------------------- real recordings
 @pytest.fixture(scope="module")
 def agent_db(tmp_path_factory):

@@ -61,6 +61,8 @@ def register(sub, bench_sub) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per line: run, seq, step, layer, kind, site, value, origin")
     p.add_argument("--format", choices=("table", "jsonl", "md"), default="table",
                    help="table (default), jsonl (as --json) or md: a Markdown table, as the app's export writes")
+    p.add_argument("--timing", action="store_true",
+                   help="each step's model, tool and wait time (ms) instead of the events (--json: one object)")
     p.set_defaults(func=events)
 
     p = sub.add_parser(
@@ -241,8 +243,14 @@ def events(args: argparse.Namespace) -> int:
     if args.layer and KIND_LAYER.get(args.kind, args.layer) != args.layer:  # a filter no event can pass
         raise StoreError(f"kind {args.kind} is in layer {KIND_LAYER[args.kind]}, not {args.layer}: "
                          "drop --layer or give its layer")
+    if args.timing and (args.layer or args.kind or args.start or args.limit is not None or args.format != "table"):
+        raise StoreError("--timing prints each step's time, not events: drop --layer, --kind, --from, --limit and --format")
     with _open(args.db) as store:
         run = store.run(args.run)  # an unknown run fails here, with the ids there are
+        if args.timing:
+            from tttr.app.commands.step_timing import print_timing
+
+            return print_timing(store, args.run, args.json)
         if args.json or args.format != "table":
             from tttr.sessions import export
 
