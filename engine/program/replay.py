@@ -45,7 +45,7 @@ from tttr.recorders.treeio import remove_tree
 import os
 import stat
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
@@ -57,6 +57,7 @@ from tttr.engine.program.divergence import (
 )
 from tttr.engine.replay.events import stored_text
 from tttr.engine.replay.divergence import Divergence, first_request_difference
+from tttr.engine.replay.result import ReplayResult
 from tttr.engine.serve.errors import APIError
 from tttr.recorders.tasks import task_env
 from tttr.engine.serve.sdk_tree import SDKTree, program_file
@@ -104,43 +105,6 @@ def recorded_steps(events, end: int | None = None) -> list[_Step]:
         if kind is not None:
             steps.append(_Step(s, kind, by_step[s]))
     return steps
-
-
-@dataclass(slots=True)
-class ReplayResult:
-    run_id: int
-    parent: int
-    identical: bool
-    divergence: Divergence | None
-    exit_code: int
-    recorded_exit_code: int | None
-    stdout: str
-    same_stdout: bool
-    same_tree: bool
-    calls_answered: int
-    logits_computed: int = 0
-    tools_run: int = 0
-    extra: dict = field(default_factory=dict)
-    # Where the divergence is, for a machine (`--json`'s divergence: call, step, at, and field
-    # {path, recorded, requested}): the call's index (or None), the step, the site (`1:prompt`,
-    # `1:clock`, `2:tool`; None for a step of another kind), the field (`messages[1].content`,
-    # `t`, `args`, `step`), and its recorded and requested values.
-    detail: dict | None = None
-    sealed: bool = False
-
-    def to_json(self) -> dict:
-        divergence = None
-        if self.divergence is not None:
-            d = self.detail or {}
-            divergence = {**self.divergence.to_json(), "call": d.get("call"), "step": d.get("step"), "at": d.get("at"),
-                          "field": {"path": d.get("field"), "recorded": d.get("recorded"),
-                                    "requested": d.get("requested")} if d else None}
-        return {"run_id": self.run_id, "parent": self.parent, "identical": self.identical, "sealed": self.sealed,
-                "divergence": divergence,
-                "exit_code": self.exit_code, "recorded_exit_code": self.recorded_exit_code,
-                "same_stdout": self.same_stdout, "same_tree": self.same_tree, "calls_answered": self.calls_answered,
-                "logits_computed": self.logits_computed, "tools_run": self.tools_run, "stdout": self.stdout,
-                **self.extra}
 
 
 # ---------------------------------------------------------------------------- the recording
@@ -811,9 +775,12 @@ def _replay(recorder, rec, executor, host, program, argv, tree_dir, clock, sock_
         store.append(child, site(last, "outcome"), outcome)
         store.finish_run(child, status="incomplete" if cancelled else "complete", outcome=outcome)
         done, child = child, None
-        return ReplayResult(done, run.id, identical, replayer.divergence, res.exit_code, rec.final.get("exit_code"),
-                            res.stdout, same_stdout, same_tree, replayer.answered, logits, tools_run,
-                            replayer.report(), replayer.detail, sealed)
+        return ReplayResult(done, "incomplete" if cancelled else "complete", outcome, identical=identical,
+                            divergence=replayer.divergence, parent=run.id, logits_computed=logits,
+                            extra=replayer.report(), exit_code=res.exit_code,
+                            recorded_exit_code=rec.final.get("exit_code"), stdout=res.stdout, same_stdout=same_stdout,
+                            same_tree=same_tree, calls_answered=replayer.answered, tools_run=tools_run,
+                            detail=replayer.detail, sealed=sealed)
     finally:
         if endpoint is not None and child is not None:  # stopped early: wait for the server to go
             endpoint.stop()

@@ -10,8 +10,13 @@ they have no layer values to pin.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tttr.engine.traces.errors import TraceError
 from tttr.engine.traces.imported import LACKS, is_imported_run
+
+if TYPE_CHECKING:
+    from tttr.engine.replay.result import ReplayResult
 
 __all__ = ["is_imported_run", "lacks_line", "check_replay", "check_fork", "check_experiment", "act"]
 
@@ -46,8 +51,9 @@ def check_fork(reader, run, request):
                          upstream_key_env=getattr(request, "upstream_key_env", None))
 
 
-def act(db: str, plan, progress=None):
-    """A checked replay or fork against a trace, run: the program's new run (a ReplayResult)."""
+def act(db: str, plan, progress=None) -> ReplayResult:
+    """A checked replay or fork against a trace, run: the program's new run, a program's
+    ReplayResult (a RunResult, as every kind's verbs return: engine/replay/result.py)."""
     from tttr.engine.traces.against import run_against
 
     return run_against(db, plan.checked, progress)
