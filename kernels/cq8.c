@@ -9,7 +9,6 @@
 #endif
 
 #define G 16
-#define MAXR 4
 #define MAXPARTS 8
 #include "klayout.h"
 
@@ -70,10 +69,120 @@ static void quantize_row(int kind, const float *x, int64_t K, int8_t *q, float *
     }
 }
 
+/* The integer sums of each 16 quants of a quantized row of K inputs: t[K/16] (the AVX-512 body's
+   offsets, below) */
+static void sums16(const int8_t *q, int64_t K, int32_t *t) {
+    for (int64_t u = 0; u < K / 16; u++) {
+        int32_t sum = 0;
+        for (int j = 0; j < 16; j++) sum += q[16 * u + j];
+        t[u] = sum;
+    }
+}
+
 /* One group (16 outputs) of a layout-L weight (kquants.py) for R <= MAXR quantized rows:
-   quants xq (row stride ldq), scales xd and sums xs (row stride ldb); out row stride ldo. */
-#if defined(__AVX2__)
+   quants xq (row stride ldq), scales xd and sums xs (row stride ldb), integer sums of 16
+   quants xt (row stride ldt); out row stride ldo. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+#define KERNEL_NAME "avx512"
+#define MAXR 8
+/* Inputs 4c .. 4c + 3 of the block's 16 outputs as one vector, output n's four bytes at 4n in input
+   order, each quant as an unsigned byte u = q + off (off: 0 for the unsigned nibbles and layout 2,
+   32 for layout 5's 6 bits, 128 for layouts 1 and 3's int8) so that one _mm512_dpbusd_epi32 (u8 x
+   s8, four products summed into int32, exact) takes a row's four products for all 16 outputs;
+   the block's sum then takes off off * (the sum of the row's quants), exact too. The nibble
+   layouts' 64 bytes of four input pairs give two quads (c even, c + 1). */
+static inline __attribute__((always_inline)) void quads2(const int L, const Block *k, int cc, __m512i *w0, __m512i *w1) {
+    if (L == 0 || L == 4 || L == 5) {  /* byte p*16 + n: input 2p (low nibble), 2p + 1 (high) */
+        const __m512i v = _mm512_loadu_si512((const void *)(k->qs + 64 * cc)), m = _mm512_set1_epi8(15);
+        const __m512i lo = _mm512_and_si512(v, m), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+        /* byte 4n + i of quad 2cc + e: input 8cc + 4e + i of output n: pair 4cc + 2e + i / 2, nibble i % 2 */
+        const __m512i i0 = _mm512_set_epi32(
+            0x5f1f4f0f, 0x5e1e4e0e, 0x5d1d4d0d, 0x5c1c4c0c, 0x5b1b4b0b, 0x5a1a4a0a, 0x59194909, 0x58184808,
+            0x57174707, 0x56164606, 0x55154505, 0x54144404, 0x53134303, 0x52124202, 0x51114101, 0x50104000);
+        const __m512i i1 = _mm512_add_epi8(i0, _mm512_set1_epi8(32));
+        *w0 = _mm512_permutex2var_epi8(lo, i0, hi);
+        *w1 = _mm512_permutex2var_epi8(lo, i1, hi);
+        if (L == 5) { /* byte c*16 + n: input 4c + i's high pair in bits 2i, 2i + 1, to bits 4, 5 */
+            /* qword m holds outputs 2m, 2m + 1's high bytes at bits 0-7, 8-15; byte j of its result
+               takes 8 bits from bit (j < 4 ? 2j - 4 : 2j) mod 64 up, bits 4, 5 the pair wanted */
+            const __m512i ctl = _mm512_set1_epi64(0x0a08060402003e3cLL), m30 = _mm512_set1_epi8(0x30);
+            const __m512i h0 = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)(k->qh + 32 * cc)));
+            const __m512i h1 = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)(k->qh + 32 * cc + 16)));
+            *w0 = _mm512_or_si512(*w0, _mm512_and_si512(_mm512_multishift_epi64_epi8(ctl, h0), m30));
+            *w1 = _mm512_or_si512(*w1, _mm512_and_si512(_mm512_multishift_epi64_epi8(ctl, h1), m30));
+        }
+    } else { /* byte j*16 + n: input j */
+        const __m512i i0 = _mm512_set_epi32(
+            0x3f2f1f0f, 0x3e2e1e0e, 0x3d2d1d0d, 0x3c2c1c0c, 0x3b2b1b0b, 0x3a2a1a0a, 0x39291909, 0x38281808,
+            0x37271707, 0x36261606, 0x35251505, 0x34241404, 0x33231303, 0x32221202, 0x31211101, 0x30201000);
+        *w0 = _mm512_permutexvar_epi8(i0, _mm512_loadu_si512((const void *)(k->qs + 128 * cc)));
+        *w1 = _mm512_permutexvar_epi8(i0, _mm512_loadu_si512((const void *)(k->qs + 128 * cc + 64)));
+        if (L == 1 || L == 3) {
+            const __m512i flip = _mm512_set1_epi8((char)0x80);
+            *w0 = _mm512_xor_si512(*w0, flip);
+            *w1 = _mm512_xor_si512(*w1, flip);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void group(const int L, const uint8_t *gw, int64_t nb, const int8_t *xq,
+                                                        const float *xd, const float *xs, const int32_t *xt,
+                                                        int64_t ldq, int64_t ldb, int64_t ldt, const int R, float *out,
+                                                        int64_t ldo) {
+    __m512 acc[MAXR];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    const int two = L == 3 || L == 5;  /* two sums a block, over inputs 0-15 and 16-31 */
+    const int off = L == 5 ? 32 : (L == 1 || L == 3) ? 128 : 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const Block k = block_at(L, gw, b);
+        PREFETCH(L, gw, b);
+        __m512 A, B;
+        if (L < 4) {
+            A = _mm512_loadu_ps((const float *)k.blk);
+            B = L == 1 ? A : _mm512_loadu_ps((const float *)k.blk + G);
+        } else {  /* the products layouts 0 and 3 stored (klayout.h) */
+            const __m128i sa = _mm_loadu_si128((const __m128i *)k.sa), sb = _mm_loadu_si128((const __m128i *)k.sb_);
+            A = _mm512_mul_ps(_mm512_loadu_ps(k.d), _mm512_cvtepi32_ps(L == 4 ? _mm512_cvtepu8_epi32(sa) : _mm512_cvtepi8_epi32(sa)));
+            B = _mm512_mul_ps(_mm512_loadu_ps(k.dm), _mm512_cvtepi32_ps(L == 4 ? _mm512_cvtepu8_epi32(sb) : _mm512_cvtepi8_epi32(sb)));
+        }
+        __m512i s[MAXR];
+        for (int r = 0; r < R; r++) s[r] = _mm512_setzero_si512();
+        for (int cc = 0; cc < 4; cc++) {
+            __m512i w0, w1;
+            quads2(L, &k, cc, &w0, &w1);
+            for (int r = 0; r < R; r++) {
+                const int8_t *x = xq + r * ldq + b * 32 + 8 * cc;
+                int32_t x0, x1;
+                memcpy(&x0, x, 4);
+                memcpy(&x1, x + 4, 4);
+                s[r] = _mm512_dpbusd_epi32(s[r], w0, _mm512_set1_epi32(x0));
+                s[r] = _mm512_dpbusd_epi32(s[r], w1, _mm512_set1_epi32(x1));
+            }
+            if (two && cc == 1) /* inputs 0-15 done: acc = fma(A * d_x, S0, acc), then S1 from zero */
+                for (int r = 0; r < R; r++) {
+                    const __m512i S0 = _mm512_sub_epi32(s[r], _mm512_set1_epi32(off * xt[r * ldt + 2 * b]));
+                    acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(A, _mm512_set1_ps(xd[r * ldb + b])), _mm512_cvtepi32_ps(S0), acc[r]);
+                    s[r] = _mm512_setzero_si512();
+                }
+        }
+        for (int r = 0; r < R; r++) {
+            const __m512 dx = _mm512_set1_ps(xd[r * ldb + b]);
+            if (two) {
+                const __m512i S1 = _mm512_sub_epi32(s[r], _mm512_set1_epi32(off * xt[r * ldt + 2 * b + 1]));
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(B, dx), _mm512_cvtepi32_ps(S1), acc[r]);
+            } else {
+                const __m512i S = off ? _mm512_sub_epi32(s[r], _mm512_set1_epi32(off * (xt[r * ldt + 2 * b] + xt[r * ldt + 2 * b + 1])))
+                                      : s[r];
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(A, dx), _mm512_cvtepi32_ps(S), acc[r]);
+                if (L != 1) acc[r] = _mm512_fmadd_ps(B, _mm512_set1_ps(xs[r * ldb + b]), acc[r]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * ldo, acc[r]);
+}
+#elif defined(__AVX2__)
 #define KERNEL_NAME "avx2"
+#define MAXR 4
 /* inputs 4c .. 4c + 3 of the block's 16 outputs as two vectors (outputs 0-7, 8-15), each
    output's four bytes in input order: the layout holds them input by input */
 static inline __attribute__((always_inline)) void gather4(const int L, const uint8_t *qs, const uint8_t *qh, int c,
@@ -106,8 +215,10 @@ static inline __attribute__((always_inline)) void gather4(const int L, const uin
 }
 
 static inline __attribute__((always_inline)) void group(const int L, const uint8_t *gw, int64_t nb, const int8_t *xq,
-                                                        const float *xd, const float *xs, int64_t ldq, int64_t ldb,
-                                                        const int R, float *out, int64_t ldo) {
+                                                        const float *xd, const float *xs, const int32_t *xt,
+                                                        int64_t ldq, int64_t ldb, int64_t ldt, const int R, float *out,
+                                                        int64_t ldo) {
+    (void)xt; (void)ldt;
     __m256 acc[MAXR][2];
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
@@ -164,8 +275,11 @@ static inline __attribute__((always_inline)) void group(const int L, const uint8
 }
 #else
 #define KERNEL_NAME "c"
+#define MAXR 4
 static inline void group(const int L, const uint8_t *gw, int64_t nb, const int8_t *xq, const float *xd,
-                         const float *xs, int64_t ldq, int64_t ldb, const int R, float *out, int64_t ldo) {
+                         const float *xs, const int32_t *xt, int64_t ldq, int64_t ldb, int64_t ldt, const int R,
+                         float *out, int64_t ldo) {
+    (void)xt; (void)ldt;
     float acc[MAXR][G];
     for (int r = 0; r < R; r++) for (int n = 0; n < G; n++) acc[r][n] = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
@@ -211,12 +325,20 @@ static inline void group(const int L, const uint8_t *gw, int64_t nb, const int8_
 }
 #endif
 
-typedef void (*group_fn)(const uint8_t *, int64_t, const int8_t *, const float *, const float *, int64_t, int64_t,
-                         float *, int64_t);
+typedef void (*group_fn)(const uint8_t *, int64_t, const int8_t *, const float *, const float *, const int32_t *,
+                         int64_t, int64_t, int64_t, float *, int64_t);
 #define SPECIALISE(L, R) static void group_##L##_##R(const uint8_t *g, int64_t nb, const int8_t *q, const float *d, \
-        const float *s, int64_t ldq, int64_t ldb, float *o, int64_t ldo) { group(L, g, nb, q, d, s, ldq, ldb, R, o, ldo); }
+        const float *s, const int32_t *t, int64_t ldq, int64_t ldb, int64_t ldt, float *o, int64_t ldo) { \
+        group(L, g, nb, q, d, s, t, ldq, ldb, ldt, R, o, ldo); }
+#if MAXR == 8
+#define ALL(L) SPECIALISE(L, 1) SPECIALISE(L, 2) SPECIALISE(L, 3) SPECIALISE(L, 4) SPECIALISE(L, 5) SPECIALISE(L, 6) \
+        SPECIALISE(L, 7) SPECIALISE(L, 8)
+#define ROW(L) {0, group_##L##_1, group_##L##_2, group_##L##_3, group_##L##_4, group_##L##_5, group_##L##_6, \
+        group_##L##_7, group_##L##_8}
+#else
 #define ALL(L) SPECIALISE(L, 1) SPECIALISE(L, 2) SPECIALISE(L, 3) SPECIALISE(L, 4)
 #define ROW(L) {0, group_##L##_1, group_##L##_2, group_##L##_3, group_##L##_4}
+#endif
 ALL(0)
 ALL(1)
 ALL(2)
@@ -236,18 +358,18 @@ int tttr_q8_quantize(int kind, const float *x, int64_t M, int64_t K, int8_t *q, 
 
 /* The activations one call needs: per kind (Q8_0, Q8_1, Q8_K) that a part asks for, all M rows
    quantized (quants [M, K], scales and sums [M, K/32]), in one allocation. */
-typedef struct { int8_t *q[3]; float *d[3], *s[3]; void *mem; } acts;
+typedef struct { int8_t *q[3]; float *d[3], *s[3]; int32_t *t[3]; void *mem; } acts;
 
 static int acts_alloc(acts *a, const int need[3], int64_t M, int64_t K) {
     const int64_t nb = K / 32;
     size_t bytes = 0;
-    for (int k = 0; k < 3; k++) if (need[k]) bytes += (size_t)(M * K) + 2 * sizeof(float) * (size_t)(M * nb);
+    for (int k = 0; k < 3; k++) if (need[k]) bytes += (size_t)(M * K) + 4 * sizeof(float) * (size_t)(M * nb);
     a->mem = malloc(bytes ? bytes : 1);
     if (!a->mem) return 1;
     float *f = (float *)a->mem;
     for (int k = 0; k < 3; k++) {
-        if (!need[k]) { a->q[k] = 0; a->d[k] = a->s[k] = 0; continue; }
-        a->d[k] = f; a->s[k] = f + M * nb; f += 2 * M * nb;
+        if (!need[k]) { a->q[k] = 0; a->d[k] = a->s[k] = 0; a->t[k] = 0; continue; }
+        a->d[k] = f; a->s[k] = f + M * nb; a->t[k] = (int32_t *)(f + 2 * M * nb); f += 4 * M * nb;
     }
     int8_t *q = (int8_t *)f;
     for (int k = 0; k < 3; k++) if (need[k]) { a->q[k] = q; q += M * K; }
@@ -263,7 +385,8 @@ static inline void one_group(int64_t g, int nparts, const int64_t *first, const 
     const group_fn *fns = group_fns[L];
     for (int64_t r0 = 0; r0 < M; r0 += MAXR) {
         const int R = M - r0 < MAXR ? (int)(M - r0) : MAXR;
-        fns[R](gw, nb, a->q[k] + r0 * K, a->d[k] + r0 * nb, a->s[k] + r0 * nb, K, nb, out + r0 * N + g * G, N);
+        fns[R](gw, nb, a->q[k] + r0 * K, a->d[k] + r0 * nb, a->s[k] + r0 * nb, a->t[k] + r0 * 2 * nb, K, nb, 2 * nb,
+               out + r0 * N + g * G, N);
     }
 }
 
@@ -298,8 +421,10 @@ int tttr_q8_linear_parts(int nparts, const int *formats, const uint8_t *const *w
         if (!failed)
             for (int k = 0; k < 3; k++)
                 if (need[k])
-                    for (int64_t r = 0; r < M; r++)
+                    for (int64_t r = 0; r < M; r++) {
                         quantize_row(k, x + r * K, K, a.q[k] + r * K, a.d[k] + r * nb, a.s[k] + r * nb);
+                        sums16(a.q[k] + r * K, K, a.t[k] + r * 2 * nb);
+                    }
         /* every thread reaches the loop, a failed one taking no groups; each frees its own
            activations and returns without waiting for the others, as cquant's products do: the
            caller synchronises before reading out (libgomp's barrier would spin ~300,000 pauses
@@ -317,8 +442,10 @@ int tttr_q8_linear_parts(int nparts, const int *formats, const uint8_t *const *w
         for (int k = 0; k < 3; k++) {
             if (!need[k]) continue;
             #pragma omp for schedule(static)
-            for (int64_t r = 0; r < M; r++)
+            for (int64_t r = 0; r < M; r++) {
                 quantize_row(k, x + r * K, K, a.q[k] + r * K, a.d[k] + r * nb, a.s[k] + r * nb);
+                sums16(a.q[k] + r * K, K, a.t[k] + r * 2 * nb);
+            }
         }
         #pragma omp for schedule(static)
         for (int64_t g = 0; g < groups; g++) one_group(g, nparts, first, formats, ws, nb, K, &a, M, out, N);

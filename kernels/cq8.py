@@ -22,9 +22,12 @@ the logits come close to llama.cpp's:
     layout 3   (two scales):   acc = fma(A * d_x, S0, acc); acc = fma(B * d_x, S1, acc)
 
 The integer sums are exact whatever order they are taken in, and the float steps above run in
-that one order in the plain C body and the AVX2 body (which takes the integer sums with
-_mm256_maddubs_epi16 / _mm256_madd_epi16 as llama.cpp does, 16 outputs a step), so the two give
-the same bits. A row's result depends on that row's activations and the weight only: not on
+that one order in the plain C body, the AVX2 body (which takes the integer sums with
+_mm256_maddubs_epi16 / _mm256_madd_epi16 as llama.cpp does, 16 outputs a step) and the AVX-512
+body (where the CPU has VNNI and VBMI: one byte permutation lays four inputs of 16 outputs side
+by side, and one _mm512_dpbusd_epi32 a row sums their products; quants are taken unsigned, q +
+32 for Q6_K and q + 128 for int8, the offset times the row's integer sum of 16 quants taken off
+the block's sum, still exact), so all three give the same bits. A row's result depends on that row's activations and the weight only: not on
 how many rows share the call, the row's place among them, or the thread count (each group of
 16 outputs is one thread's). So the mode is batch-invariant as `invariant` is.
 
@@ -74,7 +77,7 @@ load, available, why_unavailable = _library.load, _library.available, _library.w
 
 
 def kernel_name() -> str | None:
-    """"avx2" or "c" (the same bits from each), None when not built."""
+    """"avx512", "avx2" or "c" (the same bits from each), None when not built."""
     lib = load()
     return None if lib is None else lib.tttr_q8_kernel().decode()
 

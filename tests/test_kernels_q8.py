@@ -14,7 +14,7 @@ import torch
 
 from tttr.kernels import cq8, cquant, ops
 from tttr.kernels.mode import MODES, Q8, is_invariant, kernel_mode
-from tttr.sessions.cache import build_shared
+from tttr.sessions.cache import _cpu_flags, build_shared
 from tests.kernel_helpers import assert_rows_invariant, compiled_bodies, greedy_among_others, random_weight
 
 FORMATS = cquant.FORMATS  # Q4_1, Q8_0, Q4_K, Q5_0, Q5_K, Q6_K: one per layout and activation kind at least
@@ -109,18 +109,55 @@ def test_parts_of_different_types_each_get_their_own_activations():
     assert torch.equal(out, torch.cat([cq8.linear(x, p) for _, p, _ in parts], dim=1))
 
 
-def test_the_plain_c_and_avx2_bodies_give_the_same_bits():
-    libs = compiled_bodies(cq8, "q8linear", "tttr_q8_kernel", avx512=False)
-    assert len(libs) == 2, "this machine has AVX2: both bodies must be built and compared"
+def _bodies() -> dict:
+    """cq8's plain C, AVX2 and (where the CPU has AVX-512 VNNI and VBMI) AVX-512 bodies."""
+    flags = _cpu_flags().split()
+    libs = compiled_bodies(cq8, "q8linear", "tttr_q8_kernel",
+                           avx512=all(f in flags for f in ("avx512bw", "avx512_vnni", "avx512vbmi")))
+    assert len(libs) >= 2, "this machine has AVX2: at least two bodies must be built and compared"
+    return libs
+
+
+def _same_bits_in_every_body(libs, qw, x: torch.Tensor, threads: int = 2) -> torch.Tensor:
+    outs = {}
+    for name, lib in libs.items():
+        out = torch.full((x.shape[0], qw.shape[0]), float("nan"))
+        assert lib.tttr_q8_linear_parts(*cq8._call(qw), qw.shape[1], x.data_ptr(), x.shape[0], out.data_ptr(),
+                                        threads) == 0
+        outs[name] = out
+    first = outs["c"]
+    for name, out in outs.items():
+        assert torch.equal(out.view(torch.int32), first.view(torch.int32)), f"{qw.fmt}: {name} and c disagree"
+    return first
+
+
+def test_the_plain_c_avx2_and_avx512_bodies_give_the_same_bits():
+    libs = _bodies()
     for fmt in FORMATS:
         _, qw, _ = _weight(fmt, 64, 512, seed=2)
-        x = torch.randn(11, 512) * 3
-        outs = []
-        for lib in libs.values():
-            out = torch.empty(11, 64)
-            assert lib.tttr_q8_linear_parts(*cq8._call(qw), 512, x.data_ptr(), 11, out.data_ptr(), 2) == 0
-            outs.append(out)
-        assert torch.equal(outs[0], outs[1]), f"{fmt}: the bodies disagree"
+        _same_bits_in_every_body(libs, qw, torch.randn(11, 512) * 3)
+    # a fused weight of every layout at once, and rows that reach the quants' ends (+-127, 0)
+    qw = cquant.stack([_weight(fmt, 32, 512, seed)[1].parts[0] for seed, fmt in enumerate(FORMATS)])
+    x = torch.randn(9, 512)
+    x[1] = 0.0
+    x[2, ::2] = 5.0
+    x[3] = -x[2]
+    _same_bits_in_every_body(libs, qw, x)
+
+
+@pytest.mark.parametrize("fmt,k", [("Q4_K", 2048), ("Q6_K", 2048), ("Q6_K", 8192), ("Q4_K", 8192)])
+def test_k_quants_at_llama_1b_inputs_agree_in_every_body_batch_and_thread_count(fmt, k):
+    """llama-1b's products (Q4_K and Q6_K over 2,048 and 8,192 inputs) at 1-9 rows: the same bits
+    from every body, whatever the batch, the row's place and the threads; 9 rows cross the
+    AVX-512 body's 8-row step."""
+    libs = _bodies()
+    _, qw, _ = _weight(fmt, 48, k, seed=k + len(fmt))
+    x = torch.randn(9, k) * 2
+    full = _same_bits_in_every_body(libs, qw, x)
+    for rows in (1, 2, 5, 8):
+        for threads in (1, 3):
+            assert torch.equal(_same_bits_in_every_body(libs, qw, x[-rows:].contiguous(), threads), full[-rows:])
+    assert torch.equal(cq8.linear(x, qw), full)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
