@@ -144,13 +144,32 @@ def test_filter_of_expanded_steps(snap_compare, store, size):
     assert snap_compare(app, terminal_size=size, run_before=filtered)
 
 
-def test_timing_of_the_steps(snap_compare, store, size):
+@pytest.fixture(scope="module")
+def timed_db(tmp_path_factory):
+    """The session with each step of run 1 timed (fixed figures: the picture must not move)."""
+    from tttr.sessions.store import Store
+
+    path = two_runs(tmp_path_factory.mktemp("snap-timed") / "session.db", 6, TOKENS)
+    with Store.open(path, create=False) as store:
+        store.time_step(1, -1, tool_ms=81.5, wait_ms=2.25)
+        for step in range(store.steps(1)):
+            store.time_step(1, step, model_ms=900.0 + 137.5 * step, tool_ms=12.0 + 9 * step, wait_ms=40.0 - 5 * step)
+    return path
+
+
+def test_timing_of_the_steps(snap_compare, timed_db, size):
+    from tttr.sessions.store import Store
+
     async def timing(pilot):
         await pilot.press("t")
         await _until(pilot, lambda: getattr(pilot.app.screen, "timings", None) is not None)
+        shown = _screen_text(pilot.app)
+        for what in ("model ms", "tool ms", "wait ms", "1,587.5", "in all"):  # at 80 columns too
+            assert what in shown
 
-    app = TTTRApp(store, run_id=1, load_tokenizer=False)
-    assert snap_compare(app, terminal_size=size, run_before=timing)
+    with Store.open(timed_db, create=False, readonly=True) as store:
+        app = TTTRApp(store, run_id=1, load_tokenizer=False)
+        assert snap_compare(app, terminal_size=size, run_before=timing)
 
 
 def test_help(snap_compare, store, size):

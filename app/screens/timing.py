@@ -28,8 +28,17 @@ def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value:,.1f}"
 
 
+EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
 def _bar(value: float | None, top: float, width: int) -> str:
-    return f"{'█' * round(width * (value or 0) / top):<{width}}"
+    """`value` on a scale where `top` fills `width` cells, to an eighth of a cell; a part
+    that took any time shows at least an eighth, so that it is never hidden by the scale."""
+    eighths = round(8 * width * (value or 0) / top)
+    if value and not eighths:
+        eighths = 1
+    full, part = divmod(min(eighths, 8 * width), 8)
+    return f"{'█' * full + (EIGHTHS[part] if part else ''):<{width}}"
 
 
 def timing_text(timings: list[StepTiming], width: int = BAR) -> Text:
