@@ -17,6 +17,7 @@ from tttr.app.screens.runs import RunsScreen
 from tttr.app.screens.timeline import TimelineScreen
 from tttr.app.widgets.fork_progress import ForkProgress
 from tttr.app.widgets.timeline import Timeline
+from tttr.sessions import schema
 from tttr.sessions.store import Store
 
 from tests.app_helpers import hold_forks, open_store, run_app, wait_for
@@ -350,7 +351,7 @@ def test_a_run_of_an_older_file_is_named_and_the_list_shows_it(tmp_path):
 
     run_app(path, flow, load_tokenizer=False)
     with Store.open(path, readonly=True) as store:
-        assert store.file_version == 3 and store.run(1).name == "old run"
+        assert store.file_version == schema.SCHEMA_VERSION and store.run(1).name == "old run"
 
 
 def test_names_from_the_file_are_shown_as_text(db):
