@@ -78,6 +78,10 @@ class ForkRequest:
     code: str | None = None
     upstream: str | None = None  # and where its live model calls go (--upstream URL)
     upstream_key_env: str | None = None
+    # The engine.replay.runtime.Runtime a caller holds already (the app's, shared by its forks, its
+    # model loaded once): the agent's and served calls' forks compute with it, a program's checks
+    # a token with its tokenizer. None: one of `model`, in the run's kernel mode.
+    runtime: Any = None
 
     def only_imported(self, run) -> None:
         if self.argv or self.code is not None or self.upstream is not None or self.upstream_key_env is not None:
@@ -111,6 +115,7 @@ class ExperimentRequest:
     max_replays: int = 50
     unsafe_no_sandbox: bool = False
     ray: str | None = None  # each replay a Ray task: at this cluster address, or a local instance (""); None: here
+    runtime: Any = None  # a Runtime the caller holds (the app's): the agent's replays compute with it; None: of `model`
 
 
 Progress = Callable[..., None]
@@ -132,7 +137,7 @@ class RunKind:
     # screen's): by default a run of model calls' (a message, an SDK tool's call, a clock read).
     step_kinds: tuple[str, ...] = _steps.PROGRAM_STEP_KINDS
     # Its replay and fork re-execute a user's program (engine/program/): they report in lines of
-    # their own and return a program's result (ReplayResult, ProgramFork), not a RunResult.
+    # their own and return a program's result (ReplayResult, a RunResult with the program's fields).
     runs_program = False
 
     def steps(self, events: list) -> list[_steps.Step]:
@@ -171,7 +176,11 @@ class RunKind:
     def check_fork(self, reader, run, request: ForkRequest) -> Plan:
         raise NotImplementedError
 
-    def fork(self, db: str, plan: Plan, progress: Progress | None = None):
+    def fork(self, db: str, plan: Plan, progress: Progress | None = None, *, cancel=None, steps=None):
+        """Act on a checked fork. `cancel` (a threading.Event): once set, the child stops early
+        and is stored incomplete. `progress` reports as the kind does (runs_program: lines of
+        text; else (done, total, text) per step); `steps`, (done, total, text) per step, is for
+        a kind whose `progress` is lines (a program's fork, step by step of the recording)."""
         raise NotImplementedError
 
     def check_experiment(self, reader, db: str, verb: str, request: ExperimentRequest) -> Plan:
@@ -184,10 +193,13 @@ class RunKind:
         return KindError(f"run {run.id} is {self.label}: {verb} works on the shell agent's runs "
                          "(tttr record --task) and recorded programs (tttr record -- PROGRAM)")
 
-    def triage(self, db: str, plan: Plan, on_layer=None):
+    def triage(self, db: str, plan: Plan, on_layer=None, *, cancel=None):
+        """Act on a checked triage; `cancel` (a threading.Event), once set, stops the replays in
+        flight at their next step and starts no other layer."""
         raise NotImplementedError
 
-    def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None):
+    def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None, *, cancel=None):
+        """Act on a checked bisect; `cancel` as for triage (ddmin ends with the best set so far)."""
         raise NotImplementedError
 
 
@@ -286,7 +298,8 @@ class AgentRuns(RunKind):
         # The run, the site and the new value are all checked (the value parsed) before the file
         # is opened for writing: a refused fork writes nothing and prints no progress.
         request.only_imported(run)
-        return Plan(run.id, request, self._check_fork(reader, run, request, self.runtime(run, request.model)))
+        runtime = request.runtime or self.runtime(run, request.model)
+        return Plan(run.id, request, self._check_fork(reader, run, request, runtime))
 
     def _check_fork(self, reader, run, request: ForkRequest, runtime):
         from tttr.engine.replay.runs import check_fork
@@ -294,40 +307,40 @@ class AgentRuns(RunKind):
         return check_fork(reader, run.id, request.site, request.value, runtime=runtime,
                           unsafe_no_sandbox=request.unsafe_no_sandbox)
 
-    def fork(self, db: str, plan: Plan, progress: Progress | None = None):
-        return self._act(db, plan, progress)
+    def fork(self, db: str, plan: Plan, progress: Progress | None = None, *, cancel=None, steps=None):
+        return self._act(db, plan, progress, cancel)  # progress is step by step already
 
-    def _act(self, db: str, plan: Plan, progress: Progress | None):
+    def _act(self, db: str, plan: Plan, progress: Progress | None, cancel=None):
         """The one open for writing; the checked plan (runs.AgentPlan, calls.CallPlan) acts on it,
         refusing in one line a run deleted or replaced since the check."""
         from tttr.sessions.store import Store
 
         with Store.open(db, create=False) as store:
-            return plan.checked.act(store, progress=progress)
+            return plan.checked.act(store, progress=progress, cancel=cancel)
 
     def check_experiment(self, reader, db: str, verb: str, request: ExperimentRequest) -> Plan:
         from tttr.engine.replay import bisect, triage
 
         prepare = triage.prepare if verb == "triage" else bisect.prepare
         bad = reader.run(request.bad)
-        runtime = self.runtime(bad, request.model)
+        runtime = request.runtime or self.runtime(bad, request.model)
         # triage replays BAD with GOOD's values, bisect GOOD with BAD's: the base run first
         base, other = (request.bad, request.good) if verb == "triage" else (request.good, request.bad)
         prepared = prepare(reader, request.good, request.bad, request.judge, runtime=runtime,
                            unsafe_no_sandbox=request.unsafe_no_sandbox, compared=self.compare(reader, base, other))
         return Plan(request.bad, request, (runtime, prepared))  # acting replays GOOD no second time
 
-    def triage(self, db: str, plan: Plan, on_layer=None):
+    def triage(self, db: str, plan: Plan, on_layer=None, *, cancel=None):
         from tttr.engine.replay.triage import triage
         from tttr.sessions.store import Store
 
         r, (runtime, prepared) = plan.request, plan.checked
         with Store.open(db, create=False) as store:
             return triage(store, r.good, r.bad, judge=r.judge, runtime=runtime, batch=r.batch,
-                          unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, ray=ray_tests(r.ray),
-                          prepared=prepared)
+                          unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, cancel=cancel,
+                          ray=ray_tests(r.ray), prepared=prepared)
 
-    def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None):
+    def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None, *, cancel=None):
         from tttr.engine.replay.bisect import bisect
         from tttr.sessions.store import Store
 
@@ -335,7 +348,7 @@ class AgentRuns(RunKind):
         with Store.open(db, create=False) as store:
             return bisect(store, r.good, r.bad, judge=r.judge, max_replays=r.max_replays, runtime=runtime,
                           batch=r.batch, unsafe_no_sandbox=r.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial,
-                          ray=ray_tests(r.ray), prepared=prepared)
+                          cancel=cancel, ray=ray_tests(r.ray), prepared=prepared)
 
 
 class ServedCalls(AgentRuns):
@@ -420,15 +433,20 @@ class RecordedProgram(RunKind):
         from tttr.engine.program.fork import check_program_fork
 
         request.only_imported(run)
+        model = request.model if request.model is not None or request.runtime is None else str(request.runtime.path)
         return Plan(run.id, request, check_program_fork(reader, run.id, request.site, request.value,
-                                                        model=request.model))
+                                                        model=model, runtime=request.runtime))
 
-    def fork(self, db: str, plan: Plan, progress: Progress | None = None):
+    def fork(self, db: str, plan: Plan, progress: Progress | None = None, *, cancel=None, steps=None):
+        from dataclasses import replace
+
         from tttr.engine.program.replay import replay_program
 
+        # Cancelled, the program's next model call is refused: it ends early, stored incomplete.
+        fork = (plan.checked if steps is None and cancel is None
+                else replace(plan.checked, progress=steps, cancel=cancel))
         return replay_program(db, plan.run_id, unsafe_no_sandbox=plan.request.unsafe_no_sandbox,
-                              progress=progress, fork=plan.checked)
-
+                              progress=progress, fork=fork)
 
     def check_experiment(self, reader, db: str, verb: str, request: ExperimentRequest) -> Plan:
         from tttr.engine.program.triage import prepare
@@ -439,19 +457,20 @@ class RecordedProgram(RunKind):
                                                   unsafe_no_sandbox=request.unsafe_no_sandbox,
                                                   compared=self.compare(reader, base, other)))
 
-    def triage(self, db: str, plan: Plan, on_layer=None):
+    def triage(self, db: str, plan: Plan, on_layer=None, *, cancel=None):
         from tttr.engine.program.triage import triage
 
         r = plan.request
         return triage(db, r.good, r.bad, judge=r.judge, model=r.model, batch=r.batch,
-                      unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, setup=plan.checked, ray=ray_tests(r.ray))
+                      unsafe_no_sandbox=r.unsafe_no_sandbox, on_layer=on_layer, cancel=cancel, setup=plan.checked,
+                      ray=ray_tests(r.ray))
 
-    def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None):
+    def bisect(self, db: str, plan: Plan, on_round=None, on_trial=None, *, cancel=None):
         from tttr.engine.program.triage import bisect
 
         r = plan.request
         return bisect(db, r.good, r.bad, judge=r.judge, max_replays=r.max_replays, model=r.model, batch=r.batch,
-                      unsafe_no_sandbox=r.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial,
+                      unsafe_no_sandbox=r.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial, cancel=cancel,
                       setup=plan.checked, ray=ray_tests(r.ray))
 
 
@@ -478,7 +497,13 @@ class ImportedTrace(RunKind):
 
         return Plan(run.id, request, check_fork(reader, run, request))
 
-    fork = replay  # a fork is a replay against the trace with one value changed (the plan holds it)
+    def fork(self, db: str, plan: Plan, progress: Progress | None = None, *, cancel=None, steps=None):
+        """A replay against the trace with one value changed (the plan holds it); no step counts."""
+        from dataclasses import replace
+
+        from tttr.engine.traces.kind import act
+
+        return act(db, plan if cancel is None else replace(plan, checked=replace(plan.checked, cancel=cancel)), progress)
 
     def refuse_experiment(self, run, verb: str) -> TTTRError:
         from tttr.engine.traces.kind import check_experiment

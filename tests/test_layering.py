@@ -201,6 +201,35 @@ def test_the_app_is_the_cli_and_the_tui_and_the_http_server_is_engine_code():
     assert "tttr.engine.program.record" in modules and "tttr.engine.serve.server" in modules
 
 
+# What the app asks a run's kind for (engine/kinds.py: check_fork/fork, check_experiment/triage/
+# bisect) and so never calls itself: each kind's own modules for those verbs, and the agent's
+# check-then-act functions (engine/replay/runs.py; the app's demo records with `record`).
+KINDS_OWN = {"tttr.engine.replay.triage", "tttr.engine.replay.bisect", "tttr.engine.replay.calls",
+             "tttr.engine.program.triage", "tttr.engine.program.fork", "tttr.engine.program.replay",
+             "tttr.engine.traces.against"}
+RUNS_VERBS = {"replay", "fork", "check_replay", "check_fork", "AgentPlan"}
+
+
+def test_the_app_forks_and_experiments_through_the_runs_kind_only():
+    """The CLI and the TUI ask `kind_of(run)` / `pair_kind(...)` and call the kind: no app module
+    imports a kind's own replay, fork, triage or bisect (the TUI's fork worker and triage screen
+    did, and so branched on the kind themselves)."""
+    graph = _graph()
+    direct = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.startswith("tttr.app") for t in ts & KINDS_OWN)
+    assert not direct, direct
+    named = []
+    for name, path in _modules().items():
+        if not name.startswith("tttr.app"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "tttr.engine.replay.runs":
+                named += [f"{name}: {a.name}" for a in node.names if a.name in RUNS_VERBS]
+            elif isinstance(node, ast.ImportFrom) and node.module == "tttr.engine.replay":
+                named += [f"{name}: runs" for a in node.names if a.name == "runs"]
+    assert not named, named
+    assert "tttr.engine.kinds" in graph["tttr.app.forking"] and "tttr.engine.kinds" in graph["tttr.app.screens.triage"]
+
+
 def test_traces_in_and_out_live_in_the_engine_and_only_they_import_opentelemetry():
     """OpenTelemetry export and import (`tttr export`, `tttr import`) is engine code in
     tttr.engine.traces: it reads runs of every kind and writes the imported kind's runs, and it

@@ -12,10 +12,25 @@ from typing import NamedTuple
 import pytest
 
 from tttr.engine.replay.diff import diff_runs
+from tttr.engine.replay.calls import check_call_fork, check_call_replay
+from tttr.engine.replay.policy import Policy
 from tttr.engine.replay.result import ReplayError
-from tttr.engine.replay.runs import check_fork, fork, replay
 from tttr.engine.replay.runtime import Runtime
+from tttr.engine.replay.source import Source
 from tttr.sessions.store import Store
+
+
+# Served calls' own check and act (engine/replay/calls.py, the CALLS kind's), on one store.
+def check_fork(store, run_id, site, value, *, runtime):
+    return check_call_fork(Source(store, run_id), site, value, runtime=runtime)
+
+
+def fork(store, run_id, site, value, *, runtime):
+    return check_fork(store, run_id, site, value, runtime=runtime).act(store)
+
+
+def replay(store, run_id, free=(), *, runtime):
+    return check_call_replay(Source(store, run_id), Policy(frozenset(free)), runtime=runtime).act(store)
 
 
 def _events(store, run_id, kind):

@@ -175,9 +175,8 @@ class EditAndFork:
         try:
             progress(0, None, "loading the model …")
             runtime = self.app.runtime()
-            fork = program_edit.run_fork if program_edit.is_program(self.view.run) else run_fork
-            result = fork(self.app.db_path, parent, site, value, runtime=runtime,
-                          unsafe_no_sandbox=self.app.unsafe_no_sandbox, progress=progress, cancel=cancel)
+            result = run_fork(self.app.db_path, parent, site, value, runtime=runtime,  # as the run's kind forks
+                              unsafe_no_sandbox=self.app.unsafe_no_sandbox, progress=progress, cancel=cancel)
         except Exception as exc:  # noqa: BLE001 - reported on screen, the app keeps running
             detail = str(exc) if getattr(exc, "exit_code", None) is not None else f"{type(exc).__name__}: {exc}"
             self.post_message(ForkFailed(site, detail))

@@ -2,9 +2,10 @@
 worker on a store connection of its own, its progress line by line, the verdict, and the
 replays it stored, each openable on its timeline or beside the run it replayed.
 
-The work is `tttr.engine.replay.triage` / `bisect`, called as `tttr triage` / `tttr bisect`
-call them; a refusal (runs of different tasks, no difference, a GOOD that fails its own
-check) is shown as its one line and nothing else."""
+The work is the pair's kind's (`kind.check_experiment`, then `kind.triage` / `kind.bisect`),
+asked as `tttr triage` / `tttr bisect` ask it; a refusal (runs of another kind or of different
+tasks, no difference, a GOOD that fails its own check) is shown as its one line and nothing
+else."""
 
 from __future__ import annotations
 
@@ -132,25 +133,23 @@ class ExperimentScreen(FittedFooter, Screen):
         self.post_message(ExperimentProgressed(line))
 
     def _work(self, cancel: threading.Event) -> None:
-        """In a worker thread, on a writable connection of its own (the app's is read-only)."""
-        from tttr.engine.kinds import pair_kind
+        """In a worker thread: the pair's kind checks the experiment on a read-only connection of
+        its own (a refusal writes nothing), then runs it on a writable one (the app's is read-only)."""
+        from tttr.engine.kinds import ExperimentRequest, pair_kind
         from tttr.sessions.store import Store
 
         try:
-            store = Store.open(self.app.db_path, create=False)
-            try:
-                # Two runs of one kind that experiments take, and their deltas: the refusals that
-                # need no model (another kind, different tasks, no difference) come from the kind.
-                kind = pair_kind(store.run(self.good), store.run(self.bad), self.kind)
-                kind.deltas(store, self.good, self.bad)
-                runtime = None  # a recorded program's model loads if a call is generated (engine/program/triage.py)
-                if not kind.runs_program:
-                    self._say("loading the model …")
-                    runtime = self.app.runtime()
-                run = self._triage if self.kind == "triage" else self._bisect
-                verdict, tested = run(store, runtime, cancel)
-            finally:
-                store.close()
+            db = str(self.app.db_path)
+            with Store.open(db, create=False, readonly=True) as reader:
+                # Two runs of one kind that experiments take (else its refusal, before any model).
+                kind = pair_kind(reader.run(self.good), reader.run(self.bad), self.kind)
+                self._say("loading the model …")  # its weights load only when a replay computes
+                request = ExperimentRequest(self.good, self.bad, judge=self.judge, model=self.app.model,
+                                            max_replays=MAX_REPLAYS, unsafe_no_sandbox=self.app.unsafe_no_sandbox,
+                                            runtime=self.app.runtime())
+                plan = kind.check_experiment(reader, db, self.kind, request)
+            run = self._triage if self.kind == "triage" else self._bisect
+            verdict, tested = run(kind, db, plan, cancel)
         except _Cancelled as stop:
             self.post_message(ExperimentFinished(stop.verdict, stop.tested, True))
             return
@@ -160,8 +159,7 @@ class ExperimentScreen(FittedFooter, Screen):
             return
         self.post_message(ExperimentFinished(verdict, tested, cancel.is_set()))
 
-    def _triage(self, store, runtime, cancel):
-        from tttr.engine.replay.triage import triage
+    def _triage(self, kind, db: str, plan, cancel):
         from tttr.sessions.vocabulary import RECORDED_LAYERS
 
         # The replays may run side by side and finish in any order: the progress lines come as
@@ -185,19 +183,10 @@ class ExperimentScreen(FittedFooter, Screen):
                 raise _Cancelled(["cancelled: a layer whose replay did not finish is unknown"], tested)
 
         self._say(f"replaying BAD run {self.bad} with each layer taken from GOOD run {self.good} …")
-        if runtime is None:  # two recorded programs
-            from tttr.engine.program.triage import triage as triage_programs
-
-            res = triage_programs(str(self.app.db_path), self.good, self.bad, judge=self.judge, model=self.app.model,
-                                  on_layer=on_layer, unsafe_no_sandbox=self.app.unsafe_no_sandbox, cancel=cancel)
-        else:
-            res = triage(store, self.good, self.bad, judge=self.judge, runtime=runtime, on_layer=on_layer,
-                         unsafe_no_sandbox=self.app.unsafe_no_sandbox, cancel=cancel)
+        res = kind.triage(db, plan, on_layer=on_layer, cancel=cancel)
         return [f"verdict: {res.verdict()}", f"replays: {len(tested)} ({res.batch_note})"], tested
 
-    def _bisect(self, store, runtime, cancel):
-        from tttr.engine.replay.bisect import bisect
-
+    def _bisect(self, kind, db: str, plan, cancel):
         tested: list[Tested] = []
 
         def on_round(rnd, n, current, tests) -> None:
@@ -214,16 +203,7 @@ class ExperimentScreen(FittedFooter, Screen):
 
         self._say(f"replaying GOOD run {self.good} with subsets of BAD run {self.bad}'s differences …")
         try:
-            if runtime is None:  # two recorded programs: a round's tests run at once, one engine for their calls
-                from tttr.engine.program.triage import bisect as bisect_programs
-
-                res = bisect_programs(str(self.app.db_path), self.good, self.bad, judge=self.judge,
-                                      max_replays=MAX_REPLAYS, model=self.app.model, on_round=on_round,
-                                      on_trial=on_trial, unsafe_no_sandbox=self.app.unsafe_no_sandbox, cancel=cancel)
-            else:
-                res = bisect(store, self.good, self.bad, judge=self.judge, max_replays=MAX_REPLAYS, runtime=runtime,
-                             unsafe_no_sandbox=self.app.unsafe_no_sandbox, on_round=on_round, on_trial=on_trial,
-                             cancel=cancel)
+            res = kind.bisect(db, plan, on_round=on_round, on_trial=on_trial, cancel=cancel)
         except KeyboardInterrupt:  # cancelled while the whole set was tested: no set yet
             raise _Cancelled(["cancelled before the first test finished: no set found"], tested) from None
         r = res.result

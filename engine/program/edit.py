@@ -1,19 +1,17 @@
 """Edit-and-fork of a recorded program (`tttr record -- PROGRAM`) from the app.
 
-The timeline's edit dialog and fork worker come here for a program run, and to the
-built-in agent's fork (app/forking.py) for any other: what the dialog offers at an event
+The timeline's edit dialog comes here for a program run: what the dialog offers at an event
 (an SDK function's result as JSON; at the setup event, as for the agent, a file of the start
-tree, a variable or the start clock; the rest as for the agent), the check of a typed value (engine/program/fork.py's, the command line's), and the fork
-itself, re-running the program in the worker with progress and cancel. No textual here.
+tree, a variable or the start clock; the rest as for the agent) and the check of a typed value
+(engine/program/fork.py's, the command line's). The fork itself is the run's kind's
+(app/forking.py asks it, as `tttr fork` does). No textual here.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 from tttr.sessions.vocabulary import Site
 
@@ -26,15 +24,6 @@ class EditOffer:
     site: str
     kind: str  # "clock", "function" (an @sdk.tool's result) or the agent's kinds
     current: str
-
-
-@dataclass(frozen=True, slots=True)
-class ProgramFork:
-    """A program fork made from the app, as the timeline reports a fork: run id and status."""
-
-    run_id: int
-    status: str
-    result: object  # engine/program/replay.py's ReplayResult
 
 
 def is_program(run) -> bool:
@@ -86,30 +75,4 @@ def _runtime(model):
     return Runtime(model)
 
 
-def run_fork(db_path: Path, run_id: int, site_text: str, value: str, *, runtime, unsafe_no_sandbox: bool,
-             progress, cancel: threading.Event) -> ProgramFork:
-    """Fork program run `run_id` at `site_text` with `value`, as `tttr fork` does, reporting
-    `progress(done, total, text)`; once `cancel` is set the program's next model call is
-    refused, and the run is stored incomplete."""
-    from tttr.engine.program.fork import check_program_fork
-    from tttr.engine.program.replay import replay_program
-    from tttr.sessions.store import Store
-
-    model = str(runtime.path) if runtime is not None else None
-    with Store.open(db_path, create=False, readonly=True) as reader:
-        plan = check_program_fork(reader, run_id, site_text, value, model=model)
-    plan.progress, plan.cancel = progress, cancel
-    progress(0, None, f"forking the program at {site_text} …")
-    result = replay_program(str(db_path), run_id, unsafe_no_sandbox=unsafe_no_sandbox, fork=plan,
-                            progress=lambda text: progress(0, None, text))
-    status = "complete"
-    if cancel.is_set():
-        status = "incomplete"
-        with Store.open(db_path, create=False) as store:
-            outcome = store.run(result.run_id).outcome
-            store.finish_run(result.run_id, status=status,
-                             outcome={**(outcome or {}), "reason": "cancelled"})
-    return ProgramFork(result.run_id, status, result)
-
-
-__all__ = ["EditOffer", "ProgramFork", "check", "is_program", "offer", "run_fork"]
+__all__ = ["EditOffer", "check", "is_program", "offer"]

@@ -1,4 +1,6 @@
 """Record, replay and fork agent runs: each sets up an oracle and drives the one agent loop.
+This is the built-in agent's kind (engine/kinds.py's AgentRuns); a run of another kind is
+replayed by its own (served calls: engine/replay/calls.py), and refused here.
 
 - `record`: every layer free, no source; the run is new.
 - `replay`: the source's values pinned, except for the freed layers; the replay is stored as
@@ -16,7 +18,6 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from tttr.engine.replay.agent import AgentLimits, run_agent
-from tttr.engine.replay.calls import CallPlan, check_call_fork, check_call_replay, is_call_run, local_kernel_mode
 from tttr.engine.replay.steps import action_text
 from tttr.engine.replay.mutation import Mutation, parse_mutation
 from tttr.engine.replay.oracle import Oracle
@@ -301,13 +302,11 @@ class AgentPlan:
 
 
 def check_replay(store, run_id: int, free=(), *, runtime: Runtime, unsafe_no_sandbox: bool = False,
-                 seed: int | None = None) -> AgentPlan | CallPlan:
+                 seed: int | None = None) -> AgentPlan:
     """Everything `replay` checks before it writes, on any store (a read-only one too); the
     plan to act on (`plan.act(store)`, on a store opened for writing)."""
     policy = Policy(frozenset(free)) if not isinstance(free, Policy) else free
     source = Source(store, run_id)
-    if is_call_run(source.run):
-        return check_call_replay(source, policy, runtime=runtime, seed=seed)
     _check_source(source)
     _check_model(runtime, source.run)
     settings = _plan(source, policy, None, seed)
@@ -316,12 +315,10 @@ def check_replay(store, run_id: int, free=(), *, runtime: Runtime, unsafe_no_san
 
 
 def check_fork(store, run_id: int, site: str, value: str, *, runtime: Runtime,
-               unsafe_no_sandbox: bool = False) -> AgentPlan | CallPlan:
+               unsafe_no_sandbox: bool = False) -> AgentPlan:
     """Everything `fork` checks before it writes, on any store (a read-only one too): the
     source run, the model, the site and the new value (parsed here, once); the plan to act on."""
     source = Source(store, run_id)
-    if is_call_run(source.run):
-        return check_call_fork(source, site, value, runtime=runtime)
     _check_source(source)
     _check_model(runtime, source.run)
     mutation = parse_mutation(store, run_id, site, value, tokenizer=runtime.tokenizer)
@@ -331,27 +328,26 @@ def check_fork(store, run_id: int, site: str, value: str, *, runtime: Runtime,
     return AgentPlan(source, Policy(), mutation, settings, runtime, unsafe_no_sandbox)
 
 
-def _default_runtime(run) -> Runtime:
-    return Runtime(kernel_mode=local_kernel_mode(run) if is_call_run(run) else run.kernel_mode)
-
-
 def replay(store, run_id: int, free=(), *, runtime: Runtime | None = None, progress=None, cancel=None,
            unsafe_no_sandbox: bool = False, seed: int | None = None, meta: dict | None = None) -> RunResult:
     """Check, then act on the same store. `meta` is merged into the replay's meta (e.g. a
     suite's id and condition)."""
-    runtime = runtime or _default_runtime(store.run(run_id))
+    runtime = runtime or Runtime(kernel_mode=store.run(run_id).kernel_mode)
     plan = check_replay(store, run_id, free, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox, seed=seed)
     return plan.act(store, progress=progress, cancel=cancel, meta=meta)
 
 
 def fork(store, run_id: int, site: str, value: str, *, runtime: Runtime | None = None, progress=None,
          cancel=None, unsafe_no_sandbox: bool = False) -> RunResult:
-    runtime = runtime or _default_runtime(store.run(run_id))
+    runtime = runtime or Runtime(kernel_mode=store.run(run_id).kernel_mode)
     plan = check_fork(store, run_id, site, value, runtime=runtime, unsafe_no_sandbox=unsafe_no_sandbox)
     return plan.act(store, progress=progress, cancel=cancel)
 
 
 def _check_source(source: Source) -> None:
+    if source.run.meta.kind != "agent":  # its kind replays it (tttr.engine.kinds.kind_of): not the agent's loop
+        raise ReplayError(f"run {source.run.id} is not the built-in agent's (its kind: {source.run.meta.kind}): "
+                          "ask its kind to replay or fork it (tttr.engine.kinds.kind_of), as tttr replay and tttr fork do")
     if source.run.status != "complete":
         raise ReplayError(
             f"run {source.run.id} is {source.run.status}: only complete runs can be replayed or forked"
