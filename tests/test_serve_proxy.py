@@ -167,7 +167,7 @@ def test_a_proxied_call_is_recorded_at_the_token_layer(pair):
     message = next(e.value for e in events if e.kind == "message")
     assert message["text"] == answer.choices[0].message.content and message["model"] == answer.model
     assert all(t["upstream"] and t["logprob"] is not None and t["rng"] == [33, 0, i] for i, t in enumerate(tokens))
-    assert "sk-never-recorded" not in json.dumps([e.value for e in events]) + json.dumps(run.meta)
+    assert "sk-never-recorded" not in json.dumps([e.value for e in events]) + json.dumps(run.meta.to_json())
     # the upstream serves the same model: the ids are the ones it generated (its own record)
     with Store.open(pair["up_db"], readonly=True) as store:
         up_run = [r for r in store.runs() if r.seed == 33][-1]
