@@ -352,8 +352,8 @@ class AgentRuns(RunKind):
 
 
 class ServedCalls(AgentRuns):
-    """Calls recorded by `tttr serve --db`: replayed and forked call by call (engine/replay/calls.py,
-    reached through the same entry points); no experiments yet."""
+    """Calls recorded by `tttr serve --db`: replayed and forked call by call (engine/replay/calls.py's
+    check_call_replay / check_call_fork, acted on as the agent's plans are); no experiments yet."""
 
     name, label, experiments = "calls", "a served API's calls", False
     step_kinds, steps, compare = RunKind.step_kinds, RunKind.steps, RunKind.compare  # one step per call; no deltas yet
