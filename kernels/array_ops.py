@@ -137,7 +137,7 @@ def describe() -> dict:
         # ":avx2", ":c", the same bits from each), or all products are dense fp32 ("dense")
         "linear_kernel": f"blocks:{cquant.kernel_name()}" if cquant.available() else "dense",
         "row_kernels": "compiled" if crow.available() else "torch",
-        # the `invariant-q8` mode's block products (8-bit activations: "q8:avx2" or "q8:c", the
+        # the `invariant-q8` mode's block products (8-bit activations: "q8:avx512", "q8:avx2" or "q8:c", the
         # same bits from each), or "none": that mode then multiplies as `invariant` does; which
         # mode a run used is its kernel_mode
         "q8_kernel": f"q8:{cq8.kernel_name()}" if cq8.available() else "none",
