@@ -127,6 +127,19 @@ def test_tttr_events_timing_prints_each_steps_times_and_json(tmp_path, capsys):
     assert len(err) == 1 and "--timing" in err[0] and path.read_bytes() == before
 
 
+def test_an_exported_trace_carries_each_steps_timing(tmp_path):
+    from tttr.engine.traces.transfer import run_traces
+
+    path = tmp_path / "s.db"
+    with Store.open(path) as store:
+        run = _run(store, 2)
+        store.time_step(run, 1, model_ms=7.5, tool_ms=None, wait_ms=None)
+    (trace,) = run_traces(str(path), [run])
+    chats = sorted((s for s in trace.spans if s.name.startswith("chat")), key=lambda s: s.attributes["tttr.step"])
+    assert [(c.attributes.get("tttr.step.model_ms"), c.attributes.get("tttr.step.wait_ms")) for c in chats] == [
+        (10.0, 0.5), (7.5, None)]
+
+
 # ---------------------------------------------------------------------------- real recordings
 @pytest.fixture(scope="module")
 def agent_db(tmp_path_factory):

@@ -12,6 +12,8 @@
 - each tool call (a shell command, an SDK tool or `sdk.shell`): one `execute_tool {name}` span,
   its arguments and result only with `content`; `tttr.*` the exit code and the trees before
   and after.
+- a step's stored timing (`Store.step_times`, in ms): `tttr.step.model_ms` and
+  `tttr.step.wait_ms` on its chat span, `tttr.step.tool_ms` on its tool span.
 
 A run has no wall-clock times per event, so span times are the run's created time plus one
 microsecond per event seq: ordered, stable, and inside the run's span. A run of the imported
@@ -113,6 +115,7 @@ class _Builder:
         self.base = _ns(run.created) or 0
         last = self.base + (len(events) + 1) * US
         self.end = max(_ns(run.finished) or last, last)
+        self.times = {t.step: t for t in store.step_times(run.id)}
 
     def t(self, seq: int) -> int:
         return self.base + (seq + 1) * US
@@ -240,6 +243,9 @@ class _Builder:
         _set(a, "openinference.span.kind", "LLM")
         _set(a, "tttr.site", message.site)
         _set(a, "tttr.step", step)
+        if step in self.times:
+            _set(a, "tttr.step.model_ms", self.times[step].model_ms)
+            _set(a, "tttr.step.wait_ms", self.times[step].wait_ms)
         _set(a, "tttr.prompt.ids_digest", p.get("ids_digest"))
         if tokens:
             ids = [e.value.get("id") for e in tokens]
@@ -278,6 +284,7 @@ class _Builder:
         _set(a, "openinference.span.kind", "TOOL")
         _set(a, "tttr.site", e.site)
         _set(a, "tttr.step", e.step)
+        _set(a, "tttr.step.tool_ms", self.times[e.step].tool_ms if e.step in self.times else None)
         for key in ("exit_code", "duration_ms", "limit_hit", "tree_before", "tree_after", "snapshot", "source"):
             _set(a, f"tttr.{key.replace('tree_', 'tree.')}", v.get(key))
         if isinstance(v.get("reused_from"), dict):
