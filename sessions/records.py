@@ -81,6 +81,10 @@ class Outcome(Mapping):
         return f"Outcome({dict(self.fields)!r})"
 
 
+def _proxy(value: dict | None) -> Mapping[str, Any] | None:
+    return None if value is None else MappingProxyType(value)
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -151,27 +155,14 @@ class SuiteTag:
 @dataclass(frozen=True, slots=True, eq=False)
 class RunMeta(Mapping):
     """A run's metadata (its `meta` column) as a type: its `kind` (one of RUN_KINDS), named here
-    once for every reader (`engine.kinds.kind_of`), and a field for each key of META_FIELDS
-    (None, or an empty value, where the run has none). Read at the store (`RunMeta.read`);
-    writers build dicts. `to_json()` is the stored object in its stored order, so what copies
-    or prints it (a replay's child, `tttr runs --json`) is unchanged; the keys nobody reads by
-    name (a served call's "endpoint", a replay's "sandbox", ...) are read as stored with
-    `meta.to_json()`. Equal to a dict of the same fields."""
+    once for every reader (`engine.kinds.kind_of`), and a typed field for each key of
+    META_FIELDS (None, or an empty value, where the run has none). Read at the store
+    (`RunMeta.read`: a key of the wrong type never gets in); writers build dicts. `to_json()`
+    is the stored object in its stored order, so what copies or prints it (a replay's child,
+    `tttr runs --json`) is unchanged; a key nobody reads by name (a served call's "endpoint",
+    a replay's "sandbox", ...) is read as stored. Equal to a dict of the same keys."""
 
     kind: str = "agent"
-    source: str | None = None
-    clock: str | None = None
-    limits: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
-    replay: Mapping[str, Any] | None = None
-    suite: SuiteTag | None = None
-    trace: Mapping[str, Any] | None = None
-    missing: tuple[str, ...] = ()  # its text entries
-    check: str | None = None
-    program: tuple[str, ...] | None = None
-    timeout_s: float | None = None
-    served_by: Mapping[str, Any] | None = None
-    task_env: Mapping[str, Any] | None = None
-    merged_from: Mapping[str, Any] | None = None
     stored: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)  # every stored key, read-only, in stored order
 
     def __post_init__(self):
@@ -183,14 +174,16 @@ class RunMeta(Mapping):
         """The meta column's decoded JSON (of a run with this task) as a RunMeta, and what is
         wrong with it: a value that is not an object reads as {}, a key of META_FIELDS whose
         value has another type is left out; each is named (a run's `problem`). Either argument
-        may be of any type: a database is untrusted."""
+        may be of any type: a database is untrusted. The kind: an imported trace, a program
+        (`tttr record`, or a `program:` task), served calls (`tttr serve` direct or proxied,
+        an `upstream`, or an `api:` task), else the agent's."""
         if column is None:
             column = {}
         if type(column) is not dict:
-            return cls.of(task, {}), [f"its meta is {_json_type(column)}, not an object"]
+            return cls.read(task, {})[0], [f"its meta is {_json_type(column)}, not an object"]
         problems, fields = [], dict(column)
-        for name, kind in META_FIELDS.items():
-            v = fields.get(name)
+        for name in [k for k in fields if k in META_FIELDS]:
+            v, kind = fields[name], META_FIELDS[name]
             if v is None:
                 continue
             ok = type(v) is kind or (kind is float and type(v) is int)
@@ -200,7 +193,17 @@ class RunMeta(Mapping):
                 what = "a list of text" if name == "program" and type(v) is list else _json_type(kind())
                 problems.append(f"its meta field {name!r} is {_json_type(v)}, not {what}")
                 del fields[name]
-        return cls._typed(task, fields), problems
+        source = fields.get("source") or ""
+        task = task if type(task) is str else ""
+        if source == RECORDED_BY["imported"]:
+            kind = "imported"
+        elif source == RECORDED_BY["program"] or task.startswith("program:"):
+            kind = "program"
+        elif source.startswith(RECORDED_BY["calls"]) or "upstream" in fields or task.startswith("api:"):
+            kind = "calls"
+        else:
+            kind = "agent"
+        return cls(kind, MappingProxyType(fields)), problems
 
     @classmethod
     def of(cls, task: Any, meta: Any) -> RunMeta:
@@ -210,34 +213,70 @@ class RunMeta(Mapping):
             meta = meta.to_json()
         return cls.read(task, meta if type(meta) is dict else {})[0]
 
-    @classmethod
-    def _typed(cls, task: Any, fields: dict) -> RunMeta:
-        """The run's kind: an imported trace, a program (`tttr record`, or a `program:` task),
-        served calls (`tttr serve` direct or proxied, an `upstream`, or an `api:` task), else
-        the agent's; and each field of META_FIELDS (already of its type)."""
-        source = fields.get("source")
-        task = task if type(task) is str else ""
-        if source == RECORDED_BY["imported"]:
-            kind = "imported"
-        elif source == RECORDED_BY["program"] or task.startswith("program:"):
-            kind = "program"
-        elif (source or "").startswith(RECORDED_BY["calls"]) or "upstream" in fields or task.startswith("api:"):
-            kind = "calls"
-        else:
-            kind = "agent"
-        get = fields.get
-        limits, program, timeout = get("limits"), get("program"), get("timeout_s")
+    # The fields, each of its type (`read` left out any other), None or empty where absent.
+    @property
+    def source(self) -> str | None:
+        """What recorded it (RECORDED_BY's; a proxy's source starts with tttr serve's)."""
+        return self.stored.get("source")
 
-        def proxy(name):
-            v = get(name)
-            return None if v is None else MappingProxyType(v)
+    @property
+    def clock(self) -> str | None:
+        """The virtual clock at the start, ISO."""
+        return self.stored.get("clock")
 
-        return cls(
-            kind, source, get("clock"), MappingProxyType(limits if limits is not None else {}), proxy("replay"),
-            SuiteTag.read(fields["suite"]) if get("suite") is not None else None, proxy("trace"),
-            tuple(m for m in get("missing") or () if type(m) is str), get("check"),
-            tuple(program) if program is not None else None, float(timeout) if timeout is not None else None,
-            proxy("served_by"), proxy("task_env"), proxy("merged_from"), MappingProxyType(fields))
+    @property
+    def limits(self) -> Mapping[str, int]:
+        """The agent's limits, {name: count}."""
+        return _proxy(self.stored.get("limits")) or _EMPTY
+
+    @property
+    def replay(self) -> Mapping[str, Any] | None:
+        """A replay of its parent: {"free": [layer, ...], ...}."""
+        return _proxy(self.stored.get("replay"))
+
+    @property
+    def suite(self) -> SuiteTag | None:
+        value = self.stored.get("suite")
+        return None if value is None else SuiteTag.read(value)
+
+    @property
+    def trace(self) -> Mapping[str, Any] | None:
+        """An imported run's kept spans (what its readers check further)."""
+        return _proxy(self.stored.get("trace"))
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """What an imported run's trace lacked: its text entries."""
+        return tuple(m for m in self.stored.get("missing") or () if type(m) is str)
+
+    @property
+    def check(self) -> str | None:
+        """A program's --check."""
+        return self.stored.get("check")
+
+    @property
+    def program(self) -> tuple[str, ...] | None:
+        """A program's command line."""
+        value = self.stored.get("program")
+        return None if value is None else tuple(value)
+
+    @property
+    def timeout_s(self) -> float | None:
+        """A program's --timeout (its range is the reader's to check)."""
+        value = self.stored.get("timeout_s")
+        return None if value is None else float(value)
+
+    @property
+    def served_by(self) -> Mapping[str, Any] | None:
+        return _proxy(self.stored.get("served_by"))
+
+    @property
+    def task_env(self) -> Mapping[str, Any] | None:
+        return _proxy(self.stored.get("task_env"))
+
+    @property
+    def merged_from(self) -> Mapping[str, Any] | None:
+        return _proxy(self.stored.get("merged_from"))
 
     def to_json(self) -> dict:
         return dict(self.stored)

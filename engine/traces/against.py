@@ -46,6 +46,7 @@ from pathlib import Path
 from tttr.engine.program.replay import _Event, _Recording, _script, _Step, replay_program
 from tttr.engine.traces.errors import TraceError
 from tttr.engine.traces.matching import COMPARED
+from tttr.sessions.records import RunMeta
 
 DEFAULT_CLOCK = "2026-01-01T00:00:00"
 SITES = "a model call's answer (STEP:message) or a tool's result (STEP:tool)"
@@ -341,7 +342,7 @@ def check_against(reader, run, *, argv=(), code: str | None = None, sealed: bool
                **({"code": True} if code is not None else {})}
     meta = {"source": "tttr record", "program": list(argv), "clock": iso(clock), "against": against}
     synthetic = replace(run, task=name, kernel_mode="invariant", sampling={}, seed=seed, fingerprint={},
-                        meta={"program": list(argv), "clock": iso(clock)})
+                        meta=RunMeta.of(name, {"program": list(argv), "clock": iso(clock)}))
     final = {k: facts[k] for k in ("exit_code", "stdout") if k in facts}  # what the trace says of the end, if anything
     setup = {"task": name, "clock": iso(clock), "program": list(argv)}
     rec = _Recording(synthetic, setup, steps, final, None, {"t": iso(clock)})
