@@ -728,6 +728,7 @@ def _replay(recorder, rec, executor, host, program, argv, tree_dir, clock, sock_
         command = sandboxed_command(program, host) if sandboxed else program
         sdk_clock.begin()
         say(f"{getattr(fork, 'verb', 'forking') if fork is not None else 'replaying'} {program} …")  # a trace's: its own
+        recorder.start_clock(name)  # the first step's wait counts from the program's start (issue 29)
         res = executor.run(command, clock=clock, step=0, state=ShellState(exports=env))
         endpoint.begin_stop()  # the program and what it started are gone: nothing asks any more
         recorder.flush()
