@@ -40,6 +40,8 @@ RECORDS = [
     "tttr.recorders.sandbox:CommandResult", "tttr.engine.inference.sequence:TokenRecord",
     "tttr.engine.inference.sampler:SamplingParams", "tttr.engine.replay.runs:RunResult",
     "tttr.engine.replay.diff:RunDiff", "tttr.engine.replay.diff:DiffRow", "tttr.engine.replay.agent:AgentLimits",
+    "tttr.engine.replay.result:CallsResult", "tttr.engine.replay.result:ProgramResult",
+    "tttr.engine.replay.result:ReplayResult",
 ]
 
 NAME = r"[A-Za-z_]\w*"
@@ -242,8 +244,10 @@ def _problems(shape: Shape) -> list[str]:
     for prop in (a.name for a in shape.args if a.marker == "."):
         if not hasattr(obj, prop):
             problems.append(f"{prop} is no attribute of {shape.name}")
-    positional = [a for a in shown if not a.keyword]
-    keywords = {a.name: a for a in shown if a.keyword}
+    star_at = next((i for i, a in enumerate(shape.args) if a.marker == "*"), len(shape.args))
+    after_star = {id(a) for a in shape.args[star_at:]}  # a bare name after `*` is a keyword-only parameter
+    positional = [a for a in shown if not a.keyword and id(a) not in after_star]
+    keywords = {a.name: a for a in shown if a.keyword or id(a) in after_star}
     try:
         bind = sig.bind_partial if partial else sig.bind
         bind(*[object() for _ in positional], **{k: object() for k in keywords})
