@@ -14,10 +14,13 @@ The kinds hold no printing: what a command prints of a result is the app's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from tttr.engine.replay import steps as _steps
 from tttr.sessions.errors import TTTRError
+
+if TYPE_CHECKING:  # what every kind's record, replay and fork return (a subclass per kind's own facts)
+    from tttr.engine.replay.result import RunResult
 
 
 class KindError(TTTRError):
@@ -164,19 +167,20 @@ class RunKind:
         raise KindError(f"tttr record does not make {self.label}: it takes --task NAME (the shell agent) or "
                         "-- PROGRAM ARG... (your program)")
 
-    def record(self, db: str, plan: Plan, progress: Progress | None = None):
+    def record(self, db: str, plan: Plan, progress: Progress | None = None) -> RunResult:
         raise NotImplementedError
 
     def check_replay(self, reader, run, request: ReplayRequest) -> Plan:
         raise NotImplementedError
 
-    def replay(self, db: str, plan: Plan, progress: Progress | None = None):
+    def replay(self, db: str, plan: Plan, progress: Progress | None = None) -> RunResult:
         raise NotImplementedError
 
     def check_fork(self, reader, run, request: ForkRequest) -> Plan:
         raise NotImplementedError
 
-    def fork(self, db: str, plan: Plan, progress: Progress | None = None, *, cancel=None, steps=None):
+    def fork(self, db: str, plan: Plan, progress: Progress | None = None, *, cancel=None,
+             steps=None) -> RunResult:
         """Act on a checked fork. `cancel` (a threading.Event): once set, the child stops early
         and is stored incomplete. `progress` reports as the kind does (runs_program: lines of
         text; else (done, total, text) per step); `steps`, (done, total, text) per step, is for
