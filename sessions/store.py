@@ -128,9 +128,9 @@ class Store:
         self.readonly = readonly
         self._lock = threading.RLock()
         self._codes: dict[tuple[str, str], int] = {}
-        # (prefix "STEP:KIND:", step, kind, layer) of the last positional site appended: `append` reads
-        # the next position of a token or logits stream without parsing its site again.
-        self._last_positional: tuple[str, int, str, str] | None = None
+        # "STEP:KIND" -> (step, kind, layer) of the positional sites appended lately: `append` reads the
+        # next position of a token or logits stream (the two interleaved) without parsing its site again.
+        self._streams: dict[str, tuple[int, str, str]] = {}
         self._kinds: dict[int, tuple[str, str]] = {}
         self._chains: dict[int, tuple[int | None, int]] = {}  # run -> (parent, first own seq)
         self._seeds: dict[int, int | None] = {}
@@ -272,11 +272,11 @@ class Store:
         step in flight; returns its seq. Written by commit_step. The event's step, kind and
         layer are the site's (`vocabulary.site_parts`, `KIND_LAYER`): a site outside the
         grammar, or of a kind outside the vocabulary, is refused (`append_event` writes one)."""
-        last = self._last_positional  # the token stream's case: the same step and kind, the next position
-        if last is not None and type(site) is str and site.startswith(last[0]):
-            tail = site[len(last[0]):]
-            if tail.isdigit() and tail.isascii() and (tail[0] != "0" or tail == "0"):
-                return self._buffer(run_id, last[1], last[3], last[2], site, int(tail), None, value)
+        if type(site) is str:  # a token or logits stream's case: a step and kind seen, the next position
+            head, _, tail = site.rpartition(":")
+            known = self._streams.get(head)
+            if known is not None and tail.isdigit() and tail.isascii() and (tail[0] != "0" or tail == "0"):
+                return self._buffer(run_id, known[0], known[2], known[1], site, int(tail), None, value)
         parts = site_parts(site) if type(site) is str else None
         layer = KIND_LAYER.get(parts[1]) if parts is not None else None
         if layer is None:
@@ -285,7 +285,9 @@ class Store:
                              "write it with tttr.sessions.vocabulary.site(step, kind, pos)")
         step, kind, pos = parts
         if pos is not None:
-            self._last_positional = (site[:len(site) - len(str(pos))], step, kind, layer)
+            if len(self._streams) >= 64:  # a few steps' streams are enough
+                self._streams.clear()
+            self._streams[site[:len(site) - len(str(pos)) - 1]] = (step, kind, layer)
         return self._buffer(run_id, step, layer, kind, site, pos, None, value)  # the site is its parts: stored as pos
 
     def append_event(self, run_id: int, step: int, layer: str, kind: str, site: str, value: Any) -> int:

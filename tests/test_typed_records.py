@@ -126,6 +126,39 @@ def test_a_position_after_a_stream_of_positions_is_still_checked(tmp_path, bad):
                                                                               (1, "token", "1:token:0")]
 
 
+def test_interleaved_streams_store_the_same_rows_as_append_event(tmp_path):
+    """A served call appends its token and logits streams interleaved, step after step: each
+    position is derived as its own stream's (the same rows as the six-argument form), and what
+    follows a stream's `STEP:KIND:` is still checked."""
+    events = []
+    for step in (0, 1, 12):
+        for pos in range(3):
+            events += [(f"{step}:token:{pos}", {"id": pos, "text": "", "forced": False, "logprob": -1.0,
+                                                "rng": [SEED, step, pos]}),
+                       (f"{step}:logits:{pos}", {"digest": "ab" * 16, "topk": [[pos, -1.0]], "batch": [1, [0]],
+                                                 "mode": "invariant"})]
+        events.append((f"{step}:message", {"text": str(step)}))
+    events.append(("1:token:3", {"id": 3}))  # an earlier step's stream again: still step 1
+
+    def write(path, how):
+        with Store.open(path) as store:
+            rid = store.begin_run(task="t", seed=SEED)
+            for at, value in events:
+                how(store, rid, at, value)
+                store.commit_step(rid)
+            with pytest.raises(StoreError, match="is not STEP:KIND"):
+                store.append(rid, "12:logits:01", {"x": 1})
+            store.finish_run(rid, "complete", {"passed": True})
+
+    write(tmp_path / "old.db", lambda store, rid, at, value: store.append_event(
+        rid, site_parts(at)[0], KIND_LAYER[site_parts(at)[1]], site_parts(at)[1], at, value))
+    write(tmp_path / "new.db", lambda store, rid, at, value: store.append(rid, at, value))
+    assert _rows(tmp_path / "old.db") == _rows(tmp_path / "new.db")
+    with Store.open(tmp_path / "new.db", readonly=True) as store:
+        got = [(e.step, e.layer, e.kind, e.site) for e in store.events(1)]
+    assert got == [(site_parts(at)[0], KIND_LAYER[site_parts(at)[1]], site_parts(at)[1], at) for at, _ in events]
+
+
 # ---------------------------------------------------------------------------- the token value
 def test_token_value_is_the_contract_record_codec_stores_binary():
     from tttr.sessions import codec
