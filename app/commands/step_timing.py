@@ -29,23 +29,24 @@ def print_timing(store, run_id: int, as_json: bool) -> int:
     if as_json:
         print(json.dumps(answer, ensure_ascii=False))
         return 0
+    from rich.console import Console
     from rich.text import Text
 
-    from tttr.app.commands.store import _cell, _console, _fitted_table
+    from tttr.app.commands.streamed_table import StreamedTable
+    from tttr.sessions.safe_text import visible
 
     ms = lambda v: "—" if v is None else f"{v:,.1f}"  # noqa: E731 - a one-line local helper
     cells = [[str(s["step"]), str(s["tokens"]), ms(s["model_ms"]), ms(s["tool_ms"]), ms(s["wait_ms"]),
-              _cell(s["command"])] for s in answer["steps"]]
+              visible(s["command"], newlines=False)] for s in answer["steps"]]
     totals = answer["totals"]
     cells.append(["all", str(sum(s["tokens"] for s in answer["steps"])), ms(totals["model_ms"]),
                   ms(totals["tool_ms"]), ms(totals["wait_ms"]), ""])
-    console = _console()
-    heads = ["step", "tokens", "model ms", "tool ms", "wait ms", "command"]
-    table = _fitted_table(console, Text(f"run {run_id}: timing of its steps"), heads, cells, squeeze=("command",),
-                          right=heads[:5])
-    for row in cells:
-        table.add_row(*row)
-    console.print(table)
+    console = Console(highlight=False, soft_wrap=False)
+    console.print(Text(f"run {run_id}: timing of its steps", style="bold"))
+    heads = ("step", "tokens", "model ms", "tool ms", "wait ms", "command")
+    table = StreamedTable(console, heads, squeeze=("command",), right=heads[:5])
+    table.add(cells)
+    table.close()
     if not answer["recorded"]:
         print(TIMING_LACKS, file=sys.stdout)
     return 0
