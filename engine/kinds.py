@@ -179,6 +179,21 @@ class RunKind:
     def check_fork(self, reader, run, request: ForkRequest) -> Plan:
         raise NotImplementedError
 
+    def check_value(self, reader, run, site: str, value: str, runtime) -> None:
+        """An edit dialog's check of one new value at `site` of `run`, on each confirm: read-only
+        and cheap (the value parsed as the fork parses it; the whole fork is checked when it
+        starts); raises the one line (a TTTRError or ValueError) when it is no value there.
+        `runtime`: the caller's (its tokenizer reads a token's value)."""
+        from tttr.engine.replay.mutation import parse_mutation
+
+        tokenizer = None
+        if ":token:" in site:
+            if runtime.model_id != run.model_id:
+                raise KindError(f"run #{run.id} was recorded with model {run.model_id}, which is not the model at hand: "
+                                "start the app with --model pointing at it (or set TTTR_MODEL)")
+            tokenizer = runtime.tokenizer
+        parse_mutation(reader, run.id, site, value, tokenizer=tokenizer)
+
     def fork(self, db: str, plan: Plan, progress: Progress | None = None, *, cancel=None,
              steps=None) -> RunResult:
         """Act on a checked fork. `cancel` (a threading.Event): once set, the child stops early
@@ -440,6 +455,14 @@ class RecordedProgram(RunKind):
         model = request.model if request.model is not None or request.runtime is None else str(request.runtime.path)
         return Plan(run.id, request, check_program_fork(reader, run.id, request.site, request.value,
                                                         model=model, runtime=request.runtime))
+
+    def check_value(self, reader, run, site: str, value: str, runtime) -> None:
+        from tttr.engine.program.fork import check_program_fork
+        from tttr.sessions.vocabulary import Site
+
+        # The fork's own check: the recording is small; a token or an answer asks the model's tokenizer
+        computes = Site.parse(site).name in ("token", "message")
+        check_program_fork(reader, run.id, site, value, model=str(runtime.path), runtime=runtime if computes else None)
 
     def fork(self, db: str, plan: Plan, progress: Progress | None = None, *, cancel=None, steps=None):
         from dataclasses import replace

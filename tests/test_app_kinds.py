@@ -36,6 +36,40 @@ def test_the_fork_worker_refuses_an_imported_trace_in_its_kinds_line_and_writes_
     assert said == [] and db.read_bytes() == before
 
 
+def test_the_edit_dialogs_check_is_the_runs_kinds_and_names_what_is_wrong(tmp_path):
+    """The timeline's dialog asks the run's kind to check a typed value (`kind.check_value`), as
+    the fork will: a clock of an agent run parses as `tttr fork --set` takes it, a token of a run
+    recorded with another model names the model to start the app with, a site that is no value
+    says which are."""
+    from tttr.engine.kinds import AGENT, kind_of
+    from tttr.engine.replay.runtime import Runtime
+
+    db = tmp_path / "agent.db"
+    with Store.open(db) as store:
+        rid = store.begin_run(task="write-line", model_id="another-model", kernel_mode="invariant", seed=1, meta={})
+        store.append(rid, "0:clock", {"t": "2026-03-02T09:00:00"})
+        store.commit_step(rid)
+        store.finish_run(rid, "complete", {"passed": False})
+    runtime = Runtime()
+    with Store.open(db, readonly=True) as store:
+        run = store.run(rid)
+        assert kind_of(run) is AGENT
+        assert AGENT.check_value(store, run, "0:clock", "+1h", runtime) is None
+        for site, value, why in (("0:clock", "soon", "soon"), ("0:token:0", "id:3", "which is not the model at hand"),
+                                 ("0:prompt", "x", "cannot be edited")):
+            with pytest.raises(Exception) as refused:
+                AGENT.check_value(store, run, site, value, runtime)
+            assert why in str(refused.value) and "\n" not in str(refused.value)
+        assert getattr(refused.value, "exit_code", None) == 2
+
+    async def flow(app, pilot):  # the dialog's check is the kind's, its line shown as is
+        screen = app.screen
+        assert screen.validate_edit("0:clock", "+1h") is None
+        assert "which is not the model at hand" in screen.validate_edit("0:token:0", "id:3")
+
+    run_app(db, flow, run_id=rid, load_tokenizer=False)
+
+
 @pytest.fixture(scope="module")
 def served_db(tmp_path_factory):
     """One chat call recorded by a real `tttr serve --db` on the default model."""

@@ -132,24 +132,17 @@ class EditAndFork:
                              partial(self.start_fork, at))
 
     def validate_edit(self, site: str, text: str) -> str | None:
-        """None when `text` is a valid new value for `site`, else why not."""
+        """None when `text` is a valid new value for `site`, else why not: the run's kind checks
+        it (`kind.check_value`), as its fork will; the whole fork is checked when it starts."""
         run = self.view.run
         if run.status != "complete":
             return f"run #{run.id} is {run.status}: only complete runs can be forked"
-        if program_edit.is_program(run):
-            return program_edit.check(self.view.store, run, site, text, self.app.model)
         try:
-            from tttr.engine.replay.mutation import parse_mutation
+            from tttr.engine.kinds import kind_of
+
+            kind_of(run).check_value(self.view.store, run, site, text, self.app.runtime())
         except ImportError as exc:
             return f"editing needs the engine, which failed to import: {exc}"
-        tokenizer = None
-        if ":token:" in site:
-            tokenizer = self.app.tokenizer_for(run.model_id)
-            if tokenizer is None:
-                return (f"run #{run.id} was recorded with model {run.model_id}, which is not the model "
-                        "at hand: start the app with --model pointing at it (or set TTTR_MODEL)")
-        try:
-            parse_mutation(self.view.store, run.id, site, text, tokenizer=tokenizer)
         except Exception as exc:  # noqa: BLE001 - the engine's reason is the message to show
             if getattr(exc, "exit_code", None) is None and not isinstance(exc, ValueError):
                 raise

@@ -2,18 +2,15 @@
 
 The timeline's edit dialog comes here for a program run: what the dialog offers at an event
 (an SDK function's result as JSON; at the setup event, as for the agent, a file of the start
-tree, a variable or the start clock; the rest as for the agent) and the check of a typed value
-(engine/program/fork.py's, the command line's). The fork itself is the run's kind's
-(app/forking.py asks it, as `tttr fork` does). No textual here.
+tree, a variable or the start clock; the rest as for the agent). The check of a typed value and
+the fork itself are the run's kind's (engine/kinds.py: check_value, check_fork, fork), asked
+by the app as `tttr fork` asks them. No textual here.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
-
-from tttr.sessions.vocabulary import Site
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,30 +46,4 @@ def offer(run, event) -> EditOffer | str | None:
     return None
 
 
-def check(store, run, site_text: str, value: str, model) -> str | None:
-    """None when `value` is a valid new value at `site_text` of program run `run`, else why not."""
-    from tttr.engine.program.record import ProgramRunError
-    from tttr.engine.program.fork import check_program_fork
-
-    try:
-        runtime = _runtime(model) if Site.parse(site_text).name in ("token", "message") else None
-        check_program_fork(store, run.id, site_text, value, model=model, runtime=runtime)
-    except ProgramRunError as exc:
-        return str(exc)
-    except Exception as exc:  # noqa: BLE001 - no model here: said in the dialog
-        if getattr(exc, "exit_code", None) is None and not isinstance(exc, ValueError):
-            raise
-        return str(exc)
-    return None
-
-
-@lru_cache(maxsize=4)
-def _runtime(model):
-    """The model's identity and tokenizer (no weights), made once per model: the dialog
-    checks a token's value on every confirm."""
-    from tttr.engine.replay.runtime import Runtime
-
-    return Runtime(model)
-
-
-__all__ = ["EditOffer", "check", "is_program", "offer"]
+__all__ = ["EditOffer", "is_program", "offer"]
