@@ -6,6 +6,7 @@ app → engine → recorders, kernels, sessions; recorders → sessions; kernels
 a lazy import is still a dependency, it only moves the failure to run time."""
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -228,6 +229,11 @@ def test_the_app_forks_and_experiments_through_the_runs_kind_only():
                 named += [f"{name}: runs" for a in node.names if a.name == "runs"]
     assert not named, named
     assert "tttr.engine.kinds" in graph["tttr.app.forking"] and "tttr.engine.kinds" in graph["tttr.app.screens.triage"]
+    # ... nor asks "which kind is this run?" by a predicate of its own (the edit dialog asked is_program)
+    which = re.compile(r"\bis_(program|call|imported)(_run)?\(")
+    asking = [f"{name}:{i}" for name, path in _modules().items() if name.startswith("tttr.app")
+              for i, line in enumerate(path.read_text().splitlines(), 1) if which.search(line)]
+    assert not asking, asking
 
 
 def test_traces_in_and_out_live_in_the_engine_and_only_they_import_opentelemetry():
