@@ -34,10 +34,9 @@ from dataclasses import dataclass
 from tttr.engine.program.divergence import call_divergence, in_responses_terms, noting_responses, responses_body
 from tttr.engine.program.replay import (  # Divergence and first_request_difference: wherever engine/replay keeps them
     NAMES, Divergence, _response, _Step, first_request_difference, recorded_steps, recorded_tool_answer, request_field,
-    sealed_tool_answer,
+    sealed_call_answer, sealed_tool_answer,
 )
 from tttr.engine.replay.calls import is_call_run
-from tttr.engine.serve.errors import APIError
 from tttr.sessions.errors import TTTRError
 
 
@@ -120,8 +119,7 @@ class Cassette:
                     if prompt.get("endpoint", endpoint) == endpoint and first_request_difference(recorded, body) is None:
                         return _response(endpoint, self._use(i), prompt, self.run.model_id or "tttr")
                 self._call_divergence(index, endpoint, body, asked)
-            return APIError(f"sealed replay: the recording has no answer for this call ({self.divergence.describe()})",
-                            status=422, code="sealed_replay_miss")
+            return sealed_call_answer(self.divergence)
 
     def _call_divergence(self, index: int, endpoint: str, body: dict, asked: dict | None) -> None:
         """Call `index` matches no recorded call: the divergence, against the first not yet answered."""

@@ -403,8 +403,7 @@ class Replayer:
     def _live_call(self, name, endpoint: str, body: dict):
         """A model call after the divergence: generated live, by the recorded model (sealed: refused)."""
         if self.sealed:
-            return APIError(f"sealed replay: the recording has no answer for this call ({self.divergence.describe()})",
-                            status=422, code="sealed_replay_miss")
+            return sealed_call_answer(self.divergence)
         return self.live.generate(name, endpoint, body)
 
     @property
@@ -471,6 +470,13 @@ def recorded_tool_answer(recorded: dict, value: dict) -> dict:
     if "function" in value:
         return {"error": recorded["error"]} if recorded.get("error") else {"result": recorded.get("result")}
     return {k: recorded.get(k) for k in ("stdout", "stderr", "exit_code", "limit_hit", "truncated")}
+
+
+def sealed_call_answer(divergence: Divergence) -> APIError:
+    """What a model call gets in a sealed replay after the divergence, in place of a live answer:
+    HTTP 422 `sealed_replay_miss`, naming the divergence."""
+    return APIError(f"sealed replay: the recording has no answer for this call ({divergence.describe()})",
+                    status=422, code="sealed_replay_miss")
 
 
 def sealed_tool_answer(value: dict, divergence: Divergence) -> dict:
