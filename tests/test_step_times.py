@@ -62,7 +62,10 @@ def test_hostile_timing_rows_read_as_absent(tmp_path):
             store.step_times(99)
 
 
-def test_an_older_file_read_only_reads_as_not_recorded_and_is_not_written(tmp_path):
+def test_an_older_file_read_only_reads_as_not_recorded_and_is_not_written(tmp_path, capsys):
+    from tttr.app.cli import main
+    from tttr.app.steps import TIMING_LACKS, step_timings, timings_recorded
+
     path = tmp_path / "v3.db"
     conn = sqlite3.connect(path, isolation_level=None)
     schema.migrate(conn, upto=3)
@@ -76,6 +79,10 @@ def test_an_older_file_read_only_reads_as_not_recorded_and_is_not_written(tmp_pa
     before = path.read_bytes()
     with Store.open(path, readonly=True) as store:
         assert store.file_version == 3 and store.step_times(run) == []
+        timings = step_timings(store, run)  # what the timing view and `tttr events --timing` read
+        assert [t.step for t in timings] == [-1, 0, 1] and not timings_recorded(timings)
+    assert main(["events", str(path), str(run), "--timing"]) == 0
+    assert TIMING_LACKS in capsys.readouterr().out  # the fallback, saying why
     assert path.read_bytes() == before
     with Store.open(path) as store:  # opened for writing: migrated, as the other migrations are
         assert store.step_times(run) == []
