@@ -245,28 +245,40 @@ def test_a_recorded_program_times_its_model_call_its_tool_and_its_own_time(tmp_p
 
 
 @pytest.mark.slow
-def test_served_calls_of_one_run_have_the_models_time_and_the_clients_wait(tmp_path):
+def test_served_and_proxied_calls_of_one_run_have_the_models_time_and_the_clients_wait(tmp_path):
     import time
 
     from openai import OpenAI
 
     from tests.serve_helpers import recording_server
 
-    db = tmp_path / "served.db"
+    from tttr.engine.serve.modes import Proxied
+    from tttr.engine.serve.proxy import Upstream
+    from tttr.engine.serve.recorder import CallRecorder
+    from tttr.engine.serve.server import create_app
+    from tests.serve_helpers import Running
+
+    db, proxied_db = tmp_path / "served.db", tmp_path / "proxied.db"
     running = recording_server(db)
+    proxy_recorder = CallRecorder(proxied_db, None)
+    proxy = Running(create_app(Proxied(Upstream(running.url + "/v1")), proxy_recorder))
     try:
-        client = OpenAI(base_url=running.url + "/v1", api_key="x", default_headers={"X-TTTR-Run": "two-calls"})
-        for _ in range(2):
-            client.chat.completions.create(model=running.service.model_id, max_tokens=3, temperature=0,
-                                           messages=[{"role": "user", "content": "Say hi"}])
-            time.sleep(0.2)  # the client's own time, between its calls
+        for url in (running.url, proxy.url):  # the engine's calls, then the same through `--upstream`
+            client = OpenAI(base_url=url + "/v1", api_key="x", default_headers={"X-TTTR-Run": "two-calls"})
+            for _ in range(2):
+                client.chat.completions.create(model=running.service.model_id, max_tokens=3, temperature=0,
+                                               messages=[{"role": "user", "content": "Say hi"}])
+                time.sleep(0.2)  # the client's own time, between its calls
     finally:
+        proxy.stop()
         running.stop()
+        proxy_recorder.close()
         running.recorder.close()
         running.service.close()
-    with Store.open(db, readonly=True) as store:
-        (run,) = store.runs()
-        times = store.step_times(run.id)
-    assert [t.step for t in times] == [0, 1]
-    assert all(t.model_ms > 0 and t.tool_ms is None for t in times)
-    assert times[0].wait_ms is None and times[1].wait_ms >= 150  # the first call has no call before it
+    for path in (db, proxied_db):
+        with Store.open(path, readonly=True) as store:
+            (run,) = [r for r in store.runs() if r.task == "two-calls"]
+            times = store.step_times(run.id)
+        assert [t.step for t in times] == [0, 1], path
+        assert all(t.model_ms > 0 and t.tool_ms is None for t in times)
+        assert times[0].wait_ms is None and times[1].wait_ms >= 150  # the first call has no call before it

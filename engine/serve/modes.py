@@ -314,13 +314,14 @@ class Proxied:
         try:
             name = run_name(request)
             plan = self.upstream.plan(endpoint, await read_body(request, server.max_body) if body is None else body)
+            started = time.perf_counter()
             if plan.stream:
                 response = await self.upstream.open_stream(plan)
             else:
                 answer = await self.upstream.complete(plan)
         except APIError as exc:
             return error_response(exc)
-        call = proxy.ProxiedCall(plan, name, self.upstream)
+        call = proxy.ProxiedCall(plan, name, self.upstream, started=started)
         if plan.stream:
             return events(self._relay(server.recorder, call, response))
         call.add_response(answer)

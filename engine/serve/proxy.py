@@ -92,6 +92,8 @@ class ProxiedCall:
     tool_calls: list[dict] = field(default_factory=list)
     usage: dict | None = None
     stop_sequence: str | None = None  # an Anthropic upstream's: the stop string that ended the text
+    started: float | None = None  # perf_counter when it was sent upstream, and when its answer ended (issue 29)
+    ended: float | None = None
 
     # -- building ------------------------------------------------------------------------
     def _head(self, obj: dict) -> None:

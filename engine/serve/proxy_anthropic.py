@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from urllib.parse import urlsplit
 
 from starlette.requests import Request
@@ -167,13 +168,14 @@ class ProxiedMessages(Proxied):
                 raise APIError(f"seed must be an integer in 0..{SEED_LIMIT - 1}, not {seed!r}", code="invalid_value")
             sent = {k: v for k, v in body.items() if k != "seed"}  # Anthropic refuses what it does not know
             plan = Plan("chat", chat, sent, seed, drawn, bool(chat.get("stream")), False, False)
+            started = time.perf_counter()
             if plan.stream:
                 response = await self.upstream.open_messages(sent)
             else:
                 answer = await self.upstream.message(sent)
         except APIError as exc:
             return JSONResponse(messages_api.error_of(exc), status_code=exc.status)
-        call = ProxiedCall(plan, name, self.upstream)
+        call = ProxiedCall(plan, name, self.upstream, started=started)
         tttr = {"seed": seed, "seed_drawn": drawn}
         if plan.stream:
             return events(self._relay(server.recorder, call, response, tttr))

@@ -29,7 +29,8 @@ tie a tool's site to the call before it. A run's outcome counts `calls` (model c
 `sdk_events`.
 
 Each step written is timed (`Store.time_step`, beside the events, never one): a model call's
-`model_ms` (from its start in the engine to its end), an SDK tool's `tool_ms` (the duration
+`model_ms` (from its start in the engine to its end; a proxied call's from its sending
+upstream to the end of its answer), an SDK tool's `tool_ms` (the duration
 the SDK measured), and `wait_ms`, the time since the run's previous step ended (the
 client's own time; from `start_clock` for the first, else none), all on perf_counter."""
 
@@ -152,6 +153,7 @@ class CallRecorder:
 
     def record_proxied(self, call) -> None:
         """Record a proxied call (a `proxy.ProxiedCall`, complete or cut off); returns at once."""
+        call.ended = time.perf_counter()
         self._queue.put(call)
 
     def start_clock(self, name: str) -> None:
@@ -335,6 +337,9 @@ class CallRecorder:
             message["stop_sequence"] = call.stop_sequence
         emit("message", message)
         self._finish(run_id, call.name, call.finish_reason)
+        if call.started is not None and call.ended is not None:  # the upstream's time for the call
+            self._timed(run_id, step, call.name, call.started, call.ended,
+                        model_ms=seconds_ms(call.ended - call.started))
 
     def _write(self, call: CallRecord, started: float | None = None, ended: float | None = None) -> None:
         run_id, step = self._begin(call)
