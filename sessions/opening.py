@@ -15,7 +15,7 @@ from . import header, schema
 from .errors import StoreError
 
 BUSY_MS = 5000
-TABLES = {"runs", "kinds", "events", "steps", "blobs"}
+TABLES = {"runs", "kinds", "events", "steps", "step_times", "blobs"}
 
 
 def connect(path: Path, *, readonly: bool, may_be_new: bool) -> tuple[sqlite3.Connection, int]:
