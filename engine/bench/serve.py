@@ -6,13 +6,16 @@ the engine with the eight at once, each server with eight concurrent streaming c
 the first server with one client at a time (the answers alone). The clients are threads of
 this process, so their JSON parsing does not take the servers' CPU; the engine runs here
 only while the servers are idle. Figures are the best round of each; the answers under load
-are compared with the same requests alone, token by token (text and logprob). Last, a
+are compared with the same requests alone, token by token (text and logprob). The `--db`
+overhead is given twice: by throughput (each round's pair) and by the servers' own CPU time
+per token (read from /proc), which a shared machine's other work moves far less. Last, a
 four-turn conversation on the bench's own engine, with and without prefix reuse
 (serve_conversation.py)."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -52,6 +55,21 @@ class Answer:
 def _body(i: int, tokens: int) -> dict:
     return {"messages": [{"role": "user", "content": PROMPTS[i]}], "max_tokens": tokens, "temperature": 0.8,
             "seed": 1000 + i, "logprobs": True}
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) process `pid` has used, its threads included; None where
+    /proc cannot say (not Linux)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cpu_used(server: _Server, before: float | None) -> float | None:
+    after = _cpu_seconds(server.proc.pid)
+    return after - before if after is not None and before is not None else None
 
 
 def _free_port() -> int:
@@ -183,18 +201,29 @@ def run_bench(*, model_path: Path, tokens: int = 48, rounds: int = 3,
             ttfts: list[float] = []
             same = compared = 0
             overheads: list[float] = []
+            cpu_overheads: list[float] = []  # the --db server's CPU per token against the plain one's
             over_engine: list[float] = []
             for r in range(1, rounds + 1):
                 # The order alternates round by round and each ratio pairs figures of one round, so
                 # neither server gains from going first (a warmer cache, a quieter moment).
                 engine = _engine_8(service, tokens)
                 if r % 2:
+                    plain_cpu = _cpu_seconds(plain.proc.pid)
                     loaded = _concurrent(plain.url, tokens)
+                    plain_cpu = _cpu_used(plain, plain_cpu)
+                    db_cpu = _cpu_seconds(recording.proc.pid)
                     loaded_db = _concurrent(recording.url, tokens)
                 else:
+                    db_cpu = _cpu_seconds(recording.proc.pid)
                     loaded_db = _concurrent(recording.url, tokens)
+                    plain_cpu = _cpu_seconds(plain.proc.pid)
                     loaded = _concurrent(plain.url, tokens)
-                alone = _alone(plain.url, tokens)
+                    plain_cpu = _cpu_used(plain, plain_cpu)
+                alone = _alone(plain.url, tokens)  # meanwhile the --db server's writer ends (idle else)
+                db_cpu = _cpu_used(recording, db_cpu)
+                if plain_cpu is not None and db_cpu is not None:
+                    cpu_overheads.append(db_cpu / sum(a.n_tokens for a in loaded_db)
+                                         / (plain_cpu / sum(a.n_tokens for a in loaded)) - 1)
                 one = sum(a.n_tokens for a in alone) / sum(a.end - a.start for a in alone)
                 figures = {"http_1": one, "http_8": _aggregate(loaded), "http_8_db": _aggregate(loaded_db),
                            "engine_8": engine}
@@ -205,8 +234,11 @@ def run_bench(*, model_path: Path, tokens: int = 48, rounds: int = 3,
                 for under in (loaded, loaded_db):
                     same += sum(a.tokens == b.tokens for a, b in zip(under, alone))
                     compared += len(under)
+                cpu_line = (f"; servers' CPU per token {plain_cpu / sum(a.n_tokens for a in loaded) * 1000:.2f} ms "
+                            f"(--db {db_cpu / sum(a.n_tokens for a in loaded_db) * 1000:.2f})"
+                            if plain_cpu is not None and db_cpu is not None else "")
                 progress(f"round {r}/{rounds}: HTTP 1 client {one:.1f} tok/s, 8 clients {figures['http_8']:.1f} "
-                         f"(--db {figures['http_8_db']:.1f}), engine 8 {engine:.1f} tok/s")
+                         f"(--db {figures['http_8_db']:.1f}), engine 8 {engine:.1f} tok/s{cpu_line}")
             progress(f"a {len(conversation.QUESTIONS)}-turn conversation with and without prefix reuse, "
                      f"{rounds} rounds…")
             reuse = conversation.measure(service, rounds=rounds)
@@ -222,6 +254,8 @@ def run_bench(*, model_path: Path, tokens: int = 48, rounds: int = 3,
         "identical_under_load_fraction": round(same / compared, 4),
         "ttft_ms_p50": round(statistics.median(ttfts) * 1000, 1),
         "record_overhead": round(statistics.median(overheads), 4),  # the median of each round's pair
+        # the same by the servers' CPU time per token (median of the rounds; None without /proc)
+        "record_overhead_cpu": round(statistics.median(cpu_overheads), 4) if cpu_overheads else None,
         "prefix_reuse_with_s": reuse["with_s"], "prefix_reuse_without_s": reuse["without_s"],
         "prefix_reuse_speedup": reuse["speedup"], "prefix_reuse_identical": reuse["identical"],
         "prefix_reuse_prompt_tokens": reuse["prompt_tokens"],
@@ -236,7 +270,9 @@ def format_report(r: dict) -> str:
         f"engine {r['clients']} sequences {r['engine_8_tok_s']:.2f} tok/s",
         f"server_over_engine_8 {r['server_over_engine_8']:.3f} (target >= 0.9); identical_under_load_fraction "
         f"{r['identical_under_load_fraction']:.4f} (target 1.0); ttft_ms_p50 {r['ttft_ms_p50']:.1f} ms at "
-        f"{r['clients']} clients; record_overhead {r['record_overhead'] * 100:+.1f}% (target <= 5%)",
+        f"{r['clients']} clients; record_overhead {r['record_overhead'] * 100:+.1f}% (target <= 5%)"
+        + (f", by the servers' CPU per token {r['record_overhead_cpu'] * 100:+.1f}%"
+           if r.get("record_overhead_cpu") is not None else ""),
         f"prefix reuse ({len(r['prefix_reuse_prompt_tokens'])}-turn conversation, prompts "
         f"{'/'.join(map(str, r['prefix_reuse_prompt_tokens']))} tokens): {r['prefix_reuse_with_s']:.2f} s with, "
         f"{r['prefix_reuse_without_s']:.2f} s without ({r['prefix_reuse_speedup']:.2f}x); same tokens and logits "
