@@ -194,6 +194,12 @@ class RunKind:
             tokenizer = runtime.tokenizer
         parse_mutation(reader, run.id, site, value, tokenizer=tokenizer)
 
+    def edit_offer(self, event):
+        """What an edit dialog offers at `event` of a run of this kind (engine/program/edit.py's
+        EditOffer), or why nothing can be edited there (a line); None where the agent's dialog
+        (a clock reading, a tool result, a token, the setup values) applies as it is."""
+        return None
+
     def fork(self, db: str, plan: Plan, progress: Progress | None = None, *, cancel=None,
              steps=None) -> RunResult:
         """Act on a checked fork. `cancel` (a threading.Event): once set, the child stops early
@@ -455,6 +461,11 @@ class RecordedProgram(RunKind):
         model = request.model if request.model is not None or request.runtime is None else str(request.runtime.path)
         return Plan(run.id, request, check_program_fork(reader, run.id, request.site, request.value,
                                                         model=model, runtime=request.runtime))
+
+    def edit_offer(self, event):
+        from tttr.engine.program.edit import offer
+
+        return offer(event)
 
     def check_value(self, reader, run, site: str, value: str, runtime) -> None:
         from tttr.engine.program.fork import check_program_fork

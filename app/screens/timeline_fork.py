@@ -12,7 +12,7 @@ import threading
 from functools import partial
 
 from tttr.app import describe
-from tttr.engine.program import edit as program_edit
+from tttr.engine.kinds import kind_of
 from tttr.app.forking import ForkFailed, ForkFinished, ForkProgressed, run_fork
 from tttr.app.runview import BLOB_PREVIEW, EDITABLE_KINDS, TOO_LARGE, RunView, is_blob, value_problem
 from tttr.app.screens.ask import AskScreen
@@ -37,7 +37,7 @@ class EditAndFork:
             self.notify(f"{describe.short(event.site, 40)} is unreadable ({describe.short(problem, 120)}): "
                         "its value cannot be edited, nor the run forked there", severity="error", markup=False)
             return
-        offer = program_edit.offer(self.view.run, event)  # a recorded program's; None for the agent's runs
+        offer = kind_of(self.view.run).edit_offer(event)  # a recorded program's; None for the agent's runs
         if isinstance(offer, str):
             self.notify(offer, severity="warning", markup=False)
             return

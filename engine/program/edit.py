@@ -3,7 +3,7 @@
 The timeline's edit dialog comes here for a program run: what the dialog offers at an event
 (an SDK function's result as JSON; at the setup event, as for the agent, a file of the start
 tree, a variable or the start clock; the rest as for the agent). The check of a typed value and
-the fork itself are the run's kind's (engine/kinds.py: check_value, check_fork, fork), asked
+the fork itself are the run's kind's (engine/kinds.py: edit_offer, check_value, check_fork, fork), asked
 by the app as `tttr fork` asks them. No textual here.
 """
 
@@ -23,17 +23,10 @@ class EditOffer:
     current: str
 
 
-def is_program(run) -> bool:
-    from tttr.engine.kinds import PROGRAM, kind_of
-
-    return kind_of(run) is PROGRAM
-
-
-def offer(run, event) -> EditOffer | str | None:
-    """For an event of a program run: what the dialog offers there, or why nothing can be
-    edited there (a line); None where the built-in agent's dialog applies as it is."""
-    if not is_program(run):
-        return None
+def offer(event) -> EditOffer | str | None:
+    """For an event of a program run (the program kind's `edit_offer`): what the dialog offers
+    there, or why nothing can be edited there (a line); None where the built-in agent's dialog
+    applies as it is."""
     value = event.value if isinstance(event.value, dict) else {}
     if event.kind == "setup":  # which setup value (setup:file, setup:env, setup:clock): the agent's question
         return None
@@ -46,4 +39,4 @@ def offer(run, event) -> EditOffer | str | None:
     return None
 
 
-__all__ = ["EditOffer", "is_program", "offer"]
+__all__ = ["EditOffer", "offer"]
