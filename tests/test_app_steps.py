@@ -241,7 +241,7 @@ def test_bench_app_reports_the_step_tree_and_blame_beside_its_old_figures():
 
     figures = measure(2_000, size=(100, 30), compare=False, runs=0, blame=30)
     for key in ("events", "open_s", "keypress_ms", "keys", "steps", "step_keypress_ms", "blame_first_ms",
-                "blame_last_ms", "generate_s"):
+                "blame_last_ms", "generate_s", "timing_open_s", "timing_keypress_ms"):
         assert key in figures, key
     assert figures["steps"] >= 2 and figures["blame_writes"] == 30
 

@@ -147,6 +147,34 @@ def test_an_exported_trace_carries_each_steps_timing(tmp_path):
         (10.0, 0.5), (7.5, None)]
 
 
+def test_the_timing_view_of_a_long_run_scrolls_by_the_screens_keys(tmp_path):
+    from tests.app_helpers import run_app, two_runs, wait_for
+    from tttr.app.bench import time_steps
+    from tttr.app.screens.timing import TimingScreen
+
+    path = two_runs(tmp_path / "long.db", 40, 3)
+    time_steps(path, 1)
+
+    async def flow(app, pilot):
+        await pilot.press("t")
+        screen = app.screen
+        assert isinstance(screen, TimingScreen)
+        await wait_for(pilot, lambda: screen.timings is not None)
+        await pilot.pause()
+        dialog = screen.query_one("#timing-dialog")
+        assert dialog.max_scroll_y > 0 and dialog.scroll_y == 0
+        seen = []
+        for key in ("pagedown", "down", "end", "up", "home"):  # unanimated: each lands at once
+            await pilot.press(key)
+            seen.append(dialog.scroll_y)
+        top = dialog.max_scroll_y
+        assert seen[0] > 0 and seen[1] == seen[0] + 1 and seen[2] == top and seen[3] == top - 1 and seen[4] == 0
+        await pilot.press("escape")
+        assert not isinstance(app.screen, TimingScreen)
+
+    run_app(path, flow, run_id=1, load_tokenizer=False, size=(100, 24))
+
+
 # ---------------------------------------------------------------------------- real recordings
 @pytest.fixture(scope="module")
 def agent_db(tmp_path_factory):
