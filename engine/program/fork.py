@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from tttr.engine.program.record import ProgramRunError
+from tttr.engine.replay.mutation import Mutation
 from tttr.engine.program.replay import (
     Recording, Replayer, _Step, load_recording, recorded_clock, recorded_clock_read,
 )
@@ -50,13 +51,13 @@ SITES = ("an SDK tool (STEP:tool), a clock read (STEP:clock, or setup:clock), a 
 
 
 @dataclass(frozen=True, slots=True)
-class Change:
-    """One new value at one site of a program run: a fork's, or one of an experiment's."""
+class Change(Mutation):
+    """One new value at one site of a program run, a fork's or one of an experiment's: the
+    Mutation every kind's fork carries (site, value, text: as given, or what the value is for an
+    experiment's delta), with what a program's replay needs to apply it. Its value: tool, a dict
+    of replaced fields; token, an int token id; clock, the new ISO time; setup:file, {"path",
+    "text"}; setup:env, {"name", "value"}."""
 
-    site: Site
-    value: object  # tool: dict of replaced fields; token: int token id; clock: the new ISO time;
-    # setup:file: {"path", "text"}; setup:env: {"name", "value"}
-    text: str  # as given (a fork's --set), or what the value is (an experiment's delta)
     forced: dict | None = None  # token: {position: token id}
     settings: dict | None = None  # token: prompt ids, seed, max_tokens
     shift: timedelta = timedelta(0)  # clock: how far the new value moves the read (or the run's start)
@@ -140,8 +141,7 @@ class ForkPlan:
 
     def columns(self) -> dict:
         fork_site = str(self.site) if any(c.at_setup for c in self.changes) or not self.at_setup else None
-        mutation = self.mutation or ({"site": str(self.site), "value": self.value, "input": self.text}
-                                     if self.changes else None)
+        mutation = self.mutation or (self.changes[0].to_json() if self.changes else None)  # as every kind's
         out = {"fork_seq": self.fork_seq, "fork_site": fork_site, "mutation": mutation}
         meta = {**(self.meta or {}), **({"check": self.check} if self.check else {})}
         return out | ({"meta": meta} if meta else {})
