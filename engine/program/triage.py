@@ -216,9 +216,9 @@ def apply(db: str, base: int, subset: list[Delta], setup: Setup, *, model: str |
                     live=live)
     res = replay_program(db, base, unsafe_no_sandbox=unsafe_no_sandbox, fork=plan, model=model)
     with Store.open(db, create=False, readonly=True) as store:
-        run = store.run(res.run_id)
-        passed, actions = _passed(store, res.run_id), program_actions(store, res.run_id)
-    status = "incomplete" if cancel is not None and cancel.is_set() else run.status
+        actions = program_actions(store, res.run_id)
+    passed = res.passed  # the stored outcome, as the result carries it
+    status = "incomplete" if cancel is not None and cancel.is_set() else res.status
     failed = setup.judge.fails(passed, actions) if status == "complete" else True
     return Trial(res.run_id, list(subset), list(res.extra.get("applied", [])), passed, actions, failed,
                  {"status": status, "divergence": res.divergence.to_json() if res.divergence else None})
