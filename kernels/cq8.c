@@ -214,6 +214,52 @@ static inline __attribute__((always_inline)) void gather4(const int L, const uin
     *hi = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(_mm256_unpackhi_epi8(a, b), 0xD8), pat);
 }
 
+/* The nibble layouts' integer sums without gather4's shuffles: unpacking a block's low and high
+   nibbles puts inputs 4c, 4c + 1 of outputs 0-7 (8-15) side by side in the low 128 bits and 4c + 2,
+   4c + 3 in the high ones, so one _mm256_maddubs_epi16 a row (the row's pairs repeated) gives each
+   output two products, summed in int16 over the block (|sum| <= 8 x 2 x 15 x 127 = 30,480; layout
+   5, signed as gather4 makes them, over each 16 inputs: <= 4 x 2 x 32 x 127 = 32,512) and widened
+   once: the same integers as the general path, so the same bits. */
+static inline __attribute__((always_inline)) void nibble_sums(const int L, const Block *k, const int8_t *xq, int64_t ldq,
+                                                              const int R, __m256i s0[MAXR][2], __m256i s1[MAXR][2]) {
+    const __m256i m = _mm256_set1_epi8(15);
+    const __m256i pairs = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                           2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    for (int half = 0; half < (L == 5 ? 2 : 1); half++) {
+        __m256i t[MAXR][2];
+        for (int r = 0; r < R; r++) t[r][0] = t[r][1] = _mm256_setzero_si256();
+        for (int c = L == 5 ? 4 * half : 0; c < (L == 5 ? 4 * half + 4 : 8); c++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(k->qs + 2 * c * G));
+            __m256i a = _mm256_and_si256(v, m);                         /* [input 4c | 4c + 2] */
+            __m256i b = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);   /* [4c + 1 | 4c + 3] */
+            if (L == 5) { /* as gather4 */
+                const __m256i h = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(k->qh + c * G)));
+                const __m256i m30 = _mm256_set1_epi8(0x30), c32 = _mm256_set1_epi8(32);
+                const __m256i ha = _mm256_and_si256(_mm256_sllv_epi32(h, _mm256_setr_epi32(4, 4, 4, 4, 0, 0, 0, 0)), m30);
+                const __m256i hb = _mm256_and_si256(_mm256_srlv_epi32(_mm256_sllv_epi32(h, _mm256_setr_epi32(2, 2, 2, 2, 0, 0, 0, 0)),
+                                                                      _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), m30);
+                a = _mm256_sub_epi8(_mm256_or_si256(a, ha), c32);
+                b = _mm256_sub_epi8(_mm256_or_si256(b, hb), c32);
+            }
+            const __m256i lo = _mm256_unpacklo_epi8(a, b), hi = _mm256_unpackhi_epi8(a, b);
+            const __m256i alo = L == 5 ? _mm256_abs_epi8(lo) : lo, ahi = L == 5 ? _mm256_abs_epi8(hi) : hi;
+            for (int r = 0; r < R; r++) {
+                int32_t x4;
+                memcpy(&x4, xq + r * ldq + 4 * c, 4);
+                const __m256i xv = _mm256_shuffle_epi8(_mm256_set1_epi32(x4), pairs);
+                t[r][0] = _mm256_add_epi16(t[r][0], _mm256_maddubs_epi16(alo, L == 5 ? _mm256_sign_epi8(xv, lo) : xv));
+                t[r][1] = _mm256_add_epi16(t[r][1], _mm256_maddubs_epi16(ahi, L == 5 ? _mm256_sign_epi8(xv, hi) : xv));
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int h = 0; h < 2; h++) {
+                const __m256i S = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(t[r][h])),
+                                                   _mm256_cvtepi16_epi32(_mm256_extracti128_si256(t[r][h], 1)));
+                if (half) s1[r][h] = S; else s0[r][h] = S;
+            }
+    }
+}
+
 static inline __attribute__((always_inline)) void group(const int L, const uint8_t *gw, int64_t nb, const int8_t *xq,
                                                         const float *xd, const float *xs, const int32_t *xt,
                                                         int64_t ldq, int64_t ldb, int64_t ldt, const int R, float *out,
@@ -228,7 +274,8 @@ static inline __attribute__((always_inline)) void group(const int L, const uint8
         const uint8_t *blk = k.blk, *qs = k.qs;
         __m256i s0[MAXR][2], s1[MAXR][2];
         for (int r = 0; r < R; r++) s0[r][0] = s0[r][1] = s1[r][0] = s1[r][1] = _mm256_setzero_si256();
-        for (int c = 0; c < 8; c++) {
+        if (L == 0 || L == 4 || L == 5) nibble_sums(L, &k, xq + b * 32, ldq, R, s0, s1);
+        else for (int c = 0; c < 8; c++) {
             __m256i w[2];
             gather4(L, qs, k.qh, c, &w[0], &w[1]);
             const int sgn = L == 1 || L == 3 || L == 5;  /* signed quants: |w| times x with w's sign */
