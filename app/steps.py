@@ -289,33 +289,23 @@ def timings_recorded(timings: list[StepTiming]) -> bool:
 
 def step_timings(store, run_id: int) -> list[StepTiming]:
     """Per step, in order: its token count, its command, and what it took: the stored timing
-    (`Store.step_times`), else the command's recorded duration. Rows are read raw (tokens
-    counted, never decoded), so a 100k-event run costs one pass over its rows."""
-    tokens: dict[int, int] = {}
+    (`Store.step_times`), else the command's recorded duration. Counts are SQLite's (no value
+    decoded) and only the tool results are read, so a 100k-event run costs a few queries."""
     tools: dict[int, tuple[float | None, str]] = {}
-    order: list[int] = []
-    for batch in store.raw_events(run_id):
-        for raw in batch:
-            step = raw.step if isinstance(raw.step, int) else SETUP_STEP
-            if step not in tokens:
-                tokens[step] = 0
-                order.append(step)
-            if raw.kind == "token":
-                tokens[step] += 1
-            elif raw.kind == "tool":
-                value = store.decode_raw(run_id, raw).value
-                value = value if isinstance(value, dict) else {}
-                ms = value.get("duration_ms")
-                ms = float(ms) if isinstance(ms, (int, float)) and not isinstance(ms, bool) else None
-                cmd = value.get("cmd") if isinstance(value.get("cmd"), str) else value.get("function")
-                tools[step] = (ms, cmd if isinstance(cmd, str) else "")
+    for event in store.events(run_id, kind="tool"):
+        value = event.value if isinstance(event.value, dict) else {}
+        ms = value.get("duration_ms")
+        ms = float(ms) if isinstance(ms, (int, float)) and not isinstance(ms, bool) else None
+        cmd = value.get("cmd") if isinstance(value.get("cmd"), str) else value.get("function")
+        tools[event.step if isinstance(event.step, int) else SETUP_STEP] = (ms, cmd if isinstance(cmd, str) else "")
+    tokens = store.step_counts(run_id, "token")
     timed = {t.step: t for t in store.step_times(run_id)}
     out = []
-    for step in order:
+    for step in sorted(store.step_counts(run_id)):
         duration, command = tools.get(step, (None, ""))
         t = timed.get(step)
         if t is None:
-            out.append(StepTiming(step, tokens[step], None if timed else duration, command))
+            out.append(StepTiming(step, tokens.get(step, 0), None if timed else duration, command))
         else:
-            out.append(StepTiming(step, tokens[step], t.tool_ms, command, t.model_ms, t.wait_ms))
+            out.append(StepTiming(step, tokens.get(step, 0), t.tool_ms, command, t.model_ms, t.wait_ms))
     return out

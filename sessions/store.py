@@ -855,6 +855,28 @@ class Store:
                 top = max(top, m)
         return top + 1
 
+    @_guarded
+    def step_counts(self, run_id: int, kind: str | None = None) -> dict[int, int]:
+        """Events per step (of `kind`, when given), the shared prefix of a fork included,
+        counted by SQLite without decoding a value; a step that is not an integer in the file
+        counts as the setup step's."""
+        self.run(run_id)  # an unknown run fails here, with the ids there are
+        kind_sql = ""
+        if kind is not None:
+            codes = self._kind_codes(None, kind) or (self._load_kinds() or self._kind_codes(None, kind))
+            if not codes:
+                return {}
+            kind_sql = f" AND kind IN ({','.join(map(str, codes))})"
+        counts: dict[int, int] = {}
+        for source, first, end in self._segments(run_id):
+            base = source << 32
+            for step, n in self._conn.execute(
+                    "SELECT CASE WHEN typeof(step) = 'integer' AND step BETWEEN -2147483648 AND 2147483647"
+                    f" THEN step ELSE -1 END AS s, count(*) FROM events WHERE id >= ? AND id < ?{kind_sql} GROUP BY s",
+                    (base + first, base + end)):
+                counts[step] = counts.get(step, 0) + n
+        return counts
+
     # ------------------------------------------------------------------ step timings
     @_guarded
     def time_step(self, run_id: int, step: int, *, model_ms: float | None = None, tool_ms: float | None = None,

@@ -62,6 +62,33 @@ def test_hostile_timing_rows_read_as_absent(tmp_path):
             store.step_times(99)
 
 
+def test_step_counts_and_the_timing_view_read_a_fork_and_a_hostile_file(tmp_path):
+    from tttr.app.steps import step_timings
+
+    path = tmp_path / "s.db"
+    with Store.open(path) as store:
+        run = _run(store, 3)
+        fork = _run(store, 4, parent=run, fork_site="1:clock")
+        assert store.step_counts(run) == {-1: 1, 0: 2, 1: 2, 2: 2}
+        # step 1: the parent's message (before the fork seq), then the fork's own message and clock
+        assert store.step_counts(fork) == {-1: 1, 0: 2, 1: 3, 2: 2, 3: 2}
+        assert store.step_counts(run, "message") == {0: 1, 1: 1, 2: 1} and store.step_counts(run, "token") == {}
+        store.append(run := store.begin_run(task="hostile"), "0:tool", {"cmd": "ls", "duration_ms": 3})
+        store.append(run, "1:tool", {"cmd": "ls", "duration_ms": 3})
+        store.commit_step(run)
+        store.finish_run(run)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE events SET step = 'x' WHERE id = ?", ((run << 32) | 1,))
+    conn.execute("UPDATE events SET value = '{\"cmd\": [1], \"duration_ms\": \"NaN\"}' WHERE id = ?", (run << 32,))
+    conn.commit()
+    conn.close()
+    with Store.open(path, readonly=True) as store:
+        assert store.step_counts(run) == {-1: 1, 0: 1}  # a step that is not a number counts as the setup's
+        timings = step_timings(store, run)
+    # the row whose step is damaged is not trusted; the other's command and duration are of the wrong types
+    assert [(t.step, t.tool_ms, t.command) for t in timings] == [(-1, None, ""), (0, None, "")]
+
+
 def test_an_older_file_read_only_reads_as_not_recorded_and_is_not_written(tmp_path, capsys):
     from tttr.app.cli import main
     from tttr.app.steps import TIMING_LACKS, step_timings, timings_recorded
