@@ -198,6 +198,7 @@ INVALID: dict[tuple[str, ...], list[list[str]]] = {
     ("bench", "determinism"): [
         ["bench", "determinism", "--runs", "0"], ["bench", "determinism", "--tokens", "x"],
         ["bench", "determinism", "--seed", "-1"], ["bench", "determinism", "--threads", "0"],
+        ["bench", "determinism", "--kernels", "fast"],
     ],
     ("bench", "kernels"): [
         ["bench", "kernels", "--rounds", "0"], ["bench", "kernels", "--tokens", "-3"],

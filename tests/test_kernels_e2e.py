@@ -64,3 +64,26 @@ def test_determinism_bench_reports_one_and_one_for_invariant(model):
     assert result["prefill_chunked_decode_identical"]["invariant"] is True
     assert isinstance(result["prefill_chunked_decode_identical"]["fast"], bool)
     assert any("invariant" in line for line in determinism.lines(result))
+
+
+def test_determinism_bench_takes_invariant_q8_beside_fast(model):
+    """`tttr bench determinism --kernels invariant-q8`: the 8-bit-activation mode is shown
+    beside fast, and is invariant too (one completion, one digest sequence, one prefill path)."""
+    from tttr.engine.bench import determinism
+
+    cfg = determinism.Config(runs=3, tokens=3, prefill_tokens=12, kernels="invariant-q8")
+    result = determinism.run(cfg, model=model, progress=None)
+    assert set(result["prefill_paths"]) == {"fast", "invariant-q8"} and "invariant" not in result
+    for half in ("greedy", "sampled"):
+        q8 = result[half]["invariant-q8"]
+        assert q8["unique_completions"] == 1 and q8["unique_digest_sequences"] == 1
+        assert q8["batch_layouts"] > 1  # the compositions really differed
+    assert result["prefill_chunked_decode_identical"]["invariant-q8"] is True
+    assert any(line.split()[1:2] == ["invariant-q8"] for line in determinism.lines(result))
+
+
+def test_determinism_config_refuses_a_mode_that_is_not_invariant():
+    from tttr.engine.bench import determinism
+
+    with pytest.raises(ValueError, match="not an invariant mode"):
+        determinism.Config(kernels="fast")

@@ -150,6 +150,9 @@ def _determinism(bench_sub) -> None:
     d.add_argument("--synthetic", choices=SYNTHETIC_SHAPES, default=None,
                    help="on random weights in a real model's shape (as bench engine --synthetic) instead of the "
                         "default model")
+    d.add_argument("--kernels", choices=("invariant", "invariant-q8"), default="invariant",
+                   help="the invariant mode shown beside fast (default invariant; invariant-q8: 8-bit activations "
+                        "in the block products, as llama.cpp)")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=cmd_determinism)
 
@@ -164,7 +167,8 @@ def cmd_determinism(args) -> int:
         from tttr.engine.inference.model import load_model  # noqa: PLC0415
 
         model = load_model(synthetic.ensure(args.synthetic, progress=lambda line: print(line, file=sys.stderr)))
-    result = determinism.run(determinism.Config(runs=args.runs, tokens=args.tokens, seed=args.seed), model=model)
+    cfg = determinism.Config(runs=args.runs, tokens=args.tokens, seed=args.seed, kernels=args.kernels)
+    result = determinism.run(cfg, model=model)
     print(json.dumps(result, indent=1) if args.json else "\n".join(determinism.lines(result)))
     return 0
 

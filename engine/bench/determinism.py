@@ -10,7 +10,9 @@ through the model in one prefill, in chunks, and token by token, and the logits 
 of every position are compared.
 
 With `fast` kernels the batch composition leaks into the arithmetic (differing digests,
-sometimes differing text); with `invariant` kernels there is exactly one of each.
+sometimes differing text); with `invariant` kernels there is exactly one of each. Config's
+`kernels` names the invariant mode shown beside `fast`: `invariant`, or `invariant-q8` (8-bit
+activations in the block products, integer sums: invariant too).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from tttr.engine.inference.model import Segment, load_model
 from tttr.engine.inference.sampler import SamplingParams
 from tttr.engine.inference.scheduler import Engine
 from tttr.engine.inference.sequence import Sequence
-from tttr.kernels.mode import BASE_MODES as MODES, kernel_mode  # the fp32 pair; invariant-q8: its own tests
+from tttr.kernels.mode import MODES as KERNEL_MODES, is_invariant, kernel_mode
 
 TARGET_MESSAGES = [
     {"role": "user", "content": "Write a shell command that lists the five largest files in /var/log."}
@@ -44,6 +46,11 @@ class Config:
     temperature: float = 0.8
     seed: int = 1234
     prefill_tokens: int | None = None  # cap on the sequence compared across prefill paths (None: all)
+    kernels: str = "invariant"  # the invariant mode shown beside `fast` (invariant or invariant-q8)
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return ("fast", self.kernels)
 
     def __post_init__(self) -> None:
         if self.runs < 1:
@@ -52,6 +59,9 @@ class Config:
             raise ValueError(f"tokens={self.tokens} is out of range: use at least 1")
         if not 0 <= self.max_others <= 63:
             raise ValueError(f"max_others={self.max_others} is out of range: use 0..63")
+        if self.kernels not in KERNEL_MODES or not is_invariant(self.kernels):
+            raise ValueError(f"kernels={self.kernels!r} is not an invariant mode: use one of "
+                             + ", ".join(m for m in KERNEL_MODES if is_invariant(m)))
 
 
 def _progress_stderr(done: int, total: int, message: str) -> None:
@@ -84,13 +94,14 @@ def _other_prompt(rng: random.Random, vocab: int) -> list[int]:
 
 
 def generations(model, cfg: Config, progress: Callable[[int, int, str], None] | None = None,
-                modes: tuple[str, ...] = MODES) -> dict:
+                modes: tuple[str, ...] | None = None) -> dict:
     """{"greedy"|"sampled": {mode: summary}} over cfg.runs co-batched generations per cell.
 
     Each run draws one batch composition (0..max_others random neighbours, the target at
     a random row) and generates the greedy and the sampled target in it, one after the
     other; both modes see the same compositions."""
 
+    modes = modes or cfg.modes
     tok = model.tokenizer
     target = tok.encode(tok.apply_chat_template(TARGET_MESSAGES, add_generation_prompt=True))
     vocab = model.config.vocab_size
@@ -153,9 +164,9 @@ def prefill_paths(model, cfg: Config, completion: list[int] | None = None,
     ids = ids[: cfg.prefill_tokens] if cfg.prefill_tokens else ids
     out = {}
     ways = [("one prefill", None), *((f"chunks of {c}", c) for c in CHUNK_SIZES), ("token by token", 1)]
-    total = len(MODES) * len(ways)
+    total = len(cfg.modes) * len(ways)
     done = 0
-    for mode in MODES:
+    for mode in cfg.modes:
         with kernel_mode(mode):
             results = {}
             for name, chunk in ways:
@@ -182,7 +193,7 @@ def run(cfg: Config, model=None, progress: Callable[[int, int, str], None] | Non
     # Feed the invariant greedy completion through the prefill paths too: positions past the prompt.
     tok = model.tokenizer
     target = tok.encode(tok.apply_chat_template(TARGET_MESSAGES, add_generation_prompt=True))
-    with Engine(model, kernel_mode="invariant") as eng:
+    with Engine(model, kernel_mode=cfg.kernels) as eng:
         greedy_completion = [r.token_id for r in eng.generate([Sequence(target, SamplingParams(), cfg.tokens,
                                                                         stop_token_ids=())])[0]]
     paths = prefill_paths(model, cfg, greedy_completion[:-1], progress)
@@ -196,12 +207,13 @@ def run(cfg: Config, model=None, progress: Callable[[int, int, str], None] | Non
         "threads": torch.get_num_threads(),
         "greedy": gens["greedy"],
         "sampled": gens["sampled"],
-        "prefill_chunked_decode_identical": {m: paths[m]["identical"] for m in MODES},
+        "kernels": cfg.kernels,
+        "prefill_chunked_decode_identical": {m: paths[m]["identical"] for m in cfg.modes},
         "prefill_paths": paths,
         "seconds": round(time.perf_counter() - t0, 1),
     }
     # The issue's top-level keys: the greedy half, with the sampled half's counts folded in.
-    for mode in MODES:
+    for mode in cfg.modes:
         result[mode] = {
             "unique_completions": max(gens[s][mode]["unique_completions"] for s in gens),
             "unique_digest_sequences": max(gens[s][mode]["unique_digest_sequences"] for s in gens),
@@ -210,18 +222,19 @@ def run(cfg: Config, model=None, progress: Callable[[int, int, str], None] | Non
 
 
 def lines(result: dict) -> list[str]:
+    modes = tuple(result["prefill_paths"])
     out = [
         f"determinism: {result['runs']} generations x {result['tokens']} tokens per cell, each co-batched with "
         f"0-{result['max_others']} random prompts at a random row ({result['model']}, {result['threads']} threads)",
-        f"{'sampling':<22} {'mode':<10} {'completions':>11} {'digest seqs':>11} {'first diff':>10} {'layouts':>8}",
+        f"{'sampling':<22} {'mode':<12} {'completions':>11} {'digest seqs':>11} {'first diff':>10} {'layouts':>8}",
     ]
     for sname, label in (("greedy", "greedy"), ("sampled", f"T={result['temperature']} seed={result['seed']}")):
-        for mode in MODES:
+        for mode in modes:
             s = result[sname][mode]
             first = "-" if s["first_differing_position"] is None else str(s["first_differing_position"])
-            out.append(f"{label:<22} {mode:<10} {s['unique_completions']:>11} {s['unique_digest_sequences']:>11} "
+            out.append(f"{label:<22} {mode:<12} {s['unique_completions']:>11} {s['unique_digest_sequences']:>11} "
                        f"{first:>10} {s['batch_layouts']:>8}")
-    for mode in MODES:
+    for mode in modes:
         p = result["prefill_paths"][mode]
         verdict = "identical" if p["identical"] else f"differ from position {p['first_differing_position']}"
         out.append(f"prefill vs chunks ({', '.join(str(c) for c in CHUNK_SIZES)}) vs token by token, {mode}: "
