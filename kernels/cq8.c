@@ -185,22 +185,30 @@ static inline __attribute__((always_inline)) void group(const int L, const uint8
 #define MAXR 4
 /* inputs 4c .. 4c + 3 of the block's 16 outputs as two vectors (outputs 0-7, 8-15), each
    output's four bytes in input order: the layout holds them input by input */
+/* The nibble layouts' (0, 4, 5) inputs 4c, 4c + 2 (a) and 4c + 1, 4c + 3 (b) of the block's 16
+   outputs: byte p*16 + n holds input 2p (low nibble) and 2p + 1 (high); layout 5's byte c*16 + n
+   holds inputs 4c + i's high pairs in bits 2i, 2i + 1, and its quants are q - 32 */
+static inline __attribute__((always_inline)) void nibbles(const int L, const uint8_t *qs, const uint8_t *qh, int c,
+                                                          __m256i *a, __m256i *b) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 2 * c * G)), m = _mm256_set1_epi8(15);
+    *a = _mm256_and_si256(v, m);                         /* [input 4c | 4c + 2] */
+    *b = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);   /* [4c + 1 | 4c + 3] */
+    if (L == 5) {
+        const __m256i h = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(qh + c * G)));
+        const __m256i m30 = _mm256_set1_epi8(0x30), c32 = _mm256_set1_epi8(32);
+        const __m256i ha = _mm256_and_si256(_mm256_sllv_epi32(h, _mm256_setr_epi32(4, 4, 4, 4, 0, 0, 0, 0)), m30);
+        const __m256i hb = _mm256_and_si256(_mm256_srlv_epi32(_mm256_sllv_epi32(h, _mm256_setr_epi32(2, 2, 2, 2, 0, 0, 0, 0)),
+                                                              _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), m30);
+        *a = _mm256_sub_epi8(_mm256_or_si256(*a, ha), c32);
+        *b = _mm256_sub_epi8(_mm256_or_si256(*b, hb), c32);
+    }
+}
+
 static inline __attribute__((always_inline)) void gather4(const int L, const uint8_t *qs, const uint8_t *qh, int c,
                                                           __m256i *lo, __m256i *hi) {
     __m256i a, b;
-    if (L == 0 || L == 4 || L == 5) { /* byte p*16 + n: input 2p (low nibble), 2p + 1 (high); pairs 2c, 2c + 1 */
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 2 * c * G)), m = _mm256_set1_epi8(15);
-        a = _mm256_and_si256(v, m);                         /* [input 4c | 4c + 2] */
-        b = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);   /* [4c + 1 | 4c + 3] */
-        if (L == 5) { /* byte c*16 + n: inputs 4c + i's high pairs in bits 2i, 2i + 1; q - 32 */
-            const __m256i h = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(qh + c * G)));
-            const __m256i m30 = _mm256_set1_epi8(0x30), c32 = _mm256_set1_epi8(32);
-            const __m256i ha = _mm256_and_si256(_mm256_sllv_epi32(h, _mm256_setr_epi32(4, 4, 4, 4, 0, 0, 0, 0)), m30);
-            const __m256i hb = _mm256_and_si256(_mm256_srlv_epi32(_mm256_sllv_epi32(h, _mm256_setr_epi32(2, 2, 2, 2, 0, 0, 0, 0)),
-                                                                  _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), m30);
-            a = _mm256_sub_epi8(_mm256_or_si256(a, ha), c32);
-            b = _mm256_sub_epi8(_mm256_or_si256(b, hb), c32);
-        }
+    if (L == 0 || L == 4 || L == 5) { /* pairs 2c, 2c + 1 */
+        nibbles(L, qs, qh, c, &a, &b);
     } else { /* byte j*16 + n: input j */
         const __m256i v0 = _mm256_loadu_si256((const __m256i *)(qs + 4 * c * G));        /* [4c | 4c + 1] */
         const __m256i v1 = _mm256_loadu_si256((const __m256i *)(qs + (4 * c + 2) * G));  /* [4c + 2 | 4c + 3] */
@@ -222,25 +230,14 @@ static inline __attribute__((always_inline)) void gather4(const int L, const uin
    once: the same integers as the general path, so the same bits. */
 static inline __attribute__((always_inline)) void nibble_sums(const int L, const Block *k, const int8_t *xq, int64_t ldq,
                                                               const int R, __m256i s0[MAXR][2], __m256i s1[MAXR][2]) {
-    const __m256i m = _mm256_set1_epi8(15);
     const __m256i pairs = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
                                            2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
     for (int half = 0; half < (L == 5 ? 2 : 1); half++) {
         __m256i t[MAXR][2];
         for (int r = 0; r < R; r++) t[r][0] = t[r][1] = _mm256_setzero_si256();
         for (int c = L == 5 ? 4 * half : 0; c < (L == 5 ? 4 * half + 4 : 8); c++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(k->qs + 2 * c * G));
-            __m256i a = _mm256_and_si256(v, m);                         /* [input 4c | 4c + 2] */
-            __m256i b = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);   /* [4c + 1 | 4c + 3] */
-            if (L == 5) { /* as gather4 */
-                const __m256i h = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(k->qh + c * G)));
-                const __m256i m30 = _mm256_set1_epi8(0x30), c32 = _mm256_set1_epi8(32);
-                const __m256i ha = _mm256_and_si256(_mm256_sllv_epi32(h, _mm256_setr_epi32(4, 4, 4, 4, 0, 0, 0, 0)), m30);
-                const __m256i hb = _mm256_and_si256(_mm256_srlv_epi32(_mm256_sllv_epi32(h, _mm256_setr_epi32(2, 2, 2, 2, 0, 0, 0, 0)),
-                                                                      _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), m30);
-                a = _mm256_sub_epi8(_mm256_or_si256(a, ha), c32);
-                b = _mm256_sub_epi8(_mm256_or_si256(b, hb), c32);
-            }
+            __m256i a, b;
+            nibbles(L, k->qs, k->qh, c, &a, &b);
             const __m256i lo = _mm256_unpacklo_epi8(a, b), hi = _mm256_unpackhi_epi8(a, b);
             const __m256i alo = L == 5 ? _mm256_abs_epi8(lo) : lo, ahi = L == 5 ? _mm256_abs_epi8(hi) : hi;
             for (int r = 0; r < R; r++) {
